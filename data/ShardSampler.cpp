@@ -1,0 +1,65 @@
+#include "data/ShardSampler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "runtime/Errors.h"
+
+namespace pstrain::data {
+namespace {
+
+// Uniform integer in [0, bound) by rejection, independent of the standard library's
+// (implementation-defined) distributions.
+std::uint64_t uniformBelow(std::mt19937_64& gen, std::uint64_t bound) {
+  const std::uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
+  std::uint64_t x;
+  do {
+    x = gen();
+  } while (x >= limit);
+  return x % bound;
+}
+
+}  // namespace
+
+ShardSampler::ShardSampler(std::int64_t datasetSize, int shards, std::int64_t batchSize,
+                           std::uint64_t seed)
+    : size_(datasetSize), shards_(shards), batchSize_(batchSize), seed_(seed) {
+  if (datasetSize <= 0 || shards <= 0 || batchSize <= 0) {
+    throw ConfigError(fmt::format("cannot shard {} samples over {} workers in batches of {}",
+                                  datasetSize, shards, batchSize));
+  }
+  shardSize_ = (size_ + shards_ - 1) / shards_;
+  stepsPerEpoch_ = (shardSize_ + batchSize_ - 1) / batchSize_;
+}
+
+std::vector<std::int64_t> ShardSampler::permutation(std::int64_t epoch) const {
+  std::vector<std::int64_t> order(size_);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 gen(seed_ * 0x9E3779B97F4A7C15ull + static_cast<std::uint64_t>(epoch));
+  for (std::int64_t i = size_ - 1; i > 0; --i) {
+    std::swap(order[i], order[uniformBelow(gen, static_cast<std::uint64_t>(i) + 1)]);
+  }
+  return order;
+}
+
+std::vector<std::int64_t> ShardSampler::batch(int shard, std::int64_t step) const {
+  if (shard < 0 || shard >= shards_) throw ConfigError(fmt::format("no shard {}", shard));
+  std::int64_t epoch = epochOf(step);
+  if (epoch != cachedEpoch_) {
+    cached_ = permutation(epoch);
+    cachedEpoch_ = epoch;
+  }
+  std::int64_t first = (step % stepsPerEpoch_) * batchSize_;
+  std::int64_t last = std::min(first + batchSize_, shardSize_);
+  std::vector<std::int64_t> indices;
+  indices.reserve(last - first);
+  for (std::int64_t k = first; k < last; ++k) {
+    indices.push_back(cached_[(shard + k * shards_) % size_]);
+  }
+  return indices;
+}
+
+}  // namespace pstrain::data

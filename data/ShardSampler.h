@@ -1,0 +1,41 @@
+#pragma once
+// Which samples each worker trains on at each step: a pure function of (dataset size,
+// number of shards, batch size, seed, step), so every worker computes its own batches
+// without talking to anyone and a run can resume at any step.
+//
+// Every epoch the whole index range is permuted from (seed, epoch) and dealt round-robin
+// to the shards, as torch's DistributedSampler does: shards are disjoint, equal in size
+// (ceil(n / shards); the few missing slots repeat the start of the permutation) and
+// together cover the whole set. The last batch of an epoch may be smaller than the others.
+// The permutation uses its own integer arithmetic, so Macs and Linux boxes agree.
+#include <cstdint>
+#include <vector>
+
+namespace pstrain::data {
+
+class ShardSampler {
+ public:
+  ShardSampler(std::int64_t datasetSize, int shards, std::int64_t batchSize, std::uint64_t seed);
+
+  std::int64_t shardSize() const { return shardSize_; }
+  std::int64_t stepsPerEpoch() const { return stepsPerEpoch_; }
+  std::int64_t epochOf(std::int64_t step) const { return step / stepsPerEpoch_; }
+
+  // Dataset indices of shard `shard` (0-based) at global step `step`.
+  std::vector<std::int64_t> batch(int shard, std::int64_t step) const;
+
+  // The permutation of [0, datasetSize) used in `epoch`.
+  std::vector<std::int64_t> permutation(std::int64_t epoch) const;
+
+ private:
+  std::int64_t size_;
+  int shards_;
+  std::int64_t batchSize_;
+  std::uint64_t seed_;
+  std::int64_t shardSize_;
+  std::int64_t stepsPerEpoch_;
+  mutable std::int64_t cachedEpoch_ = -1;
+  mutable std::vector<std::int64_t> cached_;
+};
+
+}  // namespace pstrain::data

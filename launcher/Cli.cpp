@@ -1,0 +1,174 @@
+#include "launcher/Cli.h"
+
+#include <cxxopts.hpp>
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include "models/Registry.h"
+#include "runtime/Errors.h"
+
+namespace pstrain::launcher {
+namespace {
+
+int envInt(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  return value ? std::atoi(value) : fallback;
+}
+
+cxxopts::ParseResult parseOrThrow(cxxopts::Options& options, int argc, char** argv) {
+  try {
+    auto result = options.parse(argc, argv);
+    if (!result.unmatched().empty()) {
+      throw ConfigError(fmt::format("unexpected argument '{}'", result.unmatched().front()));
+    }
+    return result;
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw ConfigError(e.what());
+  }
+}
+
+}  // namespace
+
+int localRank() { return envInt("OMPI_COMM_WORLD_LOCAL_RANK", 0); }
+
+int autoThreads() {
+  int cores = static_cast<int>(std::thread::hardware_concurrency());
+  int local = std::max(1, envInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1));
+  return std::max(1, cores / local);
+}
+
+TrainCommand parseTrainCommand(int argc, char** argv) {
+  config::TrainConfig d;  // defaults
+  cxxopts::Options options(
+      "pstrain",
+      "Data-parallel training with a parameter server. Launch with Open MPI:\n"
+      "  mpirun -np 3 pstrain --model lenet --epochs 2      (rank 0 server + 2 workers)\n"
+      "  mpirun --hostfile hostfiles/localhost -np 3 pstrain ...\n"
+      "Rank 0 keeps the weights and applies the averaged gradients; ranks 1..N train on disjoint\n"
+      "shards of the data. Checkpoints go to TRAIN_DIR/ckpt for pseval.\n");
+  options.set_width(100);
+  auto str = [](const std::string& v) { return cxxopts::value<std::string>()->default_value(v); };
+  auto i64 = [](std::int64_t v) { return cxxopts::value<std::int64_t>()->default_value(std::to_string(v)); };
+  auto dbl = [](double v) { return cxxopts::value<double>()->default_value(config::canonicalNumber(v)); };
+  // clang-format off
+  options.add_options("Model and data")
+    ("model", "model: mlp, convnet, lenet (see --list-models)", str(d.model))
+    ("dataset", "dataset: fashion-mnist, mnist, synthetic (see --list-datasets)", str(d.dataset))
+    ("data-dir", "dataset folder (default: /usr/share/datasets/<dataset>)", str(d.dataDir))
+    ("synthetic-size", "training samples of --dataset synthetic", i64(d.syntheticSize))
+    ("list-models", "print the models and exit")
+    ("list-datasets", "print the datasets and exit");
+  options.add_options("Optimization")
+    ("batch-size", "samples per worker per step", i64(d.batchSize))
+    ("lr", "base learning rate (one worker)", dbl(d.lr))
+    ("lr-scaling", "none | linear (lr x workers: the Linear Scaling Rule)", str(d.lrScaling))
+    ("warmup-steps", "ramp the lr linearly up to its target over this many steps", i64(d.warmupSteps))
+    ("momentum", "SGD momentum (torch.optim.SGD semantics)", dbl(d.momentum))
+    ("nesterov", "Nesterov momentum")
+    ("weight-decay", "L2 penalty added to the gradient", dbl(d.weightDecay))
+    ("steps", "optimizer steps (overrides --epochs when > 0)", i64(d.steps))
+    ("epochs", "passes over the training set", i64(d.epochs))
+    ("seed", "seed of weights and data order", cxxopts::value<std::uint64_t>()->default_value(std::to_string(d.seed)));
+  options.add_options("Run")
+    ("train-dir", "where run.json, metrics.jsonl, ckpt/ and trained_model.pt go", str(d.trainDir))
+    ("overwrite", "replace an earlier run in --train-dir")
+    ("checkpoint-every", "publish a checkpoint every N steps (0: only the final one)", i64(d.checkpointEvery))
+    ("log-every", "progress line and metrics.jsonl record every N steps", i64(d.logEvery))
+    ("threads", "intra-op threads per rank (0: cores / ranks on the host)", cxxopts::value<int>()->default_value(std::to_string(d.threads)))
+    ("device", "auto | cpu | mps | cuda (auto: MPS, else CUDA, else CPU)", str(d.device))
+    ("timeout", "seconds any rank waits for the others before giving up", dbl(d.timeoutSeconds))
+    ("version", "print versions and exit")
+    ("h,help", "print this help");
+  // clang-format on
+
+  TrainCommand command;
+  auto r = parseOrThrow(options, argc, argv);
+  if (r.count("help")) {
+    command.helpText = options.help();
+    return command;
+  }
+  command.version = r.count("version") > 0;
+  command.listModels = r.count("list-models") > 0;
+  command.listDatasets = r.count("list-datasets") > 0;
+  auto& c = command.cfg;
+  try {
+    c.model = r["model"].as<std::string>();
+    c.dataset = r["dataset"].as<std::string>();
+    c.dataDir = r["data-dir"].as<std::string>();
+    c.syntheticSize = r["synthetic-size"].as<std::int64_t>();
+    c.batchSize = r["batch-size"].as<std::int64_t>();
+    c.lr = r["lr"].as<double>();
+    c.lrScaling = r["lr-scaling"].as<std::string>();
+    c.warmupSteps = r["warmup-steps"].as<std::int64_t>();
+    c.momentum = r["momentum"].as<double>();
+    c.nesterov = r.count("nesterov") > 0;
+    c.weightDecay = r["weight-decay"].as<double>();
+    c.steps = r["steps"].as<std::int64_t>();
+    c.epochs = r["epochs"].as<std::int64_t>();
+    c.seed = r["seed"].as<std::uint64_t>();
+    c.trainDir = r["train-dir"].as<std::string>();
+    c.overwrite = r.count("overwrite") > 0;
+    c.checkpointEvery = r["checkpoint-every"].as<std::int64_t>();
+    c.logEvery = r["log-every"].as<std::int64_t>();
+    c.threads = r["threads"].as<int>();
+    c.device = r["device"].as<std::string>();
+    c.timeoutSeconds = r["timeout"].as<double>();
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw ConfigError(e.what());
+  }
+  c.validate();
+  models::makeModel(c.model);  // throws ConfigError listing the known names
+  return command;
+}
+
+EvalCommand parseEvalCommand(int argc, char** argv) {
+  EvalCommand d;
+  cxxopts::Options options(
+      "pseval",
+      "Evaluates every checkpoint that pstrain publishes in TRAIN_DIR/ckpt, once each, on the\n"
+      "test set; appends TRAIN_DIR/eval.csv and eval.jsonl. The model and dataset are read\n"
+      "from the checkpoint.\n");
+  options.set_width(100);
+  // clang-format off
+  options.add_options()
+    ("train-dir", "the run's directory (required)", cxxopts::value<std::string>())
+    ("follow", "keep waiting for new checkpoints until trained_model.pt appears")
+    ("data-dir", "dataset folder (default: /usr/share/datasets/<dataset>)", cxxopts::value<std::string>()->default_value(""))
+    ("device", "cpu | mps | cuda | auto", cxxopts::value<std::string>()->default_value(d.device))
+    ("poll-seconds", "with --follow: seconds between looks", cxxopts::value<double>()->default_value("2"))
+    ("idle-timeout", "with --follow: give up after this many seconds without a new checkpoint", cxxopts::value<double>()->default_value("900"))
+    ("batch-size", "evaluation batch size", cxxopts::value<std::int64_t>()->default_value(std::to_string(d.batchSize)))
+    ("threads", "intra-op threads (0: all cores)", cxxopts::value<int>()->default_value("0"))
+    ("predictions", "write the predicted class of every test sample (last checkpoint evaluated) to this file", cxxopts::value<std::string>()->default_value(""))
+    ("h,help", "print this help");
+  // clang-format on
+  EvalCommand command;
+  auto r = parseOrThrow(options, argc, argv);
+  if (r.count("help")) {
+    command.helpText = options.help();
+    return command;
+  }
+  try {
+    if (!r.count("train-dir")) throw ConfigError("--train-dir is required");
+    command.trainDir = r["train-dir"].as<std::string>();
+    command.follow = r.count("follow") > 0;
+    command.dataDir = r["data-dir"].as<std::string>();
+    command.device = r["device"].as<std::string>();
+    command.pollSeconds = r["poll-seconds"].as<double>();
+    command.idleTimeoutSeconds = r["idle-timeout"].as<double>();
+    command.batchSize = r["batch-size"].as<std::int64_t>();
+    command.threads = r["threads"].as<int>();
+    command.predictionsPath = r["predictions"].as<std::string>();
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw ConfigError(e.what());
+  }
+  if (command.batchSize <= 0) throw ConfigError("--batch-size must be at least 1");
+  if (command.pollSeconds <= 0 || command.idleTimeoutSeconds <= 0) {
+    throw ConfigError("--poll-seconds and --idle-timeout must be positive");
+  }
+  return command;
+}
+
+}  // namespace pstrain::launcher

@@ -1,0 +1,44 @@
+#pragma once
+// Command lines of pstrain and pseval (cxxopts). Parsing is pure: no MPI, no files read, so
+// every rank of a job reaches the same verdict on the same argv.
+#include <cstdint>
+#include <string>
+
+#include "runtime/config/TrainConfig.h"
+
+namespace pstrain::launcher {
+
+struct TrainCommand {
+  config::TrainConfig cfg;
+  std::string helpText;  // set when --help was given: print it and exit 0
+  bool version = false;
+  bool listModels = false;
+  bool listDatasets = false;
+};
+
+// Throws ConfigError on unknown flags, bad values or stray arguments.
+TrainCommand parseTrainCommand(int argc, char** argv);
+
+struct EvalCommand {
+  std::string trainDir;
+  std::string dataDir;
+  std::string device = "cpu";
+  bool follow = false;
+  double pollSeconds = 2;
+  double idleTimeoutSeconds = 900;
+  std::int64_t batchSize = 1000;
+  int threads = 0;
+  std::string predictionsPath;  // argmax per test sample of the last evaluated checkpoint
+  std::string helpText;
+};
+
+EvalCommand parseEvalCommand(int argc, char** argv);
+
+// Intra-op threads for this process when the user gave 0: the cores divided evenly among
+// the ranks that Open MPI placed on this host (at least 1).
+int autoThreads();
+
+// This rank's index among the ranks on its host (0 outside mpirun).
+int localRank();
+
+}  // namespace pstrain::launcher

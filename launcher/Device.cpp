@@ -1,0 +1,42 @@
+#include "launcher/Device.h"
+
+#include <torch/cuda.h>
+#include <torch/version.h>
+#include <ATen/Context.h>
+
+#include "runtime/Errors.h"
+
+namespace pstrain::launcher {
+namespace {
+
+bool mpsAvailable() {
+#if TORCH_VERSION_MAJOR > 1 || (TORCH_VERSION_MAJOR == 1 && TORCH_VERSION_MINOR >= 12)
+  return at::hasMPS();
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
+c10::Device chooseDevice(const std::string& wanted, int localRank) {
+  const bool mps = mpsAvailable();
+  const bool cuda = torch::cuda::is_available();
+  auto cudaDevice = [&] {
+    return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(localRank % torch::cuda::device_count()));
+  };
+  if (wanted == "cpu") return c10::Device(c10::kCPU);
+  if (wanted == "mps") {
+    if (!mps) throw ConfigError("--device mps: this libtorch or machine has no Apple MPS");
+    return c10::Device(c10::kMPS);
+  }
+  if (wanted == "cuda") {
+    if (!cuda) throw ConfigError("--device cuda: this libtorch has no CUDA or no GPU is visible");
+    return cudaDevice();
+  }
+  if (mps) return c10::Device(c10::kMPS);
+  if (cuda) return cudaDevice();
+  return c10::Device(c10::kCPU);
+}
+
+}  // namespace pstrain::launcher

@@ -1,0 +1,178 @@
+// pseval: evaluates the checkpoints a pstrain run publishes, each exactly once.
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "data/Dataset.h"
+#include "launcher/Cli.h"
+#include "launcher/Device.h"
+#include "models/Registry.h"
+#include "runtime/Errors.h"
+#include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/metrics/Json.h"
+#include "runtime/metrics/JsonLines.h"
+#include "runtime/roles/Evaluation.h"
+
+namespace {
+
+using namespace pstrain;
+namespace fs = std::filesystem;
+
+// Steps already in eval.csv: a restarted pseval does not evaluate them again.
+std::set<std::int64_t> evaluatedSteps(const fs::path& csv) {
+  std::set<std::int64_t> steps;
+  std::ifstream in(csv);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && std::isdigit(static_cast<unsigned char>(line[0]))) {
+      steps.insert(std::stoll(line.substr(0, line.find(','))));
+    }
+  }
+  return steps;
+}
+
+class Evaluator {
+ public:
+  Evaluator(const launcher::EvalCommand& cmd, c10::Device device)
+      : cmd_(cmd), device_(device), dir_(cmd.trainDir), done_(evaluatedSteps(dir_ / "eval.csv")) {}
+
+  // Evaluates every published checkpoint not seen yet; returns how many it evaluated.
+  int pass() {
+    int evaluated = 0;
+    for (const auto& published : checkpoint::listPublished((dir_ / "ckpt").string())) {
+      if (done_.count(published.step) || skipped_.count(published.step)) continue;
+      try {
+        evaluateOne(published);
+        ++evaluated;
+      } catch (const CheckpointError& e) {
+        std::cerr << "pseval: skipping step " << published.step << ": " << e.what() << std::endl;
+        skipped_.insert(published.step);
+      }
+      done_.insert(published.step);
+    }
+    return evaluated;
+  }
+
+  std::size_t skipped() const { return skipped_.size(); }
+  std::size_t seen() const { return done_.size(); }
+
+ private:
+  void evaluateOne(const checkpoint::Published& published) {
+    checkpoint::Checkpoint ckpt = checkpoint::read(published);
+    auto model = models::makeModel(ckpt.model);
+    models::loadStateDict(*model, ckpt.modelState, published.path);
+    model->to(device_);
+    const data::Dataset& test = testSet(ckpt);
+    roles::EvalResult r = roles::evaluate(*model, test, device_, cmd_.batchSize);
+    record(ckpt, published, r);
+    if (!cmd_.predictionsPath.empty()) {
+      std::ofstream out(cmd_.predictionsPath);
+      for (auto p : r.predictions) out << p << "\n";
+      if (!out) throw Error(cmd_.predictionsPath + ": write failed");
+    }
+  }
+
+  const data::Dataset& testSet(const checkpoint::Checkpoint& ckpt) {
+    std::string key = ckpt.dataset + ":" + std::to_string(ckpt.syntheticSize);
+    auto it = testSets_.find(key);
+    if (it == testSets_.end()) {
+      it = testSets_.emplace(key, data::loadDataset(ckpt.dataset, cmd_.dataDir, data::Split::Test,
+                                                    ckpt.syntheticSize)).first;
+    }
+    return it->second;
+  }
+
+  void record(const checkpoint::Checkpoint& ckpt, const checkpoint::Published& published,
+              const roles::EvalResult& r) {
+    fs::path csvPath = dir_ / "eval.csv";
+    bool fresh = !fs::exists(csvPath);
+    std::ofstream csv(csvPath, std::ios::app);
+    if (fresh) {
+      csv << "step,epoch,samples,loss,accuracy";
+      for (std::size_t c = 0; c < r.classAccuracy.size(); ++c) csv << ",class" << c;
+      csv << ",checkpoint\n";
+    }
+    csv << fmt::format("{},{},{},{:.6f},{:.6f}", ckpt.step, ckpt.epoch, r.samples, r.loss, r.accuracy);
+    std::string classes;
+    for (double a : r.classAccuracy) {
+      csv << fmt::format(",{:.6f}", a);
+      classes += (classes.empty() ? "" : ",") + (std::isfinite(a) ? fmt::format("{:.6f}", a) : "null");
+    }
+    csv << "," << published.path << "\n";
+    csv.flush();
+    if (!csv) throw Error(csvPath.string() + ": write failed");
+
+    metrics::JsonObject line;
+    line.add("step", ckpt.step).add("epoch", ckpt.epoch).add("model", ckpt.model);
+    line.add("samples", r.samples).add("loss", r.loss).add("accuracy", r.accuracy);
+    line.addRaw("class_accuracy", "[" + classes + "]").add("checkpoint", published.path);
+    metrics::JsonLines((dir_ / "eval.jsonl").string()).write(line);
+    std::cout << fmt::format("pseval: step {} (epoch {}): test loss {:.4f}, accuracy {:.2f}% ({} samples)",
+                             ckpt.step, ckpt.epoch, r.loss, 100 * r.accuracy, r.samples)
+              << std::endl;
+  }
+
+  const launcher::EvalCommand& cmd_;
+  c10::Device device_;
+  fs::path dir_;
+  std::set<std::int64_t> done_;
+  std::set<std::int64_t> skipped_;
+  std::map<std::string, data::Dataset> testSets_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  launcher::EvalCommand cmd;
+  try {
+    cmd = launcher::parseEvalCommand(argc, argv);
+  } catch (const ConfigError& e) {
+    std::cerr << "pseval: error: " << e.what() << " (see pseval --help)" << std::endl;
+    return 2;
+  }
+  if (!cmd.helpText.empty()) {
+    std::cout << cmd.helpText;
+    return 0;
+  }
+  try {
+    if (cmd.threads > 0) torch::set_num_threads(cmd.threads);
+    else torch::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    if (!fs::is_directory(cmd.trainDir)) {
+      throw ConfigError(fmt::format("{}: no such directory", cmd.trainDir));
+    }
+    Evaluator evaluator(cmd, launcher::chooseDevice(cmd.device, 0));
+    const fs::path finalWeights = fs::path(cmd.trainDir) / "trained_model.pt";
+    auto lastNews = std::chrono::steady_clock::now();
+    for (;;) {
+      // Looked at before the pass: the final checkpoint is published before trained_model.pt.
+      bool finished = fs::exists(finalWeights);
+      if (evaluator.pass() > 0) lastNews = std::chrono::steady_clock::now();
+      if (!cmd.follow || finished) break;
+      double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - lastNews).count();
+      if (idle > cmd.idleTimeoutSeconds) {
+        throw Error(fmt::format("no new checkpoint in {}/ckpt for {:.0f} s and no trained_model.pt: "
+                                "is the training still running?", cmd.trainDir, idle));
+      }
+      std::this_thread::sleep_for(std::chrono::duration<double>(cmd.pollSeconds));
+    }
+    if (evaluator.seen() == 0) {
+      throw Error(fmt::format("{}/ckpt: no published checkpoints", cmd.trainDir));
+    }
+    if (evaluator.skipped() > 0) {
+      std::cerr << "pseval: " << evaluator.skipped() << " checkpoint(s) could not be evaluated" << std::endl;
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "pseval: error: " << e.what() << std::endl;
+    return 1;
+  }
+  return 0;
+}

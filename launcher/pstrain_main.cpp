@@ -1,0 +1,91 @@
+// pstrain: one SPMD binary; rank 0 is the parameter server, ranks 1..N the workers.
+#include <fmt/format.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+#include <iostream>
+#include <optional>
+
+#include "data/Dataset.h"
+#include "launcher/Cli.h"
+#include "launcher/Device.h"
+#include "models/Registry.h"
+#include "runtime/Errors.h"
+#include "runtime/comm/mpi/MpiComm.h"
+#include "runtime/roles/Training.h"
+
+namespace {
+
+using namespace pstrain;
+
+void printModels() {
+  fmt::print("{:<10} {:>12}  {:<10} {}\n", "model", "parameters", "input", "description");
+  for (const auto& info : models::modelList()) {
+    auto model = models::makeModel(info.name);
+    fmt::print("{:<10} {:>12}  {:<10} {}\n", info.name, models::parameterCount(*model),
+               fmt::format("{}", fmt::join(info.inputShape, "x")), info.description);
+  }
+}
+
+void printDatasets() {
+  for (const auto& [name, description] : data::datasetList()) {
+    std::string dir = data::defaultDataDir(name);
+    fmt::print("{:<14} {}{}\n", name, description, dir.empty() ? "" : " [" + dir + "]");
+  }
+}
+
+std::string commandLine(int argc, char** argv) {
+  std::string line;
+  for (int i = 0; i < argc; ++i) line += (i ? " " : "") + std::string(argv[i]);
+  return line;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string command = commandLine(argc, argv);
+  comm::MpiSession mpi(&argc, &argv);
+  comm::MpiComm comm;
+  const int rank = comm.rank();
+
+  launcher::TrainCommand cli;
+  try {
+    cli = launcher::parseTrainCommand(argc, argv);
+  } catch (const ConfigError& e) {
+    // Every rank parses the same argv and fails the same way: print once, end cleanly.
+    if (rank == 0) std::cerr << "pstrain: error: " << e.what() << " (see pstrain --help)" << std::endl;
+    return 2;
+  }
+  if (rank == 0) {
+    if (!cli.helpText.empty()) std::cout << cli.helpText;
+    if (cli.version) {
+      fmt::print("pstrain 0.1 (libtorch {}, {})\n", TORCH_VERSION, comm::MpiSession::libraryVersion());
+    }
+    if (cli.listModels) printModels();
+    if (cli.listDatasets) printDatasets();
+  }
+  if (!cli.helpText.empty() || cli.version || cli.listModels || cli.listDatasets) return 0;
+
+  const config::TrainConfig& cfg = cli.cfg;
+  try {
+    torch::set_num_threads(rank == 0 ? 1 : (cfg.threads > 0 ? cfg.threads : launcher::autoThreads()));
+    // The server never computes: it keeps the weights on the CPU next to the network.
+    c10::Device device = rank == 0 ? c10::Device(c10::kCPU) : launcher::chooseDevice(cfg.device, launcher::localRank());
+    torch::manual_seed(cfg.seed);
+    auto model = models::makeModel(cfg.model);
+    model->to(device);
+    std::optional<data::Dataset> train;
+    if (rank != 0) {
+      train = data::loadDataset(cfg.dataset, cfg.dataDir, data::Split::Train, cfg.syntheticSize);
+    }
+    roles::RunInfo info{comm::MpiSession::libraryVersion(), command};
+    roles::runTraining(comm, cfg, *model, train ? &*train : nullptr, device, info);
+  } catch (const CollectiveConfigError& e) {
+    if (rank == 0) std::cerr << "pstrain: error: " << e.what() << std::endl;
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "pstrain: rank " << rank << ": " << e.what() << std::endl;
+    comm::MpiSession::abortJob(1);
+  }
+  return 0;
+}

@@ -1,0 +1,141 @@
+#include "models/Registry.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <torch/torch.h>
+
+#include <functional>
+#include <map>
+
+#include "runtime/Errors.h"
+
+namespace pstrain::models {
+namespace {
+
+namespace nn = torch::nn;
+namespace F = torch::nn::functional;
+
+// Linear(784, 256) -> ReLU -> Linear(256, 10).
+class Mlp : public Net {
+ public:
+  Mlp() : fc1(register_module("fc1", nn::Linear(784, 256))), fc2(register_module("fc2", nn::Linear(256, 10))) {}
+  at::Tensor forward(const at::Tensor& x) override {
+    auto h = torch::relu(fc1->forward(x.flatten(1)));
+    return torch::log_softmax(fc2->forward(h), 1);
+  }
+  nn::Linear fc1, fc2;
+};
+
+// Conv2d(1, 3, 3) -> max_pool 3 -> ReLU -> Linear(192, 10).
+class ConvNet : public Net {
+ public:
+  ConvNet() : conv1(register_module("conv1", nn::Conv2d(nn::Conv2dOptions(1, 3, 3)))),
+              fc1(register_module("fc1", nn::Linear(192, 10))) {}
+  at::Tensor forward(const at::Tensor& x) override {
+    auto h = torch::relu(torch::max_pool2d(conv1->forward(x), 3));
+    return torch::log_softmax(fc1->forward(h.flatten(1)), 1);
+  }
+  nn::Conv2d conv1;
+  nn::Linear fc1;
+};
+
+// LeNet-5 as in the PyTorch MNIST example: conv(1,20,5) -> pool -> conv(20,50,5) -> pool ->
+// fc(800,500) -> fc(500,10), ReLU between.
+class LeNet : public Net {
+ public:
+  LeNet() : conv1(register_module("conv1", nn::Conv2d(nn::Conv2dOptions(1, 20, 5)))),
+            conv2(register_module("conv2", nn::Conv2d(nn::Conv2dOptions(20, 50, 5)))),
+            fc1(register_module("fc1", nn::Linear(800, 500))),
+            fc2(register_module("fc2", nn::Linear(500, 10))) {}
+  at::Tensor forward(const at::Tensor& x) override {
+    auto h = torch::max_pool2d(torch::relu(conv1->forward(x)), 2);
+    h = torch::max_pool2d(torch::relu(conv2->forward(h)), 2);
+    h = torch::relu(fc1->forward(h.flatten(1)));
+    return torch::log_softmax(fc2->forward(h), 1);
+  }
+  nn::Conv2d conv1, conv2;
+  nn::Linear fc1, fc2;
+};
+
+struct Entry {
+  ModelInfo info;
+  std::function<std::shared_ptr<Net>()> make;
+};
+
+const std::vector<Entry>& registry() {
+  static const std::vector<Entry> entries = {
+      {{"mlp", "784-256-10 perceptron", {1, 28, 28}}, [] { return std::make_shared<Mlp>(); }},
+      {{"convnet", "one 3-channel conv, max-pool 3, linear", {1, 28, 28}},
+       [] { return std::make_shared<ConvNet>(); }},
+      {{"lenet", "LeNet-5: two convs (20, 50), two linears (500, 10)", {1, 28, 28}},
+       [] { return std::make_shared<LeNet>(); }},
+  };
+  return entries;
+}
+
+}  // namespace
+
+std::vector<ModelInfo> modelList() {
+  std::vector<ModelInfo> list;
+  for (const auto& e : registry()) list.push_back(e.info);
+  return list;
+}
+
+std::shared_ptr<Net> makeModel(const std::string& name) {
+  std::string known;
+  for (const auto& e : registry()) {
+    if (e.info.name == name) return e.make();
+    known += (known.empty() ? "" : ", ") + e.info.name;
+  }
+  throw ConfigError(fmt::format("unknown model '{}' (known: {})", name, known));
+}
+
+std::vector<std::pair<std::string, at::Tensor>> stateDict(const torch::nn::Module& module) {
+  std::vector<std::pair<std::string, at::Tensor>> entries;
+  for (const auto& item : module.named_parameters()) entries.emplace_back(item.key(), item.value());
+  for (const auto& item : module.named_buffers()) entries.emplace_back(item.key(), item.value());
+  return entries;
+}
+
+std::int64_t parameterCount(const torch::nn::Module& module) {
+  std::int64_t count = 0;
+  for (const auto& p : module.parameters()) count += p.numel();
+  return count;
+}
+
+std::string parameterSignature(const torch::nn::Module& module) {
+  std::string signature;
+  for (const auto& [key, tensor] : stateDict(module)) {
+    if (!signature.empty()) signature += ",";
+    signature += key + ":";
+    for (std::int64_t i = 0; i < tensor.dim(); ++i) {
+      signature += (i ? "x" : "") + std::to_string(tensor.size(i));
+    }
+  }
+  return signature;
+}
+
+void loadStateDict(torch::nn::Module& module,
+                   const std::vector<std::pair<std::string, at::Tensor>>& state,
+                   const std::string& source) {
+  auto own = stateDict(module);
+  std::map<std::string, at::Tensor> given(state.begin(), state.end());
+  if (given.size() != own.size()) {
+    throw CheckpointError(fmt::format("{}: holds {} tensors, the model has {} (a checkpoint of another model?)",
+                                      source, given.size(), own.size()));
+  }
+  torch::NoGradGuard noGrad;
+  for (auto& [key, tensor] : own) {
+    auto it = given.find(key);
+    if (it == given.end()) {
+      throw CheckpointError(fmt::format("{}: has no '{}' (a checkpoint of another model?)", source, key));
+    }
+    if (it->second.sizes() != tensor.sizes()) {
+      throw CheckpointError(fmt::format("{}: '{}' has shape {}, the model needs {}", source, key,
+                                        fmt::join(it->second.sizes(), "x"), fmt::join(tensor.sizes(), "x")));
+    }
+    tensor.copy_(it->second);
+  }
+}
+
+}  // namespace pstrain::models

@@ -1,0 +1,50 @@
+#pragma once
+// The model zoo. Every model maps a normalised image batch [N, C, H, W] to log-probabilities
+// [N, classes] and has the same state_dict keys and shapes as the PyTorch module of the same
+// name in tools/pstrain_models.py, so trained weights load into plain PyTorch.
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pstrain::models {
+
+class Net : public torch::nn::Module {
+ public:
+  virtual at::Tensor forward(const at::Tensor& input) = 0;
+};
+
+struct ModelInfo {
+  std::string name;
+  std::string description;
+  std::vector<std::int64_t> inputShape;  // C, H, W
+};
+
+std::vector<ModelInfo> modelList();
+
+// A freshly initialised model (from torch's global generator: seed it first for
+// reproducible weights). Throws ConfigError listing the known names.
+std::shared_ptr<Net> makeModel(const std::string& name);
+
+// Parameters and buffers by their state_dict key, in registration order.
+std::vector<std::pair<std::string, at::Tensor>> stateDict(const torch::nn::Module& module);
+
+std::int64_t parameterCount(const torch::nn::Module& module);
+
+// "conv1.weight:20x1x5x5,conv1.bias:20,..." — compared across ranks at start-up.
+std::string parameterSignature(const torch::nn::Module& module);
+
+}  // namespace pstrain::models
+
+namespace pstrain::models {
+
+// Copies `state` into `module`'s parameters and buffers. Throws CheckpointError, naming
+// `source`, unless keys and shapes match exactly (a checkpoint of another model, say).
+void loadStateDict(torch::nn::Module& module,
+                   const std::vector<std::pair<std::string, at::Tensor>>& state,
+                   const std::string& source);
+
+}  // namespace pstrain::models

@@ -1,0 +1,56 @@
+#pragma once
+// Checkpoints that Python's torch.load reads and that are never seen half-written.
+//
+// A checkpoint is <dir>/step-NNNNNNNN.pt holding the dict
+//   {"model": state_dict, "optimizer": {"momentum_buffer": {key: tensor}},
+//    "__meta__": {"format": 1, "step", "epoch", "model", "dataset", "synthetic_size",
+//                  "fingerprint"}}
+// It is *published* by <dir>/step-NNNNNNNN.ok, written only after the .pt is complete,
+// fsync'd and renamed into place; the .ok records the .pt's size and CRC-32 so a reader
+// can tell a damaged file from a good one. Readers consider only published checkpoints.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pstrain::checkpoint {
+
+using TensorList = std::vector<std::pair<std::string, at::Tensor>>;
+
+struct Checkpoint {
+  std::int64_t step = 0;   // optimizer steps completed
+  std::int64_t epoch = 0;
+  std::string model;       // registry name
+  std::string dataset;
+  std::int64_t syntheticSize = 0;  // training-set size when dataset is "synthetic"
+  std::string fingerprint; // TrainConfig::fingerprint()
+  TensorList modelState;   // state_dict, in order
+  TensorList momentum;     // per-parameter momentum buffers; empty without momentum
+};
+
+struct Published {
+  std::int64_t step;
+  std::string path;  // the .pt
+};
+
+// Publishes `ckpt` into `dir` (created if needed) and returns the .pt path.
+std::string publish(const std::string& dir, const Checkpoint& ckpt);
+
+// Published checkpoints in `dir`, oldest first; none if `dir` does not exist.
+std::vector<Published> listPublished(const std::string& dir);
+
+// Verifies size and CRC against the marker, unpickles and checks the structure.
+// Throws CheckpointError naming the file on any problem.
+Checkpoint read(const Published& published);
+
+// Writes a plain state_dict (loadable by module.load_state_dict in PyTorch) atomically.
+void writeStateDict(const std::string& path, const TensorList& state);
+TensorList readStateDict(const std::string& path);
+
+// Writes `bytes` to `path` via a temporary file, fsync and rename: readers see the old
+// file or the whole new one, never a part.
+void atomicWrite(const std::string& path, const std::string& bytes);
+
+}  // namespace pstrain::checkpoint

@@ -1,0 +1,42 @@
+#pragma once
+// The Open MPI Communicator over MPI_COMM_WORLD. The only header whose implementation
+// includes <mpi.h>. Collectives are non-blocking MPI calls completed by polling MPI_Test
+// with exponential back-off (up to 2 ms of sleep), so a waiting rank uses almost no CPU and
+// every wait is bounded by timeoutSeconds().
+#include "runtime/comm/Communicator.h"
+
+namespace pstrain::comm {
+
+class MpiComm : public Communicator {
+ public:
+  // MPI must already be initialised (see MpiSession) and outlive this object.
+  MpiComm();
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string hostName() const override { return host_; }
+
+  void broadcast(void* data, std::size_t bytes, int root, const std::string& context) override;
+  void reduceSum(float* data, std::size_t count, int root, const std::string& context) override;
+  std::vector<std::string> allGather(const std::string& mine, const std::string& context) override;
+
+ private:
+  int rank_ = 0;
+  int size_ = 1;
+  std::string host_;
+};
+
+// MPI_Init_thread / MPI_Finalize for the lifetime of main(). abortJob() ends every rank
+// of the job (MPI_Abort); use it after an error that other ranks cannot see.
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+
+  [[noreturn]] static void abortJob(int code);
+  static std::string libraryVersion();
+};
+
+}  // namespace pstrain::comm

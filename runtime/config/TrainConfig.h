@@ -1,0 +1,52 @@
+#pragma once
+// The training configuration shared by every rank. Parsed by the launcher, validated here,
+// compared across ranks at start-up (roles/Handshake) and recorded in run.json and every
+// checkpoint (as its fingerprint).
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pstrain::config {
+
+struct TrainConfig {
+  std::string model = "lenet";
+  std::string dataset = "fashion-mnist";
+  std::string dataDir;                 // empty: the dataset's default location
+  std::int64_t syntheticSize = 6000;   // training samples of the synthetic dataset
+  std::int64_t batchSize = 64;         // per worker
+  double lr = 0.01;                    // base learning rate (one worker)
+  std::string lrScaling = "linear";    // none | linear (lr x workers)
+  std::int64_t warmupSteps = 0;        // linear ramp to the scaled lr
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weightDecay = 0.0;
+  std::int64_t steps = 0;              // total optimizer steps; 0: derive from epochs
+  std::int64_t epochs = 1;
+  std::string trainDir = "runs/pstrain";
+  bool overwrite = false;              // replace an earlier run in trainDir
+  std::int64_t checkpointEvery = 500;  // steps; the final step is always checkpointed
+  std::int64_t logEvery = 50;          // steps
+  std::uint64_t seed = 1;
+  int threads = 0;                     // intra-op threads per rank; 0: cores / local ranks
+  std::string device = "auto";         // auto | cpu | mps | cuda
+  double timeoutSeconds = 300;         // longest wait in any collective before giving up
+
+  // Throws ConfigError naming the flag when a value is out of range.
+  void validate() const;
+
+  // The fields every rank must agree on, in a fixed order, as (flag name, canonical value).
+  // Host-local choices (data dir, threads, device, train dir, logging) are left out.
+  std::vector<std::pair<std::string, std::string>> sharedFields() const;
+
+  // 16 hex digits identifying sharedFields(): equal fingerprints mean the same training.
+  std::string fingerprint() const;
+};
+
+// The optimizer step count of a run: `steps` when set, else epochs x stepsPerEpoch.
+std::int64_t totalSteps(const TrainConfig& cfg, std::int64_t stepsPerEpoch);
+
+// "1.5" for 1.5, "0.01" for 0.01: shortest text that reads back as the same double.
+std::string canonicalNumber(double value);
+
+}  // namespace pstrain::config

@@ -1,0 +1,32 @@
+#pragma once
+// Stochastic gradient descent on one flat parameter buffer, with exactly the semantics of
+// torch.optim.SGD (dampening 0): weight decay added to the gradient, a momentum buffer
+// initialised to the first gradient, optional Nesterov momentum.
+#include <ATen/core/Tensor.h>
+
+namespace pstrain::optim {
+
+struct SgdOptions {
+  double momentum = 0;
+  double weightDecay = 0;
+  bool nesterov = false;
+};
+
+class Sgd {
+ public:
+  explicit Sgd(SgdOptions options) : options_(options) {}
+
+  // params -= lr * direction(grad). `params` and `grad` are 1-D float tensors of equal
+  // size on the same device; `grad` is used as scratch space and left unspecified.
+  void step(at::Tensor& params, at::Tensor& grad, double lr);
+
+  // Undefined until the first step with momentum (as in PyTorch's optimizer state).
+  const at::Tensor& momentumBuffer() const { return momentum_; }
+  void setMomentumBuffer(at::Tensor buffer) { momentum_ = std::move(buffer); }
+
+ private:
+  SgdOptions options_;
+  at::Tensor momentum_;
+};
+
+}  // namespace pstrain::optim

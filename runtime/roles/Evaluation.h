@@ -1,0 +1,25 @@
+#pragma once
+// Test-set evaluation, shared by pseval and the tests.
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "data/Dataset.h"
+#include "models/Registry.h"
+
+namespace pstrain::roles {
+
+struct EvalResult {
+  std::int64_t samples = 0;
+  double loss = 0;      // mean negative log-likelihood
+  double accuracy = 0;  // fraction correct
+  std::vector<double> classAccuracy;     // per label; NaN for a class absent from the set
+  std::vector<std::int64_t> predictions;  // argmax per sample, in dataset order
+};
+
+// Evaluates `model` (in eval mode, without gradients) on every sample of `test`.
+EvalResult evaluate(models::Net& model, const data::Dataset& test, c10::Device device,
+                    std::int64_t batchSize = 1000);
+
+}  // namespace pstrain::roles

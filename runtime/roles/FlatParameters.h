@@ -1,0 +1,22 @@
+#pragma once
+// Parameters and gradients of a module as views into one flat float buffer each, so that
+// weights and gradients travel as one message and the optimizer updates one tensor, with no
+// per-tensor copies. Layout: module.parameters() order, each tensor contiguous.
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+namespace pstrain::roles {
+
+// Rebinds every parameter of `module` to its slice of `flat` (1-D float, one element per
+// parameter element, on the module's device), copying the current values in first.
+// `flat` must outlive the module's use of the parameters.
+void bindParameters(torch::nn::Module& module, const at::Tensor& flat);
+
+// Sets every parameter's .grad to its slice of `flat`, so backward() accumulates in place.
+void bindGradients(torch::nn::Module& module, const at::Tensor& flat);
+
+// Call after backward(): copies into `flat` any gradient that autograd stored elsewhere
+// instead of accumulating into the bound view, and rebinds it. Cheap when nothing moved.
+void collectGradients(torch::nn::Module& module, const at::Tensor& flat);
+
+}  // namespace pstrain::roles

@@ -1,0 +1,50 @@
+#include "runtime/roles/Handshake.h"
+
+#include <fmt/format.h>
+
+#include <sstream>
+
+#include "runtime/Errors.h"
+
+namespace pstrain::roles {
+
+std::vector<std::map<std::string, std::string>> handshake(comm::Communicator& comm,
+                                                          const Facts& mine) {
+  std::string encoded;
+  for (const auto& [key, value] : mine) encoded += key + "=" + value + "\n";
+  std::vector<std::string> all = comm.allGather(encoded, "start-up handshake");
+
+  std::vector<std::map<std::string, std::string>> facts(all.size());
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    std::istringstream lines(all[r]);
+    std::string line;
+    while (std::getline(lines, line)) {
+      auto eq = line.find('=');
+      facts[r][line.substr(0, eq)] = line.substr(eq + 1);
+    }
+  }
+  // Compare in the order this rank states its facts, so every rank reports the same field.
+  for (const auto& [key, ignored] : mine) {
+    if (key.rfind("info.", 0) == 0) continue;
+    int first = -1;
+    for (std::size_t r = 0; r < facts.size(); ++r) {
+      auto it = facts[r].find(key);
+      const std::string value = it == facts[r].end() ? "(missing)" : it->second;
+      if (value.empty()) continue;
+      if (first < 0) {
+        first = static_cast<int>(r);
+        continue;
+      }
+      const std::string& reference = facts[first][key];
+      if (value != reference) {
+        throw CollectiveConfigError(fmt::format(
+            "ranks disagree on '{}': '{}' on rank {} but '{}' on rank {}; start every rank with "
+            "the same flags, binary and data",
+            key, reference, first, value, r));
+      }
+    }
+  }
+  return facts;
+}
+
+}  // namespace pstrain::roles

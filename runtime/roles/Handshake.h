@@ -1,0 +1,22 @@
+#pragma once
+// The start-up handshake: every rank states its facts (config fields, parameter shapes,
+// dataset size, host, device) and every rank checks that the facts that must agree do.
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/comm/Communicator.h"
+
+namespace pstrain::roles {
+
+using Facts = std::vector<std::pair<std::string, std::string>>;
+
+// Gathers every rank's facts, indexed by rank. A fact whose key starts with "info." is only
+// recorded; any other fact must have the same value on every rank that states it with a
+// non-empty value. Throws CollectiveConfigError, the same on every rank, naming the first field that
+// differs, its values and the ranks.
+std::vector<std::map<std::string, std::string>> handshake(comm::Communicator& comm,
+                                                          const Facts& mine);
+
+}  // namespace pstrain::roles

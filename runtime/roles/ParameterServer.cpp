@@ -1,0 +1,175 @@
+#include "runtime/roles/ParameterServer.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+
+#include "data/ShardSampler.h"
+#include "runtime/Errors.h"
+#include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/metrics/JsonLines.h"
+#include "runtime/metrics/Progress.h"
+#include "runtime/optim/LrSchedule.h"
+#include "runtime/optim/Sgd.h"
+#include "runtime/roles/FlatParameters.h"
+#include "runtime/roles/StepProtocol.h"
+
+namespace pstrain::roles {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Sums over the steps since the last log line.
+struct Window {
+  std::int64_t steps = 0;
+  double lossSum = 0;  // over samples
+  double samples = 0;
+  double computeSeconds = 0;  // mean over workers, summed over steps
+  double exchangeSeconds = 0;
+  double updateSeconds = 0;
+  Clock::time_point start = Clock::now();
+};
+
+}  // namespace
+
+ParameterServer::ParameterServer(comm::Communicator& comm, const config::TrainConfig& cfg,
+                                 models::Net& model, std::int64_t trainSamples)
+    : comm_(comm), cfg_(cfg), model_(model), trainSamples_(trainSamples) {}
+
+void ParameterServer::run() {
+  const int workers = comm_.size() - 1;
+  const data::ShardSampler sampler(trainSamples_, workers, cfg_.batchSize, cfg_.seed);
+  const std::int64_t total = config::totalSteps(cfg_, sampler.stepsPerEpoch());
+  const std::int64_t n = models::parameterCount(model_);
+
+  // down = header + weights; the model's parameters are views into it.
+  std::vector<float> down(kHeaderFloats + n);
+  std::vector<float> up(n + kTrailerFloats);
+  at::Tensor weights = torch::from_blob(down.data() + kHeaderFloats, {n}, torch::kFloat32);
+  at::Tensor grad = torch::from_blob(up.data(), {n}, torch::kFloat32);
+  bindParameters(model_, weights);
+  optim::Sgd sgd({cfg_.momentum, cfg_.weightDecay, cfg_.nesterov});
+
+  const std::size_t downBytes = down.size() * sizeof(float);
+  const std::size_t upBytes = up.size() * sizeof(float);
+  const fs::path dir(cfg_.trainDir);
+  metrics::JsonLines log((dir / "metrics.jsonl").string());
+  std::cout << fmt::format("pstrain: {} workers, {} steps ({} per epoch), model {} ({} parameters), "
+                           "{} train samples, batch {} per worker",
+                           workers, total, sampler.stepsPerEpoch(), cfg_.model, n, trainSamples_,
+                           cfg_.batchSize)
+            << std::endl;
+
+  auto makeCheckpoint = [&](std::int64_t stepsDone) {
+    checkpoint::Checkpoint ckpt;
+    ckpt.step = stepsDone;
+    ckpt.epoch = sampler.epochOf(std::max<std::int64_t>(stepsDone - 1, 0));
+    ckpt.model = cfg_.model;
+    ckpt.dataset = cfg_.dataset;
+    ckpt.syntheticSize = cfg_.syntheticSize;
+    ckpt.fingerprint = cfg_.fingerprint();
+    ckpt.modelState = models::stateDict(model_);
+    if (sgd.momentumBuffer().defined()) {
+      std::int64_t offset = 0;
+      for (const auto& item : model_.named_parameters()) {
+        std::int64_t size = item.value().numel();
+        ckpt.momentum.emplace_back(item.key(), sgd.momentumBuffer().narrow(0, offset, size).view(item.value().sizes()));
+        offset += size;
+      }
+    }
+    return ckpt;
+  };
+
+  auto header = [&](const StepHeader& h) { std::memcpy(down.data(), &h, sizeof h); };
+  const auto runStart = Clock::now();
+  Window window;
+  for (std::int64_t step = 0; step < total; ++step) {
+    const double lr = optim::learningRate(cfg_, workers, step);
+    const std::string context = fmt::format("step {}", step);
+    header({step, sampler.epochOf(step), Control::Train, static_cast<float>(lr), 0});
+
+    auto exchangeStart = Clock::now();
+    comm_.broadcast(down.data(), downBytes, 0, context);
+    std::fill(up.begin(), up.end(), 0.0f);
+    comm_.reduceSum(up.data(), up.size(), 0, context);
+    double exchange = secondsSince(exchangeStart);
+
+    const float* trailer = up.data() + n;
+    double samples = trailer[kSamples];
+    double lossSum = trailer[kLossSum];
+    if (trailer[kNonFinite] > 0 || !std::isfinite(lossSum)) {
+      throw Error(fmt::format("step {}: {} worker(s) reported a non-finite loss or gradient; "
+                              "lower --lr (the last good checkpoint is kept)",
+                              step, trailer[kNonFinite]));
+    }
+    if (samples <= 0) throw Error(fmt::format("step {}: the workers sent no samples", step));
+    if (!torch::isfinite(grad).all().item<bool>()) {
+      throw Error(fmt::format("step {}: the summed gradient is not finite; lower --lr (the last "
+                              "good checkpoint is kept)", step));
+    }
+
+    auto updateStart = Clock::now();
+    grad.div_(samples);
+    sgd.step(weights, grad, lr);
+    double update = secondsSince(updateStart);
+
+    window.steps += 1;
+    window.lossSum += lossSum;
+    window.samples += samples;
+    window.computeSeconds += trailer[kComputeSeconds] / workers;
+    window.exchangeSeconds += exchange;
+    window.updateSeconds += update;
+
+    const std::int64_t done = step + 1;
+    if (done % cfg_.logEvery == 0 || done == total) {
+      double wall = secondsSince(window.start);
+      double steps = static_cast<double>(window.steps);
+      metrics::StepProgress progress;
+      progress.step = done;
+      progress.total = total;
+      progress.epoch = sampler.epochOf(step);
+      progress.loss = window.lossSum / window.samples;
+      progress.lr = lr;
+      progress.samplesPerSecond = window.samples / wall;
+      progress.elapsedSeconds = secondsSince(runStart);
+      metrics::JsonObject line;
+      line.add("step", done).add("epoch", progress.epoch).add("loss", progress.loss);
+      line.add("lr", lr).add("samples_per_s", progress.samplesPerSecond);
+      line.add("compute_s", window.computeSeconds / steps);
+      line.add("comm_s", std::max(0.0, (window.exchangeSeconds - window.computeSeconds) / steps));
+      line.add("exchange_s", window.exchangeSeconds / steps);
+      line.add("update_s", window.updateSeconds / steps);
+      line.add("bytes_sent", static_cast<std::int64_t>(downBytes));
+      line.add("bytes_received", static_cast<std::int64_t>(upBytes));
+      line.add("elapsed_s", progress.elapsedSeconds);
+      log.write(line);
+      std::cout << metrics::progressLine(progress) << std::endl;
+      window = Window();
+    }
+    if (cfg_.checkpointEvery > 0 && done % cfg_.checkpointEvery == 0 && done != total) {
+      checkpoint::publish((dir / "ckpt").string(), makeCheckpoint(done));
+    }
+  }
+
+  header({total, sampler.epochOf(std::max<std::int64_t>(total - 1, 0)), Control::Stop, 0, 0});
+  comm_.broadcast(down.data(), downBytes, 0, "stop");
+
+  auto path = checkpoint::publish((dir / "ckpt").string(), makeCheckpoint(total));
+  checkpoint::writeStateDict((dir / "trained_model.pt").string(), models::stateDict(model_));
+  std::cout << fmt::format("pstrain: done in {}; final checkpoint {}, weights {}",
+                           metrics::formatDuration(secondsSince(runStart)), path,
+                           (dir / "trained_model.pt").string())
+            << std::endl;
+}
+
+}  // namespace pstrain::roles

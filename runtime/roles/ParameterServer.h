@@ -1,0 +1,31 @@
+#pragma once
+// Rank 0 of a synchronous run: owns the authoritative weights and the optimizer, drives the
+// step protocol (StepProtocol.h) and leaves the run's files (DESIGN.md, "Files a run
+// leaves"): metrics.jsonl, ckpt/step-*.pt + .ok, trained_model.pt.
+#include <cstdint>
+
+#include "models/Registry.h"
+#include "runtime/comm/Communicator.h"
+#include "runtime/config/TrainConfig.h"
+
+namespace pstrain::roles {
+
+class ParameterServer {
+ public:
+  // `model` holds the initial weights (they are broadcast at step 0) and must stay on the
+  // CPU; `trainSamples` is the workers' training-set size (from the handshake).
+  ParameterServer(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
+                  std::int64_t trainSamples);
+
+  // Runs every step, then tells the workers to stop and writes the final files.
+  // Collective: every worker must be in Worker::run().
+  void run();
+
+ private:
+  comm::Communicator& comm_;
+  const config::TrainConfig& cfg_;
+  models::Net& model_;
+  std::int64_t trainSamples_;
+};
+
+}  // namespace pstrain::roles

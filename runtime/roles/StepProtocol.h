@@ -1,0 +1,40 @@
+#pragma once
+// The wire layout of one synchronous step (DESIGN.md, "The step protocol").
+//
+// Down (rank 0 -> all, one broadcast): a 32-byte StepHeader followed by the flat weights.
+// Up (all -> rank 0, one sum-reduce): the flat gradient, each worker's multiplied by its
+// sample count, followed by kTrailerFloats floats of per-step accounting. The server's own
+// contribution is all zeros, so after the reduce the gradient divided by the summed sample
+// count is the gradient of the mean loss over every sample of the step, whatever the
+// workers' batch sizes.
+#include <cstddef>
+#include <cstdint>
+
+namespace pstrain::roles {
+
+enum class Control : std::int32_t {
+  Train = 0,  // compute a gradient for `step` on the weights that follow
+  Stop = 1,   // training is over: leave the loop
+};
+
+struct StepHeader {
+  std::int64_t step = 0;
+  std::int64_t epoch = 0;
+  Control control = Control::Train;
+  float lr = 0;
+  std::int64_t reserved = 0;
+};
+static_assert(sizeof(StepHeader) == 32, "the header is part of the wire format");
+
+constexpr std::size_t kHeaderFloats = sizeof(StepHeader) / sizeof(float);
+
+// Positions after the gradient in the up buffer.
+enum Trailer : std::size_t {
+  kLossSum = 0,         // sum over samples of the loss
+  kSamples = 1,         // samples in the batch
+  kComputeSeconds = 2,  // forward + backward time
+  kNonFinite = 3,       // 1 if the worker saw a non-finite loss or gradient
+  kTrailerFloats = 4,
+};
+
+}  // namespace pstrain::roles
