@@ -81,6 +81,7 @@ void InProcessWorld::arrive(int rank, void* ptr, const std::string& what, double
                       std::chrono::duration<double>(timeoutSeconds));
   bool done = changed_.wait_until(lock, deadline,
                                   [&] { return generation_ != myGeneration || aborted_; });
+  if (generation_ != myGeneration) return;  // completed, even if a rank failed right after
   if (aborted_) throw CommError(fmt::format("rank {}: {}: another rank failed", rank, what));
   if (!done) {
     throw CommError(fmt::format("rank {}: {}: no answer from the other ranks within {} s", rank,

@@ -164,6 +164,8 @@ void ParameterServer::run() {
   header({total, sampler.epochOf(std::max<std::int64_t>(total - 1, 0)), Control::Stop, 0, 0});
   comm_.broadcast(down.data(), downBytes, 0, "stop");
 
+  // The message buffers die with this call: hand the model weights of its own.
+  bindParameters(model_, weights.clone());
   auto path = checkpoint::publish((dir / "ckpt").string(), makeCheckpoint(total));
   checkpoint::writeStateDict((dir / "trained_model.pt").string(), models::stateDict(model_));
   std::cout << fmt::format("pstrain: done in {}; final checkpoint {}, weights {}",

@@ -17,8 +17,8 @@ class ParameterServer {
   ParameterServer(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
                   std::int64_t trainSamples);
 
-  // Runs every step, then tells the workers to stop and writes the final files.
-  // Collective: every worker must be in Worker::run().
+  // Runs every step, then tells the workers to stop and writes the final files. On return
+  // the model holds the final weights. Collective: every worker must be in Worker::run().
   void run();
 
  private:

@@ -38,8 +38,8 @@ void Worker::run() {
   StepHeader header;
   for (std::int64_t expected = 0;; ++expected) {
     comm_.broadcast(down.data(), down.size() * sizeof(float), 0, fmt::format("step {}", expected));
-    std::memcpy(&header, down.data(), sizeof header);
-    if (header.control == Control::Stop) return;
+    std::memcpy(static_cast<void*>(&header), down.data(), sizeof header);
+    if (header.control == Control::Stop) break;
     expected = header.step;
 
     auto start = std::chrono::steady_clock::now();
@@ -66,6 +66,9 @@ void Worker::run() {
     trailer[kNonFinite] = std::isfinite(lossValue) ? 0.0f : 1.0f;
     comm_.reduceSum(up.data(), up.size(), 0, fmt::format("step {}", header.step));
   }
+  // The message buffers die with this call: hand the model weights of its own.
+  bindParameters(model_, weights.clone());
+  for (auto& p : model_.parameters()) p.mutable_grad() = at::Tensor();
 }
 
 }  // namespace pstrain::roles

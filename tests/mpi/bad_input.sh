@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Bad input to a real mpirun job: each case must end non-zero, quickly, with a message that
+# says what is wrong. Usage: bad_input.sh PSTRAIN MPIRUN SCRATCH
+set -u
+pstrain=$1 mpirun=$2 scratch=$3
+rm -rf "$scratch" && mkdir -p "$scratch"
+failures=0 passed=0
+
+# expect NAME PATTERN -- COMMAND...: COMMAND must exit non-zero within 60 s, its output
+# matching PATTERN (grep -E).
+expect() {
+  local name=$1 pattern=$2
+  shift 3
+  local out rc
+  out=$(timeout 60 "$@" 2>&1)
+  rc=$?
+  if [ $rc -eq 124 ]; then
+    echo "FAIL $name: hung (killed after 60 s)"; failures=$((failures + 1))
+  elif [ $rc -eq 0 ]; then
+    echo "FAIL $name: exit code 0"; echo "$out" | tail -5; failures=$((failures + 1))
+  elif ! grep -qE -- "$pattern" <<<"$out"; then
+    echo "FAIL $name: exit $rc, output does not match /$pattern/:"; echo "$out" | tail -8; failures=$((failures + 1))
+  else
+    echo "ok   $name: exit $rc: $(grep -E -m1 -- "$pattern" <<<"$out")"; passed=$((passed + 1))
+  fi
+}
+
+run3=("$mpirun" -np 3 "$pstrain" --train-dir "$scratch/run" --overwrite --steps 5)
+
+# A valid tiny dataset, then broken copies of it.
+data="$scratch/data"
+mkdir -p "$data"
+python3 - "$data" <<'PY'
+import gzip, os, struct, sys
+d = sys.argv[1]
+n = 64
+def write(name, magic, dims, payload):
+    with gzip.open(os.path.join(d, name), "wb") as f:
+        f.write(struct.pack(">I", magic) + b"".join(struct.pack(">I", x) for x in dims) + payload)
+for prefix in ("train", "t10k"):
+    write(prefix + "-images-idx3-ubyte.gz", 0x803, (n, 28, 28), bytes(i % 256 for i in range(n * 784)))
+    write(prefix + "-labels-idx1-ubyte.gz", 0x801, (n,), bytes(i % 10 for i in range(n)))
+PY
+for kind in missing truncated garbled; do
+  mkdir -p "$scratch/$kind" && cp "$data"/* "$scratch/$kind/"
+done
+rm "$scratch/missing/train-labels-idx1-ubyte.gz"
+head -c 300 "$data/train-images-idx3-ubyte.gz" > "$scratch/truncated/train-images-idx3-ubyte.gz"
+printf 'this is not an idx file at all' | gzip > "$scratch/garbled/train-images-idx3-ubyte.gz"
+
+if ! out=$(timeout 120 "${run3[@]}" --data-dir "$data" --batch-size 8 2>&1); then
+  echo "FAIL the valid tiny dataset did not train:"; echo "$out" | tail -5; failures=$((failures + 1))
+else
+  echo "ok   valid tiny dataset trains"; passed=$((passed + 1))
+fi
+expect "missing IDX file" "rank [12]: .*train-labels-idx1-ubyte\{\.gz,\}: not found" -- "${run3[@]}" --data-dir "$scratch/missing"
+expect "truncated IDX file" "rank [12]: .*train-images-idx3-ubyte.gz: (truncated|corrupt)" -- "${run3[@]}" --data-dir "$scratch/truncated"
+expect "garbled IDX file" "rank [12]: .*train-images-idx3-ubyte.gz: not an IDX file" -- "${run3[@]}" --data-dir "$scratch/garbled"
+expect "no data dir" "not found" -- "${run3[@]}" --data-dir "$scratch/nowhere"
+expect "wrong --model" "unknown model 'lenet7'" -- "${run3[@]}" --model lenet7
+expect "batch size 0" "--batch-size must be at least 1" -- "${run3[@]}" --batch-size 0
+expect "negative lr" "--lr must be a positive number" -- "${run3[@]}" --lr -0.1
+expect "one rank, no worker" "at least one worker" -- "$mpirun" -np 1 "$pstrain" --train-dir "$scratch/run" --overwrite
+expect "ranks disagree on lr" "ranks disagree on 'lr': '0.01' on rank 0 but '0.02' on rank 2" -- \
+  "$mpirun" -np 2 "$pstrain" --train-dir "$scratch/run" --overwrite --dataset synthetic --lr 0.01 : \
+            -np 1 "$pstrain" --train-dir "$scratch/run" --overwrite --dataset synthetic --lr 0.02
+expect "ranks disagree on model" "ranks disagree on 'model'" -- \
+  "$mpirun" -np 2 "$pstrain" --train-dir "$scratch/run" --overwrite --dataset synthetic --model lenet : \
+            -np 1 "$pstrain" --train-dir "$scratch/run" --overwrite --dataset synthetic --model mlp
+mkdir -p "$scratch/old" && echo '{}' > "$scratch/old/run.json"
+expect "train dir holds an earlier run" "already holds a run" -- \
+  "$mpirun" -np 3 "$pstrain" --train-dir "$scratch/old" --dataset synthetic --steps 2
+expect "unwritable train dir" "rank 0: .*(cannot create|Permission denied|Read-only)" -- \
+  "$mpirun" -np 3 "$pstrain" --train-dir /proc/pstrain-run --dataset synthetic --steps 2
+
+echo "$passed passed, $failures failed"
+[ $failures -eq 0 ]

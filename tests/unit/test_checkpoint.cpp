@@ -1,0 +1,139 @@
+#include <gtest/gtest.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "models/Registry.h"
+#include "runtime/Errors.h"
+#include "runtime/checkpoint/Checkpoint.h"
+
+using namespace pstrain;
+namespace fs = std::filesystem;
+
+namespace {
+
+class Checkpoints : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir = fs::temp_directory_path() / ("pstrain-ckpt-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+  }
+  void TearDown() override { fs::remove_all(dir); }
+
+  checkpoint::Checkpoint sample(std::int64_t step) {
+    checkpoint::Checkpoint c;
+    c.step = step;
+    c.epoch = 1;
+    c.model = "mlp";
+    c.dataset = "synthetic";
+    c.syntheticSize = 600;
+    c.fingerprint = "0123456789abcdef";
+    c.modelState = models::stateDict(*models::makeModel("mlp"));
+    c.momentum = {{"fc1.weight", torch::ones({256, 784})}};
+    return c;
+  }
+
+  fs::path dir;
+};
+
+}  // namespace
+
+TEST_F(Checkpoints, RoundTripKeepsEverything) {
+  auto original = sample(500);
+  std::string path = checkpoint::publish(dir.string(), original);
+  EXPECT_EQ(fs::path(path).filename(), "step-00000500.pt");
+  EXPECT_TRUE(fs::exists(dir / "step-00000500.ok"));
+  auto listed = checkpoint::listPublished(dir.string());
+  ASSERT_EQ(listed.size(), 1u);
+  auto back = checkpoint::read(listed[0]);
+  EXPECT_EQ(back.step, 500);
+  EXPECT_EQ(back.epoch, 1);
+  EXPECT_EQ(back.model, "mlp");
+  EXPECT_EQ(back.syntheticSize, 600);
+  EXPECT_EQ(back.fingerprint, original.fingerprint);
+  ASSERT_EQ(back.modelState.size(), original.modelState.size());
+  auto model = models::makeModel("mlp");
+  models::loadStateDict(*model, back.modelState, path);
+  for (std::size_t i = 0; i < original.modelState.size(); ++i) {
+    EXPECT_TRUE(models::stateDict(*model)[i].second.equal(original.modelState[i].second));
+  }
+  ASSERT_EQ(back.momentum.size(), 1u);
+  EXPECT_TRUE(back.momentum[0].second.equal(torch::ones({256, 784})));
+}
+
+TEST_F(Checkpoints, UnpublishedFilesAreInvisibleAndOrderIsByStep) {
+  checkpoint::publish(dir.string(), sample(20));
+  checkpoint::publish(dir.string(), sample(3));
+  std::ofstream(dir / "step-00000099.pt") << "half written";
+  auto listed = checkpoint::listPublished(dir.string());
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_EQ(listed[0].step, 3);
+  EXPECT_EQ(listed[1].step, 20);
+  EXPECT_TRUE(checkpoint::listPublished((dir / "nonexistent").string()).empty());
+}
+
+TEST_F(Checkpoints, TruncatedAndFlippedFilesAreDetected) {
+  auto path = checkpoint::publish(dir.string(), sample(1));
+  auto size = fs::file_size(path);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(size / 2));
+    f.put('\x7f');
+  }
+  try {
+    checkpoint::read(checkpoint::listPublished(dir.string())[0]);
+    FAIL();
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("checksum"), std::string::npos) << e.what();
+  }
+  fs::resize_file(path, size / 3);
+  try {
+    checkpoint::read(checkpoint::listPublished(dir.string())[0]);
+    FAIL();
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(Checkpoints, GarbageWithAMatchingMarkerIsNotAPickle) {
+  fs::create_directories(dir);
+  std::string garbage(1000, 'x');
+  checkpoint::atomicWrite((dir / "step-00000001.pt").string(), garbage);
+  auto crc = crc32(0, reinterpret_cast<const Bytef*>(garbage.data()), 1000);
+  checkpoint::atomicWrite((dir / "step-00000001.ok").string(),
+                          fmt::format("pstrain-checkpoint 1\nbytes 1000\ncrc32 {:08x}\n", crc));
+  try {
+    checkpoint::read(checkpoint::listPublished(dir.string())[0]);
+    FAIL();
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("not a readable torch pickle"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(Checkpoints, ACheckpointOfAnotherModelIsRefused) {
+  auto path = checkpoint::publish(dir.string(), sample(1));
+  auto back = checkpoint::read(checkpoint::listPublished(dir.string())[0]);
+  auto lenet = models::makeModel("lenet");
+  try {
+    models::loadStateDict(*lenet, back.modelState, path);
+    FAIL();
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("another model"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(Checkpoints, UnwritableDirectoryIsAClearError) {
+  EXPECT_THROW(checkpoint::publish("/proc/pstrain-cannot-write-here", sample(1)), CheckpointError);
+}
+
+TEST_F(Checkpoints, PlainStateDictRoundTrip) {
+  fs::create_directories(dir);
+  auto state = models::stateDict(*models::makeModel("convnet"));
+  checkpoint::writeStateDict((dir / "w.pt").string(), state);
+  auto back = checkpoint::readStateDict((dir / "w.pt").string());
+  ASSERT_EQ(back.size(), state.size());
+  for (std::size_t i = 0; i < state.size(); ++i) EXPECT_TRUE(back[i].second.equal(state[i].second));
+}

@@ -1,0 +1,104 @@
+#include <gtest/gtest.h>
+
+#include "launcher/Cli.h"
+#include "runtime/Errors.h"
+#include "runtime/config/TrainConfig.h"
+#include "runtime/metrics/Json.h"
+#include "runtime/metrics/Progress.h"
+
+using namespace pstrain;
+
+namespace {
+
+launcher::TrainCommand parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "pstrain");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return launcher::parseTrainCommand(static_cast<int>(argv.size()), argv.data());
+}
+
+std::string parseError(std::vector<std::string> args) {
+  try {
+    parse(std::move(args));
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Cli, ParsesEveryTrainingFlag) {
+  auto cmd = parse({"--model", "mlp", "--dataset", "synthetic", "--batch-size", "32", "--lr", "0.05",
+                    "--lr-scaling", "none", "--warmup-steps", "10", "--momentum", "0.5", "--nesterov",
+                    "--weight-decay", "0.001", "--steps", "7", "--train-dir", "x", "--checkpoint-every",
+                    "3", "--log-every", "2", "--seed", "9", "--threads", "2", "--device", "cpu"});
+  const auto& c = cmd.cfg;
+  EXPECT_EQ(c.model, "mlp");
+  EXPECT_EQ(c.batchSize, 32);
+  EXPECT_DOUBLE_EQ(c.lr, 0.05);
+  EXPECT_EQ(c.lrScaling, "none");
+  EXPECT_TRUE(c.nesterov);
+  EXPECT_EQ(c.steps, 7);
+  EXPECT_EQ(c.seed, 9u);
+  EXPECT_EQ(c.threads, 2);
+}
+
+TEST(Cli, RejectsNonsenseWithTheFlagNamed) {
+  EXPECT_NE(parseError({"--model", "resnet9000"}).find("unknown model 'resnet9000'"), std::string::npos);
+  EXPECT_NE(parseError({"--batch-size", "0"}).find("--batch-size"), std::string::npos);
+  EXPECT_NE(parseError({"--lr", "-1"}).find("--lr"), std::string::npos);
+  EXPECT_NE(parseError({"--dataset", "imagenet"}).find("--dataset"), std::string::npos);
+  EXPECT_NE(parseError({"--lr", "abc"}).find("abc"), std::string::npos);
+  EXPECT_NE(parseError({"--no-such-flag"}).find("no-such-flag"), std::string::npos);
+  EXPECT_NE(parseError({"stray"}).find("stray"), std::string::npos);
+  EXPECT_NE(parseError({"--nesterov", "--momentum", "0"}).find("--nesterov"), std::string::npos);
+}
+
+TEST(Cli, HelpListsEveryFlagWithItsDefault) {
+  auto cmd = parse({"--help"});
+  for (const char* flag : {"--model", "--dataset", "--data-dir", "--batch-size", "--lr", "--lr-scaling",
+                           "--warmup-steps", "--momentum", "--nesterov", "--weight-decay", "--steps",
+                           "--epochs", "--train-dir", "--checkpoint-every", "--log-every", "--seed",
+                           "--threads", "--device"}) {
+    EXPECT_NE(cmd.helpText.find(flag), std::string::npos) << flag;
+  }
+  EXPECT_NE(cmd.helpText.find("(default: lenet)"), std::string::npos);
+}
+
+TEST(Config, FingerprintFollowsSharedFieldsOnly) {
+  config::TrainConfig a, b;
+  EXPECT_EQ(a.fingerprint(), b.fingerprint());
+  b.threads = 7;  // host-local
+  b.trainDir = "elsewhere";
+  EXPECT_EQ(a.fingerprint(), b.fingerprint());
+  b.lr = 0.02;
+  EXPECT_NE(a.fingerprint(), b.fingerprint());
+  EXPECT_EQ(a.fingerprint().size(), 16u);
+}
+
+TEST(Config, CanonicalNumbersRoundTrip) {
+  EXPECT_EQ(config::canonicalNumber(0.01), "0.01");
+  EXPECT_EQ(config::canonicalNumber(1.5), "1.5");
+  EXPECT_EQ(std::stod(config::canonicalNumber(0.1 + 0.2)), 0.1 + 0.2);
+}
+
+TEST(Metrics, JsonEscapesAndNulls) {
+  metrics::JsonObject o;
+  o.add("s", "a\"b\n").add("x", std::numeric_limits<double>::infinity()).add("n", std::int64_t(3));
+  EXPECT_EQ(o.str(), R"({"s":"a\"b\n","x":null,"n":3})");
+}
+
+TEST(Metrics, ProgressLine) {
+  metrics::StepProgress p;
+  p.step = 50;
+  p.total = 100;
+  p.loss = 0.5;
+  p.lr = 0.02;
+  p.samplesPerSecond = 1000;
+  p.elapsedSeconds = 30;
+  std::string line = metrics::progressLine(p);
+  EXPECT_NE(line.find("step  50/100"), std::string::npos) << line;
+  EXPECT_NE(line.find("ETA 0:30"), std::string::npos) << line;
+  EXPECT_EQ(metrics::formatDuration(3725), "1:02:05");
+}
