@@ -65,6 +65,7 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     ("lr", "base learning rate (one worker)", dbl(d.lr))
     ("lr-scaling", "none | linear (lr x workers: the Linear Scaling Rule)", str(d.lrScaling))
     ("warmup-steps", "ramp the lr linearly up to its target over this many steps", i64(d.warmupSteps))
+    ("lr-decay", "none | cosine (after warm-up, half a cosine down to 0 at the last step)", str(d.lrDecay))
     ("momentum", "SGD momentum (torch.optim.SGD semantics)", dbl(d.momentum))
     ("nesterov", "Nesterov momentum")
     ("weight-decay", "L2 penalty added to the gradient", dbl(d.weightDecay))
@@ -102,6 +103,7 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     c.lr = r["lr"].as<double>();
     c.lrScaling = r["lr-scaling"].as<std::string>();
     c.warmupSteps = r["warmup-steps"].as<std::int64_t>();
+    c.lrDecay = r["lr-decay"].as<std::string>();
     c.momentum = r["momentum"].as<double>();
     c.nesterov = r.count("nesterov") > 0;
     c.weightDecay = r["weight-decay"].as<double>();

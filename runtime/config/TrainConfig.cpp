@@ -36,6 +36,7 @@ std::string canonicalNumber(double value) {
 void TrainConfig::validate() const {
   requireOneOf("dataset", dataset, {"fashion-mnist", "mnist", "synthetic"});
   requireOneOf("lr-scaling", lrScaling, {"none", "linear"});
+  requireOneOf("lr-decay", lrDecay, {"none", "cosine"});
   requireOneOf("device", device, {"auto", "cpu", "mps", "cuda"});
   require(batchSize > 0, fmt::format("--batch-size must be at least 1 (got {})", batchSize));
   require(std::isfinite(lr) && lr > 0, fmt::format("--lr must be a positive number (got {})", lr));
@@ -64,6 +65,7 @@ std::vector<std::pair<std::string, std::string>> TrainConfig::sharedFields() con
       {"lr", canonicalNumber(lr)},
       {"lr-scaling", lrScaling},
       {"warmup-steps", std::to_string(warmupSteps)},
+      {"lr-decay", lrDecay},
       {"momentum", canonicalNumber(momentum)},
       {"nesterov", nesterov ? "true" : "false"},
       {"weight-decay", canonicalNumber(weightDecay)},

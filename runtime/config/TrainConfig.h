@@ -18,6 +18,7 @@ struct TrainConfig {
   double lr = 0.01;                    // base learning rate (one worker)
   std::string lrScaling = "linear";    // none | linear (lr x workers)
   std::int64_t warmupSteps = 0;        // linear ramp to the scaled lr
+  std::string lrDecay = "none";        // none | cosine (to 0 at the last step)
   double momentum = 0.9;
   bool nesterov = false;
   double weightDecay = 0.0;

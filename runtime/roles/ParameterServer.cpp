@@ -94,7 +94,7 @@ void ParameterServer::run() {
   const auto runStart = Clock::now();
   Window window;
   for (std::int64_t step = 0; step < total; ++step) {
-    const double lr = optim::learningRate(cfg_, workers, step);
+    const double lr = optim::learningRate(cfg_, workers, step, total);
     const std::string context = fmt::format("step {}", step);
     header({step, sampler.epochOf(step), Control::Train, static_cast<float>(lr), 0});
 

@@ -26,7 +26,7 @@ void trainReference(models::Net& model, const data::Dataset& train, const config
     }
     auto [images, labels] = train.batch(indices);
     for (auto& group : sgd.param_groups()) {
-      group.options().set_lr(optim::learningRate(cfg, workers, step));
+      group.options().set_lr(optim::learningRate(cfg, workers, step, steps));
     }
     sgd.zero_grad();
     torch::nll_loss(model.forward(images), labels).backward();
@@ -61,6 +61,7 @@ config::TrainConfig smallSyntheticConfig(const std::string& trainDir) {
   cfg.lr = 0.02;
   cfg.lrScaling = "linear";
   cfg.warmupSteps = 5;
+  cfg.lrDecay = "cosine";
   cfg.momentum = 0.9;
   cfg.weightDecay = 1e-4;
   cfg.steps = 20;

@@ -10,17 +10,11 @@
 #include "runtime/comm/InProcessComm.h"
 #include "runtime/roles/Training.h"
 #include "tests/common/Reference.h"
+#include "tests/common/ScratchDir.h"
 
 using namespace pstrain;
-namespace fs = std::filesystem;
 
 namespace {
-
-fs::path scratchDir(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() / ("pstrain-multirank-" + name);
-  fs::remove_all(dir);
-  return dir;
-}
 
 // Runs body(rank) on `size` threads; returns each rank's exception message ("" if none).
 std::vector<std::string> runRanks(comm::InProcessWorld& world, const std::function<void(int)>& body) {
@@ -44,7 +38,8 @@ std::vector<std::string> runRanks(comm::InProcessWorld& world, const std::functi
 
 TEST(SyncThreads, TwoWorkersEqualOneProcessOnTheUnion) {
   torch::set_num_threads(1);
-  auto cfg = testsupport::smallSyntheticConfig(scratchDir("equivalence").string());
+  testsupport::ScratchDir scratch("equivalence");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
   data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
   // Models are built here, one after the other, so the global generator is not raced.
   std::vector<std::shared_ptr<models::Net>> nets;
@@ -76,7 +71,8 @@ TEST(SyncThreads, TwoWorkersEqualOneProcessOnTheUnion) {
 }
 
 TEST(SyncThreads, MismatchedConfigStopsEveryRankNamingTheField) {
-  auto cfg = testsupport::smallSyntheticConfig(scratchDir("mismatch").string());
+  testsupport::ScratchDir scratch("mismatch");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
   auto other = cfg;
   other.lr = 0.5;
   data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
@@ -101,7 +97,8 @@ TEST(SyncThreads, MismatchedConfigStopsEveryRankNamingTheField) {
 }
 
 TEST(SyncThreads, DatasetSizeMismatchIsCaught) {
-  auto cfg = testsupport::smallSyntheticConfig(scratchDir("datasize").string());
+  testsupport::ScratchDir scratch("datasize");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
   data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
   data::Dataset smaller = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize / 2);
   std::vector<std::shared_ptr<models::Net>> nets;
@@ -115,7 +112,8 @@ TEST(SyncThreads, DatasetSizeMismatchIsCaught) {
 }
 
 TEST(SyncThreads, OneRankIsAClearError) {
-  auto cfg = testsupport::smallSyntheticConfig(scratchDir("alone").string());
+  testsupport::ScratchDir scratch("alone");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
   auto net = models::makeModel(cfg.model);
   comm::InProcessWorld world(1);
   EXPECT_THROW(

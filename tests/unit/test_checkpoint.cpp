@@ -9,6 +9,7 @@
 #include "models/Registry.h"
 #include "runtime/Errors.h"
 #include "runtime/checkpoint/Checkpoint.h"
+#include "tests/common/ScratchDir.h"
 
 using namespace pstrain;
 namespace fs = std::filesystem;
@@ -17,11 +18,6 @@ namespace {
 
 class Checkpoints : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir = fs::temp_directory_path() / ("pstrain-ckpt-" + std::to_string(::getpid()));
-    fs::remove_all(dir);
-  }
-  void TearDown() override { fs::remove_all(dir); }
 
   checkpoint::Checkpoint sample(std::int64_t step) {
     checkpoint::Checkpoint c;
@@ -36,7 +32,8 @@ class Checkpoints : public ::testing::Test {
     return c;
   }
 
-  fs::path dir;
+  testsupport::ScratchDir scratch{"ckpt"};
+  const fs::path& dir = scratch.path();
 };
 
 }  // namespace
@@ -99,7 +96,6 @@ TEST_F(Checkpoints, TruncatedAndFlippedFilesAreDetected) {
 }
 
 TEST_F(Checkpoints, GarbageWithAMatchingMarkerIsNotAPickle) {
-  fs::create_directories(dir);
   std::string garbage(1000, 'x');
   checkpoint::atomicWrite((dir / "step-00000001.pt").string(), garbage);
   auto crc = crc32(0, reinterpret_cast<const Bytef*>(garbage.data()), 1000);
@@ -130,7 +126,6 @@ TEST_F(Checkpoints, UnwritableDirectoryIsAClearError) {
 }
 
 TEST_F(Checkpoints, PlainStateDictRoundTrip) {
-  fs::create_directories(dir);
   auto state = models::stateDict(*models::makeModel("convnet"));
   checkpoint::writeStateDict((dir / "w.pt").string(), state);
   auto back = checkpoint::readStateDict((dir / "w.pt").string());

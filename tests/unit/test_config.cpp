@@ -30,7 +30,7 @@ std::string parseError(std::vector<std::string> args) {
 
 TEST(Cli, ParsesEveryTrainingFlag) {
   auto cmd = parse({"--model", "mlp", "--dataset", "synthetic", "--batch-size", "32", "--lr", "0.05",
-                    "--lr-scaling", "none", "--warmup-steps", "10", "--momentum", "0.5", "--nesterov",
+                    "--lr-scaling", "none", "--warmup-steps", "10", "--lr-decay", "cosine", "--momentum", "0.5", "--nesterov",
                     "--weight-decay", "0.001", "--steps", "7", "--train-dir", "x", "--checkpoint-every",
                     "3", "--log-every", "2", "--seed", "9", "--threads", "2", "--device", "cpu"});
   const auto& c = cmd.cfg;
@@ -38,6 +38,7 @@ TEST(Cli, ParsesEveryTrainingFlag) {
   EXPECT_EQ(c.batchSize, 32);
   EXPECT_DOUBLE_EQ(c.lr, 0.05);
   EXPECT_EQ(c.lrScaling, "none");
+  EXPECT_EQ(c.lrDecay, "cosine");
   EXPECT_TRUE(c.nesterov);
   EXPECT_EQ(c.steps, 7);
   EXPECT_EQ(c.seed, 9u);

@@ -9,6 +9,7 @@
 #include "data/Idx.h"
 #include "data/ShardSampler.h"
 #include "runtime/Errors.h"
+#include "tests/common/ScratchDir.h"
 
 using namespace pstrain;
 namespace fs = std::filesystem;
@@ -17,12 +18,6 @@ namespace {
 
 class IdxFiles : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir = fs::temp_directory_path() / ("pstrain-idx-" + std::to_string(::getpid()));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  void TearDown() override { fs::remove_all(dir); }
 
   // A valid 5-sample MNIST-format split in `dir`.
   void writeSplit(const std::string& prefix, bool gz, int labelsFirst = 0) {
@@ -43,7 +38,8 @@ class IdxFiles : public ::testing::Test {
     return "";
   }
 
-  fs::path dir;
+  testsupport::ScratchDir scratch{"idx"};
+  const fs::path& dir = scratch.path();
 };
 
 void truncate(const fs::path& path, std::size_t keep) {

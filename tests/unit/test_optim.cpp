@@ -9,6 +9,7 @@ using namespace pstrain;
 namespace {
 
 struct Case {
+  const char* name;
   double momentum, weightDecay;
   bool nesterov;
 };
@@ -47,18 +48,33 @@ TEST_P(SgdMatchesTorch, OverTenStepsWithChangingLr) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, SgdMatchesTorch,
-                         ::testing::Values(Case{0, 0, false}, Case{0.9, 0, false}, Case{0.9, 5e-4, false},
-                                           Case{0.9, 5e-4, true}, Case{0, 1e-2, false}));
+                         ::testing::Values(Case{"Plain", 0, 0, false}, Case{"Momentum", 0.9, 0, false},
+                                           Case{"MomentumDecay", 0.9, 5e-4, false},
+                                           Case{"NesterovDecay", 0.9, 5e-4, true},
+                                           Case{"DecayOnly", 0, 1e-2, false}),
+                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 TEST(LrSchedule, LinearScalingAndWarmup) {
   config::TrainConfig cfg;
   cfg.lr = 0.1;
   cfg.lrScaling = "linear";
   cfg.warmupSteps = 4;
-  EXPECT_DOUBLE_EQ(optim::learningRate(cfg, 4, 0), 0.4 * 1 / 4);
-  EXPECT_DOUBLE_EQ(optim::learningRate(cfg, 4, 3), 0.4);
-  EXPECT_DOUBLE_EQ(optim::learningRate(cfg, 4, 100), 0.4);
+  EXPECT_DOUBLE_EQ(optim::learningRate(cfg, 4, 0, 1000), 0.4 * 1 / 4);
+  EXPECT_DOUBLE_EQ(optim::learningRate(cfg, 4, 3, 1000), 0.4);
+  EXPECT_DOUBLE_EQ(optim::learningRate(cfg, 4, 100, 1000), 0.4);
   cfg.lrScaling = "none";
   cfg.warmupSteps = 0;
-  EXPECT_DOUBLE_EQ(optim::learningRate(cfg, 4, 0), 0.1);
+  EXPECT_DOUBLE_EQ(optim::learningRate(cfg, 4, 0, 1000), 0.1);
+}
+
+TEST(LrSchedule, CosineDecayAfterWarmupEndsNearZero) {
+  config::TrainConfig cfg;
+  cfg.lr = 0.1;
+  cfg.lrScaling = "none";
+  cfg.warmupSteps = 10;
+  cfg.lrDecay = "cosine";
+  EXPECT_DOUBLE_EQ(optim::learningRate(cfg, 2, 9, 110), 0.1);   // last warm-up step
+  EXPECT_DOUBLE_EQ(optim::learningRate(cfg, 2, 10, 110), 0.1);  // cosine starts at the target
+  EXPECT_NEAR(optim::learningRate(cfg, 2, 60, 110), 0.05, 1e-12);
+  EXPECT_LT(optim::learningRate(cfg, 2, 109, 110), 1e-4);
 }
