@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <thread>
 
 #include "models/Registry.h"
@@ -29,7 +30,42 @@ cxxopts::ParseResult parseOrThrow(cxxopts::Options& options, int argc, char** ar
   }
 }
 
+// Calls body(argc, argv) with a mutable argv made from `args`.
+template <typename Body>
+void withArgv(const std::vector<std::string>& args, Body&& body) {
+  std::vector<std::string> copy = args;
+  std::vector<char*> argv;
+  for (auto& a : copy) argv.push_back(a.data());
+  body(static_cast<int>(argv.size()), argv.data());
+}
+
+std::string trim(const std::string& s) {
+  auto first = s.find_first_not_of(" \t\r");
+  if (first == std::string::npos) return "";
+  return s.substr(first, s.find_last_not_of(" \t\r") - first + 1);
+}
+
 }  // namespace
+
+std::vector<std::string> configFileArguments(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(fmt::format("{}: cannot read the config file", path));
+  std::vector<std::string> args;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    line = trim(line.substr(0, line.find('#')));
+    if (line.empty()) continue;
+    auto eq = line.find('=');
+    std::string key = trim(line.substr(0, eq));
+    if (eq == std::string::npos || key.empty() || key.rfind("-", 0) == 0) {
+      throw ConfigError(fmt::format("{}:{}: expected 'key = value' (keys are flag names without --), got '{}'",
+                                    path, number, line));
+    }
+    if (key == "config") throw ConfigError(fmt::format("{}:{}: a config file cannot name another", path, number));
+    args.push_back("--" + key + "=" + trim(line.substr(eq + 1)));
+  }
+  return args;
+}
 
 int localRank() { return envInt("OMPI_COMM_WORLD_LOCAL_RANK", 0); }
 
@@ -52,6 +88,7 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
   auto str = [](const std::string& v) { return cxxopts::value<std::string>()->default_value(v); };
   auto i64 = [](std::int64_t v) { return cxxopts::value<std::int64_t>()->default_value(std::to_string(v)); };
   auto dbl = [](double v) { return cxxopts::value<double>()->default_value(config::canonicalNumber(v)); };
+  auto flag = [] { return cxxopts::value<bool>()->default_value("false"); };
   // clang-format off
   options.add_options("Model and data")
     ("model", "model: mlp, convnet, lenet (see --list-models)", str(d.model))
@@ -67,25 +104,42 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     ("warmup-steps", "ramp the lr linearly up to its target over this many steps", i64(d.warmupSteps))
     ("lr-decay", "none | cosine (after warm-up, half a cosine down to 0 at the last step)", str(d.lrDecay))
     ("momentum", "SGD momentum (torch.optim.SGD semantics)", dbl(d.momentum))
-    ("nesterov", "Nesterov momentum")
+    ("nesterov", "Nesterov momentum", flag())
     ("weight-decay", "L2 penalty added to the gradient", dbl(d.weightDecay))
     ("steps", "optimizer steps (overrides --epochs when > 0)", i64(d.steps))
     ("epochs", "passes over the training set", i64(d.epochs))
     ("seed", "seed of weights and data order", cxxopts::value<std::uint64_t>()->default_value(std::to_string(d.seed)));
   options.add_options("Run")
     ("train-dir", "where run.json, metrics.jsonl, ckpt/ and trained_model.pt go", str(d.trainDir))
-    ("overwrite", "replace an earlier run in --train-dir")
+    ("overwrite", "replace an earlier run in --train-dir", flag())
     ("checkpoint-every", "publish a checkpoint every N steps (0: only the final one)", i64(d.checkpointEvery))
     ("log-every", "progress line and metrics.jsonl record every N steps", i64(d.logEvery))
     ("threads", "intra-op threads per rank (0: cores / ranks on the host)", cxxopts::value<int>()->default_value(std::to_string(d.threads)))
     ("device", "auto | cpu | mps | cuda (auto: MPS, else CUDA, else CPU)", str(d.device))
     ("timeout", "seconds any rank waits for the others before giving up", dbl(d.timeoutSeconds))
+    ("config", "read flags from FILE (key = value lines); command-line flags override it", str(""))
+    ("dry-run", "check config, data, model, devices and world size on every rank, print the plan, train nothing", flag())
     ("version", "print versions and exit")
     ("h,help", "print this help");
   // clang-format on
 
   TrainCommand command;
-  auto r = parseOrThrow(options, argc, argv);
+  // Flags from --config FILE come first so that the command line overrides them.
+  std::vector<std::string> args(argv, argv + argc);
+  std::string configPath = parseOrThrow(options, argc, argv)["config"].as<std::string>();
+  if (!configPath.empty()) {
+    auto fromFile = configFileArguments(configPath);
+    std::vector<std::string> fileOnly = {args[0]};
+    fileOnly.insert(fileOnly.end(), fromFile.begin(), fromFile.end());
+    try {
+      withArgv(fileOnly, [&](int n, char** v) { parseOrThrow(options, n, v); });
+    } catch (const ConfigError& e) {
+      throw ConfigError(configPath + ": " + e.what());
+    }
+    args.insert(args.begin() + 1, fromFile.begin(), fromFile.end());
+  }
+  cxxopts::ParseResult r;
+  withArgv(args, [&](int n, char** v) { r = parseOrThrow(options, n, v); });
   if (r.count("help")) {
     command.helpText = options.help();
     return command;
@@ -105,13 +159,14 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     c.warmupSteps = r["warmup-steps"].as<std::int64_t>();
     c.lrDecay = r["lr-decay"].as<std::string>();
     c.momentum = r["momentum"].as<double>();
-    c.nesterov = r.count("nesterov") > 0;
+    c.nesterov = r["nesterov"].as<bool>();
     c.weightDecay = r["weight-decay"].as<double>();
     c.steps = r["steps"].as<std::int64_t>();
     c.epochs = r["epochs"].as<std::int64_t>();
     c.seed = r["seed"].as<std::uint64_t>();
     c.trainDir = r["train-dir"].as<std::string>();
-    c.overwrite = r.count("overwrite") > 0;
+    c.overwrite = r["overwrite"].as<bool>();
+    c.dryRun = r["dry-run"].as<bool>();
     c.checkpointEvery = r["checkpoint-every"].as<std::int64_t>();
     c.logEvery = r["log-every"].as<std::int64_t>();
     c.threads = r["threads"].as<int>();
@@ -143,6 +198,7 @@ EvalCommand parseEvalCommand(int argc, char** argv) {
     ("idle-timeout", "with --follow: give up after this many seconds without a new checkpoint", cxxopts::value<double>()->default_value("900"))
     ("batch-size", "evaluation batch size", cxxopts::value<std::int64_t>()->default_value(std::to_string(d.batchSize)))
     ("threads", "intra-op threads (0: all cores)", cxxopts::value<int>()->default_value("0"))
+    ("plot", "when done, render TRAIN_DIR/plots/*.png with tools/plot (needs gnuplot)")
     ("predictions", "write the predicted class of every test sample (last checkpoint evaluated) to this file", cxxopts::value<std::string>()->default_value(""))
     ("h,help", "print this help");
   // clang-format on
@@ -163,6 +219,7 @@ EvalCommand parseEvalCommand(int argc, char** argv) {
     command.batchSize = r["batch-size"].as<std::int64_t>();
     command.threads = r["threads"].as<int>();
     command.predictionsPath = r["predictions"].as<std::string>();
+    command.plot = r.count("plot") > 0;
   } catch (const cxxopts::exceptions::exception& e) {
     throw ConfigError(e.what());
   }

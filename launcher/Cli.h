@@ -3,6 +3,7 @@
 // every rank of a job reaches the same verdict on the same argv.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "runtime/config/TrainConfig.h"
 
@@ -16,8 +17,14 @@ struct TrainCommand {
   bool listDatasets = false;
 };
 
-// Throws ConfigError on unknown flags, bad values or stray arguments.
+// Throws ConfigError on unknown flags, bad values or stray arguments. `--config FILE` reads
+// flags from FILE first ("key = value" lines, keys as the flags without "--", "#" starts a
+// comment); flags on the command line override them.
 TrainCommand parseTrainCommand(int argc, char** argv);
+
+// The flags that a config file stands for, as "--key=value" arguments. Throws ConfigError
+// naming the file and line of a malformed line.
+std::vector<std::string> configFileArguments(const std::string& path);
 
 struct EvalCommand {
   std::string trainDir;
@@ -29,6 +36,7 @@ struct EvalCommand {
   std::int64_t batchSize = 1000;
   int threads = 0;
   std::string predictionsPath;  // argmax per test sample of the last evaluated checkpoint
+  bool plot = false;            // run tools/plot on the train dir at the end
   std::string helpText;
 };
 

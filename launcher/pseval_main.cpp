@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -129,6 +130,25 @@ class Evaluator {
   std::map<std::string, data::Dataset> testSets_;
 };
 
+// Runs tools/plot (PSTRAIN_PLOT overrides where it is) on the train dir; a missing script or
+// gnuplot is a note, not an error: the evaluation itself succeeded.
+void plot(const std::string& trainDir) {
+  const char* custom = std::getenv("PSTRAIN_PLOT");
+  std::string script = custom ? custom : PSTRAIN_TOOLS_DIR "/plot";
+  if (!fs::exists(script)) {
+    std::cerr << "pseval: --plot: " << script << " not found; set PSTRAIN_PLOT to tools/plot" << std::endl;
+    return;
+  }
+  auto quote = [](const std::string& s) {
+    std::string q = "'";
+    for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return q + "'";
+  };
+  if (std::system((quote(script) + " " + quote(trainDir)).c_str()) != 0) {
+    std::cerr << "pseval: --plot: " << script << " failed (is gnuplot installed?)" << std::endl;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -170,6 +190,7 @@ int main(int argc, char** argv) {
     if (evaluator.skipped() > 0) {
       std::cerr << "pseval: " << evaluator.skipped() << " checkpoint(s) could not be evaluated" << std::endl;
     }
+    if (cmd.plot) plot(cmd.trainDir);
   } catch (const std::exception& e) {
     std::cerr << "pseval: error: " << e.what() << std::endl;
     return 1;

@@ -6,8 +6,8 @@ PSTRAIN_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$PSTRAIN_ROOT/build}
 
 DEBIAN_PACKAGES=(g++ cmake ccache libtorch-dev libopenmpi-dev openmpi-bin libcxxopts-dev libfmt-dev
-                 zlib1g-dev libgtest-dev dataset-fashion-mnist python3-torch python3-numpy)
-BREW_PACKAGES=(cmake ccache pytorch open-mpi fmt cxxopts googletest)
+                 zlib1g-dev libgtest-dev dataset-fashion-mnist python3-torch python3-numpy gnuplot-nox)
+BREW_PACKAGES=(cmake ccache pytorch open-mpi fmt cxxopts googletest gnuplot)
 
 log() { printf '==> %s\n' "$*" >&2; }
 
@@ -30,7 +30,7 @@ setup_dependencies() {
   [ "$(id -u)" -eq 0 ] || sudo=(sudo)
   log "installing ${missing[*]}"
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
 }
 
 # Configures (Release, tests on, ccache when present) and builds everything.

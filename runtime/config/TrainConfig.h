@@ -26,6 +26,7 @@ struct TrainConfig {
   std::int64_t epochs = 1;
   std::string trainDir = "runs/pstrain";
   bool overwrite = false;              // replace an earlier run in trainDir
+  bool dryRun = false;                 // check everything on every rank, print the plan, stop
   std::int64_t checkpointEvery = 500;  // steps; the final step is always checkpointed
   std::int64_t logEvery = 50;          // steps
   std::uint64_t seed = 1;

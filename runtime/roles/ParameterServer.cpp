@@ -60,8 +60,8 @@ void ParameterServer::run() {
   bindParameters(model_, weights);
   optim::Sgd sgd({cfg_.momentum, cfg_.weightDecay, cfg_.nesterov});
 
-  const std::size_t downBytes = down.size() * sizeof(float);
-  const std::size_t upBytes = up.size() * sizeof(float);
+  const std::size_t downBytes = roles::downBytes(n);
+  const std::size_t upBytes = roles::upBytes(n);
   const fs::path dir(cfg_.trainDir);
   metrics::JsonLines log((dir / "metrics.jsonl").string());
   std::cout << fmt::format("pstrain: {} workers, {} steps ({} per epoch), model {} ({} parameters), "

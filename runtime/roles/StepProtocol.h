@@ -37,4 +37,8 @@ enum Trailer : std::size_t {
   kTrailerFloats = 4,
 };
 
+// Bytes of the down and up messages of one step for a model of `parameters` floats.
+constexpr std::size_t downBytes(std::size_t parameters) { return (kHeaderFloats + parameters) * sizeof(float); }
+constexpr std::size_t upBytes(std::size_t parameters) { return (parameters + kTrailerFloats) * sizeof(float); }
+
 }  // namespace pstrain::roles

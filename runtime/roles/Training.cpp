@@ -8,7 +8,14 @@
 #include <ctime>
 #include <filesystem>
 
+#include <unistd.h>
+
+#include <iostream>
+
+#include "data/ShardSampler.h"
 #include "runtime/Errors.h"
+#include "runtime/optim/LrSchedule.h"
+#include "runtime/roles/StepProtocol.h"
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/metrics/Json.h"
 #include "runtime/roles/Handshake.h"
@@ -23,17 +30,31 @@ namespace fs = std::filesystem;
 constexpr const char* kProtocolVersion = "1";
 
 // Makes the train dir ready for a new run on rank 0: refuses to mix with an earlier run
-// unless --overwrite, and proves it is writable before any worker starts computing.
-void prepareTrainDir(const config::TrainConfig& cfg) {
+// unless --overwrite, and proves it is writable before any worker starts computing. A dry
+// run only checks, and describes what it found.
+std::string prepareTrainDir(const config::TrainConfig& cfg) {
   fs::path dir(cfg.trainDir);
   std::error_code ec;
-  if (fs::exists(dir / "run.json")) {
-    if (!cfg.overwrite) {
-      throw ConfigError(fmt::format(
-          "{} already holds a run; pass --overwrite to replace it or choose another --train-dir",
-          cfg.trainDir));
+  const bool earlierRun = fs::exists(dir / "run.json");
+  if (earlierRun && !cfg.overwrite) {
+    throw ConfigError(fmt::format(
+        "{} already holds a run; pass --overwrite to replace it or choose another --train-dir",
+        cfg.trainDir));
+  }
+  if (cfg.dryRun) {
+    fs::path existing = fs::absolute(dir, ec);
+    while (!existing.empty() && !fs::exists(existing, ec)) existing = existing.parent_path();
+    // A probe directory, removed at once: permission bits alone do not tell (root, read-only
+    // mounts, pseudo file systems).
+    fs::path probe = existing / fmt::format(".pstrain-dry-run-{}", ::getpid());
+    if (!fs::create_directory(probe, ec) || ec) {
+      throw Error(fmt::format("{}: cannot create or write {} ({} is not writable: {})", cfg.trainDir,
+                              (dir / "ckpt").string(), existing.string(), ec ? ec.message() : "exists"));
     }
-    for (const char* name : {"ckpt", "metrics.jsonl", "trained_model.pt", "eval.csv", "eval.jsonl", "run.json"}) {
+    fs::remove(probe, ec);
+    return earlierRun ? "writable; holds an earlier run that --overwrite will replace" : "writable";
+  }
+  if (earlierRun) {    for (const char* name : {"ckpt", "metrics.jsonl", "trained_model.pt", "eval.csv", "eval.jsonl", "run.json"}) {
       fs::remove_all(dir / name, ec);
     }
   }
@@ -41,6 +62,48 @@ void prepareTrainDir(const config::TrainConfig& cfg) {
   if (ec) throw Error(fmt::format("{}: cannot create ({})", (dir / "ckpt").string(), ec.message()));
   checkpoint::atomicWrite((dir / ".write-test").string(), "ok\n");
   fs::remove(dir / ".write-test", ec);
+  return "ready";
+}
+
+// Rank 0's account of a dry run: who does what, and what a real run would move and write.
+void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::string, std::string>>& facts,
+               std::int64_t trainSamples, std::int64_t parameters, const std::string& trainDirState) {
+  const int workers = static_cast<int>(facts.size()) - 1;
+  const data::ShardSampler sampler(trainSamples, workers, cfg.batchSize, cfg.seed);
+  const std::int64_t total = config::totalSteps(cfg, sampler.stepsPerEpoch());
+  std::string out = "pstrain dry run: every rank checked its config, data, model and device; nothing trained.\n";
+  out += fmt::format("  world     {} ranks: 1 parameter server + {} worker(s)\n", facts.size(), workers);
+  for (std::size_t r = 0; r < facts.size(); ++r) {
+    out += fmt::format("  rank {:<4} {:<7} host {:<16} device {:<8} threads {:<3}{}\n", r, r ? "worker" : "server",
+                       facts[r].at("info.host"), facts[r].at("info.device"), facts[r].at("info.threads"),
+                       r ? fmt::format(" shard {} samples", sampler.shardSize()) : std::string());
+  }
+  out += fmt::format("  model     {}: {} parameters ({:.2f} MiB as float32)\n", cfg.model, parameters,
+                     parameters * 4.0 / (1 << 20));
+  out += fmt::format("  data      {}: {} training samples; batch {} per worker, {} per step\n", cfg.dataset,
+                     trainSamples, cfg.batchSize, cfg.batchSize * workers);
+  out += fmt::format("  steps     {} ({} per epoch{})\n", total, sampler.stepsPerEpoch(),
+                     cfg.steps > 0 ? "; --steps" : fmt::format(" x {} epochs", cfg.epochs));
+  const double target = optim::learningRate(cfg, workers, cfg.warmupSteps, total + cfg.warmupSteps + 1);
+  out += fmt::format("  lr        {:.4g}{}{}{}; momentum {}{}, weight decay {}\n", target,
+                     cfg.lrScaling == "linear" ? fmt::format(" (base {:.4g} x {} workers)", cfg.lr, workers) : "",
+                     cfg.warmupSteps > 0 ? fmt::format(", warm-up from {:.4g} over {} steps",
+                                                       optim::learningRate(cfg, workers, 0, total), cfg.warmupSteps)
+                                         : "",
+                     cfg.lrDecay == "cosine" ? ", then cosine to 0" : ", then constant", cfg.momentum,
+                     cfg.nesterov ? " (Nesterov)" : "", cfg.weightDecay);
+  out += fmt::format("  per step  server -> each worker {} bytes (weights + header); each worker -> server {} bytes (gradient + accounting)\n",
+                     downBytes(parameters), upBytes(parameters));
+  std::string schedule;
+  std::int64_t count = 0;
+  for (std::int64_t s = cfg.checkpointEvery; cfg.checkpointEvery > 0 && s < total; s += cfg.checkpointEvery) {
+    if (++count <= 4) schedule += fmt::format("{} ", s);
+  }
+  if (count > 4) schedule += "... ";
+  out += fmt::format("  ckpt      {} checkpoint(s) into {}/ckpt: steps {}{}final {}\n", count + 1, cfg.trainDir,
+                     schedule, schedule.empty() ? "" : "and ", total);
+  out += fmt::format("  train dir {}: {}\n", cfg.trainDir, trainDirState);
+  std::cout << out << std::flush;
 }
 
 std::string isoTime() {
@@ -63,7 +126,7 @@ void writeRunJson(const config::TrainConfig& cfg, const RunInfo& info,
     metrics::JsonObject rank;
     rank.add("rank", static_cast<std::int64_t>(r)).add("role", r == 0 ? "server" : "worker");
     rank.add("host", facts[r].at("info.host")).add("device", facts[r].at("info.device"));
-    rank.add("torch", facts[r].at("info.torch"));
+    rank.add("torch", facts[r].at("info.torch")).add("threads", facts[r].at("info.threads"));
     ranks += (r ? "," : "") + rank.str();
   }
   ranks += "]";
@@ -89,17 +152,26 @@ void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, model
   }
   comm.setTimeoutSeconds(cfg.timeoutSeconds);
   const bool server = comm.rank() == 0;
-  if (server) prepareTrainDir(cfg);
+  const std::string trainDirState = server ? prepareTrainDir(cfg) : "";
 
   Facts mine = cfg.sharedFields();
   mine.emplace_back("protocol", kProtocolVersion);
+  mine.emplace_back("dry-run", cfg.dryRun ? "true" : "false");
   mine.emplace_back("parameters", models::parameterSignature(model));
   mine.emplace_back("train-samples", server ? "" : std::to_string(train->size()));
   mine.emplace_back("info.host", comm.hostName());
   mine.emplace_back("info.device", device.str());
   mine.emplace_back("info.torch", TORCH_VERSION);
+  mine.emplace_back("info.threads", std::to_string(at::get_num_threads()));
   auto facts = handshake(comm, mine);
 
+  if (cfg.dryRun) {
+    if (server) {
+      printPlan(cfg, facts, std::stoll(facts.at(1).at("train-samples")), models::parameterCount(model),
+                trainDirState);
+    }
+    return;
+  }
   if (server) {
     std::int64_t trainSamples = std::stoll(facts.at(1).at("train-samples"));
     writeRunJson(cfg, info, facts, trainSamples, models::parameterCount(model));

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# The user-facing surface: --list-models/--list-datasets, --help, --dry-run (and the bad
+# configs it must reject), --config files with command-line overrides, tools/plot and
+# pseval --plot on a real short run. Usage: usability.sh PSTRAIN PSEVAL MPIRUN SCRATCH
+set -uo pipefail
+pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
+root=$(cd "$(dirname "$0")/../.." && pwd)
+rm -rf "$scratch" && mkdir -p "$scratch"
+failures=0 passed=0
+check() {  # check NAME CONDITION-COMMAND...
+  local name=$1; shift
+  if "$@"; then echo "ok   $name"; passed=$((passed + 1)); else echo "FAIL $name"; failures=$((failures + 1)); fi
+}
+has() { grep -qE -- "$2" <<<"$1"; }
+
+# --list-models / --list-datasets / --help (no mpirun needed: a singleton run).
+models=$("$pstrain" --list-models 2>&1)
+echo "$models"
+check "list-models: lenet with its parameter count and input" has "$models" "^lenet +431080 +1x28x28"
+check "list-models: mlp and convnet" has "$models" "^mlp +203530" 
+check "list-models: convnet" has "$models" "^convnet +1960"
+datasets=$("$pstrain" --list-datasets 2>&1)
+check "list-datasets: the three datasets" bash -c "grep -q '^fashion-mnist' <<<'$datasets' && grep -q '^mnist' <<<'$datasets' && grep -q '^synthetic' <<<'$datasets'"
+help=$("$pstrain" --help 2>&1)
+check "help: every flag with a default shows it" has "$help" "--batch-size arg +samples per worker per step \(default: 64\)"
+check "help: --config and --dry-run" bash -c "grep -q -- '--config' <<<\"\$0\" && grep -q -- '--dry-run' <<<\"\$0\"" "$help"
+
+# --dry-run: the plan, and nothing written.
+plan=$(timeout 60 "$mpirun" -np 3 "$pstrain" --dataset synthetic --synthetic-size 1000 --batch-size 25 \
+       --epochs 3 --checkpoint-every 15 --warmup-steps 5 --lr-decay cosine --train-dir "$scratch/dry" --dry-run 2>&1)
+rc=$?
+echo "$plan"
+check "dry-run exits 0" test $rc -eq 0
+check "dry-run: world" has "$plan" "world +3 ranks: 1 parameter server \+ 2 worker"
+check "dry-run: rank lines with role, host, device, shard" has "$plan" "rank 2 +worker +host .* device cpu .* shard 500 samples"
+check "dry-run: parameters" has "$plan" "model +lenet: 431080 parameters"
+check "dry-run: steps" has "$plan" "steps +60 \(20 per epoch x 3 epochs\)"
+check "dry-run: bytes per step" has "$plan" "server -> each worker 1724352 bytes .* each worker -> server 1724336 bytes"
+check "dry-run: checkpoint schedule" has "$plan" "4 checkpoint\(s\) into .*: steps 15 30 45 and final 60"
+check "dry-run: lr plan" has "$plan" "lr +0.02 \(base 0.01 x 2 workers\), warm-up from 0.004 over 5 steps, then cosine to 0"
+check "dry-run writes nothing" test ! -e "$scratch/dry"
+
+out=$(timeout 60 "$mpirun" -np 3 "$pstrain" --data-dir "$scratch/nowhere" --dry-run --train-dir "$scratch/dry" 2>&1); rc=$?
+check "dry-run rejects a missing dataset" bash -c "[ $rc -ne 0 ] && grep -q 'not found' <<<\"\$0\"" "$out"
+out=$(timeout 60 "$mpirun" -np 3 "$pstrain" --dataset synthetic --dry-run --train-dir /proc/nope/run 2>&1); rc=$?
+check "dry-run rejects an unwritable train dir" bash -c "[ $rc -ne 0 ] && grep -q 'not writable' <<<\"\$0\"" "$out"
+out=$(timeout 60 "$mpirun" -np 1 "$pstrain" --dataset synthetic --dry-run : -np 1 "$pstrain" --dataset synthetic --dry-run --batch-size 8 2>&1); rc=$?
+check "dry-run rejects ranks that disagree" bash -c "[ $rc -ne 0 ] && grep -q \"ranks disagree on 'batch-size'\" <<<\"\$0\"" "$out"
+out=$(timeout 60 "$mpirun" -np 3 "$pstrain" --dataset synthetic --dry-run --lr-scaling quadratic 2>&1); rc=$?
+check "dry-run rejects a nonsense value" bash -c "[ $rc -eq 2 ] && grep -q -- '--lr-scaling' <<<\"\$0\"" "$out"
+
+# --config FILE, with a command-line override; then a real short run with pseval and plots.
+cat > "$scratch/run.conf" <<CONF
+# a cluster run in one file
+model = mlp
+dataset = synthetic
+synthetic-size = 1200
+batch-size = 20
+lr = 0.05        # overridden on the command line below
+nesterov = true
+steps = 60
+checkpoint-every = 20
+log-every = 10
+train-dir = $scratch/run
+CONF
+out=$(timeout 120 "$mpirun" -np 3 "$pstrain" --config "$scratch/run.conf" --lr 0.03 2>&1); rc=$?
+echo "$out" | tail -3
+check "config-file run succeeds" test $rc -eq 0
+runjson=$(cat "$scratch/run/run.json" 2>/dev/null)
+check "config file values apply" bash -c "grep -q '\"model\":\"mlp\"' <<<\"\$0\" && grep -q '\"nesterov\":\"true\"' <<<\"\$0\" && grep -q '\"batch-size\":\"20\"' <<<\"\$0\"" "$runjson"
+check "command line overrides the config file" has "$runjson" '"lr":"0.03"'
+echo "colour = blue" > "$scratch/bad.conf"
+out=$(timeout 60 "$mpirun" -np 3 "$pstrain" --config "$scratch/bad.conf" 2>&1); rc=$?
+check "config file with an unknown key is rejected" bash -c "[ $rc -eq 2 ] && grep -q 'bad.conf: .*colour' <<<\"\$0\"" "$out"
+echo "lr 0.1" > "$scratch/bad2.conf"
+out=$(timeout 60 "$mpirun" -np 3 "$pstrain" --config "$scratch/bad2.conf" 2>&1); rc=$?
+check "config file with a malformed line names the line" bash -c "[ $rc -eq 2 ] && grep -q 'bad2.conf:1: expected' <<<\"\$0\"" "$out"
+
+"$pseval" --train-dir "$scratch/run" --plot > "$scratch/pseval.log" 2>&1; rc=$?
+cat "$scratch/pseval.log"
+check "pseval --plot succeeds" test $rc -eq 0
+for png in loss lr throughput accuracy; do
+  f="$scratch/run/plots/$png.png"
+  check "plots/$png.png is a non-empty PNG" bash -c "[ \$(stat -c %s '$f' 2>/dev/null || echo 0) -gt 5000 ] && [ \"\$(head -c 8 '$f' | od -An -tx1 | tr -d ' \n')\" = 89504e470d0a1a0a ]"
+done
+rm -rf "$scratch/run/plots"
+"$root/tools/plot" "$scratch/run" > /dev/null; rc=$?
+check "tools/plot alone renders the four plots" bash -c "[ $rc -eq 0 ] && [ \$(ls '$scratch/run/plots'/*.png | wc -l) -eq 4 ]"
+out=$("$root/tools/plot" "$scratch/nothing-here" 2>&1); rc=$?
+check "tools/plot on a non-run says so" bash -c "[ $rc -ne 0 ] && grep -q 'metrics.jsonl not found' <<<\"\$0\"" "$out"
+
+echo "$passed passed, $failures failed"
+[ $failures -eq 0 ]
