@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <random>
 
+#include "data/Cifar.h"
 #include "data/Idx.h"
 #include "runtime/Errors.h"
 
@@ -14,8 +15,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
+const std::vector<double> kCifarMean = {0.4914, 0.4822, 0.4465};
+const std::vector<double> kCifarStd = {0.2470, 0.2435, 0.2616};
+
 // The first of "<stem>.gz" and "<stem>" that exists; throws DataError otherwise.
-std::string findFile(const std::string& dir, const std::string& stem, const std::string& dataset) {
+std::string findIdxFile(const std::string& dir, const std::string& stem, const std::string& dataset) {
   for (const std::string& candidate : {stem + ".gz", stem}) {
     fs::path path = fs::path(dir) / candidate;
     if (fs::exists(path)) return path.string();
@@ -28,8 +32,8 @@ std::string findFile(const std::string& dir, const std::string& stem, const std:
 Dataset loadIdxDataset(const std::string& name, const std::string& dir, Split split,
                        std::vector<double> mean, std::vector<double> std) {
   std::string prefix = split == Split::Train ? "train" : "t10k";
-  std::string imagePath = findFile(dir, prefix + "-images-idx3-ubyte", name);
-  std::string labelPath = findFile(dir, prefix + "-labels-idx1-ubyte", name);
+  std::string imagePath = findIdxFile(dir, prefix + "-images-idx3-ubyte", name);
+  std::string labelPath = findIdxFile(dir, prefix + "-labels-idx1-ubyte", name);
   IdxArray images = readIdx(imagePath, 3);
   IdxArray labels = readIdx(labelPath, 1);
   if (images.dims[0] != labels.dims[0]) {
@@ -56,58 +60,123 @@ Dataset loadIdxDataset(const std::string& name, const std::string& dir, Split sp
   return d;
 }
 
-// Ten classes, each a fixed random 28x28 template; a sample is its class template plus
-// uniform noise. Identical on every machine (own integer generator), learnable in a few
-// hundred steps, and hard enough that accuracy is not trivially 100%.
-Dataset syntheticDataset(Split split, std::int64_t trainSize) {
-  std::int64_t n = split == Split::Train ? trainSize : std::max<std::int64_t>(100, trainSize / 6);
+Dataset loadCifarDataset(const std::string& name, const std::string& dir, Split split, int classes) {
+  std::vector<std::string> names;
+  if (classes == 10) {
+    if (split == Split::Train) {
+      for (int i = 1; i <= 5; ++i) names.push_back(fmt::format("data_batch_{}.bin", i));
+    } else {
+      names.push_back("test_batch.bin");
+    }
+  } else {
+    names.push_back(split == Split::Train ? "train.bin" : "test.bin");
+  }
+  std::vector<std::string> paths;
+  for (const auto& file : names) {
+    fs::path path = fs::path(dir) / file;
+    if (!fs::exists(path)) {
+      throw DataError(fmt::format("{}: not found. Point --data-dir at the extracted {} binary folder "
+                                  "(cifar-{}-{}-bin; see tools/get-data)",
+                                  path.string(), name, classes, classes == 10 ? "batches" : "binary"));
+    }
+    paths.push_back(path.string());
+  }
+  CifarArrays arrays = readCifar(paths, classes);
+  const auto n = static_cast<std::int64_t>(arrays.labels.size());
+  Dataset d;
+  d.name = name;
+  d.classes = classes;
+  d.images = torch::from_blob(arrays.pixels.data(), {n, 3, 32, 32}, torch::kUInt8).clone();
+  d.labels = torch::from_blob(arrays.labels.data(), {n}, torch::kUInt8).to(torch::kInt64);
+  d.mean = kCifarMean;
+  d.std = kCifarStd;
+  d.augment = split == Split::Train;
+  return d;
+}
+
+// Ten classes, each a fixed random template; a sample is its class template plus uniform
+// noise. Identical on every machine (own integer generator), learnable in a few hundred
+// steps, and hard enough that accuracy is not trivially 100%.
+Dataset syntheticDataset(const DatasetInfo& info, Split split, std::int64_t trainSize) {
+  const std::int64_t n = split == Split::Train ? trainSize : std::max<std::int64_t>(100, trainSize / 6);
+  const std::int64_t pixels = info.shape[0] * info.shape[1] * info.shape[2];
   std::mt19937_64 templateGen(20240601);
-  std::vector<std::uint8_t> templates(10 * 784);
+  std::vector<std::uint8_t> templates(10 * pixels);
   for (auto& t : templates) t = static_cast<std::uint8_t>(templateGen() % 256);
   std::mt19937_64 gen(split == Split::Train ? 1 : 2);
   Dataset d;
-  d.name = "synthetic";
-  d.images = torch::empty({n, 1, 28, 28}, torch::kUInt8);
+  d.name = info.name;
+  d.images = torch::empty({n, info.shape[0], info.shape[1], info.shape[2]}, torch::kUInt8);
   d.labels = torch::empty({n}, torch::kInt64);
-  auto* pixels = d.images.data_ptr<std::uint8_t>();
+  auto* out = d.images.data_ptr<std::uint8_t>();
   auto* labels = d.labels.data_ptr<std::int64_t>();
   for (std::int64_t i = 0; i < n; ++i) {
     int label = static_cast<int>(gen() % 10);
     labels[i] = label;
-    for (int p = 0; p < 784; ++p) {
+    for (std::int64_t p = 0; p < pixels; ++p) {
       int noise = static_cast<int>(gen() % 385) - 192;
-      int value = templates[label * 784 + p] / 2 + 64 + noise;
-      pixels[i * 784 + p] = static_cast<std::uint8_t>(std::clamp(value, 0, 255));
+      int value = templates[label * pixels + p] / 2 + 64 + noise;
+      out[i * pixels + p] = static_cast<std::uint8_t>(std::clamp(value, 0, 255));
     }
   }
-  d.mean = {0.5};
-  d.std = {0.3};
+  d.mean = std::vector<double>(info.shape[0], 0.5);
+  d.std = std::vector<double>(info.shape[0], 0.3);
+  d.augment = info.shape[0] == 3 && split == Split::Train;
   return d;
+}
+
+// Random crop of the zero-padded (4 pixels) image back to its size, then a horizontal flip
+// with probability 1/2, per sample.
+at::Tensor cropAndFlip(const at::Tensor& images, std::uint64_t seed) {
+  const std::int64_t h = images.size(2), w = images.size(3);
+  at::Tensor padded = torch::constant_pad_nd(images, {4, 4, 4, 4});
+  at::Tensor out = torch::empty_like(images);
+  std::mt19937_64 gen(seed);
+  for (std::int64_t i = 0; i < images.size(0); ++i) {
+    const std::uint64_t r = gen();
+    const std::int64_t dy = static_cast<std::int64_t>(r % 9), dx = static_cast<std::int64_t>((r / 9) % 9);
+    at::Tensor crop = padded[i].narrow(1, dy, h).narrow(2, dx, w);
+    out[i].copy_((r / 81) % 2 ? crop.flip({2}) : crop);
+  }
+  return out;
 }
 
 }  // namespace
 
-std::vector<std::pair<std::string, std::string>> datasetList() {
+std::vector<DatasetInfo> datasetList() {
   return {
-      {"fashion-mnist", "Fashion-MNIST, 60000/10000 28x28 grey images, 10 classes (IDX, gzipped or not)"},
-      {"mnist", "MNIST digits, 60000/10000 28x28 grey images, 10 classes (IDX, gzipped or not)"},
-      {"synthetic", "deterministic 10-class 28x28 images, --synthetic-size training samples"},
+      {"fashion-mnist", "Fashion-MNIST, 60000/10000 grey images (IDX, gzipped or not)", {1, 28, 28}, 10,
+       "/usr/share/datasets/fashion-mnist"},
+      {"mnist", "MNIST digits, 60000/10000 grey images (IDX, gzipped or not)", {1, 28, 28}, 10,
+       "/usr/share/datasets/mnist"},
+      {"cifar10", "CIFAR-10, 50000/10000 colour images (binary version), crop+flip augmentation", {3, 32, 32}, 10,
+       "/usr/share/datasets/cifar-10-batches-bin"},
+      {"cifar100", "CIFAR-100 fine labels, 50000/10000 colour images (binary version), crop+flip", {3, 32, 32}, 100,
+       "/usr/share/datasets/cifar-100-binary"},
+      {"synthetic", "deterministic 10-class grey images, --synthetic-size training samples", {1, 28, 28}, 10, ""},
+      {"synthetic-cifar", "deterministic 10-class colour images, --synthetic-size samples, crop+flip", {3, 32, 32}, 10, ""},
   };
 }
 
-std::string defaultDataDir(const std::string& name) {
-  if (name == "fashion-mnist") return "/usr/share/datasets/fashion-mnist";
-  if (name == "mnist") return "/usr/share/datasets/mnist";
-  return "";
+const DatasetInfo& datasetInfo(const std::string& name) {
+  static const std::vector<DatasetInfo> list = datasetList();
+  std::string known;
+  for (const auto& info : list) {
+    if (info.name == name) return info;
+    known += (known.empty() ? "" : ", ") + info.name;
+  }
+  throw ConfigError(fmt::format("unknown dataset '{}' (known: {})", name, known));
 }
 
 Dataset loadDataset(const std::string& name, const std::string& dir, Split split,
                     std::int64_t syntheticSize) {
-  std::string where = dir.empty() ? defaultDataDir(name) : dir;
+  const DatasetInfo& info = datasetInfo(name);
+  const std::string where = dir.empty() ? info.defaultDir : dir;
   if (name == "fashion-mnist") return loadIdxDataset(name, where, split, {0.2860}, {0.3530});
   if (name == "mnist") return loadIdxDataset(name, where, split, {0.1307}, {0.3081});
-  if (name == "synthetic") return syntheticDataset(split, syntheticSize);
-  throw ConfigError(fmt::format("unknown dataset '{}' (try --list-datasets)", name));
+  if (name == "cifar10") return loadCifarDataset(name, where, split, 10);
+  if (name == "cifar100") return loadCifarDataset(name, where, split, 100);
+  return syntheticDataset(info, split, syntheticSize);
 }
 
 at::Tensor Dataset::normalize(const at::Tensor& uint8Images) const {
@@ -118,10 +187,13 @@ at::Tensor Dataset::normalize(const at::Tensor& uint8Images) const {
   return x.sub_(m).div_(s);
 }
 
-std::pair<at::Tensor, at::Tensor> Dataset::batch(const std::vector<std::int64_t>& indices) const {
+std::pair<at::Tensor, at::Tensor> Dataset::batch(const std::vector<std::int64_t>& indices,
+                                                 std::uint64_t augmentSeed) const {
   auto index = torch::from_blob(const_cast<std::int64_t*>(indices.data()),
                                 {static_cast<std::int64_t>(indices.size())}, torch::kInt64);
-  return {normalize(images.index_select(0, index)), labels.index_select(0, index)};
+  at::Tensor raw = images.index_select(0, index);
+  if (augment) raw = cropAndFlip(raw, augmentSeed);
+  return {normalize(raw), labels.index_select(0, index)};
 }
 
 }  // namespace pstrain::data

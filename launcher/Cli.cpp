@@ -2,11 +2,13 @@
 
 #include <cxxopts.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdlib>
 #include <fstream>
 #include <thread>
 
+#include "data/Dataset.h"
 #include "models/Registry.h"
 #include "runtime/Errors.h"
 
@@ -91,10 +93,10 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
   auto flag = [] { return cxxopts::value<bool>()->default_value("false"); };
   // clang-format off
   options.add_options("Model and data")
-    ("model", "model: mlp, convnet, lenet (see --list-models)", str(d.model))
-    ("dataset", "dataset: fashion-mnist, mnist, synthetic (see --list-datasets)", str(d.dataset))
+    ("model", "model: mlp, convnet, lenet, resnet20..110, resnet18..152, vgg11..19 (see --list-models)", str(d.model))
+    ("dataset", "dataset: fashion-mnist, mnist, cifar10, cifar100, synthetic, synthetic-cifar (see --list-datasets)", str(d.dataset))
     ("data-dir", "dataset folder (default: /usr/share/datasets/<dataset>)", str(d.dataDir))
-    ("synthetic-size", "training samples of --dataset synthetic", i64(d.syntheticSize))
+    ("synthetic-size", "training samples of the synthetic datasets", i64(d.syntheticSize))
     ("list-models", "print the models and exit")
     ("list-datasets", "print the datasets and exit");
   options.add_options("Optimization")
@@ -176,7 +178,12 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     throw ConfigError(e.what());
   }
   c.validate();
-  models::makeModel(c.model);  // throws ConfigError listing the known names
+  const auto& model = models::modelInfo(c.model);        // throws ConfigError listing the names
+  const auto& dataset = data::datasetInfo(c.dataset);
+  if (model.inputShape != dataset.shape) {
+    throw ConfigError(fmt::format("--model {} takes {} images but --dataset {} has {} (see --list-models, --list-datasets)",
+                                  c.model, fmt::join(model.inputShape, "x"), c.dataset, fmt::join(dataset.shape, "x")));
+  }
   return command;
 }
 

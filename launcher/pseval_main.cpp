@@ -15,6 +15,7 @@
 
 #include "data/Dataset.h"
 #include "launcher/Cli.h"
+#include "launcher/ErrorLine.h"
 #include "launcher/Device.h"
 #include "models/Registry.h"
 #include "runtime/Errors.h"
@@ -55,7 +56,7 @@ class Evaluator {
         evaluateOne(published);
         ++evaluated;
       } catch (const CheckpointError& e) {
-        std::cerr << "pseval: skipping step " << published.step << ": " << e.what() << std::endl;
+        launcher::printErrorLine(fmt::format("pseval: skipping step {}: {}", published.step, e.what()));
         skipped_.insert(published.step);
       }
       done_.insert(published.step);
@@ -69,10 +70,10 @@ class Evaluator {
  private:
   void evaluateOne(const checkpoint::Published& published) {
     checkpoint::Checkpoint ckpt = checkpoint::read(published);
-    auto model = models::makeModel(ckpt.model);
+    const data::Dataset& test = testSet(ckpt);
+    auto model = models::makeModel(ckpt.model, test.classes);
     models::loadStateDict(*model, ckpt.modelState, published.path);
     model->to(device_);
-    const data::Dataset& test = testSet(ckpt);
     roles::EvalResult r = roles::evaluate(*model, test, device_, cmd_.batchSize);
     record(ckpt, published, r);
     if (!cmd_.predictionsPath.empty()) {
@@ -136,7 +137,7 @@ void plot(const std::string& trainDir) {
   const char* custom = std::getenv("PSTRAIN_PLOT");
   std::string script = custom ? custom : PSTRAIN_TOOLS_DIR "/plot";
   if (!fs::exists(script)) {
-    std::cerr << "pseval: --plot: " << script << " not found; set PSTRAIN_PLOT to tools/plot" << std::endl;
+    launcher::printErrorLine(fmt::format("pseval: --plot: {} not found; set PSTRAIN_PLOT to tools/plot", script));
     return;
   }
   auto quote = [](const std::string& s) {
@@ -145,7 +146,7 @@ void plot(const std::string& trainDir) {
     return q + "'";
   };
   if (std::system((quote(script) + " " + quote(trainDir)).c_str()) != 0) {
-    std::cerr << "pseval: --plot: " << script << " failed (is gnuplot installed?)" << std::endl;
+    launcher::printErrorLine(fmt::format("pseval: --plot: {} failed (is gnuplot installed?)", script));
   }
 }
 
@@ -156,7 +157,7 @@ int main(int argc, char** argv) {
   try {
     cmd = launcher::parseEvalCommand(argc, argv);
   } catch (const ConfigError& e) {
-    std::cerr << "pseval: error: " << e.what() << " (see pseval --help)" << std::endl;
+    launcher::printErrorLine(fmt::format("pseval: error: {} (see pseval --help)", e.what()));
     return 2;
   }
   if (!cmd.helpText.empty()) {
@@ -188,11 +189,11 @@ int main(int argc, char** argv) {
       throw Error(fmt::format("{}/ckpt: no published checkpoints", cmd.trainDir));
     }
     if (evaluator.skipped() > 0) {
-      std::cerr << "pseval: " << evaluator.skipped() << " checkpoint(s) could not be evaluated" << std::endl;
+      launcher::printErrorLine(fmt::format("pseval: {} checkpoint(s) could not be evaluated", evaluator.skipped()));
     }
     if (cmd.plot) plot(cmd.trainDir);
   } catch (const std::exception& e) {
-    std::cerr << "pseval: error: " << e.what() << std::endl;
+    launcher::printErrorLine(fmt::format("pseval: error: {}", e.what()));
     return 1;
   }
   return 0;

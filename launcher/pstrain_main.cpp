@@ -8,6 +8,7 @@
 
 #include "data/Dataset.h"
 #include "launcher/Cli.h"
+#include "launcher/ErrorLine.h"
 #include "launcher/Device.h"
 #include "models/Registry.h"
 #include "runtime/Errors.h"
@@ -28,9 +29,10 @@ void printModels() {
 }
 
 void printDatasets() {
-  for (const auto& [name, description] : data::datasetList()) {
-    std::string dir = data::defaultDataDir(name);
-    fmt::print("{:<14} {}{}\n", name, description, dir.empty() ? "" : " [" + dir + "]");
+  fmt::print("{:<16} {:<8} {:>7}  {}\n", "dataset", "input", "classes", "description [default --data-dir]");
+  for (const auto& info : data::datasetList()) {
+    fmt::print("{:<16} {:<8} {:>7}  {}{}\n", info.name, fmt::format("{}", fmt::join(info.shape, "x")), info.classes,
+               info.description, info.defaultDir.empty() ? "" : " [" + info.defaultDir + "]");
   }
 }
 
@@ -53,7 +55,7 @@ int main(int argc, char** argv) {
     cli = launcher::parseTrainCommand(argc, argv);
   } catch (const ConfigError& e) {
     // Every rank parses the same argv and fails the same way: print once, end cleanly.
-    if (rank == 0) std::cerr << "pstrain: error: " << e.what() << " (see pstrain --help)" << std::endl;
+    if (rank == 0) launcher::printErrorLine(fmt::format("pstrain: error: {} (see pstrain --help)", e.what()));
     return 2;
   }
   if (rank == 0) {
@@ -72,7 +74,7 @@ int main(int argc, char** argv) {
     // The server never computes: it keeps the weights on the CPU next to the network.
     c10::Device device = rank == 0 ? c10::Device(c10::kCPU) : launcher::chooseDevice(cfg.device, launcher::localRank());
     torch::manual_seed(cfg.seed);
-    auto model = models::makeModel(cfg.model);
+    auto model = models::makeModel(cfg.model, data::datasetInfo(cfg.dataset).classes);
     model->to(device);
     std::optional<data::Dataset> train;
     if (rank != 0) {
@@ -81,10 +83,10 @@ int main(int argc, char** argv) {
     roles::RunInfo info{comm::MpiSession::libraryVersion(), command};
     roles::runTraining(comm, cfg, *model, train ? &*train : nullptr, device, info);
   } catch (const CollectiveConfigError& e) {
-    if (rank == 0) std::cerr << "pstrain: error: " << e.what() << std::endl;
+    if (rank == 0) launcher::printErrorLine(fmt::format("pstrain: error: {}", e.what()));
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "pstrain: rank " << rank << ": " << e.what() << std::endl;
+    launcher::printErrorLine(fmt::format("pstrain: rank {}: {}", rank, e.what()));
     comm::MpiSession::abortJob(1);
   }
   return 0;

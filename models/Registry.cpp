@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 
+#include "models/Zoo.h"
 #include "runtime/Errors.h"
 
 namespace pstrain::models {
@@ -18,7 +19,8 @@ namespace F = torch::nn::functional;
 // Linear(784, 256) -> ReLU -> Linear(256, 10).
 class Mlp : public Net {
  public:
-  Mlp() : fc1(register_module("fc1", nn::Linear(784, 256))), fc2(register_module("fc2", nn::Linear(256, 10))) {}
+  explicit Mlp(int classes)
+      : fc1(register_module("fc1", nn::Linear(784, 256))), fc2(register_module("fc2", nn::Linear(256, classes))) {}
   at::Tensor forward(const at::Tensor& x) override {
     auto h = torch::relu(fc1->forward(x.flatten(1)));
     return torch::log_softmax(fc2->forward(h), 1);
@@ -29,8 +31,9 @@ class Mlp : public Net {
 // Conv2d(1, 3, 3) -> max_pool 3 -> ReLU -> Linear(192, 10).
 class ConvNet : public Net {
  public:
-  ConvNet() : conv1(register_module("conv1", nn::Conv2d(nn::Conv2dOptions(1, 3, 3)))),
-              fc1(register_module("fc1", nn::Linear(192, 10))) {}
+  explicit ConvNet(int classes)
+      : conv1(register_module("conv1", nn::Conv2d(nn::Conv2dOptions(1, 3, 3)))),
+        fc1(register_module("fc1", nn::Linear(192, classes))) {}
   at::Tensor forward(const at::Tensor& x) override {
     auto h = torch::relu(torch::max_pool2d(conv1->forward(x), 3));
     return torch::log_softmax(fc1->forward(h.flatten(1)), 1);
@@ -43,10 +46,11 @@ class ConvNet : public Net {
 // fc(800,500) -> fc(500,10), ReLU between.
 class LeNet : public Net {
  public:
-  LeNet() : conv1(register_module("conv1", nn::Conv2d(nn::Conv2dOptions(1, 20, 5)))),
-            conv2(register_module("conv2", nn::Conv2d(nn::Conv2dOptions(20, 50, 5)))),
-            fc1(register_module("fc1", nn::Linear(800, 500))),
-            fc2(register_module("fc2", nn::Linear(500, 10))) {}
+  explicit LeNet(int classes)
+      : conv1(register_module("conv1", nn::Conv2d(nn::Conv2dOptions(1, 20, 5)))),
+        conv2(register_module("conv2", nn::Conv2d(nn::Conv2dOptions(20, 50, 5)))),
+        fc1(register_module("fc1", nn::Linear(800, 500))),
+        fc2(register_module("fc2", nn::Linear(500, classes))) {}
   at::Tensor forward(const at::Tensor& x) override {
     auto h = torch::max_pool2d(torch::relu(conv1->forward(x)), 2);
     h = torch::max_pool2d(torch::relu(conv2->forward(h)), 2);
@@ -59,17 +63,36 @@ class LeNet : public Net {
 
 struct Entry {
   ModelInfo info;
-  std::function<std::shared_ptr<Net>()> make;
+  std::function<std::shared_ptr<Net>(int classes)> make;
 };
 
 const std::vector<Entry>& registry() {
-  static const std::vector<Entry> entries = {
-      {{"mlp", "784-256-10 perceptron", {1, 28, 28}}, [] { return std::make_shared<Mlp>(); }},
-      {{"convnet", "one 3-channel conv, max-pool 3, linear", {1, 28, 28}},
-       [] { return std::make_shared<ConvNet>(); }},
-      {{"lenet", "LeNet-5: two convs (20, 50), two linears (500, 10)", {1, 28, 28}},
-       [] { return std::make_shared<LeNet>(); }},
-  };
+  static const std::vector<Entry> entries = [] {
+    const std::vector<std::int64_t> mnist = {1, 28, 28}, cifar = {3, 32, 32};
+    std::vector<Entry> e = {
+        {{"mlp", "784-256-10 perceptron", mnist}, [](int c) { return std::make_shared<Mlp>(c); }},
+        {{"convnet", "one 3-channel conv, max-pool 3, linear", mnist},
+         [](int c) { return std::make_shared<ConvNet>(c); }},
+        {{"lenet", "LeNet-5: two convs (20, 50), two linears (500, 10)", mnist},
+         [](int c) { return std::make_shared<LeNet>(c); }},
+    };
+    for (int depth : {20, 32, 44, 56, 110}) {
+      e.push_back({{"resnet" + std::to_string(depth),
+                    fmt::format("He et al. CIFAR ResNet, 3x{} BasicBlocks of 16/32/64 channels", (depth - 2) / 6), cifar},
+                   [depth](int c) { return makeCifarResNet(depth, c); }});
+    }
+    for (int depth : {18, 34, 50, 101, 152}) {
+      e.push_back({{"resnet" + std::to_string(depth),
+                    fmt::format("torchvision ResNet-{} ({}), CIFAR stem: 3x3 conv, no max-pool", depth,
+                                depth >= 50 ? "Bottleneck" : "BasicBlock"), cifar},
+                   [depth](int c) { return makeResNet(depth, c); }});
+    }
+    for (int depth : {11, 13, 16, 19}) {
+      e.push_back({{"vgg" + std::to_string(depth), fmt::format("VGG-{} with BatchNorm, CIFAR classifier", depth), cifar},
+                   [depth](int c) { return makeVgg(depth, c); }});
+    }
+    return e;
+  }();
   return entries;
 }
 
@@ -81,10 +104,19 @@ std::vector<ModelInfo> modelList() {
   return list;
 }
 
-std::shared_ptr<Net> makeModel(const std::string& name) {
+const ModelInfo& modelInfo(const std::string& name) {
   std::string known;
   for (const auto& e : registry()) {
-    if (e.info.name == name) return e.make();
+    if (e.info.name == name) return e.info;
+    known += (known.empty() ? "" : ", ") + e.info.name;
+  }
+  throw ConfigError(fmt::format("unknown model '{}' (known: {})", name, known));
+}
+
+std::shared_ptr<Net> makeModel(const std::string& name, int classes) {
+  std::string known;
+  for (const auto& e : registry()) {
+    if (e.info.name == name) return e.make(classes);
     known += (known.empty() ? "" : ", ") + e.info.name;
   }
   throw ConfigError(fmt::format("unknown model '{}' (known: {})", name, known));

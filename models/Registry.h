@@ -25,9 +25,12 @@ struct ModelInfo {
 
 std::vector<ModelInfo> modelList();
 
-// A freshly initialised model (from torch's global generator: seed it first for
-// reproducible weights). Throws ConfigError listing the known names.
-std::shared_ptr<Net> makeModel(const std::string& name);
+// Throws ConfigError listing the known names.
+const ModelInfo& modelInfo(const std::string& name);
+
+// A freshly initialised model with `classes` outputs (from torch's global generator: seed
+// it first for reproducible weights). Throws ConfigError listing the known names.
+std::shared_ptr<Net> makeModel(const std::string& name, int classes = 10);
 
 // Parameters and buffers by their state_dict key, in registration order.
 std::vector<std::pair<std::string, at::Tensor>> stateDict(const torch::nn::Module& module);

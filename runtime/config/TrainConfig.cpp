@@ -34,7 +34,6 @@ std::string canonicalNumber(double value) {
 }
 
 void TrainConfig::validate() const {
-  requireOneOf("dataset", dataset, {"fashion-mnist", "mnist", "synthetic"});
   requireOneOf("lr-scaling", lrScaling, {"none", "linear"});
   requireOneOf("lr-decay", lrDecay, {"none", "cosine"});
   requireOneOf("device", device, {"auto", "cpu", "mps", "cuda"});
@@ -60,7 +59,7 @@ std::vector<std::pair<std::string, std::string>> TrainConfig::sharedFields() con
   return {
       {"model", model},
       {"dataset", dataset},
-      {"synthetic-size", dataset == "synthetic" ? std::to_string(syntheticSize) : "-"},
+      {"synthetic-size", dataset.rfind("synthetic", 0) == 0 ? std::to_string(syntheticSize) : "-"},
       {"batch-size", std::to_string(batchSize)},
       {"lr", canonicalNumber(lr)},
       {"lr-scaling", lrScaling},

@@ -34,7 +34,8 @@ struct TrainConfig {
   std::string device = "auto";         // auto | cpu | mps | cuda
   double timeoutSeconds = 300;         // longest wait in any collective before giving up
 
-  // Throws ConfigError naming the flag when a value is out of range.
+  // Throws ConfigError naming the flag when a value is out of range. (Model and dataset
+  // names are checked against their registries by the launcher.)
   void validate() const;
 
   // The fields every rank must agree on, in a fixed order, as (flag name, canonical value).

@@ -53,4 +53,29 @@ void collectGradients(torch::nn::Module& module, const at::Tensor& flat) {
   }
 }
 
+std::int64_t bufferCount(const torch::nn::Module& module) {
+  std::int64_t count = 0;
+  for (const auto& b : module.buffers()) count += b.numel();
+  return count;
+}
+
+void readBuffers(const torch::nn::Module& module, const at::Tensor& flat) {
+  torch::NoGradGuard noGrad;
+  std::int64_t offset = 0;
+  for (const auto& b : module.buffers()) {
+    flat.narrow(0, offset, b.numel()).copy_(b.flatten());
+    offset += b.numel();
+  }
+}
+
+void writeBuffers(torch::nn::Module& module, const at::Tensor& flat) {
+  torch::NoGradGuard noGrad;
+  std::int64_t offset = 0;
+  for (auto& b : module.buffers()) {
+    at::Tensor values = flat.narrow(0, offset, b.numel()).view(b.sizes());
+    b.copy_(b.is_floating_point() ? values : values.round());
+    offset += b.numel();
+  }
+}
+
 }  // namespace pstrain::roles

@@ -19,4 +19,14 @@ void bindGradients(torch::nn::Module& module, const at::Tensor& flat);
 // instead of accumulating into the bound view, and rebinds it. Cheap when nothing moved.
 void collectGradients(torch::nn::Module& module, const at::Tensor& flat);
 
+// Buffers (BatchNorm running statistics and counters) travel as floats after the weights
+// and the gradients: bufferCount is how many, in named_buffers() order.
+std::int64_t bufferCount(const torch::nn::Module& module);
+
+// Copies every buffer's values into `flat` (1-D float, bufferCount elements, any device).
+void readBuffers(const torch::nn::Module& module, const at::Tensor& flat);
+
+// Sets every buffer from `flat`, converted to the buffer's dtype (counters are rounded).
+void writeBuffers(torch::nn::Module& module, const at::Tensor& flat);
+
 }  // namespace pstrain::roles

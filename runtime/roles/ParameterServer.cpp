@@ -35,6 +35,7 @@ struct Window {
   double lossSum = 0;  // over samples
   double samples = 0;
   double computeSeconds = 0;  // mean over workers, summed over steps
+  double dataWaitSeconds = 0;  // likewise
   double exchangeSeconds = 0;
   double updateSeconds = 0;
   Clock::time_point start = Clock::now();
@@ -51,17 +52,21 @@ void ParameterServer::run() {
   const data::ShardSampler sampler(trainSamples_, workers, cfg_.batchSize, cfg_.seed);
   const std::int64_t total = config::totalSteps(cfg_, sampler.stepsPerEpoch());
   const std::int64_t n = models::parameterCount(model_);
+  const std::int64_t m = bufferCount(model_);
 
-  // down = header + weights; the model's parameters are views into it.
-  std::vector<float> down(kHeaderFloats + n);
-  std::vector<float> up(n + kTrailerFloats);
+  // down = header + weights + buffers; the model's parameters are views into it.
+  std::vector<float> down(kHeaderFloats + n + m);
+  std::vector<float> up(n + m + kTrailerFloats);
   at::Tensor weights = torch::from_blob(down.data() + kHeaderFloats, {n}, torch::kFloat32);
+  at::Tensor buffers = torch::from_blob(down.data() + kHeaderFloats + n, {m}, torch::kFloat32);
   at::Tensor grad = torch::from_blob(up.data(), {n}, torch::kFloat32);
+  at::Tensor workerBuffers = torch::from_blob(up.data() + n, {m}, torch::kFloat32);
   bindParameters(model_, weights);
+  readBuffers(model_, buffers);
   optim::Sgd sgd({cfg_.momentum, cfg_.weightDecay, cfg_.nesterov});
 
-  const std::size_t downBytes = roles::downBytes(n);
-  const std::size_t upBytes = roles::upBytes(n);
+  const std::size_t downBytes = roles::downBytes(n, m);
+  const std::size_t upBytes = roles::upBytes(n, m);
   const fs::path dir(cfg_.trainDir);
   metrics::JsonLines log((dir / "metrics.jsonl").string());
   std::cout << fmt::format("pstrain: {} workers, {} steps ({} per epoch), model {} ({} parameters), "
@@ -104,7 +109,7 @@ void ParameterServer::run() {
     comm_.reduceSum(up.data(), up.size(), 0, context);
     double exchange = secondsSince(exchangeStart);
 
-    const float* trailer = up.data() + n;
+    const float* trailer = up.data() + n + m;
     double samples = trailer[kSamples];
     double lossSum = trailer[kLossSum];
     if (trailer[kNonFinite] > 0 || !std::isfinite(lossSum)) {
@@ -121,12 +126,17 @@ void ParameterServer::run() {
     auto updateStart = Clock::now();
     grad.div_(samples);
     sgd.step(weights, grad, lr);
+    if (m > 0) {  // BatchNorm statistics: the workers' average, for the next step and checkpoints
+      buffers.copy_(workerBuffers).div_(workers);
+      writeBuffers(model_, buffers);
+    }
     double update = secondsSince(updateStart);
 
     window.steps += 1;
     window.lossSum += lossSum;
     window.samples += samples;
     window.computeSeconds += trailer[kComputeSeconds] / workers;
+    window.dataWaitSeconds += trailer[kDataWaitSeconds] / workers;
     window.exchangeSeconds += exchange;
     window.updateSeconds += update;
 
@@ -146,6 +156,7 @@ void ParameterServer::run() {
       line.add("step", done).add("epoch", progress.epoch).add("loss", progress.loss);
       line.add("lr", lr).add("samples_per_s", progress.samplesPerSecond);
       line.add("compute_s", window.computeSeconds / steps);
+      line.add("data_wait_s", window.dataWaitSeconds / steps);
       line.add("comm_s", std::max(0.0, (window.exchangeSeconds - window.computeSeconds) / steps));
       line.add("exchange_s", window.exchangeSeconds / steps);
       line.add("update_s", window.updateSeconds / steps);

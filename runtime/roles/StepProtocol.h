@@ -1,12 +1,14 @@
 #pragma once
 // The wire layout of one synchronous step (DESIGN.md, "The step protocol").
 //
-// Down (rank 0 -> all, one broadcast): a 32-byte StepHeader followed by the flat weights.
+// Down (rank 0 -> all, one broadcast): a 32-byte StepHeader, the flat weights, then the
+// model's buffers (BatchNorm running statistics) as averaged by the server.
 // Up (all -> rank 0, one sum-reduce): the flat gradient, each worker's multiplied by its
-// sample count, followed by kTrailerFloats floats of per-step accounting. The server's own
-// contribution is all zeros, so after the reduce the gradient divided by the summed sample
-// count is the gradient of the mean loss over every sample of the step, whatever the
-// workers' batch sizes.
+// sample count; the worker's buffers after its forward pass; then kTrailerFloats floats of
+// per-step accounting. The server's own contribution is all zeros, so after the reduce the
+// gradient divided by the summed sample count is the gradient of the mean loss over every
+// sample of the step, whatever the workers' batch sizes, and the buffers divided by the
+// number of workers are their average.
 #include <cstddef>
 #include <cstdint>
 
@@ -34,11 +36,17 @@ enum Trailer : std::size_t {
   kSamples = 1,         // samples in the batch
   kComputeSeconds = 2,  // forward + backward time
   kNonFinite = 3,       // 1 if the worker saw a non-finite loss or gradient
-  kTrailerFloats = 4,
+  kDataWaitSeconds = 4, // time the step waited for its batch
+  kTrailerFloats = 5,
 };
 
-// Bytes of the down and up messages of one step for a model of `parameters` floats.
-constexpr std::size_t downBytes(std::size_t parameters) { return (kHeaderFloats + parameters) * sizeof(float); }
-constexpr std::size_t upBytes(std::size_t parameters) { return (parameters + kTrailerFloats) * sizeof(float); }
+// Bytes of the down and up messages of one step for a model of `parameters` parameter
+// and `buffers` buffer elements.
+constexpr std::size_t downBytes(std::size_t parameters, std::size_t buffers) {
+  return (kHeaderFloats + parameters + buffers) * sizeof(float);
+}
+constexpr std::size_t upBytes(std::size_t parameters, std::size_t buffers) {
+  return (parameters + buffers + kTrailerFloats) * sizeof(float);
+}
 
 }  // namespace pstrain::roles

@@ -18,6 +18,7 @@
 #include "runtime/roles/StepProtocol.h"
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/metrics/Json.h"
+#include "runtime/roles/FlatParameters.h"
 #include "runtime/roles/Handshake.h"
 #include "runtime/roles/ParameterServer.h"
 #include "runtime/roles/Worker.h"
@@ -67,7 +68,9 @@ std::string prepareTrainDir(const config::TrainConfig& cfg) {
 
 // Rank 0's account of a dry run: who does what, and what a real run would move and write.
 void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::string, std::string>>& facts,
-               std::int64_t trainSamples, std::int64_t parameters, const std::string& trainDirState) {
+               std::int64_t trainSamples, const models::Net& model, const std::string& trainDirState) {
+  const std::int64_t parameters = models::parameterCount(model);
+  const std::int64_t buffers = bufferCount(model);
   const int workers = static_cast<int>(facts.size()) - 1;
   const data::ShardSampler sampler(trainSamples, workers, cfg.batchSize, cfg.seed);
   const std::int64_t total = config::totalSteps(cfg, sampler.stepsPerEpoch());
@@ -92,8 +95,9 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
                                          : "",
                      cfg.lrDecay == "cosine" ? ", then cosine to 0" : ", then constant", cfg.momentum,
                      cfg.nesterov ? " (Nesterov)" : "", cfg.weightDecay);
-  out += fmt::format("  per step  server -> each worker {} bytes (weights + header); each worker -> server {} bytes (gradient + accounting)\n",
-                     downBytes(parameters), upBytes(parameters));
+  out += fmt::format("  per step  server -> each worker {} bytes (weights{} + header); each worker -> server {} bytes (gradient{} + accounting)\n",
+                     downBytes(parameters, buffers), buffers ? " + BatchNorm buffers" : "",
+                     upBytes(parameters, buffers), buffers ? " + buffers" : "");
   std::string schedule;
   std::int64_t count = 0;
   for (std::int64_t s = cfg.checkpointEvery; cfg.checkpointEvery > 0 && s < total; s += cfg.checkpointEvery) {
@@ -167,8 +171,7 @@ void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, model
 
   if (cfg.dryRun) {
     if (server) {
-      printPlan(cfg, facts, std::stoll(facts.at(1).at("train-samples")), models::parameterCount(model),
-                trainDirState);
+      printPlan(cfg, facts, std::stoll(facts.at(1).at("train-samples")), model, trainDirState);
     }
     return;
   }

@@ -6,11 +6,23 @@
 #include <chrono>
 #include <cstring>
 
+#include "data/Prefetcher.h"
 #include "data/ShardSampler.h"
 #include "runtime/roles/FlatParameters.h"
 #include "runtime/roles/StepProtocol.h"
 
 namespace pstrain::roles {
+namespace {
+
+// splitmix64: a well-mixed 64-bit value from a few inputs, for per-batch augmentation seeds.
+std::uint64_t mix(std::uint64_t a, std::uint64_t b, std::uint64_t c) {
+  std::uint64_t x = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull ^ c;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
 
 Worker::Worker(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
                const data::Dataset& train, c10::Device device)
@@ -20,12 +32,15 @@ void Worker::run() {
   const int shard = comm_.rank() - 1;
   const data::ShardSampler sampler(train_.size(), comm_.size() - 1, cfg_.batchSize, cfg_.seed);
   const std::int64_t n = models::parameterCount(model_);
+  const std::int64_t m = bufferCount(model_);
   const bool onHost = device_.is_cpu();
 
-  std::vector<float> down(kHeaderFloats + n);
-  std::vector<float> up(n + kTrailerFloats);
+  std::vector<float> down(kHeaderFloats + n + m);
+  std::vector<float> up(n + m + kTrailerFloats);
   at::Tensor hostWeights = torch::from_blob(down.data() + kHeaderFloats, {n}, torch::kFloat32);
+  at::Tensor serverBuffers = torch::from_blob(down.data() + kHeaderFloats + n, {m}, torch::kFloat32);
   at::Tensor hostGrad = torch::from_blob(up.data(), {n}, torch::kFloat32);
+  at::Tensor myBuffers = torch::from_blob(up.data() + n, {m}, torch::kFloat32);
   // On the CPU the model computes straight from/into the message buffers; on an
   // accelerator it has its own flat copies, refreshed once per step in each direction.
   auto deviceOptions = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
@@ -35,17 +50,23 @@ void Worker::run() {
   bindGradients(model_, grad);
   model_.train();
 
+  // Batches depend only on (seed, step, shard): reproducible, and built ahead of time.
+  data::Prefetcher prefetcher([&](std::int64_t step) {
+    return train_.batch(sampler.batch(shard, step), mix(cfg_.seed, static_cast<std::uint64_t>(step), shard));
+  });
+
   StepHeader header;
   for (std::int64_t expected = 0;; ++expected) {
     comm_.broadcast(down.data(), down.size() * sizeof(float), 0, fmt::format("step {}", expected));
     std::memcpy(static_cast<void*>(&header), down.data(), sizeof header);
-    if (header.control == Control::Stop) break;
+    if (!onHost) weights.copy_(hostWeights);
+    writeBuffers(model_, serverBuffers);
+    if (header.control == Control::Stop) break;  // the model now holds the final state
     expected = header.step;
 
-    auto start = std::chrono::steady_clock::now();
-    if (!onHost) weights.copy_(hostWeights);
-    auto indices = sampler.batch(shard, header.step);
-    auto [images, labels] = train_.batch(indices);
+    const auto start = std::chrono::steady_clock::now();
+    double dataWait = 0;
+    auto [images, labels] = prefetcher.take(header.step, &dataWait);
     images = images.to(device_);
     labels = labels.to(device_);
 
@@ -54,16 +75,18 @@ void Worker::run() {
     loss.backward();
     collectGradients(model_, grad);
 
-    const float count = static_cast<float>(indices.size());
+    const float count = static_cast<float>(labels.size(0));
     const float lossValue = loss.item<float>();
     grad.mul_(count);
     if (!onHost) hostGrad.copy_(grad);
-    float* trailer = up.data() + n;
+    readBuffers(model_, myBuffers);
+    float* trailer = up.data() + n + m;
     trailer[kLossSum] = lossValue * count;
     trailer[kSamples] = count;
     trailer[kComputeSeconds] =
         std::chrono::duration<float>(std::chrono::steady_clock::now() - start).count();
     trailer[kNonFinite] = std::isfinite(lossValue) ? 0.0f : 1.0f;
+    trailer[kDataWaitSeconds] = static_cast<float>(dataWait);
     comm_.reduceSum(up.data(), up.size(), 0, fmt::format("step {}", header.step));
   }
   // The message buffers die with this call: hand the model weights of its own.

@@ -4,10 +4,12 @@
 
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <thread>
 
 #include "runtime/Errors.h"
 #include "runtime/comm/InProcessComm.h"
+#include "runtime/roles/Evaluation.h"
 #include "runtime/roles/Training.h"
 #include "tests/common/Reference.h"
 #include "tests/common/ScratchDir.h"
@@ -139,4 +141,59 @@ TEST(SyncThreads, ARankThatNeverArrivesTimesOutNamingTheOperation) {
     EXPECT_NE(std::string(e.what()).find("step 7"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("rank 0"), std::string::npos) << e.what();
   }
+}
+
+// BatchNorm statistics are buffers: they must reach the server (averaged over the workers)
+// so that its checkpoints evaluate like the workers' models, never stale or initial.
+TEST(SyncThreads, BatchNormBuffersReachTheServerAndItsCheckpointEvaluatesLikeTheWorkers) {
+  torch::set_num_threads(1);
+  testsupport::ScratchDir scratch("batchnorm");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
+  cfg.model = "resnet20";
+  cfg.dataset = "synthetic-cifar";
+  cfg.syntheticSize = 96;
+  cfg.batchSize = 8;
+  cfg.steps = 6;
+  cfg.checkpointEvery = 0;
+  data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
+  data::Dataset test = data::loadDataset(cfg.dataset, "", data::Split::Test, cfg.syntheticSize);
+  std::vector<std::shared_ptr<models::Net>> nets;
+  for (int r = 0; r < 3; ++r) {
+    torch::manual_seed(cfg.seed);
+    nets.push_back(models::makeModel(cfg.model));
+  }
+  comm::InProcessWorld world(3);
+  auto errors = runRanks(world, [&](int r) {
+    roles::runTraining(world.rank(r), cfg, *nets[r], r == 0 ? nullptr : &train, c10::Device(c10::kCPU), {});
+  });
+  for (int r = 0; r < 3; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+
+  auto published = checkpoint::listPublished(cfg.trainDir + "/ckpt");
+  ASSERT_EQ(published.size(), 1u);
+  auto ckpt = checkpoint::read(published[0]);
+  std::map<std::string, at::Tensor> state(ckpt.modelState.begin(), ckpt.modelState.end());
+  // The statistics moved away from their initial values (mean 0, var 1, 0 batches)...
+  EXPECT_GT(state.at("bn1.running_mean").abs().max().item<double>(), 1e-3);
+  EXPECT_GT((state.at("layer3.2.bn2.running_var") - 1).abs().max().item<double>(), 1e-3);
+  EXPECT_EQ(state.at("bn1.num_batches_tracked").item<std::int64_t>(), cfg.steps);
+  // ...and the server's checkpoint holds exactly what every worker's model holds.
+  auto fromCheckpoint = models::makeModel(cfg.model);
+  models::loadStateDict(*fromCheckpoint, ckpt.modelState, published[0].path);
+  for (int r = 1; r < 3; ++r) {
+    EXPECT_EQ(testsupport::maxAbsDiff(models::stateDict(*nets[r]), ckpt.modelState), 0.0) << "worker " << r;
+  }
+  auto server = roles::evaluate(*fromCheckpoint, test, c10::Device(c10::kCPU));
+  auto worker = roles::evaluate(*nets[1], test, c10::Device(c10::kCPU));
+  EXPECT_EQ(server.accuracy, worker.accuracy);
+  EXPECT_EQ(server.predictions, worker.predictions);
+  EXPECT_NEAR(server.loss, worker.loss, 1e-6);
+  // Stale (initial) statistics would evaluate differently: the test can tell.
+  auto stale = models::makeModel(cfg.model);
+  auto staleState = ckpt.modelState;
+  for (auto& [key, tensor] : staleState) {
+    if (key.find("running_mean") != std::string::npos) tensor = torch::zeros_like(tensor);
+    if (key.find("running_var") != std::string::npos) tensor = torch::ones_like(tensor);
+  }
+  models::loadStateDict(*stale, staleState, "stale");
+  EXPECT_GT(std::abs(roles::evaluate(*stale, test, c10::Device(c10::kCPU)).loss - server.loss), 1e-3);
 }

@@ -49,7 +49,10 @@ TEST(Cli, RejectsNonsenseWithTheFlagNamed) {
   EXPECT_NE(parseError({"--model", "resnet9000"}).find("unknown model 'resnet9000'"), std::string::npos);
   EXPECT_NE(parseError({"--batch-size", "0"}).find("--batch-size"), std::string::npos);
   EXPECT_NE(parseError({"--lr", "-1"}).find("--lr"), std::string::npos);
-  EXPECT_NE(parseError({"--dataset", "imagenet"}).find("--dataset"), std::string::npos);
+  EXPECT_NE(parseError({"--dataset", "imagenet"}).find("unknown dataset 'imagenet'"), std::string::npos);
+  EXPECT_NE(parseError({"--model", "resnet20"}).find("--model resnet20 takes 3x32x32 images but --dataset fashion-mnist has 1x28x28"),
+            std::string::npos);
+  EXPECT_EQ(parseError({"--model", "resnet20", "--dataset", "cifar10"}), "");
   EXPECT_NE(parseError({"--lr", "abc"}).find("abc"), std::string::npos);
   EXPECT_NE(parseError({"--no-such-flag"}).find("no-such-flag"), std::string::npos);
   EXPECT_NE(parseError({"stray"}).find("stray"), std::string::npos);

@@ -1,0 +1,21 @@
+#pragma once
+#include <unistd.h>
+
+#include <string>
+
+namespace pstrain::launcher {
+
+// Writes `line` and a newline to stderr in one write(2): a process that MPI_Abort on
+// another rank kills a moment later still leaves a whole line, never a fragment (stderr
+// is unbuffered, so `std::cerr << a << b` is several writes).
+inline void printErrorLine(const std::string& line) {
+  const std::string text = line + "\n";
+  std::size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(STDERR_FILENO, text.data() + done, text.size() - done);
+    if (n <= 0) return;
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace pstrain::launcher
