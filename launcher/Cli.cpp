@@ -114,6 +114,9 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
   options.add_options("Run")
     ("train-dir", "where run.json, metrics.jsonl, ckpt/ and trained_model.pt go", str(d.trainDir))
     ("overwrite", "replace an earlier run in --train-dir", flag())
+    ("resume", "continue the run in --train-dir from its newest valid checkpoint (same result as an uninterrupted run)", flag())
+    ("skip-nonfinite", "drop and count a step whose loss or averaged gradient is NaN/inf instead of stopping", flag())
+    ("inject-nan", "testing: RANK:STEP makes worker RANK's loss NaN at STEP", str(""))
     ("checkpoint-every", "publish a checkpoint every N steps (0: only the final one)", i64(d.checkpointEvery))
     ("log-every", "progress line and metrics.jsonl record every N steps", i64(d.logEvery))
     ("threads", "intra-op threads per rank (0: cores / ranks on the host)", cxxopts::value<int>()->default_value(std::to_string(d.threads)))
@@ -169,6 +172,9 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     c.trainDir = r["train-dir"].as<std::string>();
     c.overwrite = r["overwrite"].as<bool>();
     c.dryRun = r["dry-run"].as<bool>();
+    c.resume = r["resume"].as<bool>();
+    c.skipNonfinite = r["skip-nonfinite"].as<bool>();
+    c.injectNan = r["inject-nan"].as<std::string>();
     c.checkpointEvery = r["checkpoint-every"].as<std::int64_t>();
     c.logEvery = r["log-every"].as<std::int64_t>();
     c.threads = r["threads"].as<int>();

@@ -3,6 +3,9 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <unistd.h>
+
+#include <csignal>
 #include <iostream>
 #include <optional>
 
@@ -13,6 +16,7 @@
 #include "models/Registry.h"
 #include "runtime/Errors.h"
 #include "runtime/comm/mpi/MpiComm.h"
+#include "runtime/roles/StepProtocol.h"
 #include "runtime/roles/Training.h"
 
 namespace {
@@ -36,6 +40,45 @@ void printDatasets() {
   }
 }
 
+int gRank = -1;
+
+// Appends the decimal digits of `value` to `out` (async-signal-safe).
+char* appendNumber(char* out, long long value) {
+  char digits[24];
+  int n = 0;
+  bool negative = value < 0;
+  unsigned long long v = negative ? 0ull - static_cast<unsigned long long>(value) : static_cast<unsigned long long>(value);
+  do {
+    digits[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v);
+  if (negative) *out++ = '-';
+  while (n) *out++ = digits[--n];
+  return out;
+}
+
+char* appendText(char* out, const char* text) {
+  while (*text) *out++ = *text++;
+  return out;
+}
+
+// SIGTERM/SIGINT/SIGHUP (mpirun forwards them, and sends SIGTERM to every rank when one
+// dies): say which rank stopped at which step, then leave at once. Checkpoints are written
+// to a temporary name and renamed, so leaving mid-write never exposes a partial file.
+extern "C" void onTerminate(int signal) {
+  char line[160];
+  char* p = appendText(line, "pstrain: rank ");
+  p = appendNumber(p, gRank);
+  p = appendText(p, ": stopped by signal ");
+  p = appendNumber(p, signal);
+  p = appendText(p, " at step ");
+  p = appendNumber(p, roles::currentStep().load());
+  p = appendText(p, " (the job was interrupted, or another rank failed)\n");
+  ssize_t ignored = ::write(STDERR_FILENO, line, static_cast<std::size_t>(p - line));
+  (void)ignored;
+  ::_exit(128 + signal);
+}
+
 std::string commandLine(int argc, char** argv) {
   std::string line;
   for (int i = 0; i < argc; ++i) line += (i ? " " : "") + std::string(argv[i]);
@@ -49,6 +92,8 @@ int main(int argc, char** argv) {
   comm::MpiSession mpi(&argc, &argv);
   comm::MpiComm comm;
   const int rank = comm.rank();
+  gRank = rank;
+  for (int signal : {SIGTERM, SIGINT, SIGHUP}) std::signal(signal, onTerminate);
 
   launcher::TrainCommand cli;
   try {

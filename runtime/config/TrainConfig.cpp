@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <set>
 
 #include "runtime/Errors.h"
@@ -52,6 +53,14 @@ void TrainConfig::validate() const {
   require(threads >= 0, fmt::format("--threads must be 0 (auto) or more (got {})", threads));
   require(timeoutSeconds > 0, "--timeout must be positive");
   require(!trainDir.empty(), "--train-dir must not be empty");
+  require(!(resume && overwrite), "--resume continues the run in --train-dir, --overwrite replaces it: choose one");
+  if (!injectNan.empty()) {
+    int rank = 0;
+    long long step = 0;
+    char end = 0;
+    require(std::sscanf(injectNan.c_str(), "%d:%lld%c", &rank, &step, &end) == 2 && rank > 0 && step >= 0,
+            fmt::format("--inject-nan wants RANK:STEP with a worker rank >= 1 (got '{}')", injectNan));
+  }
   require(syntheticSize > 0, "--synthetic-size must be at least 1");
 }
 

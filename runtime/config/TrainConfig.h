@@ -27,6 +27,9 @@ struct TrainConfig {
   std::string trainDir = "runs/pstrain";
   bool overwrite = false;              // replace an earlier run in trainDir
   bool dryRun = false;                 // check everything on every rank, print the plan, stop
+  bool resume = false;                 // continue from the newest valid checkpoint in trainDir
+  bool skipNonfinite = false;          // drop (and count) a step with a non-finite loss/gradient
+  std::string injectNan;               // testing: "RANK:STEP" makes that worker's loss NaN
   std::int64_t checkpointEvery = 500;  // steps; the final step is always checkpointed
   std::int64_t logEvery = 50;          // steps
   std::uint64_t seed = 1;

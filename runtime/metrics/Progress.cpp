@@ -15,7 +15,8 @@ std::string formatDuration(double seconds) {
 
 std::string progressLine(const StepProgress& p) {
   double fraction = p.total > 0 ? static_cast<double>(p.step) / p.total : 0;
-  double eta = p.step > 0 ? p.elapsedSeconds / p.step * (p.total - p.step) : -1;
+  const std::int64_t done = p.step - p.firstStep;
+  double eta = done > 0 ? p.elapsedSeconds / done * (p.total - p.step) : -1;
   int width = static_cast<int>(std::to_string(p.total).size());
   return fmt::format("step {:>{}}/{} ({:5.1f}%) | epoch {} | loss {:.4f} | lr {:.4g} | {:.0f} samples/s | ETA {}",
                      p.step, width, p.total, 100 * fraction, p.epoch, p.loss, p.lr,

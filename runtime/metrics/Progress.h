@@ -15,7 +15,8 @@ struct StepProgress {
   double loss = 0;
   double lr = 0;
   double samplesPerSecond = 0;
-  double elapsedSeconds = 0;  // since the first step of this process
+  std::int64_t firstStep = 0;  // the step this process started at (after a resume: not 0)
+  double elapsedSeconds = 0;   // since the first step of this process
 };
 
 // "step   120/938 (12.8%) | epoch 0 | loss 0.5432 | lr 0.0200 | 3456 samples/s | ETA 0:34"

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <map>
 
 #include "data/ShardSampler.h"
 #include "runtime/Errors.h"
@@ -44,8 +45,9 @@ struct Window {
 }  // namespace
 
 ParameterServer::ParameterServer(comm::Communicator& comm, const config::TrainConfig& cfg,
-                                 models::Net& model, std::int64_t trainSamples)
-    : comm_(comm), cfg_(cfg), model_(model), trainSamples_(trainSamples) {}
+                                 models::Net& model, std::int64_t trainSamples,
+                                 const checkpoint::Checkpoint* resumeFrom)
+    : comm_(comm), cfg_(cfg), model_(model), trainSamples_(trainSamples), resumeFrom_(resumeFrom) {}
 
 void ParameterServer::run() {
   const int workers = comm_.size() - 1;
@@ -64,15 +66,29 @@ void ParameterServer::run() {
   bindParameters(model_, weights);
   readBuffers(model_, buffers);
   optim::Sgd sgd({cfg_.momentum, cfg_.weightDecay, cfg_.nesterov});
+  const std::int64_t firstStep = resumeFrom_ ? resumeFrom_->step : 0;
+  if (resumeFrom_ && !resumeFrom_->momentum.empty()) {
+    std::map<std::string, at::Tensor> saved(resumeFrom_->momentum.begin(), resumeFrom_->momentum.end());
+    std::vector<at::Tensor> parts;
+    for (const auto& item : model_.named_parameters()) {
+      auto it = saved.find(item.key());
+      if (it == saved.end() || it->second.numel() != item.value().numel()) {
+        throw CheckpointError(fmt::format("step {} checkpoint: no momentum buffer of the right size for '{}'",
+                                          firstStep, item.key()));
+      }
+      parts.push_back(it->second.flatten().to(torch::kFloat32));
+    }
+    sgd.setMomentumBuffer(torch::cat(parts));
+  }
 
   const std::size_t downBytes = roles::downBytes(n, m);
   const std::size_t upBytes = roles::upBytes(n, m);
   const fs::path dir(cfg_.trainDir);
   metrics::JsonLines log((dir / "metrics.jsonl").string());
   std::cout << fmt::format("pstrain: {} workers, {} steps ({} per epoch), model {} ({} parameters), "
-                           "{} train samples, batch {} per worker",
+                           "{} train samples, batch {} per worker{}",
                            workers, total, sampler.stepsPerEpoch(), cfg_.model, n, trainSamples_,
-                           cfg_.batchSize)
+                           cfg_.batchSize, firstStep ? fmt::format("; resuming at step {}", firstStep) : "")
             << std::endl;
 
   auto makeCheckpoint = [&](std::int64_t stepsDone) {
@@ -98,7 +114,9 @@ void ParameterServer::run() {
   auto header = [&](const StepHeader& h) { std::memcpy(down.data(), &h, sizeof h); };
   const auto runStart = Clock::now();
   Window window;
-  for (std::int64_t step = 0; step < total; ++step) {
+  std::int64_t skipped = 0;
+  for (std::int64_t step = firstStep; step < total; ++step) {
+    currentStep() = step;
     const double lr = optim::learningRate(cfg_, workers, step, total);
     const std::string context = fmt::format("step {}", step);
     header({step, sampler.epochOf(step), Control::Train, static_cast<float>(lr), 0});
@@ -110,31 +128,37 @@ void ParameterServer::run() {
     double exchange = secondsSince(exchangeStart);
 
     const float* trailer = up.data() + n + m;
-    double samples = trailer[kSamples];
-    double lossSum = trailer[kLossSum];
-    if (trailer[kNonFinite] > 0 || !std::isfinite(lossSum)) {
-      throw Error(fmt::format("step {}: {} worker(s) reported a non-finite loss or gradient; "
-                              "lower --lr (the last good checkpoint is kept)",
-                              step, trailer[kNonFinite]));
-    }
+    const double samples = trailer[kSamples];
+    const double lossSum = trailer[kLossSum];
     if (samples <= 0) throw Error(fmt::format("step {}: the workers sent no samples", step));
-    if (!torch::isfinite(grad).all().item<bool>()) {
-      throw Error(fmt::format("step {}: the summed gradient is not finite; lower --lr (the last "
-                              "good checkpoint is kept)", step));
-    }
-
+    // Workers stop the job themselves on a non-finite loss unless --skip-nonfinite; an
+    // overflow can still appear only in the sum.
+    const bool finite = trailer[kNonFinite] == 0 && std::isfinite(lossSum) &&
+                        torch::isfinite(grad).all().item<bool>();
     auto updateStart = Clock::now();
-    grad.div_(samples);
-    sgd.step(weights, grad, lr);
-    if (m > 0) {  // BatchNorm statistics: the workers' average, for the next step and checkpoints
-      buffers.copy_(workerBuffers).div_(workers);
-      writeBuffers(model_, buffers);
+    if (finite) {
+      grad.div_(samples);
+      sgd.step(weights, grad, lr);
+      if (m > 0) {  // BatchNorm statistics: the workers' average, for the next step and checkpoints
+        buffers.copy_(workerBuffers).div_(workers);
+        writeBuffers(model_, buffers);
+      }
+    } else if (cfg_.skipNonfinite) {
+      ++skipped;
+      std::cout << fmt::format("pstrain: step {}: non-finite loss or gradient ({} worker(s) reported one); "
+                               "update skipped (--skip-nonfinite, {} so far)", step, trailer[kNonFinite], skipped)
+                << std::endl;
+    } else {
+      throw Error(fmt::format("step {}: the summed gradient of the workers is not finite; lower --lr, or "
+                              "--skip-nonfinite to drop such steps (the last good checkpoint is kept)", step));
     }
     double update = secondsSince(updateStart);
 
     window.steps += 1;
-    window.lossSum += lossSum;
-    window.samples += samples;
+    if (finite) {
+      window.lossSum += lossSum;
+      window.samples += samples;
+    }
     window.computeSeconds += trailer[kComputeSeconds] / workers;
     window.dataWaitSeconds += trailer[kDataWaitSeconds] / workers;
     window.exchangeSeconds += exchange;
@@ -148,9 +172,10 @@ void ParameterServer::run() {
       progress.step = done;
       progress.total = total;
       progress.epoch = sampler.epochOf(step);
-      progress.loss = window.lossSum / window.samples;
+      progress.loss = window.samples > 0 ? window.lossSum / window.samples : NAN;
       progress.lr = lr;
       progress.samplesPerSecond = window.samples / wall;
+      progress.firstStep = firstStep;
       progress.elapsedSeconds = secondsSince(runStart);
       metrics::JsonObject line;
       line.add("step", done).add("epoch", progress.epoch).add("loss", progress.loss);
@@ -163,6 +188,7 @@ void ParameterServer::run() {
       line.add("bytes_sent", static_cast<std::int64_t>(downBytes));
       line.add("bytes_received", static_cast<std::int64_t>(upBytes));
       line.add("elapsed_s", progress.elapsedSeconds);
+      line.add("skipped_nonfinite", skipped);
       log.write(line);
       std::cout << metrics::progressLine(progress) << std::endl;
       window = Window();

@@ -9,6 +9,7 @@
 // gradient divided by the summed sample count is the gradient of the mean loss over every
 // sample of the step, whatever the workers' batch sizes, and the buffers divided by the
 // number of workers are their average.
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -39,6 +40,10 @@ enum Trailer : std::size_t {
   kDataWaitSeconds = 4, // time the step waited for its batch
   kTrailerFloats = 5,
 };
+
+// The step this process is working on (-1 before the first), for diagnostics such as a
+// signal handler's last words; lock-free, so async-signal-safe to read.
+std::atomic<std::int64_t>& currentStep();
 
 // Bytes of the down and up messages of one step for a model of `parameters` parameter
 // and `buffers` buffer elements.

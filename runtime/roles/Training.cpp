@@ -7,6 +7,7 @@
 #include <chrono>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 
 #include <unistd.h>
 
@@ -24,22 +25,28 @@
 #include "runtime/roles/Worker.h"
 
 namespace pstrain::roles {
+
+std::atomic<std::int64_t>& currentStep() {
+  static std::atomic<std::int64_t> step{-1};
+  return step;
+}
+
 namespace {
 
 namespace fs = std::filesystem;
 
 constexpr const char* kProtocolVersion = "1";
 
-// Makes the train dir ready for a new run on rank 0: refuses to mix with an earlier run
-// unless --overwrite, and proves it is writable before any worker starts computing. A dry
-// run only checks, and describes what it found.
+// Makes the train dir ready on rank 0: refuses to mix a new run with an earlier one unless
+// --overwrite (or --resume, which continues it), and proves the dir writable before any
+// worker starts computing. A dry run only checks, and says what it found.
 std::string prepareTrainDir(const config::TrainConfig& cfg) {
   fs::path dir(cfg.trainDir);
   std::error_code ec;
   const bool earlierRun = fs::exists(dir / "run.json");
-  if (earlierRun && !cfg.overwrite) {
+  if (earlierRun && !cfg.overwrite && !cfg.resume) {
     throw ConfigError(fmt::format(
-        "{} already holds a run; pass --overwrite to replace it or choose another --train-dir",
+        "{} already holds a run; --resume continues it, --overwrite replaces it, or choose another --train-dir",
         cfg.trainDir));
   }
   if (cfg.dryRun) {
@@ -53,10 +60,19 @@ std::string prepareTrainDir(const config::TrainConfig& cfg) {
                               (dir / "ckpt").string(), existing.string(), ec ? ec.message() : "exists"));
     }
     fs::remove(probe, ec);
-    return earlierRun ? "writable; holds an earlier run that --overwrite will replace" : "writable";
+    if (!earlierRun) return "writable";
+    return cfg.resume ? "writable; --resume continues the run it holds" : "writable; holds an earlier run that --overwrite will replace";
   }
-  if (earlierRun) {    for (const char* name : {"ckpt", "metrics.jsonl", "trained_model.pt", "eval.csv", "eval.jsonl", "run.json"}) {
+  if (earlierRun && cfg.overwrite) {
+    for (const char* name : {"ckpt", "metrics.jsonl", "trained_model.pt", "eval.csv", "eval.jsonl", "run.json"}) {
       fs::remove_all(dir / name, ec);
+    }
+  }
+  if (cfg.resume) {
+    // trained_model.pt is written again at the end; until then the run is not finished.
+    fs::remove(dir / "trained_model.pt", ec);
+    for (const auto& entry : fs::directory_iterator(dir / "ckpt", ec)) {
+      if (entry.path().filename().string().find(".tmp") != std::string::npos) fs::remove(entry.path(), ec);
     }
   }
   fs::create_directories(dir / "ckpt", ec);
@@ -64,6 +80,37 @@ std::string prepareTrainDir(const config::TrainConfig& cfg) {
   checkpoint::atomicWrite((dir / ".write-test").string(), "ok\n");
   fs::remove(dir / ".write-test", ec);
   return "ready";
+}
+
+// With --resume: the newest checkpoint in the train dir that reads back intact, skipping
+// (and reporting) damaged ones; none if there is none. A checkpoint of another model or
+// dataset is an error, not something to skip.
+std::optional<checkpoint::Checkpoint> resumePoint(const config::TrainConfig& cfg) {
+  const std::string dir = (fs::path(cfg.trainDir) / "ckpt").string();
+  auto published = checkpoint::listPublished(dir);
+  for (auto it = published.rbegin(); it != published.rend(); ++it) {
+    checkpoint::Checkpoint ckpt;
+    try {
+      ckpt = checkpoint::read(*it);
+    } catch (const CheckpointError& e) {
+      std::cout << "pstrain: resume: skipping step " << it->step << ": " << e.what() << std::endl;
+      continue;
+    }
+    if (ckpt.model != cfg.model || ckpt.dataset != cfg.dataset) {
+      throw CheckpointError(fmt::format("{}: a checkpoint of {} on {}, but this run trains {} on {} "
+                                        "(another run's --train-dir?)", it->path, ckpt.model, ckpt.dataset,
+                                        cfg.model, cfg.dataset));
+    }
+    if (ckpt.fingerprint != cfg.fingerprint()) {
+      std::cout << "pstrain: resume: the configuration differs from the one that wrote step " << ckpt.step
+                << " (fingerprint " << ckpt.fingerprint << ", now " << cfg.fingerprint()
+                << "); continuing with the new one" << std::endl;
+    }
+    std::cout << "pstrain: resume: continuing from " << it->path << std::endl;
+    return ckpt;
+  }
+  std::cout << "pstrain: resume: no valid checkpoint in " << dir << "; starting at step 0" << std::endl;
+  return std::nullopt;
 }
 
 // Rank 0's account of a dry run: who does what, and what a real run would move and write.
@@ -119,7 +166,7 @@ std::string isoTime() {
 
 void writeRunJson(const config::TrainConfig& cfg, const RunInfo& info,
                   const std::vector<std::map<std::string, std::string>>& facts,
-                  std::int64_t trainSamples, std::int64_t parameters) {
+                  std::int64_t trainSamples, std::int64_t parameters, std::int64_t firstStep) {
   metrics::JsonObject config;
   for (const auto& [key, value] : cfg.sharedFields()) config.add(key, value);
   config.add("data-dir", cfg.dataDir).add("train-dir", cfg.trainDir);
@@ -138,7 +185,7 @@ void writeRunJson(const config::TrainConfig& cfg, const RunInfo& info,
   run.add("fingerprint", cfg.fingerprint()).add("start_time", isoTime());
   run.add("world_size", static_cast<std::int64_t>(facts.size()));
   run.add("workers", static_cast<std::int64_t>(facts.size() - 1));
-  run.add("train_samples", trainSamples).add("parameters", parameters);
+  run.add("train_samples", trainSamples).add("parameters", parameters).add("first_step", firstStep);
   run.add("torch_version", TORCH_VERSION).add("mpi_library", info.mpiLibrary);
   run.add("command", info.commandLine);
   run.addRaw("config", config.str()).addRaw("ranks", ranks);
@@ -156,11 +203,21 @@ void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, model
   }
   comm.setTimeoutSeconds(cfg.timeoutSeconds);
   const bool server = comm.rank() == 0;
-  const std::string trainDirState = server ? prepareTrainDir(cfg) : "";
+  std::string trainDirState = server ? prepareTrainDir(cfg) : "";
+  std::optional<checkpoint::Checkpoint> resume;
+  if (server && cfg.resume) {
+    resume = resumePoint(cfg);
+    if (resume) {
+      models::loadStateDict(model, resume->modelState, fmt::format("step {} checkpoint", resume->step));
+      if (cfg.dryRun) trainDirState += fmt::format("; resuming at step {}", resume->step);
+    }
+  }
 
   Facts mine = cfg.sharedFields();
   mine.emplace_back("protocol", kProtocolVersion);
   mine.emplace_back("dry-run", cfg.dryRun ? "true" : "false");
+  mine.emplace_back("resume", cfg.resume ? "true" : "false");
+  mine.emplace_back("skip-nonfinite", cfg.skipNonfinite ? "true" : "false");
   mine.emplace_back("parameters", models::parameterSignature(model));
   mine.emplace_back("train-samples", server ? "" : std::to_string(train->size()));
   mine.emplace_back("info.host", comm.hostName());
@@ -177,8 +234,8 @@ void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, model
   }
   if (server) {
     std::int64_t trainSamples = std::stoll(facts.at(1).at("train-samples"));
-    writeRunJson(cfg, info, facts, trainSamples, models::parameterCount(model));
-    ParameterServer(comm, cfg, model, trainSamples).run();
+    writeRunJson(cfg, info, facts, trainSamples, models::parameterCount(model), resume ? resume->step : 0);
+    ParameterServer(comm, cfg, model, trainSamples, resume ? &*resume : nullptr).run();
   } else {
     Worker(comm, cfg, model, *train, device).run();
   }

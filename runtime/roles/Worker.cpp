@@ -4,10 +4,13 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "data/Prefetcher.h"
 #include "data/ShardSampler.h"
+#include "runtime/Errors.h"
 #include "runtime/roles/FlatParameters.h"
 #include "runtime/roles/StepProtocol.h"
 
@@ -55,6 +58,14 @@ void Worker::run() {
     return train_.batch(sampler.batch(shard, step), mix(cfg_.seed, static_cast<std::uint64_t>(step), shard));
   });
 
+  // --inject-nan RANK:STEP: this worker's loss turns NaN at STEP.
+  std::int64_t nanStep = -1;
+  int nanRank = 0;
+  long long parsedStep = 0;
+  if (std::sscanf(cfg_.injectNan.c_str(), "%d:%lld", &nanRank, &parsedStep) == 2 && nanRank == comm_.rank()) {
+    nanStep = parsedStep;
+  }
+
   StepHeader header;
   for (std::int64_t expected = 0;; ++expected) {
     comm_.broadcast(down.data(), down.size() * sizeof(float), 0, fmt::format("step {}", expected));
@@ -63,6 +74,7 @@ void Worker::run() {
     writeBuffers(model_, serverBuffers);
     if (header.control == Control::Stop) break;  // the model now holds the final state
     expected = header.step;
+    currentStep() = header.step;
 
     const auto start = std::chrono::steady_clock::now();
     double dataWait = 0;
@@ -76,7 +88,15 @@ void Worker::run() {
     collectGradients(model_, grad);
 
     const float count = static_cast<float>(labels.size(0));
-    const float lossValue = loss.item<float>();
+    float lossValue = loss.item<float>();
+    if (header.step == nanStep) {  // --inject-nan, for the fault tests
+      lossValue = NAN;
+      grad.fill_(NAN);
+    }
+    if (!std::isfinite(lossValue) && !cfg_.skipNonfinite) {
+      throw Error(fmt::format("step {}: rank {}: the loss is {}; lower --lr, or --skip-nonfinite to drop such "
+                              "steps (the last good checkpoint is kept)", header.step, comm_.rank(), lossValue));
+    }
     grad.mul_(count);
     if (!onHost) hostGrad.copy_(grad);
     readBuffers(model_, myBuffers);
