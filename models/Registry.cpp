@@ -166,7 +166,12 @@ void loadStateDict(torch::nn::Module& module,
       throw CheckpointError(fmt::format("{}: '{}' has shape {}, the model needs {}", source, key,
                                         fmt::join(it->second.sizes(), "x"), fmt::join(tensor.sizes(), "x")));
     }
-    tensor.copy_(it->second);
+    try {
+      tensor.copy_(it->second);
+    } catch (const std::exception& e) {
+      std::string why = e.what();
+      throw CheckpointError(fmt::format("{}: '{}' cannot be loaded ({})", source, key, why.substr(0, why.find('\n'))));
+    }
   }
 }
 

@@ -2,16 +2,20 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/torch.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
 
 #include "runtime/Errors.h"
+#include "runtime/checkpoint/ArchiveCheck.h"
 
 namespace pstrain::checkpoint {
 namespace {
@@ -70,9 +74,32 @@ void syncDirectory(const fs::path& dir) {
 
 std::string stepName(std::int64_t step) { return fmt::format("step-{:08d}", step); }
 
+// A read adapter that never reads past the end of its bytes. torch::pickle_load's own
+// in-memory reader copies whatever range the zip directory names, so a crafted or damaged
+// archive makes it read out of bounds (found by tests/fuzz/fuzz_checkpoint).
+class BoundedReader : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit BoundedReader(const std::string& bytes) : bytes_(bytes) {}
+  size_t size() const override { return bytes_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
+    if (pos >= bytes_.size()) return 0;
+    n = std::min<size_t>(n, bytes_.size() - pos);
+    std::memcpy(buf, bytes_.data() + pos, n);
+    return n;
+  }
+
+ private:
+  const std::string& bytes_;
+};
+
+// torch::pickle_load, after checkArchive, reading through a BoundedReader.
 c10::IValue unpickle(const std::string& bytes, const std::string& path) {
+  checkArchive(bytes, path);
   try {
-    return torch::pickle_load(std::vector<char>(bytes.begin(), bytes.end()));
+    caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BoundedReader>(bytes));
+    return torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"",
+                                             /*type_resolver=*/c10::nullopt, /*obj_loader=*/c10::nullopt,
+                                             /*device=*/c10::nullopt, reader);
   } catch (const std::exception& e) {
     std::string why = e.what();
     throw CheckpointError(fmt::format("{}: not a readable torch pickle ({})", path,
@@ -159,6 +186,14 @@ std::vector<Published> listPublished(const std::string& dir) {
   return found;
 }
 
+namespace {
+
+// Decodes the unpickled dict; throws CheckpointError (or c10::Error on a type mismatch,
+// which read() turns into one).
+Checkpoint decode(const c10::IValue& top, const std::string& path);
+
+}  // namespace
+
 Checkpoint read(const Published& published) {
   const std::string& path = published.path;
   std::string okPath = path.substr(0, path.size() - 3) + ".ok";
@@ -179,6 +214,19 @@ Checkpoint read(const Published& published) {
     throw CheckpointError(fmt::format("{}: checksum mismatch (the file is corrupt)", path));
   }
   c10::IValue top = unpickle(bytes, path);
+  try {
+    return decode(top, path);
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    throw CheckpointError(fmt::format("{}: not a pstrain checkpoint ({})", path, why.substr(0, why.find('\n'))));
+  }
+}
+
+namespace {
+
+Checkpoint decode(const c10::IValue& top, const std::string& path) {
   if (!top.isGenericDict()) throw CheckpointError(fmt::format("{}: not a checkpoint dict", path));
   GenericDict dict = top.toGenericDict();
   for (const char* key : {"model", "optimizer", "__meta__"}) {
@@ -216,13 +264,22 @@ Checkpoint read(const Published& published) {
   return ckpt;
 }
 
+}  // namespace
+
 void writeStateDict(const std::string& path, const TensorList& state) {
   std::vector<char> pickled = torch::pickle_save(tensorDict(state));
   atomicWrite(path, std::string(pickled.begin(), pickled.end()));
 }
 
 TensorList readStateDict(const std::string& path) {
-  return tensorList(unpickle(readFile(path), path), path, "state_dict");
+  c10::IValue value = unpickle(readFile(path), path);
+  try {
+    return tensorList(value, path, "state_dict");
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw CheckpointError(fmt::format("{}: not a state_dict ({})", path, e.what()));
+  }
 }
 
 }  // namespace pstrain::checkpoint

@@ -8,21 +8,31 @@
 
 namespace pstrain::roles {
 
+std::string encodeFacts(const Facts& facts) {
+  std::string encoded;
+  for (const auto& [key, value] : facts) encoded += key + "=" + value + "\n";
+  return encoded;
+}
+
+std::map<std::string, std::string> decodeFacts(const std::string& encoded, int rank) {
+  std::map<std::string, std::string> facts;
+  std::istringstream lines(encoded);
+  std::string line;
+  while (std::getline(lines, line)) {
+    auto eq = line.find('=');
+    if (eq == std::string::npos) {
+      throw CommError(fmt::format("rank {} sent a malformed start-up fact (a different pstrain version?)", rank));
+    }
+    facts[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return facts;
+}
+
 std::vector<std::map<std::string, std::string>> handshake(comm::Communicator& comm,
                                                           const Facts& mine) {
-  std::string encoded;
-  for (const auto& [key, value] : mine) encoded += key + "=" + value + "\n";
-  std::vector<std::string> all = comm.allGather(encoded, "start-up handshake");
-
-  std::vector<std::map<std::string, std::string>> facts(all.size());
-  for (std::size_t r = 0; r < all.size(); ++r) {
-    std::istringstream lines(all[r]);
-    std::string line;
-    while (std::getline(lines, line)) {
-      auto eq = line.find('=');
-      facts[r][line.substr(0, eq)] = line.substr(eq + 1);
-    }
-  }
+  std::vector<std::string> all = comm.allGather(encodeFacts(mine), "start-up handshake");
+  std::vector<std::map<std::string, std::string>> facts;
+  for (std::size_t r = 0; r < all.size(); ++r) facts.push_back(decodeFacts(all[r], static_cast<int>(r)));
   // Compare in the order this rank states its facts, so every rank reports the same field.
   for (const auto& [key, ignored] : mine) {
     if (key.rfind("info.", 0) == 0) continue;

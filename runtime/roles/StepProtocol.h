@@ -41,6 +41,10 @@ enum Trailer : std::size_t {
   kTrailerFloats = 5,
 };
 
+// Reads the header at the front of a down message; throws CommError unless it is one the
+// server can have sent (known control, non-negative step and epoch).
+StepHeader parseStepHeader(const void* bytes, std::size_t size);
+
 // The step this process is working on (-1 before the first), for diagnostics such as a
 // signal handler's last words; lock-free, so async-signal-safe to read.
 std::atomic<std::int64_t>& currentStep();

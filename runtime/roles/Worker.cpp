@@ -69,7 +69,7 @@ void Worker::run() {
   StepHeader header;
   for (std::int64_t expected = 0;; ++expected) {
     comm_.broadcast(down.data(), down.size() * sizeof(float), 0, fmt::format("step {}", expected));
-    std::memcpy(static_cast<void*>(&header), down.data(), sizeof header);
+    header = parseStepHeader(down.data(), down.size() * sizeof(float));
     if (!onHost) weights.copy_(hostWeights);
     writeBuffers(model_, serverBuffers);
     if (header.control == Control::Stop) break;  // the model now holds the final state

@@ -1,0 +1,139 @@
+#include "runtime/checkpoint/ArchiveCheck.h"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <string_view>
+
+#include "runtime/Errors.h"
+
+namespace pstrain::checkpoint {
+namespace {
+
+std::uint64_t le(std::string_view b, std::size_t at, int width) {
+  std::uint64_t v = 0;
+  for (int i = width - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b[at + i]);
+  return v;
+}
+
+struct Fail {
+  const std::string& path;
+  [[noreturn]] void operator()(const std::string& what) const {
+    throw CheckpointError(fmt::format("{}: not a valid checkpoint archive ({})", path, what));
+  }
+};
+
+// The pickle opcodes libtorch's unpickler reads, by how their argument is encoded.
+enum class Arg { None, Fixed1, Fixed2, Fixed4, Fixed8, Len1, Len4, Lines2, Put1, Put4, Get1, Get4 };
+
+bool argumentOf(unsigned char op, Arg& arg) {
+  switch (op) {
+    case 0x80: arg = Arg::Fixed1; return true;                       // PROTO
+    case '.': case '(': case ')': case '}': case ']': case 'N': case 0x88: case 0x89:
+    case 't': case 0x85: case 0x86: case 0x87: case 'e': case 'u': case 'a': case 's':
+    case 'R': case 'b': case 'Q': case '0': case 'l': case 'd':
+      arg = Arg::None; return true;
+    case 'K': arg = Arg::Fixed1; return true;                        // BININT1
+    case 'M': arg = Arg::Fixed2; return true;                        // BININT2
+    case 'J': arg = Arg::Fixed4; return true;                        // BININT
+    case 'G': arg = Arg::Fixed8; return true;                        // BINFLOAT
+    case 'U': case 'C': case 0x8a: arg = Arg::Len1; return true;     // SHORT_BINSTRING/BYTES, LONG1
+    case 'X': case 'T': case 'B': case 0x8b: arg = Arg::Len4; return true;  // BINUNICODE, BINSTRING, BINBYTES, LONG4
+    case 'c': arg = Arg::Lines2; return true;                        // GLOBAL
+    case 'q': arg = Arg::Put1; return true;                          // BINPUT
+    case 'r': arg = Arg::Put4; return true;                          // LONG_BINPUT
+    case 'h': arg = Arg::Get1; return true;                          // BINGET
+    case 'j': arg = Arg::Get4; return true;                          // LONG_BINGET
+    default: return false;
+  }
+}
+
+void checkPickle(std::string_view p, const Fail& fail) {
+  std::size_t pos = 0;
+  std::uint64_t memo = 0;  // ids in use: 0 .. memo-1
+  auto need = [&](std::size_t n) {
+    if (p.size() - pos < n) fail(fmt::format("pickle ends inside an argument at byte {}", pos));
+  };
+  while (pos < p.size()) {
+    const unsigned char op = static_cast<unsigned char>(p[pos++]);
+    Arg arg;
+    if (!argumentOf(op, arg)) fail(fmt::format("unsupported pickle opcode 0x{:02x} at byte {}", op, pos - 1));
+    std::uint64_t n = 0;
+    switch (arg) {
+      case Arg::None: break;
+      case Arg::Fixed1: need(1); pos += 1; break;
+      case Arg::Fixed2: need(2); pos += 2; break;
+      case Arg::Fixed4: need(4); pos += 4; break;
+      case Arg::Fixed8: need(8); pos += 8; break;
+      case Arg::Len1: need(1); n = le(p, pos, 1); pos += 1; need(n); pos += n; break;
+      case Arg::Len4: need(4); n = le(p, pos, 4); pos += 4; need(n); pos += n; break;
+      case Arg::Lines2:
+        for (int line = 0; line < 2; ++line) {
+          auto end = p.find('\n', pos);
+          if (end == std::string_view::npos) fail("unterminated GLOBAL");
+          pos = end + 1;
+        }
+        break;
+      case Arg::Put1: case Arg::Put4: {
+        const int width = arg == Arg::Put1 ? 1 : 4;
+        need(width);
+        n = le(p, pos, width);
+        pos += width;
+        if (n > memo) fail(fmt::format("memo id {} out of order at byte {}", n, pos));
+        if (n == memo) ++memo;
+        break;
+      }
+      case Arg::Get1: case Arg::Get4: {
+        const int width = arg == Arg::Get1 ? 1 : 4;
+        need(width);
+        n = le(p, pos, width);
+        pos += width;
+        if (n >= memo) fail(fmt::format("memo id {} read before it is set at byte {}", n, pos));
+        break;
+      }
+    }
+    if (op == '.') return;  // STOP
+  }
+  fail("pickle has no STOP");
+}
+
+}  // namespace
+
+void checkArchive(const std::string& bytes, const std::string& path) {
+  const Fail fail{path};
+  const std::string_view b(bytes);
+  // End of central directory: 22 bytes plus a comment of up to 64 KiB at the end.
+  if (b.size() < 22) fail("too short for a zip archive");
+  std::size_t eocd = std::string_view::npos;
+  for (std::size_t at = b.size() - 22 + 1; at-- > 0 && b.size() - at <= 22 + 65535;) {
+    if (le(b, at, 4) == 0x06054b50) {
+      eocd = at;
+      break;
+    }
+  }
+  if (eocd == std::string_view::npos) fail("no zip end-of-directory record");
+  const std::uint64_t entries = le(b, eocd + 10, 2), dirSize = le(b, eocd + 12, 4), dirOffset = le(b, eocd + 16, 4);
+  if (dirOffset > b.size() || dirSize > b.size() - dirOffset) fail("zip directory outside the file");
+  std::size_t at = dirOffset;
+  bool sawPickle = false;
+  for (std::uint64_t i = 0; i < entries; ++i) {
+    if (at + 46 > dirOffset + dirSize || le(b, at, 4) != 0x02014b50) fail("truncated zip directory");
+    const std::uint64_t method = le(b, at + 10, 2), compressed = le(b, at + 20, 4), size = le(b, at + 24, 4);
+    const std::uint64_t nameLen = le(b, at + 28, 2), extraLen = le(b, at + 30, 2), commentLen = le(b, at + 32, 2);
+    const std::uint64_t local = le(b, at + 42, 4);
+    if (at + 46 + nameLen + extraLen + commentLen > dirOffset + dirSize) fail("truncated zip directory entry");
+    const std::string_view name = b.substr(at + 46, nameLen);
+    if (method != 0 || compressed != size) fail(fmt::format("record {} is compressed", name));
+    if (local + 30 > b.size() || le(b, local, 4) != 0x04034b50) fail(fmt::format("record {} has no local header", name));
+    const std::uint64_t data = local + 30 + le(b, local + 26, 2) + le(b, local + 28, 2);
+    if (data > b.size() || size > b.size() - data) fail(fmt::format("record {} extends past the end of the file", name));
+    if (name.size() >= 9 && name.substr(name.size() - 9) == "/data.pkl") {
+      checkPickle(b.substr(data, size), fail);
+      sawPickle = true;
+    }
+    at += 46 + nameLen + extraLen + commentLen;
+  }
+  if (!sawPickle) fail("no data.pkl record");
+}
+
+}  // namespace pstrain::checkpoint

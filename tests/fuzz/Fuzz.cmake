@@ -1,0 +1,19 @@
+# The libFuzzer targets (clang only): each compiles the reader it fuzzes from source with
+# ASan + UBSan + fuzzer instrumentation. Built by tools/fuzz with -DPSTRAIN_FUZZ=ON.
+if(NOT CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+  message(FATAL_ERROR "PSTRAIN_FUZZ needs clang (CXX=clang++)")
+endif()
+set(PSTRAIN_FUZZ_FLAGS -fsanitize=fuzzer,address,undefined -fno-sanitize=vptr -fno-sanitize-recover=undefined
+                       -fno-omit-frame-pointer -g -O1)
+function(pstrain_fuzzer name)
+  add_executable(${name} tests/fuzz/${name}.cpp ${ARGN})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
+  target_compile_options(${name} PRIVATE ${PSTRAIN_FUZZ_FLAGS})
+  target_link_options(${name} PRIVATE ${PSTRAIN_FUZZ_FLAGS})
+  target_link_libraries(${name} PRIVATE fmt::fmt ZLIB::ZLIB)
+endfunction()
+pstrain_fuzzer(fuzz_idx data/Idx.cpp)
+pstrain_fuzzer(fuzz_cifar data/Cifar.cpp)
+pstrain_fuzzer(fuzz_wire runtime/roles/Handshake.cpp runtime/roles/StepProtocol.cpp)
+pstrain_fuzzer(fuzz_checkpoint runtime/checkpoint/Checkpoint.cpp runtime/checkpoint/ArchiveCheck.cpp)
+target_link_libraries(fuzz_checkpoint PRIVATE ${TORCH_LIBRARIES})
