@@ -6,7 +6,8 @@ PSTRAIN_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$PSTRAIN_ROOT/build}
 
 DEBIAN_PACKAGES=(g++ cmake ccache libtorch-dev libopenmpi-dev openmpi-bin libcxxopts-dev libfmt-dev
-                 zlib1g-dev libgtest-dev dataset-fashion-mnist python3-torch python3-numpy gnuplot-nox)
+                 zlib1g-dev libgtest-dev dataset-fashion-mnist python3-torch python3-numpy gnuplot-nox
+                 clang libclang-rt-14-dev iproute2)
 BREW_PACKAGES=(cmake ccache pytorch open-mpi fmt cxxopts googletest gnuplot)
 
 log() { printf '==> %s\n' "$*" >&2; }
@@ -33,7 +34,8 @@ setup_dependencies() {
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
 }
 
-# Configures (Release, tests on, ccache when present) and builds everything.
+# Configures (Release, tests on, ccache when present) and builds everything. Extra
+# arguments go to cmake's configure step.
 build_project() {
   local jobs
   jobs=$(getconf _NPROCESSORS_ONLN 2>/dev/null || sysctl -n hw.ncpu)
@@ -43,7 +45,7 @@ build_project() {
   fi
   export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
   log "building in $BUILD_DIR"
-  cmake -S "$PSTRAIN_ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON "${extra[@]}" >/dev/null
+  cmake -S "$PSTRAIN_ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON "${extra[@]}" "$@" >/dev/null
   cmake --build "$BUILD_DIR" -j"$jobs"
 }
 

@@ -4,8 +4,9 @@
 //
 // Contract shared by all implementations:
 // * Collectives are called by every rank of the communicator in the same order.
-// * Every wait is bounded by timeoutSeconds(); on expiry a CommError names this rank, the
-//   operation and the `context` the caller gave (for example "step 120").
+// * Every wait is bounded by timeoutSeconds(); on expiry a CommError names the operation
+//   and the `context` the caller gave (for example "reduce at step 120"); the launcher
+//   adds the rank when it prints it.
 // * Waiting does not spin a core: implementations poll with back-off.
 // * A Communicator is used by one thread at a time.
 #include <cstddef>

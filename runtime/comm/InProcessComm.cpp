@@ -67,7 +67,7 @@ void InProcessWorld::abort() {
 
 void InProcessWorld::arrive(int rank, void* ptr, const std::string& what, double timeoutSeconds) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (aborted_) throw CommError(fmt::format("rank {}: {}: another rank failed", rank, what));
+  if (aborted_) throw CommError(fmt::format("{}: another rank failed", what));
   slots_[rank] = ptr;
   long myGeneration = generation_;
   if (++arrived_ == size()) {
@@ -82,10 +82,9 @@ void InProcessWorld::arrive(int rank, void* ptr, const std::string& what, double
   bool done = changed_.wait_until(lock, deadline,
                                   [&] { return generation_ != myGeneration || aborted_; });
   if (generation_ != myGeneration) return;  // completed, even if a rank failed right after
-  if (aborted_) throw CommError(fmt::format("rank {}: {}: another rank failed", rank, what));
+  if (aborted_) throw CommError(fmt::format("{}: another rank failed", what));
   if (!done) {
-    throw CommError(fmt::format("rank {}: {}: no answer from the other ranks within {} s", rank,
-                                what, timeoutSeconds));
+    throw CommError(fmt::format("{}: no answer from the other ranks within {} s", what, timeoutSeconds));
   }
 }
 

@@ -13,17 +13,17 @@
 namespace pstrain::comm {
 namespace {
 
-void check(int rc, int rank, const std::string& what) {
+void check(int rc, const std::string& what) {
   if (rc == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
   MPI_Error_string(rc, text, &length);
-  throw CommError(fmt::format("rank {}: {} failed: {}", rank, what, std::string(text, length)));
+  throw CommError(fmt::format("{} failed: {}", what, std::string(text, length)));
 }
 
 // Completes `request`, sleeping between polls (1 us doubling to 2 ms) so that a rank that
 // waits for slower peers does not steal a core from them.
-void waitFor(MPI_Request& request, double timeoutSeconds, int rank, const std::string& what) {
+void waitFor(MPI_Request& request, double timeoutSeconds, const std::string& what) {
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(timeoutSeconds));
@@ -31,13 +31,13 @@ void waitFor(MPI_Request& request, double timeoutSeconds, int rank, const std::s
   const std::chrono::microseconds maxPause(2000);
   for (int polls = 0;; ++polls) {
     int done = 0;
-    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), rank, what);
+    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
     if (done) return;
     if (Clock::now() > deadline) {
       throw CommError(fmt::format(
-          "rank {}: {}: no answer from the other ranks within {} s (a rank died or hangs; "
+          "{}: no answer from the other ranks within {} s (a rank died, hangs or is unreachable; "
           "raise --timeout if steps are really this slow)",
-          rank, what, timeoutSeconds));
+          what, timeoutSeconds));
     }
     if (polls < 64) continue;  // a short spin first: most waits on one host end in microseconds
     std::this_thread::sleep_for(pause);
@@ -67,9 +67,8 @@ void MpiComm::broadcast(void* data, std::size_t bytes, int root, const std::stri
   do {
     int n = static_cast<int>(std::min(kMaxChunk, bytes - offset));
     MPI_Request request;
-    check(MPI_Ibcast(base + offset, n, MPI_BYTE, root, MPI_COMM_WORLD, &request), rank_,
-          "broadcast at " + context);
-    waitFor(request, timeoutSeconds(), rank_, "broadcast at " + context);
+    check(MPI_Ibcast(base + offset, n, MPI_BYTE, root, MPI_COMM_WORLD, &request), "broadcast at " + context);
+    waitFor(request, timeoutSeconds(), "broadcast at " + context);
     offset += n;
   } while (offset < bytes);
 }
@@ -81,9 +80,8 @@ void MpiComm::reduceSum(float* data, std::size_t count, int root, const std::str
     int n = static_cast<int>(std::min(chunk, count - offset));
     MPI_Request request;
     const void* send = rank_ == root ? MPI_IN_PLACE : data + offset;
-    check(MPI_Ireduce(send, data + offset, n, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD, &request),
-          rank_, "reduce at " + context);
-    waitFor(request, timeoutSeconds(), rank_, "reduce at " + context);
+    check(MPI_Ireduce(send, data + offset, n, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD, &request), "reduce at " + context);
+    waitFor(request, timeoutSeconds(), "reduce at " + context);
     offset += n;
   } while (offset < count);
 }
@@ -93,16 +91,14 @@ std::vector<std::string> MpiComm::allGather(const std::string& mine, const std::
   int length = static_cast<int>(mine.size());
   std::vector<int> lengths(size_);
   MPI_Request request;
-  check(MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD, &request),
-        rank_, what);
-  waitFor(request, timeoutSeconds(), rank_, what);
+  check(MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD, &request), what);
+  waitFor(request, timeoutSeconds(), what);
   std::vector<int> offsets(size_, 0);
   for (int r = 1; r < size_; ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
   std::string joined(static_cast<std::size_t>(offsets.back() + lengths.back()), '\0');
   check(MPI_Iallgatherv(mine.data(), length, MPI_CHAR, joined.data(), lengths.data(),
-                        offsets.data(), MPI_CHAR, MPI_COMM_WORLD, &request),
-        rank_, what);
-  waitFor(request, timeoutSeconds(), rank_, what);
+                        offsets.data(), MPI_CHAR, MPI_COMM_WORLD, &request), what);
+  waitFor(request, timeoutSeconds(), what);
   std::vector<std::string> all;
   for (int r = 0; r < size_; ++r) all.push_back(joined.substr(offsets[r], lengths[r]));
   return all;
