@@ -18,7 +18,7 @@
 #include "runtime/optim/LrSchedule.h"
 #include "runtime/optim/Sgd.h"
 #include "runtime/roles/FlatParameters.h"
-#include "runtime/roles/StepProtocol.h"
+#include "runtime/roles/StepMessages.h"
 
 namespace pstrain::roles {
 namespace {
@@ -56,13 +56,11 @@ void ParameterServer::run() {
   const std::int64_t n = models::parameterCount(model_);
   const std::int64_t m = bufferCount(model_);
 
-  // down = header + weights + buffers; the model's parameters are views into it.
-  std::vector<float> down(kHeaderFloats + n + m);
-  std::vector<float> up(n + m + kTrailerFloats);
-  at::Tensor weights = torch::from_blob(down.data() + kHeaderFloats, {n}, torch::kFloat32);
-  at::Tensor buffers = torch::from_blob(down.data() + kHeaderFloats + n, {m}, torch::kFloat32);
-  at::Tensor grad = torch::from_blob(up.data(), {n}, torch::kFloat32);
-  at::Tensor workerBuffers = torch::from_blob(up.data() + n, {m}, torch::kFloat32);
+  // The model's parameters are views into the down message: no copy before a broadcast.
+  StepMessages messages(n, m);
+  at::Tensor& weights = messages.weights;
+  at::Tensor& buffers = messages.serverBuffers;
+  at::Tensor& grad = messages.grad;
   bindParameters(model_, weights);
   readBuffers(model_, buffers);
   optim::Sgd sgd({cfg_.momentum, cfg_.weightDecay, cfg_.nesterov});
@@ -81,8 +79,6 @@ void ParameterServer::run() {
     sgd.setMomentumBuffer(torch::cat(parts));
   }
 
-  const std::size_t downBytes = roles::downBytes(n, m);
-  const std::size_t upBytes = roles::upBytes(n, m);
   const fs::path dir(cfg_.trainDir);
   metrics::JsonLines log((dir / "metrics.jsonl").string());
   std::cout << fmt::format("pstrain: {} workers, {} steps ({} per epoch), model {} ({} parameters), "
@@ -111,7 +107,6 @@ void ParameterServer::run() {
     return ckpt;
   };
 
-  auto header = [&](const StepHeader& h) { std::memcpy(down.data(), &h, sizeof h); };
   const auto runStart = Clock::now();
   Window window;
   std::int64_t skipped = 0;
@@ -119,15 +114,15 @@ void ParameterServer::run() {
     currentStep() = step;
     const double lr = optim::learningRate(cfg_, workers, step, total);
     const std::string context = fmt::format("step {}", step);
-    header({step, sampler.epochOf(step), Control::Train, static_cast<float>(lr), 0});
+    messages.setHeader({step, sampler.epochOf(step), Control::Train, static_cast<float>(lr), 0});
 
     auto exchangeStart = Clock::now();
-    comm_.broadcast(down.data(), downBytes, 0, context);
-    std::fill(up.begin(), up.end(), 0.0f);
-    comm_.reduceSum(up.data(), up.size(), 0, context);
+    comm_.broadcast(messages.down.data(), messages.downBytes(), 0, context);
+    std::fill(messages.up.begin(), messages.up.end(), 0.0f);
+    comm_.reduceSum(messages.up.data(), messages.up.size(), 0, context);
     double exchange = secondsSince(exchangeStart);
 
-    const float* trailer = up.data() + n + m;
+    const float* trailer = messages.trailer;
     const double samples = trailer[kSamples];
     const double lossSum = trailer[kLossSum];
     if (samples <= 0) throw Error(fmt::format("step {}: the workers sent no samples", step));
@@ -140,7 +135,7 @@ void ParameterServer::run() {
       grad.div_(samples);
       sgd.step(weights, grad, lr);
       if (m > 0) {  // BatchNorm statistics: the workers' average, for the next step and checkpoints
-        buffers.copy_(workerBuffers).div_(workers);
+        buffers.copy_(messages.workerBuffers).div_(workers);
         writeBuffers(model_, buffers);
       }
     } else if (cfg_.skipNonfinite) {
@@ -185,8 +180,8 @@ void ParameterServer::run() {
       line.add("comm_s", std::max(0.0, (window.exchangeSeconds - window.computeSeconds) / steps));
       line.add("exchange_s", window.exchangeSeconds / steps);
       line.add("update_s", window.updateSeconds / steps);
-      line.add("bytes_sent", static_cast<std::int64_t>(downBytes));
-      line.add("bytes_received", static_cast<std::int64_t>(upBytes));
+      line.add("bytes_sent", static_cast<std::int64_t>(messages.downBytes()));
+      line.add("bytes_received", static_cast<std::int64_t>(messages.upBytes()));
       line.add("elapsed_s", progress.elapsedSeconds);
       line.add("skipped_nonfinite", skipped);
       log.write(line);
@@ -198,8 +193,8 @@ void ParameterServer::run() {
     }
   }
 
-  header({total, sampler.epochOf(std::max<std::int64_t>(total - 1, 0)), Control::Stop, 0, 0});
-  comm_.broadcast(down.data(), downBytes, 0, "stop");
+  messages.setHeader({total, sampler.epochOf(std::max<std::int64_t>(total - 1, 0)), Control::Stop, 0, 0});
+  comm_.broadcast(messages.down.data(), messages.downBytes(), 0, "stop");
 
   // The message buffers die with this call: hand the model weights of its own.
   bindParameters(model_, weights.clone());

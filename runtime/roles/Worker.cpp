@@ -12,7 +12,7 @@
 #include "data/ShardSampler.h"
 #include "runtime/Errors.h"
 #include "runtime/roles/FlatParameters.h"
-#include "runtime/roles/StepProtocol.h"
+#include "runtime/roles/StepMessages.h"
 
 namespace pstrain::roles {
 namespace {
@@ -38,12 +38,9 @@ void Worker::run() {
   const std::int64_t m = bufferCount(model_);
   const bool onHost = device_.is_cpu();
 
-  std::vector<float> down(kHeaderFloats + n + m);
-  std::vector<float> up(n + m + kTrailerFloats);
-  at::Tensor hostWeights = torch::from_blob(down.data() + kHeaderFloats, {n}, torch::kFloat32);
-  at::Tensor serverBuffers = torch::from_blob(down.data() + kHeaderFloats + n, {m}, torch::kFloat32);
-  at::Tensor hostGrad = torch::from_blob(up.data(), {n}, torch::kFloat32);
-  at::Tensor myBuffers = torch::from_blob(up.data() + n, {m}, torch::kFloat32);
+  StepMessages messages(n, m);
+  const at::Tensor& hostWeights = messages.weights;
+  const at::Tensor& hostGrad = messages.grad;
   // On the CPU the model computes straight from/into the message buffers; on an
   // accelerator it has its own flat copies, refreshed once per step in each direction.
   auto deviceOptions = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
@@ -68,10 +65,10 @@ void Worker::run() {
 
   StepHeader header;
   for (std::int64_t expected = 0;; ++expected) {
-    comm_.broadcast(down.data(), down.size() * sizeof(float), 0, fmt::format("step {}", expected));
-    header = parseStepHeader(down.data(), down.size() * sizeof(float));
+    comm_.broadcast(messages.down.data(), messages.downBytes(), 0, fmt::format("step {}", expected));
+    header = messages.header();
     if (!onHost) weights.copy_(hostWeights);
-    writeBuffers(model_, serverBuffers);
+    writeBuffers(model_, messages.serverBuffers);
     if (header.control == Control::Stop) break;  // the model now holds the final state
     expected = header.step;
     currentStep() = header.step;
@@ -99,15 +96,15 @@ void Worker::run() {
     }
     grad.mul_(count);
     if (!onHost) hostGrad.copy_(grad);
-    readBuffers(model_, myBuffers);
-    float* trailer = up.data() + n + m;
+    readBuffers(model_, messages.workerBuffers);
+    float* trailer = messages.trailer;
     trailer[kLossSum] = lossValue * count;
     trailer[kSamples] = count;
     trailer[kComputeSeconds] =
         std::chrono::duration<float>(std::chrono::steady_clock::now() - start).count();
     trailer[kNonFinite] = std::isfinite(lossValue) ? 0.0f : 1.0f;
     trailer[kDataWaitSeconds] = static_cast<float>(dataWait);
-    comm_.reduceSum(up.data(), up.size(), 0, fmt::format("step {}", header.step));
+    comm_.reduceSum(messages.up.data(), messages.up.size(), 0, fmt::format("step {}", header.step));
   }
   // The message buffers die with this call: hand the model weights of its own.
   bindParameters(model_, weights.clone());

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Bad input to a real mpirun job: each case must end non-zero, quickly, with a message that
-# says what is wrong. Usage: bad_input.sh PSTRAIN MPIRUN SCRATCH
+# says what is wrong. Usage: bad_input.sh PSTRAIN PSEVAL MPIRUN SCRATCH
 set -u
-pstrain=$1 mpirun=$2 scratch=$3
+pstrain=$1 mpirun=$3 scratch=$4
 rm -rf "$scratch" && mkdir -p "$scratch"
 failures=0 passed=0
 

@@ -14,6 +14,9 @@ struct Case {
   bool nesterov;
 };
 
+// Names the case in test listings (instead of its raw bytes).
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
 class SgdMatchesTorch : public ::testing::TestWithParam<Case> {};
 
 }  // namespace
