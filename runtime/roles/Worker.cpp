@@ -91,8 +91,8 @@ void Worker::run() {
       grad.fill_(NAN);
     }
     if (!std::isfinite(lossValue) && !cfg_.skipNonfinite) {
-      throw Error(fmt::format("step {}: rank {}: the loss is {}; lower --lr, or --skip-nonfinite to drop such "
-                              "steps (the last good checkpoint is kept)", header.step, comm_.rank(), lossValue));
+      throw Error(fmt::format("step {}: the loss of this worker's batch is {}; lower --lr, or --skip-nonfinite "
+                              "to drop such steps (the last good checkpoint is kept)", header.step, lossValue));
     }
     grad.mul_(count);
     if (!onHost) hostGrad.copy_(grad);

@@ -96,7 +96,7 @@ check "SIGTERM: --resume completes with the uninterrupted weights" same_weights 
 # 4. NaN: stop naming step and rank, keeping the last good checkpoint; or skip and count.
 train "$scratch/nan" --inject-nan 2:45 > "$scratch/nan.log" 2>&1; rc=$?
 check "NaN: the job ends non-zero" test $rc -ne 0
-check "NaN: the message names step and rank" has "$scratch/nan.log" "pstrain: rank 2: step 45: rank 2: the loss is nan"
+check "NaN: the message names step and rank" has "$scratch/nan.log" "pstrain: rank 2: step 45: the loss of this worker's batch is nan"
 check "NaN: the last good checkpoint (step 40) is kept, nothing after it" \
   bash -c "[ \"\$(ls '$scratch/nan/ckpt' | grep '\.ok$' | tail -1)\" = step-00000040.ok ]"
 train "$scratch/skip" --inject-nan 1:45 --skip-nonfinite > "$scratch/skip.log" 2>&1; rc=$?
