@@ -47,7 +47,7 @@ class Reader {
     return total;
   }
 
-  void readExactly(void* out, std::size_t n, const char* what) {
+  void readExactly(void* out, std::size_t n, const char* what) {  // for the header
     std::size_t got = read(out, n);
     if (got != n) {
       throw DataError(fmt::format("{}: truncated: expected {} bytes of {}, found {}", path_, n,
@@ -84,14 +84,25 @@ IdxArray readIdx(const std::string& path, int rank) {
     unsigned char word[4];
     in.readExactly(word, 4, "header");
     std::int64_t dim = bigEndian(word);
-    if (dim == 0 || elements * dim > kMaxElements) {
+    if (dim == 0 || dim > kMaxElements / elements) {  // elements * dim > kMaxElements, without overflow
       throw DataError(fmt::format("{}: implausible dimension {} = {}", path, d, dim));
     }
     elements *= dim;
     array.dims.push_back(dim);
   }
-  array.bytes.resize(static_cast<std::size_t>(elements));
-  in.readExactly(array.bytes.data(), array.bytes.size(), "data");
+  // Grow with the data actually read, so that a garbled header promising gigabytes costs
+  // nothing until the file really holds them (found by tests/fuzz/fuzz_idx).
+  const auto expected = static_cast<std::size_t>(elements);
+  constexpr std::size_t kChunk = std::size_t(16) << 20;
+  while (array.bytes.size() < expected) {
+    const std::size_t have = array.bytes.size();
+    const std::size_t want = std::min(kChunk, expected - have);
+    array.bytes.resize(have + want);
+    const std::size_t got = in.read(array.bytes.data() + have, want);
+    if (got != want) {
+      throw DataError(fmt::format("{}: truncated: expected {} bytes of data, found {}", path, expected, have + got));
+    }
+  }
   char extra;
   if (in.read(&extra, 1) != 0) {
     throw DataError(fmt::format("{}: unexpected bytes after the {} data bytes", path, elements));
