@@ -74,21 +74,17 @@ void checkPickle(std::string_view p, const Fail& fail) {
           pos = end + 1;
         }
         break;
-      case Arg::Put1: case Arg::Put4: {
-        const int width = arg == Arg::Put1 ? 1 : 4;
+      case Arg::Put1: case Arg::Put4: case Arg::Get1: case Arg::Get4: {
+        const int width = arg == Arg::Put1 || arg == Arg::Get1 ? 1 : 4;
         need(width);
         n = le(p, pos, width);
         pos += width;
-        if (n > memo) fail(fmt::format("memo id {} out of order at byte {}", n, pos));
-        if (n == memo) ++memo;
-        break;
-      }
-      case Arg::Get1: case Arg::Get4: {
-        const int width = arg == Arg::Get1 ? 1 : 4;
-        need(width);
-        n = le(p, pos, width);
-        pos += width;
-        if (n >= memo) fail(fmt::format("memo id {} read before it is set at byte {}", n, pos));
+        if (arg == Arg::Get1 || arg == Arg::Get4) {
+          if (n >= memo) fail(fmt::format("memo id {} read before it is set at byte {}", n, pos));
+        } else {
+          if (n > memo) fail(fmt::format("memo id {} out of order at byte {}", n, pos));
+          if (n == memo) ++memo;
+        }
         break;
       }
     }

@@ -54,14 +54,18 @@ void TrainConfig::validate() const {
   require(timeoutSeconds > 0, "--timeout must be positive");
   require(!trainDir.empty(), "--train-dir must not be empty");
   require(!(resume && overwrite), "--resume continues the run in --train-dir, --overwrite replaces it: choose one");
-  if (!injectNan.empty()) {
-    int rank = 0;
-    long long step = 0;
-    char end = 0;
-    require(std::sscanf(injectNan.c_str(), "%d:%lld%c", &rank, &step, &end) == 2 && rank > 0 && step >= 0,
-            fmt::format("--inject-nan wants RANK:STEP with a worker rank >= 1 (got '{}')", injectNan));
-  }
+  nanInjection();
   require(syntheticSize > 0, "--synthetic-size must be at least 1");
+}
+
+TrainConfig::NanInjection TrainConfig::nanInjection() const {
+  if (injectNan.empty()) return {};
+  int rank = 0;
+  long long step = 0;
+  char end = 0;
+  require(std::sscanf(injectNan.c_str(), "%d:%lld%c", &rank, &step, &end) == 2 && rank > 0 && step >= 0,
+          fmt::format("--inject-nan wants RANK:STEP with a worker rank >= 1 (got '{}')", injectNan));
+  return {rank, step};
 }
 
 std::vector<std::pair<std::string, std::string>> TrainConfig::sharedFields() const {

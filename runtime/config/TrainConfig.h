@@ -41,6 +41,14 @@ struct TrainConfig {
   // names are checked against their registries by the launcher.)
   void validate() const;
 
+  // --inject-nan parsed: worker `rank`'s loss turns NaN at `step`; rank 0 when not set.
+  // Throws ConfigError when the text is not "RANK:STEP" with RANK >= 1 and STEP >= 0.
+  struct NanInjection {
+    int rank = 0;
+    std::int64_t step = -1;
+  };
+  NanInjection nanInjection() const;
+
   // The fields every rank must agree on, in a fixed order, as (flag name, canonical value).
   // Host-local choices (data dir, threads, device, train dir, logging) are left out.
   std::vector<std::pair<std::string, std::string>> sharedFields() const;

@@ -5,8 +5,6 @@
 
 #include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <cstring>
 
 #include "data/Prefetcher.h"
 #include "data/ShardSampler.h"
@@ -55,13 +53,8 @@ void Worker::run() {
     return train_.batch(sampler.batch(shard, step), mix(cfg_.seed, static_cast<std::uint64_t>(step), shard));
   });
 
-  // --inject-nan RANK:STEP: this worker's loss turns NaN at STEP.
-  std::int64_t nanStep = -1;
-  int nanRank = 0;
-  long long parsedStep = 0;
-  if (std::sscanf(cfg_.injectNan.c_str(), "%d:%lld", &nanRank, &parsedStep) == 2 && nanRank == comm_.rank()) {
-    nanStep = parsedStep;
-  }
+  const auto nan = cfg_.nanInjection();  // --inject-nan RANK:STEP, for the fault tests
+  const std::int64_t nanStep = nan.rank == comm_.rank() ? nan.step : -1;
 
   StepHeader header;
   for (std::int64_t expected = 0;; ++expected) {
