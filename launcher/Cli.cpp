@@ -111,6 +111,18 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     ("steps", "optimizer steps (overrides --epochs when > 0)", i64(d.steps))
     ("epochs", "passes over the training set", i64(d.epochs))
     ("seed", "seed of weights and data order", cxxopts::value<std::uint64_t>()->default_value(std::to_string(d.seed)));
+  options.add_options("Modes")
+    ("mode", "sync | backup | async | allreduce | gossip (see README, \"Training modes\")", str(d.mode))
+    ("aggregate", "backup: apply a step once K gradients are in, drop later ones (0: workers - 1)", cxxopts::value<int>()->default_value(std::to_string(d.aggregate)))
+    ("max-staleness", "async: reject a gradient computed more than S updates ago; its worker recomputes (0: strict)", i64(d.maxStaleness))
+    ("fetch-probability", "gossip: chance of averaging with a random peer after each batch", dbl(d.fetchProbability))
+    ("interpolation", "gossip: constant:V | clock | loss (how far to move toward the peer)", str(d.interpolation))
+    ("divergence-threshold", "gossip: below this loss, damp the averaging by loss / T (0: off)", dbl(d.divergenceThreshold))
+    ("peer-timeout-ms", "gossip: a peer whose read takes longer is picked less often", dbl(d.peerTimeoutMs));
+  options.add_options("Compression")
+    ("compress", "gradients (worker -> server, allreduce): none, zlib[:LEVEL], fp16, bf16, int8, topk:RATIO, randomk:RATIO, powersgd:RANK", str(d.compress))
+    ("compress-weights", "weights (server -> worker): none, zlib[:LEVEL], fp16, bf16, int8", str(d.compressWeights))
+    ("error-feedback", "auto (on for topk, randomk, powersgd) | on | off: add what was not sent to the next gradient", str(d.errorFeedback));
   options.add_options("Run")
     ("train-dir", "where run.json, metrics.jsonl, ckpt/ and trained_model.pt go", str(d.trainDir))
     ("overwrite", "replace an earlier run in --train-dir", flag())
@@ -122,6 +134,8 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     ("threads", "intra-op threads per rank (0: cores / ranks on the host)", cxxopts::value<int>()->default_value(std::to_string(d.threads)))
     ("device", "auto | cpu | mps | cuda (auto: MPS, else CUDA, else CPU)", str(d.device))
     ("timeout", "seconds any rank waits for the others before giving up", dbl(d.timeoutSeconds))
+    ("max-seconds", "stop training after this many seconds and write the final files (0: no limit)", dbl(d.maxSeconds))
+    ("straggle", "testing: RANK:MS makes rank RANK sleep MS ms after each batch", str(""))
     ("config", "read flags from FILE (key = value lines); command-line flags override it", str(""))
     ("dry-run", "check config, data, model, devices and world size on every rank, print the plan, train nothing", flag())
     ("version", "print versions and exit")
@@ -154,6 +168,18 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
   command.listDatasets = r.count("list-datasets") > 0;
   auto& c = command.cfg;
   try {
+    c.mode = r["mode"].as<std::string>();
+    c.aggregate = r["aggregate"].as<int>();
+    c.maxStaleness = r["max-staleness"].as<std::int64_t>();
+    c.fetchProbability = r["fetch-probability"].as<double>();
+    c.interpolation = r["interpolation"].as<std::string>();
+    c.divergenceThreshold = r["divergence-threshold"].as<double>();
+    c.peerTimeoutMs = r["peer-timeout-ms"].as<double>();
+    c.compress = r["compress"].as<std::string>();
+    c.compressWeights = r["compress-weights"].as<std::string>();
+    c.errorFeedback = r["error-feedback"].as<std::string>();
+    c.maxSeconds = r["max-seconds"].as<double>();
+    c.straggle = r["straggle"].as<std::string>();
     c.model = r["model"].as<std::string>();
     c.dataset = r["dataset"].as<std::string>();
     c.dataDir = r["data-dir"].as<std::string>();

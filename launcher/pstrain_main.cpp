@@ -115,14 +115,15 @@ int main(int argc, char** argv) {
 
   const config::TrainConfig& cfg = cli.cfg;
   try {
-    torch::set_num_threads(rank == 0 ? 1 : (cfg.threads > 0 ? cfg.threads : launcher::autoThreads()));
-    // The server never computes: it keeps the weights on the CPU next to the network.
-    c10::Device device = rank == 0 ? c10::Device(c10::kCPU) : launcher::chooseDevice(cfg.device, launcher::localRank());
+    const bool computes = roles::computesGradients(cfg, rank);
+    torch::set_num_threads(!computes ? 1 : (cfg.threads > 0 ? cfg.threads : launcher::autoThreads()));
+    // A server never computes: it keeps the weights on the CPU next to the network.
+    c10::Device device = computes ? launcher::chooseDevice(cfg.device, launcher::localRank()) : c10::Device(c10::kCPU);
     torch::manual_seed(cfg.seed);
     auto model = models::makeModel(cfg.model, data::datasetInfo(cfg.dataset).classes);
     model->to(device);
     std::optional<data::Dataset> train;
-    if (rank != 0) {
+    if (computes) {
       train = data::loadDataset(cfg.dataset, cfg.dataDir, data::Split::Train, cfg.syntheticSize);
     }
     roles::RunInfo info{comm::MpiSession::libraryVersion(), command};

@@ -10,10 +10,37 @@
 // * Waiting does not spin a core: implementations poll with back-off.
 // * A Communicator is used by one thread at a time.
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace pstrain::comm {
+
+// `count` floats of every rank that any other rank can read without the owner taking part
+// (MPI one-sided communication, passive target). Made collectively by exposeWindow().
+class Window {
+ public:
+  virtual ~Window() = default;
+  std::size_t count() const { return count_; }
+
+  // Replaces this rank's floats with count() floats from `data`, atomically for readers.
+  virtual void publish(const float* data) = 0;
+
+  // Copies `peer`'s floats into `out` (count() floats) as last published; bounded by the
+  // communicator's timeout.
+  virtual void read(int peer, float* out, const std::string& context) = 0;
+
+  // Collective: every rank closes its window together; after it no rank reads any more.
+  // A window that is destroyed without close() (an error is unwinding) is abandoned, not
+  // waited for: the launcher ends the job.
+  virtual void close(const std::string& context) = 0;
+
+ protected:
+  explicit Window(std::size_t count) : count_(count) {}
+
+ private:
+  std::size_t count_;
+};
 
 class Communicator {
  public:
@@ -29,9 +56,35 @@ class Communicator {
   // contributes its `data`; on other ranks `data` is left unspecified.
   virtual void reduceSum(float* data, std::size_t count, int root, const std::string& context) = 0;
 
+  // Element-wise sum of every rank's `count` floats, into `data` on every rank.
+  virtual void allReduceSum(float* data, std::size_t count, const std::string& context) = 0;
+
   // Every rank's `mine`, indexed by rank, on every rank (used for start-up checks).
   virtual std::vector<std::string> allGather(const std::string& mine,
                                              const std::string& context) = 0;
+
+  // Every rank's `mine`, indexed by rank, on `root` (sizes may differ); empty elsewhere.
+  virtual std::vector<std::string> gather(const std::string& mine, int root,
+                                          const std::string& context) = 0;
+
+  // Returns when every rank has called it.
+  virtual void barrier(const std::string& context) = 0;
+
+  // Point to point. Messages from one rank to another arrive in the order they were sent.
+  // send() returns when `data` may be reused (the receiver may not have it yet).
+  virtual void send(const void* data, std::size_t bytes, int dest, const std::string& context) = 0;
+
+  static constexpr int kAnySource = -1;
+  struct Received {
+    int source = -1;
+    std::size_t bytes = 0;
+  };
+  // Receives the next message from `source` (kAnySource: whichever rank's arrives first)
+  // into `data`, which has room for `capacity` bytes; a longer message is a CommError.
+  virtual Received receive(void* data, std::size_t capacity, int source, const std::string& context) = 0;
+
+  // Collective: a Window of `count` floats on every rank, initially zero.
+  virtual std::unique_ptr<Window> exposeWindow(std::size_t count, const std::string& context) = 0;
 
   // Human-readable name of the host this rank runs on.
   virtual std::string hostName() const = 0;

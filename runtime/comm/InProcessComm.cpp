@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <shared_mutex>
 
 #include "runtime/Errors.h"
 
@@ -35,6 +37,53 @@ class InProcessComm : public Communicator {
     world_.arrive(rank_, data, "reduce at " + context, timeoutSeconds());
   }
 
+  void allReduceSum(float* data, std::size_t count, const std::string& context) override {
+    world_.arrive(rank_, data, "allreduce at " + context, timeoutSeconds());
+    std::vector<float> sum(count, 0.0f);
+    for (int r = 0; r < size(); ++r) {  // every rank adds in rank order: equal sums everywhere
+      const float* other = static_cast<const float*>(world_.slot(r));
+      for (std::size_t i = 0; i < count; ++i) sum[i] += other[i];
+    }
+    world_.arrive(rank_, data, "allreduce at " + context, timeoutSeconds());
+    std::memcpy(data, sum.data(), count * sizeof(float));
+  }
+
+  std::vector<std::string> gather(const std::string& mine, int root, const std::string& context) override {
+    auto all = allGather(mine, "gather at " + context);
+    if (rank_ != root) all.clear();
+    return all;
+  }
+
+  void barrier(const std::string& context) override {
+    world_.arrive(rank_, nullptr, "barrier at " + context, timeoutSeconds());
+  }
+
+  void send(const void* data, std::size_t bytes, int dest, const std::string& context) override {
+    std::lock_guard<std::mutex> lock(world_.mutex_);
+    world_.mailboxes_.at(dest).push_back({rank_, std::string(static_cast<const char*>(data), bytes)});
+    world_.changed_.notify_all();
+  }
+
+  Received receive(void* data, std::size_t capacity, int source, const std::string& context) override {
+    std::unique_lock<std::mutex> lock(world_.mutex_);
+    auto& box = world_.mailboxes_[rank_];
+    auto match = [&] {
+      return std::find_if(box.begin(), box.end(), [&](const auto& m) { return source == kAnySource || m.source == source; });
+    };
+    world_.waitUntil(lock, [&] { return match() != box.end(); }, "receive at " + context, timeoutSeconds());
+    auto it = match();
+    if (it->bytes.size() > capacity) {
+      throw CommError(fmt::format("receive at {}: a message of {} bytes from rank {}, expected at most {}", context,
+                                  it->bytes.size(), it->source, capacity));
+    }
+    Received got{it->source, it->bytes.size()};
+    std::memcpy(data, it->bytes.data(), got.bytes);
+    box.erase(it);
+    return got;
+  }
+
+  std::unique_ptr<Window> exposeWindow(std::size_t count, const std::string& context) override;
+
   std::vector<std::string> allGather(const std::string& mine, const std::string& context) override {
     std::string copy = mine;
     world_.arrive(rank_, &copy, "allgather at " + context, timeoutSeconds());
@@ -49,7 +98,41 @@ class InProcessComm : public Communicator {
   int rank_;
 };
 
-InProcessWorld::InProcessWorld(int size) : slots_(size, nullptr) {
+// Each rank's floats behind a reader/writer lock; peers read them directly.
+class InProcessWindow : public Window {
+ public:
+  InProcessWindow(InProcessComm& comm, std::size_t count) : Window(count), comm_(comm), values_(count, 0.0f) {}
+
+  void publish(const float* data) override {
+    std::unique_lock<std::shared_mutex> lock(mutex_);
+    std::memcpy(values_.data(), data, count() * sizeof(float));
+  }
+
+  void read(int peer, float* out, const std::string& context) override {
+    InProcessWindow& other = *peers_.at(peer);
+    std::shared_lock<std::shared_mutex> lock(other.mutex_);
+    std::memcpy(out, other.values_.data(), count() * sizeof(float));
+  }
+
+  void close(const std::string& context) override { comm_.barrier("closing the window at " + context); }
+
+  std::vector<InProcessWindow*> peers_;
+
+ private:
+  InProcessComm& comm_;
+  std::shared_mutex mutex_;
+  std::vector<float> values_;
+};
+
+std::unique_ptr<Window> InProcessComm::exposeWindow(std::size_t count, const std::string& context) {
+  auto window = std::make_unique<InProcessWindow>(*this, count);
+  world_.arrive(rank_, window.get(), "window at " + context, timeoutSeconds());
+  for (int r = 0; r < size(); ++r) window->peers_.push_back(static_cast<InProcessWindow*>(world_.slot(r)));
+  world_.arrive(rank_, window.get(), "window at " + context, timeoutSeconds());
+  return window;
+}
+
+InProcessWorld::InProcessWorld(int size) : mailboxes_(size), slots_(size, nullptr) {
   for (int r = 0; r < size; ++r) ranks_.push_back(std::make_unique<InProcessComm>(*this, r));
 }
 
@@ -76,12 +159,17 @@ void InProcessWorld::arrive(int rank, void* ptr, const std::string& what, double
     changed_.notify_all();
     return;
   }
+  waitUntil(lock, [&] { return generation_ != myGeneration; }, what, timeoutSeconds);
+}
+
+template <typename Ready>
+void InProcessWorld::waitUntil(std::unique_lock<std::mutex>& lock, Ready ready, const std::string& what,
+                               double timeoutSeconds) {
   auto deadline = std::chrono::steady_clock::now() +
                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                       std::chrono::duration<double>(timeoutSeconds));
-  bool done = changed_.wait_until(lock, deadline,
-                                  [&] { return generation_ != myGeneration || aborted_; });
-  if (generation_ != myGeneration) return;  // completed, even if a rank failed right after
+  bool done = changed_.wait_until(lock, deadline, [&] { return ready() || aborted_; });
+  if (ready()) return;  // completed, even if a rank failed right after
   if (aborted_) throw CommError(fmt::format("{}: another rank failed", what));
   if (!done) {
     throw CommError(fmt::format("{}: no answer from the other ranks within {} s", what, timeoutSeconds));

@@ -4,8 +4,10 @@
 // If any rank throws, call world.abort() so the others leave their waits with a CommError
 // instead of timing out.
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "runtime/comm/Communicator.h"
@@ -28,6 +30,15 @@ class InProcessWorld {
   // second phase) until all are done reading before anyone reuses its buffer.
   void arrive(int rank, void* ptr, const std::string& what, double timeoutSeconds);
   void* slot(int rank) const { return slots_[rank]; }
+  // Waits (bounded, abortable) until `ready()` holds; call with `lock` held on mutex_.
+  template <typename Ready>
+  void waitUntil(std::unique_lock<std::mutex>& lock, Ready ready, const std::string& what, double timeoutSeconds);
+
+  struct Message {
+    int source;
+    std::string bytes;
+  };
+  std::vector<std::deque<Message>> mailboxes_;  // by destination rank
 
   std::mutex mutex_;
   std::condition_variable changed_;

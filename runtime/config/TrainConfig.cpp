@@ -24,6 +24,18 @@ void requireOneOf(const std::string& flag, const std::string& value,
   throw ConfigError(fmt::format("--{} '{}' is not one of: {}", flag, value, list));
 }
 
+// "RANK:NUMBER" with RANK >= minRank and NUMBER >= 0, for the testing flags.
+std::pair<int, double> rankAndNumber(const std::string& flag, const std::string& text, int minRank,
+                                     const char* what) {
+  int rank = 0;
+  double number = 0;
+  char end = 0;
+  require(std::sscanf(text.c_str(), "%d:%lf%c", &rank, &number, &end) == 2 && rank >= minRank && number >= 0 &&
+              std::isfinite(number),
+          fmt::format("--{} wants RANK:{} with RANK >= {} (got '{}')", flag, what, minRank, text));
+  return {rank, number};
+}
+
 }  // namespace
 
 std::string canonicalNumber(double value) {
@@ -35,6 +47,17 @@ std::string canonicalNumber(double value) {
 }
 
 void TrainConfig::validate() const {
+  requireOneOf("mode", mode, {"sync", "backup", "async", "allreduce", "gossip"});
+  require(aggregate >= 0, fmt::format("--aggregate must be 1 or more, or 0 for workers - 1 (got {})", aggregate));
+  require(maxStaleness >= 0, fmt::format("--max-staleness must be 0 or more (got {})", maxStaleness));
+  require(fetchProbability >= 0 && fetchProbability <= 1,
+          fmt::format("--fetch-probability must be in [0, 1] (got {})", fetchProbability));
+  gossipInterpolation();
+  require(divergenceThreshold >= 0, "--divergence-threshold must be 0 (off) or more");
+  require(peerTimeoutMs > 0, "--peer-timeout-ms must be positive");
+  straggler();
+  require(maxSeconds >= 0, "--max-seconds must be 0 (no limit) or more");
+  requireOneOf("error-feedback", errorFeedback, {"auto", "on", "off"});
   requireOneOf("lr-scaling", lrScaling, {"none", "linear"});
   requireOneOf("lr-decay", lrDecay, {"none", "cosine"});
   requireOneOf("device", device, {"auto", "cpu", "mps", "cuda"});
@@ -60,16 +83,53 @@ void TrainConfig::validate() const {
 
 TrainConfig::NanInjection TrainConfig::nanInjection() const {
   if (injectNan.empty()) return {};
-  int rank = 0;
-  long long step = 0;
+  auto [rank, step] = rankAndNumber("inject-nan", injectNan, 0, "STEP");
+  require(step == std::floor(step), fmt::format("--inject-nan wants a whole STEP (got '{}')", injectNan));
+  return {rank, static_cast<std::int64_t>(step)};
+}
+
+TrainConfig::Straggler TrainConfig::straggler() const {
+  if (straggle.empty()) return {};
+  auto [rank, ms] = rankAndNumber("straggle", straggle, 0, "MS");
+  return {rank, ms};
+}
+
+TrainConfig::Interpolation TrainConfig::gossipInterpolation() const {
+  if (interpolation == "clock") return {Interpolation::Clock, 0};
+  if (interpolation == "loss") return {Interpolation::Loss, 0};
+  double value = 0;
   char end = 0;
-  require(std::sscanf(injectNan.c_str(), "%d:%lld%c", &rank, &step, &end) == 2 && rank > 0 && step >= 0,
-          fmt::format("--inject-nan wants RANK:STEP with a worker rank >= 1 (got '{}')", injectNan));
-  return {rank, step};
+  require(std::sscanf(interpolation.c_str(), "constant:%lf%c", &value, &end) == 1 && value > 0 && value <= 1,
+          fmt::format("--interpolation wants constant:V with 0 < V <= 1, clock or loss (got '{}')", interpolation));
+  return {Interpolation::Constant, value};
+}
+
+int TrainConfig::computeRanks(int worldSize) const {
+  return mode == "allreduce" || mode == "gossip" ? worldSize : worldSize - 1;
+}
+
+int TrainConfig::batchesPerUpdate(int workers) const {
+  if (mode == "async" || mode == "gossip") return 1;
+  if (mode == "backup") return aggregate > 0 ? aggregate : std::max(1, workers - 1);
+  return workers;
+}
+
+std::int64_t TrainConfig::updatesPerEpoch(std::int64_t batchesPerEpoch, int workers) const {
+  return mode == "async" ? batchesPerEpoch * workers : batchesPerEpoch;
 }
 
 std::vector<std::pair<std::string, std::string>> TrainConfig::sharedFields() const {
   return {
+      {"mode", mode},
+      {"aggregate", mode == "backup" ? std::to_string(aggregate) : "-"},
+      {"max-staleness", mode == "async" ? std::to_string(maxStaleness) : "-"},
+      {"fetch-probability", mode == "gossip" ? canonicalNumber(fetchProbability) : "-"},
+      {"interpolation", mode == "gossip" ? interpolation : "-"},
+      {"divergence-threshold", mode == "gossip" ? canonicalNumber(divergenceThreshold) : "-"},
+      {"compress", compress},
+      {"compress-weights", compressWeights},
+      {"error-feedback", errorFeedback},
+      {"max-seconds", canonicalNumber(maxSeconds)},
       {"model", model},
       {"dataset", dataset},
       {"synthetic-size", dataset.rfind("synthetic", 0) == 0 ? std::to_string(syntheticSize) : "-"},

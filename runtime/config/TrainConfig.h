@@ -10,6 +10,7 @@
 namespace pstrain::config {
 
 struct TrainConfig {
+  std::string mode = "sync";           // sync | backup | async | allreduce | gossip
   std::string model = "lenet";
   std::string dataset = "fashion-mnist";
   std::string dataDir;                 // empty: the dataset's default location
@@ -36,6 +37,21 @@ struct TrainConfig {
   int threads = 0;                     // intra-op threads per rank; 0: cores / local ranks
   std::string device = "auto";         // auto | cpu | mps | cuda
   double timeoutSeconds = 300;         // longest wait in any collective before giving up
+  double maxSeconds = 0;               // stop training after this long (0: no limit)
+
+  // Modes (DESIGN.md, "Other modes").
+  int aggregate = 0;                   // backup: gradients applied per step; 0: workers - 1 (at least 1)
+  std::int64_t maxStaleness = 4;       // async: oldest accepted gradient, in updates behind
+  double fetchProbability = 0.5;       // gossip: chance of averaging with a peer after a batch
+  std::string interpolation = "clock"; // gossip: constant:V | clock | loss
+  double divergenceThreshold = 0;      // gossip: below this loss, damp the averaging (0: off)
+  double peerTimeoutMs = 100;          // gossip: a slower read makes the peer less likely
+  std::string straggle;                // testing: "RANK:MS" makes that rank sleep MS ms per batch
+
+  // Compression (runtime/codec).
+  std::string compress = "none";       // gradients: none | zlib[:L] | fp16 | bf16 | int8 | topk:R | randomk:R | powersgd:R
+  std::string compressWeights = "none";// weights: none | zlib[:L] | fp16 | bf16 | int8
+  std::string errorFeedback = "auto";  // auto (on for topk, randomk, powersgd) | on | off
 
   // Throws ConfigError naming the flag when a value is out of range. (Model and dataset
   // names are checked against their registries by the launcher.)
@@ -48,6 +64,31 @@ struct TrainConfig {
     std::int64_t step = -1;
   };
   NanInjection nanInjection() const;
+
+  // --straggle parsed: `rank` sleeps `milliseconds` per batch; rank -1 when not set.
+  struct Straggler {
+    int rank = -1;
+    double milliseconds = 0;
+  };
+  Straggler straggler() const;
+
+  // --interpolation parsed: how far a gossip rank moves toward the peer it read.
+  struct Interpolation {
+    enum Kind { Constant, Clock, Loss } kind = Clock;
+    double value = 0.5;  // f for Constant
+  };
+  Interpolation gossipInterpolation() const;
+
+  // Ranks that compute gradients in a world of `worldSize`: all of them in the peer modes
+  // (allreduce, gossip), all but the server otherwise.
+  int computeRanks(int worldSize) const;
+  // Worker batches behind one optimizer update, given `workers` computing ranks: what
+  // --lr-scaling linear multiplies the lr by (sync, allreduce: workers; backup: K;
+  // async, gossip: 1, every update is one batch).
+  int batchesPerUpdate(int workers) const;
+  // Optimizer updates in one epoch when each worker's shard is `batchesPerEpoch` batches:
+  // in async every update takes one worker's batch, so an epoch is workers times as many.
+  std::int64_t updatesPerEpoch(std::int64_t batchesPerEpoch, int workers) const;
 
   // The fields every rank must agree on, in a fixed order, as (flag name, canonical value).
   // Host-local choices (data dir, threads, device, train dir, logging) are left out.

@@ -5,41 +5,230 @@
 
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <iostream>
 #include <map>
 
 #include "data/ShardSampler.h"
 #include "runtime/Errors.h"
-#include "runtime/checkpoint/Checkpoint.h"
-#include "runtime/metrics/JsonLines.h"
-#include "runtime/metrics/Progress.h"
 #include "runtime/optim/LrSchedule.h"
 #include "runtime/optim/Sgd.h"
 #include "runtime/roles/FlatParameters.h"
+#include "runtime/roles/Publisher.h"
 #include "runtime/roles/StepMessages.h"
+#include "runtime/roles/SummedUpdate.h"
 
 namespace pstrain::roles {
 namespace {
 
-namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 double secondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Sums over the steps since the last log line.
-struct Window {
-  std::int64_t steps = 0;
-  double lossSum = 0;  // over samples
-  double samples = 0;
-  double computeSeconds = 0;  // mean over workers, summed over steps
-  double dataWaitSeconds = 0;  // likewise
-  double exchangeSeconds = 0;
-  double updateSeconds = 0;
-  Clock::time_point start = Clock::now();
+// {"key": count, ...} for metrics.jsonl.
+template <typename Key>
+std::string jsonCounts(const std::map<Key, std::int64_t>& counts) {
+  std::string json = "{";
+  for (const auto& [key, count] : counts) json += fmt::format("{}\"{}\":{}", json.size() > 1 ? "," : "", key, count);
+  return json + "}";
+}
+
+// What every server loop works with. The model's parameters are views into the down
+// message: no copy before a send.
+struct ServerState {
+  ServerState(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model, std::int64_t trainSamples,
+              const checkpoint::Checkpoint* resumeFrom)
+      : comm(comm),
+        cfg(cfg),
+        model(model),
+        workers(comm.size() - 1),
+        sampler(trainSamples, workers, cfg.batchSize, cfg.seed),
+        updatesPerEpoch(cfg.updatesPerEpoch(sampler.stepsPerEpoch(), workers)),
+        total(config::totalSteps(cfg, updatesPerEpoch)),
+        firstStep(resumeFrom ? resumeFrom->step : 0),
+        messages(models::parameterCount(model), bufferCount(model)),
+        sgd({cfg.momentum, cfg.weightDecay, cfg.nesterov}),
+        publisher(cfg, model, sgd, updatesPerEpoch, total, firstStep) {
+    bindParameters(model, messages.weights);
+    readBuffers(model, messages.serverBuffers);
+    if (resumeFrom) restoreMomentum(sgd, model, *resumeFrom);
+  }
+
+  double lr(std::int64_t step) const {
+    return optim::learningRate(cfg, cfg.batchesPerUpdate(workers), step, total);
+  }
+  void setHeader(std::int64_t step, Control control, double lr = 0) {
+    messages.setHeader({step, publisher.epochOf(std::min(step, std::max<std::int64_t>(total - 1, 0))), control,
+                        static_cast<float>(lr), 0});
+  }
+  // Accounting of an update from the summed trailer of `contributors` workers.
+  StepStats stats(int contributors) const {
+    const float* trailer = messages.trailer;
+    StepStats s;
+    s.lossSum = trailer[kLossSum];
+    s.samples = trailer[kSamples];
+    s.computeSeconds = trailer[kComputeSeconds] / contributors;
+    s.dataWaitSeconds = trailer[kDataWaitSeconds] / contributors;
+    s.bytesDown = s.rawBytesDown = static_cast<double>(messages.downBytes());
+    s.bytesUp = s.rawBytesUp = static_cast<double>(messages.upBytes());
+    return s;
+  }
+  const std::string stopContext = "stop";
+
+  comm::Communicator& comm;
+  const config::TrainConfig& cfg;
+  models::Net& model;
+  const int workers;
+  const data::ShardSampler sampler;
+  const std::int64_t updatesPerEpoch;
+  const std::int64_t total;
+  const std::int64_t firstStep;
+  StepMessages messages;
+  optim::Sgd sgd;
+  Publisher publisher;
 };
+
+// Returns the steps done.
+std::int64_t runSync(ServerState& s) {
+  StepMessages& messages = s.messages;
+  std::int64_t step = s.firstStep;
+  for (; step < s.total && !s.publisher.outOfTime(); ++step) {
+    currentStep() = step;
+    const double lr = s.lr(step);
+    const std::string context = fmt::format("step {}", step);
+    s.setHeader(step, Control::Train, lr);
+
+    auto exchangeStart = Clock::now();
+    s.comm.broadcast(messages.down.data(), messages.downBytes(), 0, context);
+    std::fill(messages.up.begin(), messages.up.end(), 0.0f);
+    s.comm.reduceSum(messages.up.data(), messages.up.size(), 0, context);
+    StepStats stats = s.stats(s.workers);
+    stats.exchangeSeconds = secondsSince(exchangeStart);
+
+    auto updateStart = Clock::now();
+    stats.applied = applySummedUpdate(messages, s.sgd, lr, s.workers, s.model, s.cfg, step);
+    stats.updateSeconds = secondsSince(updateStart);
+    s.publisher.record(step, lr, stats);
+  }
+  s.setHeader(step, Control::Stop);
+  s.comm.broadcast(messages.down.data(), messages.downBytes(), 0, s.stopContext);
+  return step;
+}
+
+// Backup workers (Chen et al. 2016, "Revisiting distributed synchronous SGD").
+std::int64_t runBackup(ServerState& s) {
+  StepMessages& messages = s.messages;
+  const int k = s.cfg.batchesPerUpdate(s.workers);  // <= workers: checked at start-up
+  std::vector<float> incoming(messages.up.size());
+  std::vector<int> waiting;  // workers whose gradient for `step` is in, waiting for the next weights
+  std::int64_t dropped = 0, droppedTotal = 0;
+  std::map<int, std::int64_t> droppedByRank;
+  std::int64_t step = s.firstStep;
+  s.setHeader(step, Control::Train, s.lr(step));
+  for (int w = 1; w <= s.workers; ++w) s.comm.send(messages.down.data(), messages.downBytes(), w, "start");
+  std::fill(messages.up.begin(), messages.up.end(), 0.0f);
+  auto exchangeStart = Clock::now();
+  auto extras = [&](metrics::JsonObject& line) {
+    line.add("dropped", dropped).add("dropped_total", droppedTotal);
+    line.addRaw("dropped_by_rank", jsonCounts(droppedByRank));
+    dropped = 0;
+  };
+  while (step < s.total && !s.publisher.outOfTime()) {
+    currentStep() = step;
+    const std::string context = fmt::format("step {}", step);
+    auto got = s.comm.receive(incoming.data(), incoming.size() * sizeof(float), comm::Communicator::kAnySource, context);
+    const auto version = static_cast<std::int64_t>(incoming[incoming.size() - kTrailerFloats + kVersion]);
+    if (version != step) {  // computed on older weights: too late
+      ++dropped;
+      ++droppedTotal;
+      ++droppedByRank[got.source];
+      s.comm.send(messages.down.data(), messages.downBytes(), got.source, context);
+      continue;
+    }
+    for (std::size_t i = 0; i < incoming.size(); ++i) messages.up[i] += incoming[i];
+    waiting.push_back(got.source);
+    if (static_cast<int>(waiting.size()) < k) continue;
+
+    const double lr = s.lr(step);
+    StepStats stats = s.stats(k);
+    stats.exchangeSeconds = secondsSince(exchangeStart);
+    auto updateStart = Clock::now();
+    stats.applied = applySummedUpdate(messages, s.sgd, lr, k, s.model, s.cfg, step);
+    stats.updateSeconds = secondsSince(updateStart);
+    s.publisher.record(step, lr, stats, extras);
+    ++step;
+    exchangeStart = Clock::now();
+    s.setHeader(step, Control::Train, s.lr(std::min(step, s.total - 1)));
+    for (int w : waiting) s.comm.send(messages.down.data(), messages.downBytes(), w, context);
+    waiting.clear();
+    std::fill(messages.up.begin(), messages.up.end(), 0.0f);
+  }
+  // Every worker is either waiting (its gradient is in) or computing: stop both kinds.
+  s.setHeader(step, Control::Stop);
+  for (int w : waiting) s.comm.send(messages.down.data(), messages.downBytes(), w, s.stopContext);
+  for (int left = s.workers - static_cast<int>(waiting.size()); left > 0; --left) {
+    auto got = s.comm.receive(incoming.data(), incoming.size() * sizeof(float), comm::Communicator::kAnySource,
+                              s.stopContext);
+    s.comm.send(messages.down.data(), messages.downBytes(), got.source, s.stopContext);
+  }
+  std::cout << fmt::format("pstrain: backup: {} late gradient(s) dropped", droppedTotal) << std::endl;
+  return step;
+}
+
+// Bounded-staleness asynchronous SGD with stale-gradient rejection.
+std::int64_t runAsync(ServerState& s) {
+  StepMessages& messages = s.messages;
+  std::int64_t applied = 0, rejected = 0, rejectedTotal = 0;
+  std::map<std::int64_t, std::int64_t> staleness;  // over the run: updates behind -> applied gradients
+  std::map<int, std::int64_t> rejectedByRank;
+  auto extras = [&](metrics::JsonObject& line) {
+    line.add("applied", applied).add("rejected", rejected).add("rejected_total", rejectedTotal);
+    line.addRaw("staleness_histogram", jsonCounts(staleness));
+    line.addRaw("rejected_by_rank", jsonCounts(rejectedByRank));
+    applied = rejected = 0;
+  };
+  std::int64_t step = s.firstStep;
+  s.setHeader(step, Control::Train, s.lr(step));
+  for (int w = 1; w <= s.workers; ++w) s.comm.send(messages.down.data(), messages.downBytes(), w, "start");
+  while (step < s.total && !s.publisher.outOfTime()) {
+    currentStep() = step;
+    const std::string context = fmt::format("step {}", step);
+    auto exchangeStart = Clock::now();
+    auto got = s.comm.receive(messages.up.data(), messages.upBytes(), comm::Communicator::kAnySource, context);
+    const double exchange = secondsSince(exchangeStart);
+    const auto version = static_cast<std::int64_t>(messages.trailer[kVersion]);
+    const std::int64_t behind = step - version;
+    if (behind > s.cfg.maxStaleness) {
+      ++rejected;
+      ++rejectedTotal;
+      ++rejectedByRank[got.source];
+      s.setHeader(step, Control::Retry, s.lr(step));
+      s.comm.send(messages.down.data(), messages.downBytes(), got.source, context);
+      continue;
+    }
+    const double lr = s.lr(step);
+    StepStats stats = s.stats(1);
+    stats.exchangeSeconds = exchange;
+    auto updateStart = Clock::now();
+    stats.applied = applySummedUpdate(messages, s.sgd, lr, 1, s.model, s.cfg, step);
+    stats.updateSeconds = secondsSince(updateStart);
+    ++applied;
+    ++staleness[behind];
+    s.publisher.record(step, lr, stats, extras);
+    ++step;
+    s.setHeader(step, Control::Train, s.lr(std::min(step, s.total - 1)));
+    s.comm.send(messages.down.data(), messages.downBytes(), got.source, context);
+  }
+  // Every worker is computing a gradient: take each one's and answer Stop.
+  s.setHeader(step, Control::Stop);
+  for (int left = s.workers; left > 0; --left) {
+    auto got = s.comm.receive(messages.up.data(), messages.upBytes(), comm::Communicator::kAnySource, s.stopContext);
+    s.comm.send(messages.down.data(), messages.downBytes(), got.source, s.stopContext);
+  }
+  std::cout << fmt::format("pstrain: async: {} stale gradient(s) rejected", rejectedTotal) << std::endl;
+  return step;
+}
 
 }  // namespace
 
@@ -49,160 +238,30 @@ ParameterServer::ParameterServer(comm::Communicator& comm, const config::TrainCo
     : comm_(comm), cfg_(cfg), model_(model), trainSamples_(trainSamples), resumeFrom_(resumeFrom) {}
 
 void ParameterServer::run() {
-  const int workers = comm_.size() - 1;
-  const data::ShardSampler sampler(trainSamples_, workers, cfg_.batchSize, cfg_.seed);
-  const std::int64_t total = config::totalSteps(cfg_, sampler.stepsPerEpoch());
-  const std::int64_t n = models::parameterCount(model_);
-  const std::int64_t m = bufferCount(model_);
-
-  // The model's parameters are views into the down message: no copy before a broadcast.
-  StepMessages messages(n, m);
-  at::Tensor& weights = messages.weights;
-  at::Tensor& buffers = messages.serverBuffers;
-  at::Tensor& grad = messages.grad;
-  bindParameters(model_, weights);
-  readBuffers(model_, buffers);
-  optim::Sgd sgd({cfg_.momentum, cfg_.weightDecay, cfg_.nesterov});
-  const std::int64_t firstStep = resumeFrom_ ? resumeFrom_->step : 0;
-  if (resumeFrom_ && !resumeFrom_->momentum.empty()) {
-    std::map<std::string, at::Tensor> saved(resumeFrom_->momentum.begin(), resumeFrom_->momentum.end());
-    std::vector<at::Tensor> parts;
-    for (const auto& item : model_.named_parameters()) {
-      auto it = saved.find(item.key());
-      if (it == saved.end() || it->second.numel() != item.value().numel()) {
-        throw CheckpointError(fmt::format("step {} checkpoint: no momentum buffer of the right size for '{}'",
-                                          firstStep, item.key()));
-      }
-      parts.push_back(it->second.flatten().to(torch::kFloat32));
-    }
-    sgd.setMomentumBuffer(torch::cat(parts));
+  ServerState s(comm_, cfg_, model_, trainSamples_, resumeFrom_);
+  if (s.total >= kMaxVersionedSteps && cfg_.mode != "sync") {
+    throw ConfigError(fmt::format("--mode {} counts at most {} steps", cfg_.mode, kMaxVersionedSteps - 1));
   }
-
-  const fs::path dir(cfg_.trainDir);
-  metrics::JsonLines log((dir / "metrics.jsonl").string());
-  std::cout << fmt::format("pstrain: {} workers, {} steps ({} per epoch), model {} ({} parameters), "
+  std::string modeText = cfg_.mode;
+  if (cfg_.mode == "backup") modeText += fmt::format(" (aggregate {} of {})", cfg_.batchesPerUpdate(s.workers), s.workers);
+  if (cfg_.mode == "async") modeText += fmt::format(" (max staleness {})", cfg_.maxStaleness);
+  std::cout << fmt::format("pstrain: {} mode, {} workers, {} steps ({} per epoch), model {} ({} parameters), "
                            "{} train samples, batch {} per worker{}",
-                           workers, total, sampler.stepsPerEpoch(), cfg_.model, n, trainSamples_,
-                           cfg_.batchSize, firstStep ? fmt::format("; resuming at step {}", firstStep) : "")
+                           modeText, s.workers, s.total, s.updatesPerEpoch, cfg_.model, s.messages.weights.numel(),
+                           trainSamples_, cfg_.batchSize,
+                           s.firstStep ? fmt::format("; resuming at step {}", s.firstStep) : "")
             << std::endl;
-
-  auto makeCheckpoint = [&](std::int64_t stepsDone) {
-    checkpoint::Checkpoint ckpt;
-    ckpt.step = stepsDone;
-    ckpt.epoch = sampler.epochOf(std::max<std::int64_t>(stepsDone - 1, 0));
-    ckpt.model = cfg_.model;
-    ckpt.dataset = cfg_.dataset;
-    ckpt.syntheticSize = cfg_.syntheticSize;
-    ckpt.fingerprint = cfg_.fingerprint();
-    ckpt.modelState = models::stateDict(model_);
-    if (sgd.momentumBuffer().defined()) {
-      std::int64_t offset = 0;
-      for (const auto& item : model_.named_parameters()) {
-        std::int64_t size = item.value().numel();
-        ckpt.momentum.emplace_back(item.key(), sgd.momentumBuffer().narrow(0, offset, size).view(item.value().sizes()));
-        offset += size;
-      }
-    }
-    return ckpt;
-  };
-
-  const auto runStart = Clock::now();
-  Window window;
-  std::int64_t skipped = 0;
-  for (std::int64_t step = firstStep; step < total; ++step) {
-    currentStep() = step;
-    const double lr = optim::learningRate(cfg_, workers, step, total);
-    const std::string context = fmt::format("step {}", step);
-    messages.setHeader({step, sampler.epochOf(step), Control::Train, static_cast<float>(lr), 0});
-
-    auto exchangeStart = Clock::now();
-    comm_.broadcast(messages.down.data(), messages.downBytes(), 0, context);
-    std::fill(messages.up.begin(), messages.up.end(), 0.0f);
-    comm_.reduceSum(messages.up.data(), messages.up.size(), 0, context);
-    double exchange = secondsSince(exchangeStart);
-
-    const float* trailer = messages.trailer;
-    const double samples = trailer[kSamples];
-    const double lossSum = trailer[kLossSum];
-    if (samples <= 0) throw Error(fmt::format("step {}: the workers sent no samples", step));
-    // Workers stop the job themselves on a non-finite loss unless --skip-nonfinite; an
-    // overflow can still appear only in the sum.
-    const bool finite = trailer[kNonFinite] == 0 && std::isfinite(lossSum) &&
-                        torch::isfinite(grad).all().item<bool>();
-    auto updateStart = Clock::now();
-    if (finite) {
-      grad.div_(samples);
-      sgd.step(weights, grad, lr);
-      if (m > 0) {  // BatchNorm statistics: the workers' average, for the next step and checkpoints
-        buffers.copy_(messages.workerBuffers).div_(workers);
-        writeBuffers(model_, buffers);
-      }
-    } else if (cfg_.skipNonfinite) {
-      ++skipped;
-      std::cout << fmt::format("pstrain: step {}: non-finite loss or gradient ({} worker(s) reported one); "
-                               "update skipped (--skip-nonfinite, {} so far)", step, trailer[kNonFinite], skipped)
-                << std::endl;
-    } else {
-      throw Error(fmt::format("step {}: the summed gradient of the workers is not finite; lower --lr, or "
-                              "--skip-nonfinite to drop such steps (the last good checkpoint is kept)", step));
-    }
-    double update = secondsSince(updateStart);
-
-    window.steps += 1;
-    if (finite) {
-      window.lossSum += lossSum;
-      window.samples += samples;
-    }
-    window.computeSeconds += trailer[kComputeSeconds] / workers;
-    window.dataWaitSeconds += trailer[kDataWaitSeconds] / workers;
-    window.exchangeSeconds += exchange;
-    window.updateSeconds += update;
-
-    const std::int64_t done = step + 1;
-    if (done % cfg_.logEvery == 0 || done == total) {
-      double wall = secondsSince(window.start);
-      double steps = static_cast<double>(window.steps);
-      metrics::StepProgress progress;
-      progress.step = done;
-      progress.total = total;
-      progress.epoch = sampler.epochOf(step);
-      progress.loss = window.samples > 0 ? window.lossSum / window.samples : NAN;
-      progress.lr = lr;
-      progress.samplesPerSecond = window.samples / wall;
-      progress.firstStep = firstStep;
-      progress.elapsedSeconds = secondsSince(runStart);
-      metrics::JsonObject line;
-      line.add("step", done).add("epoch", progress.epoch).add("loss", progress.loss);
-      line.add("lr", lr).add("samples_per_s", progress.samplesPerSecond);
-      line.add("compute_s", window.computeSeconds / steps);
-      line.add("data_wait_s", window.dataWaitSeconds / steps);
-      line.add("comm_s", std::max(0.0, (window.exchangeSeconds - window.computeSeconds) / steps));
-      line.add("exchange_s", window.exchangeSeconds / steps);
-      line.add("update_s", window.updateSeconds / steps);
-      line.add("bytes_sent", static_cast<std::int64_t>(messages.downBytes()));
-      line.add("bytes_received", static_cast<std::int64_t>(messages.upBytes()));
-      line.add("elapsed_s", progress.elapsedSeconds);
-      line.add("skipped_nonfinite", skipped);
-      log.write(line);
-      std::cout << metrics::progressLine(progress) << std::endl;
-      window = Window();
-    }
-    if (cfg_.checkpointEvery > 0 && done % cfg_.checkpointEvery == 0 && done != total) {
-      checkpoint::publish((dir / "ckpt").string(), makeCheckpoint(done));
-    }
+  std::int64_t done = 0;
+  if (cfg_.mode == "backup") {
+    done = runBackup(s);
+  } else if (cfg_.mode == "async") {
+    done = runAsync(s);
+  } else {
+    done = runSync(s);
   }
-
-  messages.setHeader({total, sampler.epochOf(std::max<std::int64_t>(total - 1, 0)), Control::Stop, 0, 0});
-  comm_.broadcast(messages.down.data(), messages.downBytes(), 0, "stop");
-
-  // The message buffers die with this call: hand the model weights of its own.
-  bindParameters(model_, weights.clone());
-  auto path = checkpoint::publish((dir / "ckpt").string(), makeCheckpoint(total));
-  checkpoint::writeStateDict((dir / "trained_model.pt").string(), models::stateDict(model_));
-  std::cout << fmt::format("pstrain: done in {}; final checkpoint {}, weights {}",
-                           metrics::formatDuration(secondsSince(runStart)), path,
-                           (dir / "trained_model.pt").string())
-            << std::endl;
+  // The message buffers die with `s`: hand the model weights of its own.
+  bindParameters(model_, s.messages.weights.clone());
+  s.publisher.finish(done);
 }
 
 }  // namespace pstrain::roles

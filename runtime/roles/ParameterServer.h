@@ -1,7 +1,13 @@
 #pragma once
-// Rank 0 of a synchronous run: owns the authoritative weights and the optimizer, drives the
-// step protocol (StepProtocol.h) and leaves the run's files (DESIGN.md, "Files a run
-// leaves"): metrics.jsonl, ckpt/step-*.pt + .ok, trained_model.pt.
+// Rank 0 of the server modes: owns the authoritative weights and the optimizer, drives the
+// step protocol (StepProtocol.h) and leaves the run's files through a Publisher.
+//   sync:   one broadcast of the weights, one sum-reduce of the gradients per step.
+//   backup: point to point; step t is applied once --aggregate K gradients computed on the
+//           step-t weights are in; later ones are dropped (counted) and their worker gets
+//           the newest weights at once.
+//   async:  point to point; each gradient is applied on arrival unless it is more than
+//           --max-staleness updates old, in which case the worker is told to compute the
+//           same batch again on the newest weights (Control::Retry).
 #include <cstdint>
 
 #include "models/Registry.h"
@@ -20,8 +26,9 @@ class ParameterServer {
   ParameterServer(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
                   std::int64_t trainSamples, const checkpoint::Checkpoint* resumeFrom = nullptr);
 
-  // Runs every step, then tells the workers to stop and writes the final files. On return
-  // the model holds the final weights. Collective: every worker must be in Worker::run().
+  // Runs every step (or until --max-seconds), then tells the workers to stop and writes the
+  // final files. On return the model holds the final weights. Collective: every worker must
+  // be in Worker::run().
   void run();
 
  private:

@@ -9,6 +9,11 @@
 // gradient divided by the summed sample count is the gradient of the mean loss over every
 // sample of the step, whatever the workers' batch sizes, and the buffers divided by the
 // number of workers are their average.
+//
+// The backup and async modes send the same two messages point to point (a worker pushes its
+// up message, the server answers with a down message), the allreduce mode sums the up
+// message over every rank. The trailer's kVersion says which weights a gradient was
+// computed on (the step of the down message; exact in a float up to 2^24 steps).
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -18,6 +23,7 @@ namespace pstrain::roles {
 enum class Control : std::int32_t {
   Train = 0,  // compute a gradient for `step` on the weights that follow
   Stop = 1,   // training is over: leave the loop
+  Retry = 2,  // async: your gradient was too stale; compute the same batch again on these weights
 };
 
 struct StepHeader {
@@ -38,8 +44,13 @@ enum Trailer : std::size_t {
   kComputeSeconds = 2,  // forward + backward time
   kNonFinite = 3,       // 1 if the worker saw a non-finite loss or gradient
   kDataWaitSeconds = 4, // time the step waited for its batch
-  kTrailerFloats = 5,
+  kVersion = 5,         // step of the weights the gradient was computed on
+  kStopRequest = 6,     // allreduce: rank 0 sets 1 to end the run after this step (--max-seconds)
+  kTrailerFloats = 7,
 };
+
+// The largest step whose number a float trailer holds exactly.
+constexpr std::int64_t kMaxVersionedSteps = std::int64_t(1) << 24;
 
 // Reads the header at the front of a down message; throws CommError unless it is one the
 // server can have sent (known control, non-negative step and epoch).

@@ -22,6 +22,7 @@
 #include "runtime/roles/FlatParameters.h"
 #include "runtime/roles/Handshake.h"
 #include "runtime/roles/ParameterServer.h"
+#include "runtime/roles/PeerTraining.h"
 #include "runtime/roles/Worker.h"
 
 namespace pstrain::roles {
@@ -35,7 +36,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kProtocolVersion = "1";
+constexpr const char* kProtocolVersion = "2";
 
 // Makes the train dir ready on rank 0: refuses to mix a new run with an earlier one unless
 // --overwrite (or --resume, which continues it), and proves the dir writable before any
@@ -118,27 +119,36 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
                std::int64_t trainSamples, const models::Net& model, const std::string& trainDirState) {
   const std::int64_t parameters = models::parameterCount(model);
   const std::int64_t buffers = bufferCount(model);
-  const int workers = static_cast<int>(facts.size()) - 1;
+  const int ranks = static_cast<int>(facts.size());
+  const int workers = cfg.computeRanks(ranks);
+  const bool peers = workers == ranks;
   const data::ShardSampler sampler(trainSamples, workers, cfg.batchSize, cfg.seed);
-  const std::int64_t total = config::totalSteps(cfg, sampler.stepsPerEpoch());
+  const std::int64_t updatesPerEpoch = cfg.updatesPerEpoch(sampler.stepsPerEpoch(), workers);
+  const std::int64_t total = config::totalSteps(cfg, updatesPerEpoch);
   std::string out = "pstrain dry run: every rank checked its config, data, model and device; nothing trained.\n";
-  out += fmt::format("  world     {} ranks: 1 parameter server + {} worker(s)\n", facts.size(), workers);
-  for (std::size_t r = 0; r < facts.size(); ++r) {
-    out += fmt::format("  rank {:<4} {:<7} host {:<16} device {:<8} threads {:<3}{}\n", r, r ? "worker" : "server",
-                       facts[r].at("info.host"), facts[r].at("info.device"), facts[r].at("info.threads"),
-                       r ? fmt::format(" shard {} samples", sampler.shardSize()) : std::string());
+  out += peers ? fmt::format("  world     {} ranks, all computing ({} mode; rank 0 also writes the run's files)\n",
+                             ranks, cfg.mode)
+               : fmt::format("  world     {} ranks: 1 parameter server + {} worker(s) ({} mode)\n", ranks, workers,
+                             cfg.mode);
+  for (int r = 0; r < ranks; ++r) {
+    const bool computes = peers || r > 0;
+    out += fmt::format("  rank {:<4} {:<7} host {:<16} device {:<8} threads {:<3}{}\n", r,
+                       peers ? "peer" : (r ? "worker" : "server"), facts[r].at("info.host"),
+                       facts[r].at("info.device"), facts[r].at("info.threads"),
+                       computes ? fmt::format(" shard {} samples", sampler.shardSize()) : std::string());
   }
   out += fmt::format("  model     {}: {} parameters ({:.2f} MiB as float32)\n", cfg.model, parameters,
                      parameters * 4.0 / (1 << 20));
-  out += fmt::format("  data      {}: {} training samples; batch {} per worker, {} per step\n", cfg.dataset,
-                     trainSamples, cfg.batchSize, cfg.batchSize * workers);
-  out += fmt::format("  steps     {} ({} per epoch{})\n", total, sampler.stepsPerEpoch(),
+  const int perUpdate = cfg.batchesPerUpdate(workers);
+  out += fmt::format("  data      {}: {} training samples; batch {} per worker, {} per update\n", cfg.dataset,
+                     trainSamples, cfg.batchSize, cfg.batchSize * perUpdate);
+  out += fmt::format("  steps     {} updates ({} per epoch{})\n", total, updatesPerEpoch,
                      cfg.steps > 0 ? "; --steps" : fmt::format(" x {} epochs", cfg.epochs));
-  const double target = optim::learningRate(cfg, workers, cfg.warmupSteps, total + cfg.warmupSteps + 1);
+  const double target = optim::learningRate(cfg, perUpdate, cfg.warmupSteps, total + cfg.warmupSteps + 1);
   out += fmt::format("  lr        {:.4g}{}{}{}; momentum {}{}, weight decay {}\n", target,
-                     cfg.lrScaling == "linear" ? fmt::format(" (base {:.4g} x {} workers)", cfg.lr, workers) : "",
+                     cfg.lrScaling == "linear" ? fmt::format(" (base {:.4g} x {} batches per update)", cfg.lr, perUpdate) : "",
                      cfg.warmupSteps > 0 ? fmt::format(", warm-up from {:.4g} over {} steps",
-                                                       optim::learningRate(cfg, workers, 0, total), cfg.warmupSteps)
+                                                       optim::learningRate(cfg, perUpdate, 0, total), cfg.warmupSteps)
                                          : "",
                      cfg.lrDecay == "cosine" ? ", then cosine to 0" : ", then constant", cfg.momentum,
                      cfg.nesterov ? " (Nesterov)" : "", cfg.weightDecay);
@@ -194,12 +204,24 @@ void writeRunJson(const config::TrainConfig& cfg, const RunInfo& info,
 
 }  // namespace
 
+bool computesGradients(const config::TrainConfig& cfg, int rank) {
+  return rank != 0 || cfg.mode == "allreduce" || cfg.mode == "gossip";
+}
+
 void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
                  const data::Dataset* train, c10::Device device, const RunInfo& info) {
-  if (comm.size() < 2) {
-    throw CollectiveConfigError(
-        "a run needs a parameter server and at least one worker: start 2 or more ranks "
-        "(mpirun -np 3 ... for 2 workers)");
+  const bool peers = cfg.computeRanks(comm.size()) == comm.size();
+  if (cfg.mode == "gossip" && comm.size() < 2) {
+    throw CollectiveConfigError("gossip averages with peers: start 2 or more ranks (mpirun -np 2 ...)");
+  }
+  if (!peers && comm.size() < 2) {
+    throw CollectiveConfigError(fmt::format(
+        "--mode {} needs a parameter server and at least one worker: start 2 or more ranks "
+        "(mpirun -np 3 ... for 2 workers), or use --mode allreduce on one rank", cfg.mode));
+  }
+  if (cfg.mode == "backup" && cfg.aggregate > comm.size() - 1) {
+    throw CollectiveConfigError(fmt::format("--aggregate {} is more than the {} worker(s)", cfg.aggregate,
+                                            comm.size() - 1));
   }
   comm.setTimeoutSeconds(cfg.timeoutSeconds);
   const bool server = comm.rank() == 0;
@@ -219,22 +241,27 @@ void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, model
   mine.emplace_back("resume", cfg.resume ? "true" : "false");
   mine.emplace_back("skip-nonfinite", cfg.skipNonfinite ? "true" : "false");
   mine.emplace_back("parameters", models::parameterSignature(model));
-  mine.emplace_back("train-samples", server ? "" : std::to_string(train->size()));
+  mine.emplace_back("train-samples", train ? std::to_string(train->size()) : "");
   mine.emplace_back("info.host", comm.hostName());
   mine.emplace_back("info.device", device.str());
   mine.emplace_back("info.torch", TORCH_VERSION);
   mine.emplace_back("info.threads", std::to_string(at::get_num_threads()));
   auto facts = handshake(comm, mine);
 
+  std::int64_t trainSamples = 0;
+  for (const auto& rank : facts) {
+    if (!rank.at("train-samples").empty()) trainSamples = std::stoll(rank.at("train-samples"));
+  }
   if (cfg.dryRun) {
-    if (server) {
-      printPlan(cfg, facts, std::stoll(facts.at(1).at("train-samples")), model, trainDirState);
-    }
+    if (server) printPlan(cfg, facts, trainSamples, model, trainDirState);
     return;
   }
   if (server) {
-    std::int64_t trainSamples = std::stoll(facts.at(1).at("train-samples"));
     writeRunJson(cfg, info, facts, trainSamples, models::parameterCount(model), resume ? resume->step : 0);
+  }
+  if (peers) {
+    runPeers(comm, cfg, model, *train, device, resume ? &*resume : nullptr);
+  } else if (server) {
     ParameterServer(comm, cfg, model, trainSamples, resume ? &*resume : nullptr).run();
   } else {
     Worker(comm, cfg, model, *train, device).run();

@@ -16,10 +16,14 @@ struct RunInfo {
   std::string commandLine;
 };
 
-// The start-up checks (world size, handshake), then ParameterServer on rank 0 or Worker on
-// the others. `train` is null on rank 0, which never reads data; `model` is freshly
-// initialised from cfg.seed on every rank and lives on `device` (the CPU on rank 0).
+// The start-up checks (world size, handshake), then the roles of cfg.mode: ParameterServer
+// on rank 0 and Worker on the others, or runPeers on every rank. `train` is null on a
+// server rank, which never reads data (needsTrainingData); `model` is freshly initialised
+// from cfg.seed on every rank and lives on `device` (the CPU on a server).
 // Collective over every rank of `comm`; throws on any error.
+// Whether `rank` computes gradients (and so reads the training set) in cfg.mode.
+bool computesGradients(const config::TrainConfig& cfg, int rank);
+
 void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
                  const data::Dataset* train, c10::Device device, const RunInfo& info);
 

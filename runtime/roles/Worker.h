@@ -1,6 +1,8 @@
 #pragma once
-// Ranks 1..N of a synchronous run: receive weights, compute the gradient of the mean loss on
-// this worker's batch of the step, send it back; until the server says stop.
+// Ranks 1..N of the server modes: receive weights, compute the gradient on this worker's
+// next batch, send it back; until the server says stop. In sync mode the batch is the
+// step's; in backup and async modes each worker walks its own shard at its own pace (and
+// computes the same batch again when the server answers Retry).
 #include <c10/core/Device.h>
 
 #include "data/Dataset.h"

@@ -21,18 +21,17 @@ void check(int rc, const std::string& what) {
   throw CommError(fmt::format("{} failed: {}", what, std::string(text, length)));
 }
 
-// Completes `request`, sleeping between polls (1 us doubling to 2 ms) so that a rank that
-// waits for slower peers does not steal a core from them.
-void waitFor(MPI_Request& request, double timeoutSeconds, const std::string& what) {
+// Polls `done()` until it says true, sleeping between polls (1 us doubling to 2 ms) so
+// that a rank that waits for slower peers does not steal a core from them.
+template <typename Done>
+void pollUntil(Done done, double timeoutSeconds, const std::string& what) {
   using Clock = std::chrono::steady_clock;
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(timeoutSeconds));
   std::chrono::microseconds pause(1);
   const std::chrono::microseconds maxPause(2000);
   for (int polls = 0;; ++polls) {
-    int done = 0;
-    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
-    if (done) return;
+    if (done()) return;
     if (Clock::now() > deadline) {
       throw CommError(fmt::format(
           "{}: no answer from the other ranks within {} s (a rank died, hangs or is unreachable; "
@@ -43,6 +42,21 @@ void waitFor(MPI_Request& request, double timeoutSeconds, const std::string& wha
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, maxPause);
   }
+}
+
+void waitFor(MPI_Request& request, double timeoutSeconds, const std::string& what) {
+  pollUntil([&] {
+    int done = 0;
+    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
+    return done != 0;
+  }, timeoutSeconds, what);
+}
+
+int intCount(std::size_t count, const std::string& what) {
+  if (count > static_cast<std::size_t>(INT_MAX)) {
+    throw CommError(fmt::format("{}: {} elements is more than one MPI message can carry", what, count));
+  }
+  return static_cast<int>(count);
 }
 
 // MPI counts are ints: move large buffers in chunks of at most 1 GiB.
@@ -84,6 +98,135 @@ void MpiComm::reduceSum(float* data, std::size_t count, int root, const std::str
     waitFor(request, timeoutSeconds(), "reduce at " + context);
     offset += n;
   } while (offset < count);
+}
+
+void MpiComm::allReduceSum(float* data, std::size_t count, const std::string& context) {
+  const std::size_t chunk = kMaxChunk / sizeof(float);
+  std::size_t offset = 0;
+  do {
+    int n = static_cast<int>(std::min(chunk, count - offset));
+    MPI_Request request;
+    check(MPI_Iallreduce(MPI_IN_PLACE, data + offset, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &request),
+          "allreduce at " + context);
+    waitFor(request, timeoutSeconds(), "allreduce at " + context);
+    offset += n;
+  } while (offset < count);
+}
+
+std::vector<std::string> MpiComm::gather(const std::string& mine, int root, const std::string& context) {
+  const std::string what = "gather at " + context;
+  int length = intCount(mine.size(), what);
+  std::vector<int> lengths(size_);
+  MPI_Request request;
+  check(MPI_Igather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, root, MPI_COMM_WORLD, &request), what);
+  waitFor(request, timeoutSeconds(), what);
+  std::vector<int> offsets(size_, 0);
+  std::size_t total = 0;
+  for (int r = 0; r < size_; ++r) {
+    offsets[r] = intCount(total, what);
+    total += static_cast<std::size_t>(lengths[r]);
+  }
+  std::string joined(rank_ == root ? total : 0, '\0');
+  check(MPI_Igatherv(mine.data(), length, MPI_CHAR, joined.data(), lengths.data(), offsets.data(), MPI_CHAR, root,
+                     MPI_COMM_WORLD, &request), what);
+  waitFor(request, timeoutSeconds(), what);
+  std::vector<std::string> all;
+  if (rank_ == root) {
+    for (int r = 0; r < size_; ++r) all.push_back(joined.substr(offsets[r], lengths[r]));
+  }
+  return all;
+}
+
+void MpiComm::barrier(const std::string& context) {
+  MPI_Request request;
+  check(MPI_Ibarrier(MPI_COMM_WORLD, &request), "barrier at " + context);
+  waitFor(request, timeoutSeconds(), "barrier at " + context);
+}
+
+void MpiComm::send(const void* data, std::size_t bytes, int dest, const std::string& context) {
+  const std::string what = fmt::format("send to rank {} at {}", dest, context);
+  MPI_Request request;
+  check(MPI_Isend(data, intCount(bytes, what), MPI_BYTE, dest, 0, MPI_COMM_WORLD, &request), what);
+  waitFor(request, timeoutSeconds(), what);
+}
+
+Communicator::Received MpiComm::receive(void* data, std::size_t capacity, int source, const std::string& context) {
+  const std::string what = source == kAnySource ? "receive at " + context
+                                                : fmt::format("receive from rank {} at {}", source, context);
+  MPI_Message message;
+  MPI_Status status;
+  pollUntil([&] {
+    int found = 0;
+    check(MPI_Improbe(source == kAnySource ? MPI_ANY_SOURCE : source, 0, MPI_COMM_WORLD, &found, &message, &status),
+          what);
+    return found != 0;
+  }, timeoutSeconds(), what);
+  int bytes = 0;
+  MPI_Get_count(&status, MPI_BYTE, &bytes);
+  Received got{status.MPI_SOURCE, static_cast<std::size_t>(bytes)};
+  if (got.bytes > capacity) {
+    // Take it off the queue anyway, so the error is the only consequence.
+    std::string sink(got.bytes, '\0');
+    MPI_Mrecv(sink.data(), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+    throw CommError(fmt::format("{}: a message of {} bytes from rank {}, expected at most {}", what, got.bytes,
+                                got.source, capacity));
+  }
+  MPI_Request request;
+  check(MPI_Imrecv(data, bytes, MPI_BYTE, &message, &request), what);
+  waitFor(request, timeoutSeconds(), what);
+  return got;
+}
+
+namespace {
+
+// MPI_Win_allocate'd floats. Readers take a shared lock on the owner's window and fetch
+// with a request-based get, so a read is bounded by the timeout like every other wait.
+class MpiWindow : public Window {
+ public:
+  MpiWindow(MpiComm& comm, std::size_t count, const std::string& context) : Window(count), comm_(comm) {
+    const std::string what = "creating the one-sided window at " + context;
+    intCount(count, what);
+    check(MPI_Win_allocate(static_cast<MPI_Aint>(count * sizeof(float)), sizeof(float), MPI_INFO_NULL,
+                           MPI_COMM_WORLD, &base_, &window_), what);
+    MPI_Win_set_errhandler(window_, MPI_ERRORS_RETURN);
+    std::fill(base_, base_ + count, 0.0f);
+    comm.barrier(what);  // nobody reads a window before its owner zeroed it
+  }
+
+  ~MpiWindow() override = default;  // without close(): abandoned (see Window)
+
+  void publish(const float* data) override {
+    const int me = comm_.rank();
+    check(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, me, 0, window_), "locking this rank's window");
+    std::copy(data, data + count(), base_);
+    check(MPI_Win_unlock(me, window_), "unlocking this rank's window");
+  }
+
+  void read(int peer, float* out, const std::string& context) override {
+    const std::string what = fmt::format("reading rank {}'s window at {}", peer, context);
+    check(MPI_Win_lock(MPI_LOCK_SHARED, peer, 0, window_), what);
+    MPI_Request request;
+    const int n = static_cast<int>(count());
+    check(MPI_Rget(out, n, MPI_FLOAT, peer, 0, n, MPI_FLOAT, window_, &request), what);
+    waitFor(request, comm_.timeoutSeconds(), what);
+    check(MPI_Win_unlock(peer, window_), what);
+  }
+
+  void close(const std::string& context) override {
+    comm_.barrier("closing the window at " + context);  // bounded; MPI_Win_free is not
+    check(MPI_Win_free(&window_), "freeing the window at " + context);
+  }
+
+ private:
+  MpiComm& comm_;
+  float* base_ = nullptr;
+  MPI_Win window_ = MPI_WIN_NULL;
+};
+
+}  // namespace
+
+std::unique_ptr<Window> MpiComm::exposeWindow(std::size_t count, const std::string& context) {
+  return std::make_unique<MpiWindow>(*this, count, context);
 }
 
 std::vector<std::string> MpiComm::allGather(const std::string& mine, const std::string& context) {

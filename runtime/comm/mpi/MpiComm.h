@@ -18,7 +18,13 @@ class MpiComm : public Communicator {
 
   void broadcast(void* data, std::size_t bytes, int root, const std::string& context) override;
   void reduceSum(float* data, std::size_t count, int root, const std::string& context) override;
+  void allReduceSum(float* data, std::size_t count, const std::string& context) override;
   std::vector<std::string> allGather(const std::string& mine, const std::string& context) override;
+  std::vector<std::string> gather(const std::string& mine, int root, const std::string& context) override;
+  void barrier(const std::string& context) override;
+  void send(const void* data, std::size_t bytes, int dest, const std::string& context) override;
+  Received receive(void* data, std::size_t capacity, int source, const std::string& context) override;
+  std::unique_ptr<Window> exposeWindow(std::size_t count, const std::string& context) override;
 
  private:
   int rank_ = 0;

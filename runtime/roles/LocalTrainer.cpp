@@ -1,0 +1,102 @@
+#include "runtime/roles/LocalTrainer.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "runtime/Errors.h"
+#include "runtime/roles/FlatParameters.h"
+
+namespace pstrain::roles {
+namespace {
+
+// splitmix64: a well-mixed 64-bit value from a few inputs, for per-batch augmentation seeds.
+std::uint64_t mix(std::uint64_t a, std::uint64_t b, std::uint64_t c) {
+  std::uint64_t x = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull) * 0xBF58476D1CE4E5B9ull ^ c;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+LocalTrainer::LocalTrainer(const config::TrainConfig& cfg, models::Net& model, const data::Dataset& train,
+                           c10::Device device, StepMessages& messages, int shard, int shards, int rank)
+    : cfg_(cfg),
+      model_(model),
+      device_(device),
+      messages_(messages),
+      sampler_(train.size(), shards, cfg.batchSize, cfg.seed) {
+  const std::int64_t n = messages.weights.numel();
+  auto deviceOptions = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
+  // On the CPU the model computes straight from/into the message buffers; on an
+  // accelerator it has its own flat copies, refreshed once per step in each direction.
+  weights_ = device_.is_cpu() ? messages.weights : torch::empty({n}, deviceOptions);
+  grad_ = device_.is_cpu() ? messages.grad : torch::zeros({n}, deviceOptions);
+  bindParameters(model_, weights_);
+  if (!device_.is_cpu()) messages.weights.copy_(weights_);
+  bindGradients(model_, grad_);
+  model_.train();
+  // Batches depend only on (seed, batch, shard): reproducible, and built ahead of time. The
+  // sampler is used on the prefetching thread only.
+  prefetcher_ = std::make_unique<data::Prefetcher>([this, &train, shard](std::int64_t batch) {
+    return train.batch(sampler_.batch(shard, batch), mix(cfg_.seed, static_cast<std::uint64_t>(batch), shard));
+  });
+  const auto nan = cfg.nanInjection();
+  if (nan.rank == rank) nanBatch_ = nan.step;
+  const auto straggler = cfg.straggler();
+  if (straggler.rank == rank) straggleMs_ = straggler.milliseconds;
+}
+
+LocalTrainer::~LocalTrainer() {
+  bindParameters(model_, weights_.clone());
+  for (auto& p : model_.parameters()) p.mutable_grad() = at::Tensor();
+}
+
+void LocalTrainer::loadWeights() {
+  if (!device_.is_cpu()) weights_.copy_(messages_.weights);
+  writeBuffers(model_, messages_.serverBuffers);
+}
+
+void LocalTrainer::computeGradient(std::int64_t batch, std::int64_t version) {
+  const auto start = std::chrono::steady_clock::now();
+  double dataWait = 0;
+  auto [images, labels] = prefetcher_->take(batch, &dataWait);
+  images = images.to(device_);
+  labels = labels.to(device_);
+
+  grad_.zero_();
+  at::Tensor loss = torch::nll_loss(model_.forward(images), labels);
+  loss.backward();
+  collectGradients(model_, grad_);
+
+  const float count = static_cast<float>(labels.size(0));
+  float lossValue = loss.item<float>();
+  if (batch == nanBatch_) {  // --inject-nan, for the fault tests
+    lossValue = NAN;
+    grad_.fill_(NAN);
+  }
+  if (!std::isfinite(lossValue) && !cfg_.skipNonfinite) {
+    throw Error(fmt::format("step {}: the loss of this worker's batch is {}; lower --lr, or --skip-nonfinite "
+                            "to drop such steps (the last good checkpoint is kept)", version, lossValue));
+  }
+  grad_.mul_(count);
+  if (!device_.is_cpu()) messages_.grad.copy_(grad_);
+  readBuffers(model_, messages_.workerBuffers);
+  if (straggleMs_ > 0) {  // --straggle, for testing the modes against a slow worker
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(straggleMs_));
+  }
+  float* trailer = messages_.trailer;
+  trailer[kLossSum] = lossValue * count;
+  trailer[kSamples] = count;
+  trailer[kComputeSeconds] = std::chrono::duration<float>(std::chrono::steady_clock::now() - start).count();
+  trailer[kNonFinite] = std::isfinite(lossValue) ? 0.0f : 1.0f;
+  trailer[kDataWaitSeconds] = static_cast<float>(dataWait);
+  trailer[kVersion] = static_cast<float>(version);
+  trailer[kStopRequest] = 0;
+}
+
+}  // namespace pstrain::roles

@@ -1,0 +1,154 @@
+#include "runtime/roles/Publisher.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <map>
+
+#include "runtime/Errors.h"
+#include "runtime/metrics/Progress.h"
+
+namespace pstrain::roles {
+namespace {
+
+namespace fs = std::filesystem;
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void add(StepStats& sum, const StepStats& s) {
+  if (s.applied) {
+    sum.lossSum += s.lossSum;
+    sum.samples += s.samples;
+  }
+  sum.computeSeconds += s.computeSeconds;
+  sum.dataWaitSeconds += s.dataWaitSeconds;
+  sum.exchangeSeconds += s.exchangeSeconds;
+  sum.updateSeconds += s.updateSeconds;
+  sum.codecSeconds += s.codecSeconds;
+  sum.bytesDown += s.bytesDown;
+  sum.rawBytesDown += s.rawBytesDown;
+  sum.bytesUp += s.bytesUp;
+  sum.rawBytesUp += s.rawBytesUp;
+}
+
+}  // namespace
+
+Publisher::Publisher(const config::TrainConfig& cfg, const models::Net& model, const optim::Sgd& sgd,
+                     std::int64_t updatesPerEpoch, std::int64_t totalSteps, std::int64_t firstStep)
+    : cfg_(cfg),
+      model_(model),
+      sgd_(sgd),
+      updatesPerEpoch_(std::max<std::int64_t>(1, updatesPerEpoch)),
+      total_(totalSteps),
+      firstStep_(firstStep),
+      log_((fs::path(cfg.trainDir) / "metrics.jsonl").string()),
+      start_(now()),
+      windowStart_(start_) {}
+
+double Publisher::elapsedSeconds() const { return now() - start_; }
+
+bool Publisher::outOfTime() const { return cfg_.maxSeconds > 0 && elapsedSeconds() >= cfg_.maxSeconds; }
+
+void Publisher::record(std::int64_t step, double lr, const StepStats& stats,
+                       const std::function<void(metrics::JsonObject&)>& extras) {
+  add(window_, stats);
+  ++windowSteps_;
+  lastLr_ = lr;
+  if (!stats.applied) ++skipped_;
+  const std::int64_t done = step + 1;
+  if (done % cfg_.logEvery == 0 || done == total_) writeLine(done, extras);
+  if (cfg_.checkpointEvery > 0 && done % cfg_.checkpointEvery == 0 && done != total_) {
+    checkpoint::publish((fs::path(cfg_.trainDir) / "ckpt").string(), snapshot(done));
+  }
+}
+
+void Publisher::writeLine(std::int64_t done, const std::function<void(metrics::JsonObject&)>& extras) {
+  const double wall = now() - windowStart_;
+  const double steps = static_cast<double>(windowSteps_);
+  metrics::StepProgress progress;
+  progress.step = done;
+  progress.total = total_;
+  progress.epoch = epochOf(done - 1);
+  progress.loss = window_.samples > 0 ? window_.lossSum / window_.samples : NAN;
+  progress.lr = lastLr_;
+  progress.samplesPerSecond = window_.samples / wall;
+  progress.firstStep = firstStep_;
+  progress.elapsedSeconds = elapsedSeconds();
+  metrics::JsonObject line;
+  line.add("step", done).add("epoch", progress.epoch).add("loss", progress.loss);
+  line.add("lr", lastLr_).add("samples_per_s", progress.samplesPerSecond);
+  line.add("compute_s", window_.computeSeconds / steps);
+  line.add("data_wait_s", window_.dataWaitSeconds / steps);
+  line.add("comm_s", std::max(0.0, (window_.exchangeSeconds - window_.computeSeconds) / steps));
+  line.add("exchange_s", window_.exchangeSeconds / steps);
+  line.add("update_s", window_.updateSeconds / steps);
+  line.add("codec_s", window_.codecSeconds / steps);
+  // Per step and per message: what travelled, and what it would have been unencoded.
+  line.add("bytes_sent", static_cast<std::int64_t>(std::llround(window_.bytesDown / steps)));
+  line.add("bytes_received", static_cast<std::int64_t>(std::llround(window_.bytesUp / steps)));
+  line.add("raw_bytes_sent", static_cast<std::int64_t>(std::llround(window_.rawBytesDown / steps)));
+  line.add("raw_bytes_received", static_cast<std::int64_t>(std::llround(window_.rawBytesUp / steps)));
+  line.add("elapsed_s", progress.elapsedSeconds);
+  line.add("skipped_nonfinite", skipped_);
+  if (extras) extras(line);
+  log_.write(line);
+  std::cout << metrics::progressLine(progress) << std::endl;
+  window_ = StepStats();
+  windowSteps_ = 0;
+  windowStart_ = now();
+}
+
+void Publisher::finish(std::int64_t stepsDone, const std::function<void(metrics::JsonObject&)>& extras) {
+  if (windowSteps_ > 0) writeLine(stepsDone, extras);
+  const fs::path dir(cfg_.trainDir);
+  auto path = checkpoint::publish((dir / "ckpt").string(), snapshot(stepsDone));
+  checkpoint::writeStateDict((dir / "trained_model.pt").string(), models::stateDict(model_));
+  std::cout << fmt::format("pstrain: done in {}{}; final checkpoint {}, weights {}",
+                           metrics::formatDuration(elapsedSeconds()),
+                           stepsDone < total_ ? fmt::format(" (--max-seconds: {} of {} steps)", stepsDone, total_) : "",
+                           path, (dir / "trained_model.pt").string())
+            << std::endl;
+}
+
+checkpoint::Checkpoint Publisher::snapshot(std::int64_t stepsDone) const {
+  checkpoint::Checkpoint ckpt;
+  ckpt.step = stepsDone;
+  ckpt.epoch = epochOf(std::max<std::int64_t>(stepsDone - 1, 0));
+  ckpt.model = cfg_.model;
+  ckpt.dataset = cfg_.dataset;
+  ckpt.syntheticSize = cfg_.syntheticSize;
+  ckpt.fingerprint = cfg_.fingerprint();
+  ckpt.modelState = models::stateDict(model_);
+  if (sgd_.momentumBuffer().defined()) {
+    std::int64_t offset = 0;
+    for (const auto& item : model_.named_parameters()) {
+      std::int64_t size = item.value().numel();
+      ckpt.momentum.emplace_back(item.key(), sgd_.momentumBuffer().narrow(0, offset, size).view(item.value().sizes()));
+      offset += size;
+    }
+  }
+  return ckpt;
+}
+
+void restoreMomentum(optim::Sgd& sgd, const models::Net& model, const checkpoint::Checkpoint& ckpt) {
+  if (ckpt.momentum.empty()) return;
+  std::map<std::string, at::Tensor> saved(ckpt.momentum.begin(), ckpt.momentum.end());
+  std::vector<at::Tensor> parts;
+  for (const auto& item : model.named_parameters()) {
+    auto it = saved.find(item.key());
+    if (it == saved.end() || it->second.numel() != item.value().numel()) {
+      throw CheckpointError(fmt::format("step {} checkpoint: no momentum buffer of the right size for '{}'",
+                                        ckpt.step, item.key()));
+    }
+    parts.push_back(it->second.flatten().to(torch::kFloat32));
+  }
+  sgd.setMomentumBuffer(torch::cat(parts));
+}
+
+}  // namespace pstrain::roles

@@ -1,0 +1,80 @@
+#pragma once
+// Rank 0's outputs of a run, whatever the mode (DESIGN.md, "Files a run leaves"): the
+// metrics.jsonl lines and progress lines, the checkpoints every --checkpoint-every steps,
+// the final checkpoint and trained_model.pt.
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "models/Registry.h"
+#include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/config/TrainConfig.h"
+#include "runtime/metrics/Json.h"
+#include "runtime/metrics/JsonLines.h"
+#include "runtime/optim/Sgd.h"
+
+namespace pstrain::roles {
+
+// The accounting of one optimizer update.
+struct StepStats {
+  double lossSum = 0;          // summed over the samples of the update
+  double samples = 0;
+  double computeSeconds = 0;   // forward + backward, mean over the batches of the update
+  double dataWaitSeconds = 0;  // likewise, waiting for the batch
+  double exchangeSeconds = 0;  // rank 0: sending and waiting for the messages of the update
+  double updateSeconds = 0;    // rank 0: averaging and the optimizer step
+  double codecSeconds = 0;     // rank 0 encoding and decoding, plus the workers' mean
+  // Bytes of one message each way (server -> one worker, one worker -> server; in the peer
+  // modes one rank's share), as sent and before encoding.
+  double bytesDown = 0, rawBytesDown = 0, bytesUp = 0, rawBytesUp = 0;
+  bool applied = true;         // false: a non-finite update that --skip-nonfinite dropped
+};
+
+class Publisher {
+ public:
+  // `model` and `sgd` are read whenever a checkpoint is written. Steps count optimizer
+  // updates; an epoch is `updatesPerEpoch` of them.
+  Publisher(const config::TrainConfig& cfg, const models::Net& model, const optim::Sgd& sgd,
+            std::int64_t updatesPerEpoch, std::int64_t totalSteps, std::int64_t firstStep);
+
+  std::int64_t epochOf(std::int64_t step) const { return step / updatesPerEpoch_; }
+  double elapsedSeconds() const;  // since construction
+  // True once --max-seconds has passed.
+  bool outOfTime() const;
+
+  // After update `step` (0-based): adds `stats` to the current window. Every --log-every
+  // steps and at the last step it writes a metrics.jsonl line, to which `extras` (called
+  // only then) may add the mode's own fields, and a progress line; it publishes a
+  // checkpoint when one is due.
+  void record(std::int64_t step, double lr, const StepStats& stats,
+              const std::function<void(metrics::JsonObject&)>& extras = {});
+
+  // After the last update (`stepsDone` of them; fewer than planned after --max-seconds):
+  // logs what the window still holds, publishes the final checkpoint and trained_model.pt.
+  // `model` must hold weights of its own by now, not views of buffers that are gone.
+  void finish(std::int64_t stepsDone, const std::function<void(metrics::JsonObject&)>& extras = {});
+
+ private:
+  checkpoint::Checkpoint snapshot(std::int64_t stepsDone) const;
+  void writeLine(std::int64_t stepsDone, const std::function<void(metrics::JsonObject&)>& extras);
+
+  const config::TrainConfig& cfg_;
+  const models::Net& model_;
+  const optim::Sgd& sgd_;
+  std::int64_t updatesPerEpoch_;
+  std::int64_t total_;
+  std::int64_t firstStep_;
+  metrics::JsonLines log_;
+  double start_;  // steady clock seconds
+  double windowStart_;
+  std::int64_t windowSteps_ = 0;
+  std::int64_t skipped_ = 0;
+  double lastLr_ = 0;
+  StepStats window_;  // sums over the window
+};
+
+// Gives `sgd` the momentum buffer saved in `ckpt` (flat, in model.parameters() order);
+// throws CheckpointError when it does not fit the model.
+void restoreMomentum(optim::Sgd& sgd, const models::Net& model, const checkpoint::Checkpoint& ckpt);
+
+}  // namespace pstrain::roles

@@ -1,0 +1,42 @@
+#include "runtime/roles/SummedUpdate.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <iostream>
+
+#include "runtime/Errors.h"
+#include "runtime/roles/FlatParameters.h"
+
+namespace pstrain::roles {
+
+bool applySummedUpdate(StepMessages& messages, optim::Sgd& sgd, double lr, int contributors, models::Net& model,
+                       const config::TrainConfig& cfg, std::int64_t step) {
+  const float* trailer = messages.trailer;
+  const double samples = trailer[kSamples];
+  if (samples <= 0) throw Error(fmt::format("step {}: the workers sent no samples", step));
+  // Workers stop the job themselves on a non-finite loss unless --skip-nonfinite; an
+  // overflow can still appear only in the sum.
+  const bool finite = trailer[kNonFinite] == 0 && std::isfinite(trailer[kLossSum]) &&
+                      torch::isfinite(messages.grad).all().item<bool>();
+  if (!finite) {
+    if (!cfg.skipNonfinite) {
+      throw Error(fmt::format("step {}: the summed gradient of the workers is not finite; lower --lr, or "
+                              "--skip-nonfinite to drop such steps (the last good checkpoint is kept)", step));
+    }
+    std::cout << fmt::format("pstrain: step {}: non-finite loss or gradient ({} worker(s) reported one); "
+                             "update skipped (--skip-nonfinite)", step, trailer[kNonFinite])
+              << std::endl;
+    return false;
+  }
+  messages.grad.div_(samples);
+  sgd.step(messages.weights, messages.grad, lr);
+  if (messages.serverBuffers.numel() > 0) {  // BatchNorm statistics: the workers' average
+    messages.serverBuffers.copy_(messages.workerBuffers).div_(contributors);
+    writeBuffers(model, messages.serverBuffers);
+  }
+  return true;
+}
+
+}  // namespace pstrain::roles

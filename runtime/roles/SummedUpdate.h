@@ -1,0 +1,21 @@
+#pragma once
+// The optimizer update from a summed up message (StepProtocol.h), written once for the
+// server of every mode and for every rank of the allreduce mode.
+#include <cstdint>
+
+#include "models/Registry.h"
+#include "runtime/config/TrainConfig.h"
+#include "runtime/optim/Sgd.h"
+#include "runtime/roles/StepMessages.h"
+
+namespace pstrain::roles {
+
+// messages.up holds the sum of `contributors` workers' up messages. Steps messages.weights
+// with the gradient of the mean loss over trailer[kSamples] samples, and sets
+// messages.serverBuffers (and `model`'s buffers) to the contributors' mean buffers.
+// Returns false, changing nothing, when the loss or gradient is not finite and
+// cfg.skipNonfinite; throws Error naming `step` when it is not finite otherwise.
+bool applySummedUpdate(StepMessages& messages, optim::Sgd& sgd, double lr, int contributors, models::Net& model,
+                       const config::TrainConfig& cfg, std::int64_t step);
+
+}  // namespace pstrain::roles
