@@ -12,32 +12,13 @@
 #include "runtime/comm/InProcessComm.h"
 #include "runtime/roles/Evaluation.h"
 #include "runtime/roles/Training.h"
+#include "tests/common/Ranks.h"
 #include "tests/common/Reference.h"
 #include "tests/common/ScratchDir.h"
 
 using namespace pstrain;
 
-namespace {
-
-// Runs body(rank) on `size` threads; returns each rank's exception message ("" if none).
-std::vector<std::string> runRanks(comm::InProcessWorld& world, const std::function<void(int)>& body) {
-  std::vector<std::string> errors(world.size());
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world.size(); ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        body(r);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-        world.abort();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
-}
-
-}  // namespace
+using testsupport::runRanks;
 
 TEST(SyncThreads, TwoWorkersEqualOneProcessOnTheUnion) {
   torch::set_num_threads(1);

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The training modes under mpirun, each asserting what makes the mode itself:
+#   backup    drops the straggler's late gradients and keeps the fast workers' pace;
+#   async     with --max-staleness 0 rejects a straggler's stale gradients, yet converges;
+#   allreduce equals sync on identical samples;
+#   gossip    keeps the ranks' models close (closer than without averaging) and converges.
+# Usage: modes.sh PSTRAIN PSEVAL MPIRUN SCRATCH
+set -uo pipefail
+pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
+rm -rf "$scratch" && mkdir -p "$scratch"
+failures=0 passed=0
+check() {  # check NAME COMMAND...
+  local name=$1; shift
+  if "$@"; then echo "ok   $name"; passed=$((passed + 1)); else echo "FAIL $name"; failures=$((failures + 1)); fi
+}
+train() {  # train NP DIR [flags...]
+  local np=$1 dir=$2; shift 2
+  timeout 240 "$mpirun" -np "$np" "$pstrain" --model mlp --batch-size 32 --lr 0.02 --log-every 20 \
+    --checkpoint-every 0 --timeout 60 --train-dir "$dir" "$@" > "$dir.log" 2>&1
+  local rc=$?
+  [ $rc -eq 0 ] || { echo "     $dir failed ($rc):"; tail -5 "$dir.log" | sed 's/^/     /'; }
+  return $rc
+}
+# metric DIR EXPR: a Python expression over `lines` (metrics.jsonl as dicts) and `last`.
+metric() {
+  python3 - "$1/metrics.jsonl" "$2" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+last = lines[-1]
+print(eval(sys.argv[2]))
+PY
+}
+accuracy() {  # accuracy DIR: pseval's test accuracy of the final checkpoint, in percent
+  "$pseval" --train-dir "$1" > "$1.eval.log" 2>&1 || { cat "$1.eval.log"; echo 0; return; }
+  tail -1 "$1/eval.csv" | cut -d, -f5 | awk '{printf "%.2f", $1 * 100}'
+}
+ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
+seconds() { grep -oE 'done in [0-9:]+' "$1.log" | awk -F'[ :]' '{ print $3 * 60 + $4 }'; }
+
+# --- backup: 3 workers, 2 gradients per step, worker 3 sleeps 200 ms per batch ----------
+common=(--dataset synthetic --steps 120)
+train 4 "$scratch/sync-straggler" "${common[@]}" --straggle 3:200
+train 4 "$scratch/backup-straggler" "${common[@]}" --mode backup --aggregate 2 --straggle 3:200
+train 4 "$scratch/backup-fast" "${common[@]}" --mode backup --aggregate 2
+rate() { metric "$1" "sum(l['samples_per_s'] for l in lines[1:]) / (len(lines) - 1)"; }
+sync_rate=$(rate "$scratch/sync-straggler") backup_rate=$(rate "$scratch/backup-straggler")
+fast_rate=$(rate "$scratch/backup-fast")
+dropped=$(metric "$scratch/backup-straggler" "last['dropped_total']")
+dropped3=$(metric "$scratch/backup-straggler" "last['dropped_by_rank'].get('3', 0)")
+echo "     backup: samples/s sync+straggler $sync_rate, backup+straggler $backup_rate, backup without $fast_rate;" \
+     "dropped $dropped ($dropped3 from rank 3)"
+check "backup: late gradients are dropped and counted" ge "$dropped" 10
+check "backup: the dropped ones are the straggler's" ge "$dropped3" "$((dropped * 9 / 10))"
+check "backup: 3x the throughput of sync with the same straggler" ge "$backup_rate" "$(awk -v r="$sync_rate" 'BEGIN{print 3 * r}')"
+check "backup: near the fast workers' pace (>= 0.6 x backup without straggler)" ge "$backup_rate" "$(awk -v r="$fast_rate" 'BEGIN{print 0.6 * r}')"
+
+# --- async, strict: worker 2 sleeps 60 ms per batch; its gradients are always stale ------
+train 3 "$scratch/async" --dataset fashion-mnist --steps 400 --mode async --max-staleness 0 --straggle 2:60
+rejected=$(metric "$scratch/async" "last['rejected_total']")
+rejected2=$(metric "$scratch/async" "last['rejected_by_rank'].get('2', 0)")
+hist=$(metric "$scratch/async" "last['staleness_histogram']")
+acc=$(accuracy "$scratch/async")
+echo "     async S=0: rejected $rejected ($rejected2 from rank 2), staleness histogram $hist, accuracy $acc%"
+check "async S=0: the straggler's stale gradients are rejected" ge "$rejected2" 5
+check "async S=0: only fresh gradients applied" test "$hist" = "{'0': 400}"
+check "async S=0: converges (Fashion-MNIST test accuracy >= 70%)" ge "$acc" 70
+train 3 "$scratch/async-s4" --dataset synthetic --steps 200 --mode async --max-staleness 4 --straggle 2:30
+check "async S=4: stale gradients within the bound are applied" \
+  test "$(metric "$scratch/async-s4" "int(sum(v for k, v in last['staleness_histogram'].items() if k != '0') > 0)")" = 1
+
+# --- allreduce equals sync on identical samples -------------------------------------------
+same=(--dataset synthetic --steps 60 --momentum 0.9 --weight-decay 1e-4 --warmup-steps 10 --lr-decay cosine)
+train 3 "$scratch/sync" "${same[@]}"
+train 2 "$scratch/allreduce" "${same[@]}" --mode allreduce
+diff=$(/usr/bin/python3 - "$scratch/sync/trained_model.pt" "$scratch/allreduce/trained_model.pt" <<'PY'
+import sys, torch
+a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+assert a.keys() == b.keys()
+print(max((a[k] - b[k]).abs().max().item() for k in a))
+PY
+)
+echo "     allreduce (2 ranks) vs sync (2 workers): max abs weight difference $diff"
+check "allreduce: same weights as sync (<= 1e-5)" ge 1e-5 "$diff"
+
+# --- gossip ---------------------------------------------------------------------------------
+gossip=(--dataset fashion-mnist --steps 400 --mode gossip --lr-decay cosine --log-every 40)
+train 3 "$scratch/gossip" "${gossip[@]}" --fetch-probability 0.5
+train 3 "$scratch/alone" "${gossip[@]}" --fetch-probability 0
+d_gossip=$(metric "$scratch/gossip" "last['peer_distance']")
+d_peak=$(metric "$scratch/gossip" "max(l['peer_distance'] for l in lines)")
+d_alone=$(metric "$scratch/alone" "last['peer_distance']")
+reads=$(metric "$scratch/gossip" "sum(l['gossip_reads'] for l in lines)")
+acc=$(accuracy "$scratch/gossip")
+echo "     gossip: relative distance rank 0 to a peer: final $d_gossip (peak $d_peak), without averaging $d_alone;" \
+     "$reads averaging reads by rank 0; accuracy $acc%"
+check "gossip: ranks average with peers" ge "$reads" 100
+check "gossip: models closer than without averaging (< 1/3)" ge "$(awk -v d="$d_alone" 'BEGIN{print d / 3}')" "$d_gossip"
+check "gossip: the distance shrinks toward the end (< 1/2 of its peak)" ge "$(awk -v d="$d_peak" 'BEGIN{print d / 2}')" "$d_gossip"
+check "gossip: converges (Fashion-MNIST test accuracy >= 70%)" ge "$acc" 70
+check "gossip: rank 0's checkpoint is published" test -f "$scratch/gossip/ckpt/step-00000400.ok"
+
+echo "$passed passed, $failures failed"
+[ $failures -eq 0 ]

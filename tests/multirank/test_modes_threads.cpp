@@ -1,0 +1,164 @@
+// The peer modes and the transport they need, with ranks as threads.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstring>
+#include <iostream>
+
+#include "runtime/Errors.h"
+#include "runtime/comm/InProcessComm.h"
+#include "runtime/roles/Training.h"
+#include "tests/common/Ranks.h"
+#include "tests/common/Reference.h"
+#include "tests/common/ScratchDir.h"
+
+using namespace pstrain;
+using testsupport::runRanks;
+
+namespace {
+
+// Trains cfg on `size` ranks as threads; returns trained_model.pt.
+checkpoint::TensorList trainOnThreads(const config::TrainConfig& cfg, int size, const data::Dataset& train) {
+  std::vector<std::shared_ptr<models::Net>> nets;
+  for (int r = 0; r < size; ++r) {
+    torch::manual_seed(cfg.seed + static_cast<std::uint64_t>(r));  // peers start from rank 0's weights anyway
+    nets.push_back(models::makeModel(cfg.model));
+  }
+  comm::InProcessWorld world(size);
+  auto errors = runRanks(world, [&](int r) {
+    const bool data = roles::computesGradients(cfg, r);
+    roles::runTraining(world.rank(r), cfg, *nets[r], data ? &train : nullptr, c10::Device(c10::kCPU), {});
+  });
+  for (int r = 0; r < size; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  return checkpoint::readStateDict(cfg.trainDir + "/trained_model.pt");
+}
+
+}  // namespace
+
+TEST(ModesThreads, AllreduceEqualsSyncOnTheSameSamples) {
+  torch::set_num_threads(1);
+  testsupport::ScratchDir scratch("allreduce");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str() + "/sync");
+  data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
+  auto sync = trainOnThreads(cfg, 3, train);  // server + 2 workers
+  cfg.mode = "allreduce";
+  cfg.trainDir = scratch.str() + "/allreduce";
+  auto allreduce = trainOnThreads(cfg, 2, train);  // 2 peers on the same 2 shards
+  const double diff = testsupport::maxAbsDiff(sync, allreduce);
+  std::cout << "allreduce (2 ranks) vs sync (2 workers): max abs diff " << diff << std::endl;
+  EXPECT_LE(diff, 1e-6);
+  EXPECT_EQ(checkpoint::listPublished(cfg.trainDir + "/ckpt").size(), 2u);
+}
+
+TEST(ModesThreads, AllreduceOnOneRankIsSingleProcessTraining) {
+  torch::set_num_threads(1);
+  testsupport::ScratchDir scratch("allreduce1");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
+  cfg.mode = "allreduce";
+  data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
+  auto trained = trainOnThreads(cfg, 1, train);
+  torch::manual_seed(cfg.seed);
+  auto reference = models::makeModel(cfg.model);
+  testsupport::trainReference(*reference, train, cfg, 1, cfg.steps);
+  EXPECT_LE(testsupport::maxAbsDiff(models::stateDict(*reference), trained), 1e-5);
+}
+
+TEST(ModesThreads, GossipTrainsEveryRankAndPublishesRankZeros) {
+  torch::set_num_threads(1);
+  testsupport::ScratchDir scratch("gossip");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
+  cfg.mode = "gossip";
+  cfg.fetchProbability = 1;
+  data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
+  auto trained = trainOnThreads(cfg, 3, train);
+  EXPECT_FALSE(trained.empty());
+  EXPECT_EQ(checkpoint::listPublished(cfg.trainDir + "/ckpt").back().step, cfg.steps);
+}
+
+TEST(ModesThreads, BackupWithMoreGradientsThanWorkersIsAClearError) {
+  testsupport::ScratchDir scratch("aggregate");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
+  cfg.mode = "backup";
+  cfg.aggregate = 3;
+  data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
+  std::vector<std::shared_ptr<models::Net>> nets;
+  for (int r = 0; r < 3; ++r) nets.push_back(models::makeModel(cfg.model));
+  comm::InProcessWorld world(3);
+  auto errors = runRanks(world, [&](int r) {
+    roles::runTraining(world.rank(r), cfg, *nets[r], r ? &train : nullptr, c10::Device(c10::kCPU), {});
+  });
+  for (int r = 0; r < 3; ++r) EXPECT_NE(errors[r].find("--aggregate 3 is more than the 2 worker(s)"), std::string::npos) << errors[r];
+}
+
+TEST(Transport, PointToPointKeepsOrderPerSenderAndNamesTheSource) {
+  comm::InProcessWorld world(3);
+  auto errors = runRanks(world, [&](int r) {
+    auto& comm = world.rank(r);
+    if (r > 0) {
+      for (int i = 0; i < 3; ++i) {
+        int value = r * 100 + i;
+        comm.send(&value, sizeof value, 0, "test");
+      }
+      return;
+    }
+    std::vector<int> next = {0, 100, 200};
+    for (int i = 0; i < 6; ++i) {
+      int value = -1;
+      auto got = comm.receive(&value, sizeof value, comm::Communicator::kAnySource, "test");
+      ASSERT_EQ(got.bytes, sizeof value);
+      EXPECT_EQ(value, next[got.source]++) << "from rank " << got.source;
+    }
+  });
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+}
+
+TEST(Transport, AMessageLargerThanTheBufferIsAnError) {
+  comm::InProcessWorld world(2);
+  auto errors = runRanks(world, [&](int r) {
+    auto& comm = world.rank(r);
+    double big[2] = {1, 2};
+    if (r == 1) {
+      comm.send(big, sizeof big, 0, "test");
+    } else {
+      float small = 0;
+      comm.receive(&small, sizeof small, 1, "step 3");
+    }
+  });
+  EXPECT_NE(errors[0].find("receive at step 3: a message of 16 bytes from rank 1, expected at most 4"),
+            std::string::npos) << errors[0];
+}
+
+TEST(Transport, WindowsAreReadWithoutTheOwner) {
+  comm::InProcessWorld world(2);
+  auto errors = runRanks(world, [&](int r) {
+    auto& comm = world.rank(r);
+    auto window = comm.exposeWindow(3, "test");
+    float mine[3] = {float(r), float(r) + 0.5f, 7};
+    window->publish(mine);
+    comm.barrier("published");
+    float theirs[3] = {};
+    window->read(1 - r, theirs, "test");
+    EXPECT_EQ(theirs[0], float(1 - r));
+    EXPECT_EQ(theirs[1], float(1 - r) + 0.5f);
+    window->close("test");
+  });
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+}
+
+TEST(Transport, AllReduceGivesEveryRankTheSum) {
+  comm::InProcessWorld world(3);
+  auto errors = runRanks(world, [&](int r) {
+    std::vector<float> values = {float(r), 1};
+    world.rank(r).allReduceSum(values.data(), values.size(), "test");
+    EXPECT_EQ(values[0], 3.0f);
+    EXPECT_EQ(values[1], 3.0f);
+    auto gathered = world.rank(r).gather(std::string(r + 1, 'x'), 0, "test");
+    if (r == 0) {
+      ASSERT_EQ(gathered.size(), 3u);
+      EXPECT_EQ(gathered[2], "xxx");
+    } else {
+      EXPECT_TRUE(gathered.empty());
+    }
+  });
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+}
