@@ -10,6 +10,7 @@
 
 #include "data/Dataset.h"
 #include "models/Registry.h"
+#include "runtime/codec/Codec.h"
 #include "runtime/Errors.h"
 
 namespace pstrain::launcher {
@@ -210,6 +211,8 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     throw ConfigError(e.what());
   }
   c.validate();
+  codec::validateSpec(c.compress, false, "compress");
+  codec::validateSpec(c.compressWeights, true, "compress-weights");
   const auto& model = models::modelInfo(c.model);        // throws ConfigError listing the names
   const auto& dataset = data::datasetInfo(c.dataset);
   if (model.inputShape != dataset.shape) {

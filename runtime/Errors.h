@@ -33,6 +33,12 @@ struct CommError : Error {
   using Error::Error;
 };
 
+// A payload that does not decode as what its receiver expects (garbled, another codec or
+// other shapes).
+struct CodecError : CommError {
+  using CommError::CommError;
+};
+
 // A checkpoint that cannot be written, or read back as what it claims to be.
 struct CheckpointError : Error {
   using Error::Error;

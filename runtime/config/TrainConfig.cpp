@@ -58,6 +58,10 @@ void TrainConfig::validate() const {
   straggler();
   require(maxSeconds >= 0, "--max-seconds must be 0 (no limit) or more");
   requireOneOf("error-feedback", errorFeedback, {"auto", "on", "off"});
+  require(mode != "gossip" || (compress == "none" && compressWeights == "none"),
+          "--mode gossip reads peers' weights one-sidedly: --compress and --compress-weights do not apply");
+  require(mode != "allreduce" || compressWeights == "none",
+          "--mode allreduce sends no weights: --compress-weights does not apply (--compress does)");
   requireOneOf("lr-scaling", lrScaling, {"none", "linear"});
   requireOneOf("lr-decay", lrDecay, {"none", "cosine"});
   requireOneOf("device", device, {"auto", "cpu", "mps", "cuda"});

@@ -14,6 +14,7 @@
 #include "runtime/optim/Sgd.h"
 #include "runtime/roles/FlatParameters.h"
 #include "runtime/roles/Publisher.h"
+#include "runtime/roles/StepLink.h"
 #include "runtime/roles/StepMessages.h"
 #include "runtime/roles/SummedUpdate.h"
 
@@ -48,6 +49,7 @@ struct ServerState {
         total(config::totalSteps(cfg, updatesPerEpoch)),
         firstStep(resumeFrom ? resumeFrom->step : 0),
         messages(models::parameterCount(model), bufferCount(model)),
+        link(comm, cfg, model, messages, cfg.seed),
         sgd({cfg.momentum, cfg.weightDecay, cfg.nesterov}),
         publisher(cfg, model, sgd, updatesPerEpoch, total, firstStep) {
     bindParameters(model, messages.weights);
@@ -63,15 +65,19 @@ struct ServerState {
                         static_cast<float>(lr), 0});
   }
   // Accounting of an update from the summed trailer of `contributors` workers.
-  StepStats stats(int contributors) const {
+  StepStats stats(int contributors) {
     const float* trailer = messages.trailer;
+    const StepLink::Traffic traffic = link.take();
     StepStats s;
     s.lossSum = trailer[kLossSum];
     s.samples = trailer[kSamples];
     s.computeSeconds = trailer[kComputeSeconds] / contributors;
     s.dataWaitSeconds = trailer[kDataWaitSeconds] / contributors;
-    s.bytesDown = s.rawBytesDown = static_cast<double>(messages.downBytes());
-    s.bytesUp = s.rawBytesUp = static_cast<double>(messages.upBytes());
+    s.codecSeconds = traffic.codecSeconds + trailer[kCodecSeconds] / contributors;
+    s.bytesDown = traffic.bytesDown;
+    s.rawBytesDown = traffic.rawBytesDown;
+    s.bytesUp = traffic.bytesUp;
+    s.rawBytesUp = traffic.rawBytesUp;
     return s;
   }
   const std::string stopContext = "stop";
@@ -85,12 +91,20 @@ struct ServerState {
   const std::int64_t total;
   const std::int64_t firstStep;
   StepMessages messages;
+  StepLink link;
   optim::Sgd sgd;
   Publisher publisher;
 };
 
-// Returns the steps done.
-std::int64_t runSync(ServerState& s) {
+// After `done` steps and the workers' stop: the final files. The mode's counters (read by
+// the publisher's extras) are still alive here.
+void finish(ServerState& s, std::int64_t done) {
+  // The message buffers die with `s`: hand the model weights of its own.
+  bindParameters(s.model, s.messages.weights.clone());
+  s.publisher.finish(done);
+}
+
+void runSync(ServerState& s) {
   StepMessages& messages = s.messages;
   std::int64_t step = s.firstStep;
   for (; step < s.total && !s.publisher.outOfTime(); ++step) {
@@ -100,11 +114,13 @@ std::int64_t runSync(ServerState& s) {
     s.setHeader(step, Control::Train, lr);
 
     auto exchangeStart = Clock::now();
-    s.comm.broadcast(messages.down.data(), messages.downBytes(), 0, context);
+    const double cpuStart = Publisher::processCpuSeconds();
+    s.link.broadcastDown(context);
     std::fill(messages.up.begin(), messages.up.end(), 0.0f);
-    s.comm.reduceSum(messages.up.data(), messages.up.size(), 0, context);
+    s.link.reduceUp(context);
     StepStats stats = s.stats(s.workers);
     stats.exchangeSeconds = secondsSince(exchangeStart);
+    stats.exchangeCpuSeconds = Publisher::processCpuSeconds() - cpuStart;
 
     auto updateStart = Clock::now();
     stats.applied = applySummedUpdate(messages, s.sgd, lr, s.workers, s.model, s.cfg, step);
@@ -112,12 +128,12 @@ std::int64_t runSync(ServerState& s) {
     s.publisher.record(step, lr, stats);
   }
   s.setHeader(step, Control::Stop);
-  s.comm.broadcast(messages.down.data(), messages.downBytes(), 0, s.stopContext);
-  return step;
+  s.link.broadcastDown(s.stopContext);
+  finish(s, step);
 }
 
 // Backup workers (Chen et al. 2016, "Revisiting distributed synchronous SGD").
-std::int64_t runBackup(ServerState& s) {
+void runBackup(ServerState& s) {
   StepMessages& messages = s.messages;
   const int k = s.cfg.batchesPerUpdate(s.workers);  // <= workers: checked at start-up
   std::vector<float> incoming(messages.up.size());
@@ -126,7 +142,8 @@ std::int64_t runBackup(ServerState& s) {
   std::map<int, std::int64_t> droppedByRank;
   std::int64_t step = s.firstStep;
   s.setHeader(step, Control::Train, s.lr(step));
-  for (int w = 1; w <= s.workers; ++w) s.comm.send(messages.down.data(), messages.downBytes(), w, "start");
+  s.link.packDown();
+  for (int w = 1; w <= s.workers; ++w) s.link.sendDown(w, "start");
   std::fill(messages.up.begin(), messages.up.end(), 0.0f);
   auto exchangeStart = Clock::now();
   auto extras = [&](metrics::JsonObject& line) {
@@ -134,20 +151,21 @@ std::int64_t runBackup(ServerState& s) {
     line.addRaw("dropped_by_rank", jsonCounts(droppedByRank));
     dropped = 0;
   };
+  s.publisher.setExtras(extras);
   while (step < s.total && !s.publisher.outOfTime()) {
     currentStep() = step;
     const std::string context = fmt::format("step {}", step);
-    auto got = s.comm.receive(incoming.data(), incoming.size() * sizeof(float), comm::Communicator::kAnySource, context);
+    const int source = s.link.receiveUp(incoming.data(), context);
     const auto version = static_cast<std::int64_t>(incoming[incoming.size() - kTrailerFloats + kVersion]);
     if (version != step) {  // computed on older weights: too late
       ++dropped;
       ++droppedTotal;
-      ++droppedByRank[got.source];
-      s.comm.send(messages.down.data(), messages.downBytes(), got.source, context);
+      ++droppedByRank[source];
+      s.link.sendDown(source, context);
       continue;
     }
     for (std::size_t i = 0; i < incoming.size(); ++i) messages.up[i] += incoming[i];
-    waiting.push_back(got.source);
+    waiting.push_back(source);
     if (static_cast<int>(waiting.size()) < k) continue;
 
     const double lr = s.lr(step);
@@ -156,28 +174,28 @@ std::int64_t runBackup(ServerState& s) {
     auto updateStart = Clock::now();
     stats.applied = applySummedUpdate(messages, s.sgd, lr, k, s.model, s.cfg, step);
     stats.updateSeconds = secondsSince(updateStart);
-    s.publisher.record(step, lr, stats, extras);
+    s.publisher.record(step, lr, stats);
     ++step;
     exchangeStart = Clock::now();
     s.setHeader(step, Control::Train, s.lr(std::min(step, s.total - 1)));
-    for (int w : waiting) s.comm.send(messages.down.data(), messages.downBytes(), w, context);
+    s.link.packDown();
+    for (int w : waiting) s.link.sendDown(w, context);
     waiting.clear();
     std::fill(messages.up.begin(), messages.up.end(), 0.0f);
   }
   // Every worker is either waiting (its gradient is in) or computing: stop both kinds.
   s.setHeader(step, Control::Stop);
-  for (int w : waiting) s.comm.send(messages.down.data(), messages.downBytes(), w, s.stopContext);
+  s.link.packDown();
+  for (int w : waiting) s.link.sendDown(w, s.stopContext);
   for (int left = s.workers - static_cast<int>(waiting.size()); left > 0; --left) {
-    auto got = s.comm.receive(incoming.data(), incoming.size() * sizeof(float), comm::Communicator::kAnySource,
-                              s.stopContext);
-    s.comm.send(messages.down.data(), messages.downBytes(), got.source, s.stopContext);
+    s.link.sendDown(s.link.receiveUp(incoming.data(), s.stopContext), s.stopContext);
   }
   std::cout << fmt::format("pstrain: backup: {} late gradient(s) dropped", droppedTotal) << std::endl;
-  return step;
+  finish(s, step);
 }
 
 // Bounded-staleness asynchronous SGD with stale-gradient rejection.
-std::int64_t runAsync(ServerState& s) {
+void runAsync(ServerState& s) {
   StepMessages& messages = s.messages;
   std::int64_t applied = 0, rejected = 0, rejectedTotal = 0;
   std::map<std::int64_t, std::int64_t> staleness;  // over the run: updates behind -> applied gradients
@@ -188,23 +206,26 @@ std::int64_t runAsync(ServerState& s) {
     line.addRaw("rejected_by_rank", jsonCounts(rejectedByRank));
     applied = rejected = 0;
   };
+  s.publisher.setExtras(extras);
   std::int64_t step = s.firstStep;
   s.setHeader(step, Control::Train, s.lr(step));
-  for (int w = 1; w <= s.workers; ++w) s.comm.send(messages.down.data(), messages.downBytes(), w, "start");
+  s.link.packDown();
+  for (int w = 1; w <= s.workers; ++w) s.link.sendDown(w, "start");
   while (step < s.total && !s.publisher.outOfTime()) {
     currentStep() = step;
     const std::string context = fmt::format("step {}", step);
     auto exchangeStart = Clock::now();
-    auto got = s.comm.receive(messages.up.data(), messages.upBytes(), comm::Communicator::kAnySource, context);
+    const int source = s.link.receiveUp(messages.up.data(), context);
     const double exchange = secondsSince(exchangeStart);
     const auto version = static_cast<std::int64_t>(messages.trailer[kVersion]);
     const std::int64_t behind = step - version;
     if (behind > s.cfg.maxStaleness) {
       ++rejected;
       ++rejectedTotal;
-      ++rejectedByRank[got.source];
+      ++rejectedByRank[source];
       s.setHeader(step, Control::Retry, s.lr(step));
-      s.comm.send(messages.down.data(), messages.downBytes(), got.source, context);
+      s.link.packDown();
+      s.link.sendDown(source, context);
       continue;
     }
     const double lr = s.lr(step);
@@ -215,19 +236,18 @@ std::int64_t runAsync(ServerState& s) {
     stats.updateSeconds = secondsSince(updateStart);
     ++applied;
     ++staleness[behind];
-    s.publisher.record(step, lr, stats, extras);
+    s.publisher.record(step, lr, stats);
     ++step;
     s.setHeader(step, Control::Train, s.lr(std::min(step, s.total - 1)));
-    s.comm.send(messages.down.data(), messages.downBytes(), got.source, context);
+    s.link.packDown();
+    s.link.sendDown(source, context);
   }
   // Every worker is computing a gradient: take each one's and answer Stop.
   s.setHeader(step, Control::Stop);
-  for (int left = s.workers; left > 0; --left) {
-    auto got = s.comm.receive(messages.up.data(), messages.upBytes(), comm::Communicator::kAnySource, s.stopContext);
-    s.comm.send(messages.down.data(), messages.downBytes(), got.source, s.stopContext);
-  }
+  s.link.packDown();
+  for (int left = s.workers; left > 0; --left) s.link.sendDown(s.link.receiveUp(messages.up.data(), s.stopContext), s.stopContext);
   std::cout << fmt::format("pstrain: async: {} stale gradient(s) rejected", rejectedTotal) << std::endl;
-  return step;
+  finish(s, step);
 }
 
 }  // namespace
@@ -251,17 +271,13 @@ void ParameterServer::run() {
                            trainSamples_, cfg_.batchSize,
                            s.firstStep ? fmt::format("; resuming at step {}", s.firstStep) : "")
             << std::endl;
-  std::int64_t done = 0;
   if (cfg_.mode == "backup") {
-    done = runBackup(s);
+    runBackup(s);
   } else if (cfg_.mode == "async") {
-    done = runAsync(s);
+    runAsync(s);
   } else {
-    done = runSync(s);
+    runSync(s);
   }
-  // The message buffers die with `s`: hand the model weights of its own.
-  bindParameters(model_, s.messages.weights.clone());
-  s.publisher.finish(done);
 }
 
 }  // namespace pstrain::roles

@@ -16,6 +16,7 @@
 #include "runtime/roles/FlatParameters.h"
 #include "runtime/roles/LocalTrainer.h"
 #include "runtime/roles/Publisher.h"
+#include "runtime/roles/StepLink.h"
 #include "runtime/roles/StepMessages.h"
 #include "runtime/roles/SummedUpdate.h"
 
@@ -39,6 +40,7 @@ struct Peer {
         model(model),
         size(comm.size()),
         messages(models::parameterCount(model), bufferCount(model)),
+        link(comm, cfg, model, messages, cfg.seed * 7919u + static_cast<std::uint64_t>(comm.rank())),
         updatesPerEpoch(data::ShardSampler(train.size(), size, cfg.batchSize, cfg.seed).stepsPerEpoch()),
         total(config::totalSteps(cfg, updatesPerEpoch)),
         sgd({cfg.momentum, cfg.weightDecay, cfg.nesterov}) {
@@ -79,6 +81,7 @@ struct Peer {
   models::Net& model;
   const int size;
   StepMessages messages;
+  StepLink link;
   const std::int64_t updatesPerEpoch;
   const std::int64_t total;
   std::int64_t firstStep = 0;
@@ -87,7 +90,14 @@ struct Peer {
   std::optional<Publisher> publisher;    // rank 0
 };
 
-std::int64_t runAllreduce(Peer& p) {
+// After `done` steps: the model gets weights of its own, rank 0 writes the final files.
+// The mode's counters (read by the publisher's extras) are still alive here.
+void finish(Peer& p, std::int64_t done) {
+  p.trainer.reset();
+  if (p.publisher) p.publisher->finish(done);
+}
+
+void runAllreduce(Peer& p) {
   StepMessages& messages = p.messages;
   std::int64_t step = p.firstStep;
   while (step < p.total) {
@@ -97,10 +107,13 @@ std::int64_t runAllreduce(Peer& p) {
     p.trainer->computeGradient(step, step);
     // Rank 0 alone decides when time is up; the sum tells everyone in the same step.
     if (p.publisher && p.publisher->outOfTime()) messages.trailer[kStopRequest] = 1;
-    p.comm.allReduceSum(messages.up.data(), messages.up.size(), fmt::format("step {}", step));
+    p.link.allReduceUp(fmt::format("step {}", step));
     StepStats stats = p.stats();
     stats.exchangeSeconds = secondsSince(exchangeStart);
-    stats.bytesUp = stats.rawBytesUp = static_cast<double>(messages.upBytes());
+    const StepLink::Traffic traffic = p.link.take();
+    stats.bytesUp = traffic.bytesUp;
+    stats.rawBytesUp = traffic.rawBytesUp;
+    stats.codecSeconds = traffic.codecSeconds;
     const bool stop = messages.trailer[kStopRequest] > 0;
     auto updateStart = Clock::now();
     stats.applied = applySummedUpdate(messages, p.sgd, lr, p.size, p.model, p.cfg, step);
@@ -110,24 +123,26 @@ std::int64_t runAllreduce(Peer& p) {
     ++step;
     if (stop) break;
   }
-  return step;
+  finish(p, step);
 }
 
-// The gossip state a rank exposes: weights, buffers, clock, loss.
+// The gossip state a rank exposes: weights, buffers, clock, loss, and the samples this rank
+// itself trained on (not averaged; read by rank 0 at the end for the run's throughput).
 struct GossipState {
   explicit GossipState(const StepMessages& m)
-      : parameters(m.weights.numel()), buffers(m.serverBuffers.numel()), values(parameters + buffers + 2) {}
+      : parameters(m.weights.numel()), buffers(m.serverBuffers.numel()), values(parameters + buffers + 3) {}
   std::size_t parameters, buffers;
   std::vector<float> values;
   float& clock() { return values[parameters + buffers]; }
   float& loss() { return values[parameters + buffers + 1]; }
+  float& ownSamples() { return values[parameters + buffers + 2]; }
   at::Tensor weights() { return torch::from_blob(values.data(), {static_cast<std::int64_t>(parameters)}); }
   at::Tensor buffersTensor() {
     return torch::from_blob(values.data() + parameters, {static_cast<std::int64_t>(buffers)});
   }
 };
 
-std::int64_t runGossip(Peer& p) {
+void runGossip(Peer& p) {
   StepMessages& messages = p.messages;
   const int rank = p.comm.rank();
   const auto interpolation = p.cfg.gossipInterpolation();
@@ -151,14 +166,16 @@ std::int64_t runGossip(Peer& p) {
     return pick(random);
   };
   std::int64_t reads = 0, slowReads = 0;
-  double sumF = 0, peerDistance = NAN;
+  double sumF = 0, peerDistance = NAN, samplesAllRanks = NAN;
   auto extras = [&](metrics::JsonObject& line) {
     line.add("gossip_reads", reads).add("gossip_slow_reads", slowReads);
     line.add("gossip_mean_f", reads ? sumF / reads : NAN).add("peer_distance", peerDistance);
     line.add("clock", static_cast<double>(mine.clock()));
+    if (std::isfinite(samplesAllRanks)) line.add("samples_all_ranks", samplesAllRanks);
     reads = slowReads = 0;
     sumF = 0;
   };
+  if (p.publisher) p.publisher->setExtras(extras);
 
   const auto start = Clock::now();
   std::int64_t step = p.firstStep;
@@ -175,6 +192,7 @@ std::int64_t runGossip(Peer& p) {
     // Alone, a rank's update is a sum over one contributor.
     stats.applied = applySummedUpdate(messages, p.sgd, lr, 1, p.model, p.cfg, step);
     mine.clock() += static_cast<float>(stats.samples);
+    mine.ownSamples() += static_cast<float>(stats.samples);
     mine.loss() = static_cast<float>(stats.lossSum / stats.samples);
     publish();
 
@@ -218,10 +236,22 @@ std::int64_t runGossip(Peer& p) {
     }
     p.trainer->loadWeights();
     stats.exchangeSeconds = secondsSince(stepStart);
-    if (p.publisher) p.publisher->record(step, lr, stats, extras);
+    if (p.publisher) p.publisher->record(step, lr, stats);
+  }
+  // Every rank is done (ranks stop at their own pace under --max-seconds): rank 0 adds up the
+  // samples each one trained on, for an honest throughput.
+  p.comm.barrier("the end of gossip training");
+  if (rank == 0) {
+    samplesAllRanks = mine.ownSamples();
+    for (int other = 1; other < p.size; ++other) {
+      window->read(other, peer.values.data(), "the end of gossip training");
+      samplesAllRanks += peer.ownSamples();
+    }
+    std::cout << fmt::format("pstrain: gossip: {} samples trained by all ranks, {} by rank 0", samplesAllRanks,
+                             mine.ownSamples()) << std::endl;
   }
   window->close("the end of gossip training");
-  return step;
+  finish(p, step);
 }
 
 }  // namespace
@@ -237,9 +267,11 @@ void runPeers(comm::Communicator& comm, const config::TrainConfig& cfg, models::
                              peer.firstStep ? fmt::format("; resuming at step {}", peer.firstStep) : "")
               << std::endl;
   }
-  const std::int64_t done = cfg.mode == "gossip" ? runGossip(peer) : runAllreduce(peer);
-  peer.trainer.reset();
-  if (peer.publisher) peer.publisher->finish(done);
+  if (cfg.mode == "gossip") {
+    runGossip(peer);
+  } else {
+    runAllreduce(peer);
+  }
 }
 
 }  // namespace pstrain::roles

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <ctime>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -17,6 +18,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
+double cpuNow() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -29,6 +36,7 @@ void add(StepStats& sum, const StepStats& s) {
   sum.computeSeconds += s.computeSeconds;
   sum.dataWaitSeconds += s.dataWaitSeconds;
   sum.exchangeSeconds += s.exchangeSeconds;
+  sum.exchangeCpuSeconds += s.exchangeCpuSeconds;
   sum.updateSeconds += s.updateSeconds;
   sum.codecSeconds += s.codecSeconds;
   sum.bytesDown += s.bytesDown;
@@ -53,22 +61,23 @@ Publisher::Publisher(const config::TrainConfig& cfg, const models::Net& model, c
 
 double Publisher::elapsedSeconds() const { return now() - start_; }
 
+double Publisher::processCpuSeconds() { return cpuNow(); }
+
 bool Publisher::outOfTime() const { return cfg_.maxSeconds > 0 && elapsedSeconds() >= cfg_.maxSeconds; }
 
-void Publisher::record(std::int64_t step, double lr, const StepStats& stats,
-                       const std::function<void(metrics::JsonObject&)>& extras) {
+void Publisher::record(std::int64_t step, double lr, const StepStats& stats) {
   add(window_, stats);
   ++windowSteps_;
   lastLr_ = lr;
   if (!stats.applied) ++skipped_;
   const std::int64_t done = step + 1;
-  if (done % cfg_.logEvery == 0 || done == total_) writeLine(done, extras);
+  if (done % cfg_.logEvery == 0 || done == total_) writeLine(done);
   if (cfg_.checkpointEvery > 0 && done % cfg_.checkpointEvery == 0 && done != total_) {
     checkpoint::publish((fs::path(cfg_.trainDir) / "ckpt").string(), snapshot(done));
   }
 }
 
-void Publisher::writeLine(std::int64_t done, const std::function<void(metrics::JsonObject&)>& extras) {
+void Publisher::writeLine(std::int64_t done) {
   const double wall = now() - windowStart_;
   const double steps = static_cast<double>(windowSteps_);
   metrics::StepProgress progress;
@@ -88,6 +97,8 @@ void Publisher::writeLine(std::int64_t done, const std::function<void(metrics::J
   line.add("comm_s", std::max(0.0, (window_.exchangeSeconds - window_.computeSeconds) / steps));
   line.add("exchange_s", window_.exchangeSeconds / steps);
   line.add("update_s", window_.updateSeconds / steps);
+  // How much of a core rank 0 burns while it waits for the others (the server must not spin).
+  line.add("exchange_cpu_share", window_.exchangeSeconds > 0 ? window_.exchangeCpuSeconds / window_.exchangeSeconds : 0.0);
   line.add("codec_s", window_.codecSeconds / steps);
   // Per step and per message: what travelled, and what it would have been unencoded.
   line.add("bytes_sent", static_cast<std::int64_t>(std::llround(window_.bytesDown / steps)));
@@ -96,7 +107,7 @@ void Publisher::writeLine(std::int64_t done, const std::function<void(metrics::J
   line.add("raw_bytes_received", static_cast<std::int64_t>(std::llround(window_.rawBytesUp / steps)));
   line.add("elapsed_s", progress.elapsedSeconds);
   line.add("skipped_nonfinite", skipped_);
-  if (extras) extras(line);
+  if (extras_) extras_(line);
   log_.write(line);
   std::cout << metrics::progressLine(progress) << std::endl;
   window_ = StepStats();
@@ -104,8 +115,8 @@ void Publisher::writeLine(std::int64_t done, const std::function<void(metrics::J
   windowStart_ = now();
 }
 
-void Publisher::finish(std::int64_t stepsDone, const std::function<void(metrics::JsonObject&)>& extras) {
-  if (windowSteps_ > 0) writeLine(stepsDone, extras);
+void Publisher::finish(std::int64_t stepsDone) {
+  if (windowSteps_ > 0) writeLine(stepsDone);
   const fs::path dir(cfg_.trainDir);
   auto path = checkpoint::publish((dir / "ckpt").string(), snapshot(stepsDone));
   checkpoint::writeStateDict((dir / "trained_model.pt").string(), models::stateDict(model_));

@@ -24,6 +24,7 @@ struct StepStats {
   double exchangeSeconds = 0;  // rank 0: sending and waiting for the messages of the update
   double updateSeconds = 0;    // rank 0: averaging and the optimizer step
   double codecSeconds = 0;     // rank 0 encoding and decoding, plus the workers' mean
+  double exchangeCpuSeconds = 0;  // rank 0's CPU time (all threads) during exchangeSeconds
   // Bytes of one message each way (server -> one worker, one worker -> server; in the peer
   // modes one rank's share), as sent and before encoding.
   double bytesDown = 0, rawBytesDown = 0, bytesUp = 0, rawBytesUp = 0;
@@ -39,24 +40,28 @@ class Publisher {
 
   std::int64_t epochOf(std::int64_t step) const { return step / updatesPerEpoch_; }
   double elapsedSeconds() const;  // since construction
+  // CPU time of this process so far (every thread), for StepStats::exchangeCpuSeconds.
+  static double processCpuSeconds();
   // True once --max-seconds has passed.
   bool outOfTime() const;
 
+  // The mode's own fields (counters of its window), added to every metrics.jsonl line by
+  // calling `extras` then; it must stay callable until finish() returns.
+  void setExtras(std::function<void(metrics::JsonObject&)> extras) { extras_ = std::move(extras); }
+
   // After update `step` (0-based): adds `stats` to the current window. Every --log-every
-  // steps and at the last step it writes a metrics.jsonl line, to which `extras` (called
-  // only then) may add the mode's own fields, and a progress line; it publishes a
-  // checkpoint when one is due.
-  void record(std::int64_t step, double lr, const StepStats& stats,
-              const std::function<void(metrics::JsonObject&)>& extras = {});
+  // steps and at the last step it writes a metrics.jsonl line and a progress line; it
+  // publishes a checkpoint when one is due.
+  void record(std::int64_t step, double lr, const StepStats& stats);
 
   // After the last update (`stepsDone` of them; fewer than planned after --max-seconds):
   // logs what the window still holds, publishes the final checkpoint and trained_model.pt.
   // `model` must hold weights of its own by now, not views of buffers that are gone.
-  void finish(std::int64_t stepsDone, const std::function<void(metrics::JsonObject&)>& extras = {});
+  void finish(std::int64_t stepsDone);
 
  private:
   checkpoint::Checkpoint snapshot(std::int64_t stepsDone) const;
-  void writeLine(std::int64_t stepsDone, const std::function<void(metrics::JsonObject&)>& extras);
+  void writeLine(std::int64_t stepsDone);
 
   const config::TrainConfig& cfg_;
   const models::Net& model_;
@@ -71,6 +76,7 @@ class Publisher {
   std::int64_t skipped_ = 0;
   double lastLr_ = 0;
   StepStats window_;  // sums over the window
+  std::function<void(metrics::JsonObject&)> extras_;
 };
 
 // Gives `sgd` the momentum buffer saved in `ckpt` (flat, in model.parameters() order);

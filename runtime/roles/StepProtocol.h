@@ -46,7 +46,8 @@ enum Trailer : std::size_t {
   kDataWaitSeconds = 4, // time the step waited for its batch
   kVersion = 5,         // step of the weights the gradient was computed on
   kStopRequest = 6,     // allreduce: rank 0 sets 1 to end the run after this step (--max-seconds)
-  kTrailerFloats = 7,
+  kCodecSeconds = 7,    // encoding the gradient and decoding the weights (--compress*)
+  kTrailerFloats = 8,
 };
 
 // The largest step whose number a float trailer holds exactly.

@@ -4,6 +4,7 @@
 
 #include "runtime/roles/FlatParameters.h"
 #include "runtime/roles/LocalTrainer.h"
+#include "runtime/roles/StepLink.h"
 #include "runtime/roles/StepMessages.h"
 
 namespace pstrain::roles {
@@ -15,13 +16,14 @@ Worker::Worker(comm::Communicator& comm, const config::TrainConfig& cfg, models:
 void Worker::run() {
   StepMessages messages(models::parameterCount(model_), bufferCount(model_));
   LocalTrainer trainer(cfg_, model_, train_, device_, messages, comm_.rank() - 1, comm_.size() - 1, comm_.rank());
+  StepLink link(comm_, cfg_, model_, messages, cfg_.seed * 7919u + static_cast<std::uint64_t>(comm_.rank()));
   const bool sync = cfg_.mode == "sync";
   auto receiveWeights = [&](std::int64_t expected) {
     const std::string context = fmt::format("step {}", expected);
     if (sync) {
-      comm_.broadcast(messages.down.data(), messages.downBytes(), 0, context);
+      link.broadcastDown(context);
     } else {
-      comm_.receive(messages.down.data(), messages.downBytes(), 0, context);
+      link.receiveDown(context);
     }
     StepHeader header = messages.header();
     trainer.loadWeights();
@@ -33,9 +35,9 @@ void Worker::run() {
     trainer.computeGradient(sync ? header.step : batch, header.step);
     const std::string context = fmt::format("step {}", header.step);
     if (sync) {
-      comm_.reduceSum(messages.up.data(), messages.up.size(), 0, context);
+      link.reduceUp(context);
     } else {
-      comm_.send(messages.up.data(), messages.upBytes(), 0, context);
+      link.sendUp(context);
     }
     header = receiveWeights(header.step + 1);
     if (header.control == Control::Train) ++batch;  // Retry: the same batch again

@@ -31,7 +31,7 @@ print(eval(sys.argv[2]))
 PY
 }
 accuracy() {  # accuracy DIR: pseval's test accuracy of the final checkpoint, in percent
-  "$pseval" --train-dir "$1" > "$1.eval.log" 2>&1 || { cat "$1.eval.log"; echo 0; return; }
+  "$pseval" --train-dir "$1" > "$1.eval.log" 2>&1 || { cat "$1.eval.log" >&2; echo 0; return; }
   tail -1 "$1/eval.csv" | cut -d, -f5 | awk '{printf "%.2f", $1 * 100}'
 }
 ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }

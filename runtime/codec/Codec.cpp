@@ -1,0 +1,414 @@
+#include "runtime/codec/Codec.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "runtime/Errors.h"
+
+namespace pstrain::codec {
+namespace {
+
+constexpr std::uint32_t kMagic = 0x31435350;  // "PSC1"
+
+template <typename T>
+void put(std::string& out, T value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
+// Reads fixed-size values from a byte range, throwing CodecError past its end.
+struct Reader {
+  const char* data;
+  std::size_t size;
+  std::size_t at = 0;
+  template <typename T>
+  T get() {
+    T value;
+    need(sizeof value);
+    std::memcpy(&value, data + at, sizeof value);
+    at += sizeof value;
+    return value;
+  }
+  void need(std::size_t bytes) const {
+    if (bytes > size - at) throw CodecError(fmt::format("payload truncated: {} more bytes needed at offset {} of {}", bytes, at, size));
+  }
+};
+
+std::int64_t numel(const std::vector<std::int64_t>& shape) {
+  return std::accumulate(shape.begin(), shape.end(), std::int64_t(1), std::multiplies<>());
+}
+
+at::Tensor wrap(const float* values, std::int64_t count) {
+  return torch::from_blob(const_cast<float*>(values), {count}, torch::kFloat32);
+}
+
+// The ratio of topk:R and randomk:R, the rank of powersgd:R, the level of zlib[:L].
+double parameter(const std::string& spec, const std::string& flag) {
+  auto colon = spec.find(':');
+  if (colon == std::string::npos) return NAN;
+  try {
+    std::size_t used = 0;
+    double value = std::stod(spec.substr(colon + 1), &used);
+    if (used == spec.size() - colon - 1) return value;
+  } catch (const std::exception&) {
+  }
+  throw ConfigError(fmt::format("--{} '{}': '{}' is not a number", flag, spec, spec.substr(colon + 1)));
+}
+
+std::string kind(const std::string& spec) { return spec.substr(0, spec.find(':')); }
+
+// --- codecs --------------------------------------------------------------------------------
+
+class Raw : public Codec {
+ public:
+  Raw(const std::string& spec, Shapes shapes) : Codec(spec, 0, std::move(shapes)) {}
+  void encodeBody(const float* v, std::string& body) override {
+    body.append(reinterpret_cast<const char*>(v), count() * sizeof(float));
+  }
+  void decodeBody(const char* body, std::size_t size, float* out) const override {
+    if (size != count() * sizeof(float)) throw CodecError(fmt::format("raw payload of {} bytes for {} floats", size, count()));
+    std::memcpy(out, body, size);
+  }
+  std::size_t maxBodyBytes() const override { return count() * sizeof(float); }
+};
+
+class Zlib : public Codec {
+ public:
+  Zlib(const std::string& spec, Shapes shapes, int level) : Codec(spec, 1, std::move(shapes)), level_(level) {}
+  void encodeBody(const float* v, std::string& body) override {
+    const std::size_t offset = body.size();
+    uLongf length = compressBound(static_cast<uLong>(count() * sizeof(float)));
+    body.resize(offset + length);
+    int rc = compress2(reinterpret_cast<Bytef*>(&body[offset]), &length, reinterpret_cast<const Bytef*>(v),
+                       static_cast<uLong>(count() * sizeof(float)), level_);
+    if (rc != Z_OK) throw CodecError(fmt::format("zlib compress failed ({})", rc));
+    body.resize(offset + length);
+  }
+  void decodeBody(const char* body, std::size_t size, float* out) const override {
+    uLongf length = static_cast<uLongf>(count() * sizeof(float));
+    int rc = uncompress(reinterpret_cast<Bytef*>(out), &length, reinterpret_cast<const Bytef*>(body), static_cast<uLong>(size));
+    if (rc != Z_OK || length != count() * sizeof(float)) throw CodecError(fmt::format("zlib payload does not inflate to {} floats", count()));
+  }
+  std::size_t maxBodyBytes() const override { return compressBound(static_cast<uLong>(count() * sizeof(float))); }
+
+ private:
+  int level_;
+};
+
+class HalfPrecision : public Codec {
+ public:
+  HalfPrecision(const std::string& spec, Shapes shapes, std::uint8_t id, c10::ScalarType type)
+      : Codec(spec, id, std::move(shapes)), type_(type) {}
+  void encodeBody(const float* v, std::string& body) override {
+    at::Tensor half = wrap(v, count()).to(type_);
+    body.append(static_cast<const char*>(half.data_ptr()), count() * 2);
+  }
+  void decodeBody(const char* body, std::size_t size, float* out) const override {
+    if (size != count() * 2) throw CodecError(fmt::format("{} payload of {} bytes for {} values", spec(), size, count()));
+    at::Tensor half = torch::from_blob(const_cast<char*>(body), {static_cast<std::int64_t>(count())},
+                                       torch::TensorOptions().dtype(type_));
+    wrap(out, count()).copy_(half);
+  }
+  std::size_t maxBodyBytes() const override { return count() * 2; }
+
+ private:
+  c10::ScalarType type_;
+};
+
+class Int8 : public Codec {
+ public:
+  Int8(const std::string& spec, Shapes shapes) : Codec(spec, 4, std::move(shapes)) {}
+  void encodeBody(const float* v, std::string& body) override {
+    for (const auto& shape : shapes()) {
+      const std::int64_t n = numel(shape);
+      at::Tensor x = wrap(v, n);
+      const float maxAbs = n ? x.abs().max().item<float>() : 0.0f;
+      const float scale = maxAbs > 0 && std::isfinite(maxAbs) ? maxAbs / 127.0f : (std::isfinite(maxAbs) ? 0.0f : NAN);
+      put(body, scale);
+      at::Tensor q = scale > 0 ? x.div(scale).round_().clamp_(-127, 127).to(torch::kInt8) : torch::zeros({n}, torch::kInt8);
+      body.append(static_cast<const char*>(q.data_ptr()), n);
+      v += n;
+    }
+  }
+  void decodeBody(const char* body, std::size_t size, float* out) const override {
+    Reader in{body, size};
+    for (const auto& shape : shapes()) {
+      const std::int64_t n = numel(shape);
+      const float scale = in.get<float>();
+      in.need(n);
+      at::Tensor q = torch::from_blob(const_cast<char*>(body + in.at), {n}, torch::kInt8);
+      wrap(out, n).copy_(q).mul_(scale);
+      in.at += n;
+      out += n;
+    }
+    if (in.at != size) throw CodecError("int8 payload has trailing bytes");
+  }
+  std::size_t maxBodyBytes() const override { return count() + shapes().size() * sizeof(float); }
+};
+
+// Appends `value` as a LEB128 varint (7 bits a byte, high bit: more follow).
+void putVarint(std::string& out, std::uint64_t value) {
+  while (value >= 0x80) {
+    out.push_back(static_cast<char>((value & 0x7F) | 0x80));
+    value >>= 7;
+  }
+  out.push_back(static_cast<char>(value));
+}
+
+std::uint64_t getVarint(Reader& in) {
+  std::uint64_t value = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    const auto byte = in.get<std::uint8_t>();
+    value |= static_cast<std::uint64_t>(byte & 0x7F) << shift;
+    if (!(byte & 0x80)) return value;
+  }
+  throw CodecError("payload: malformed varint");
+}
+
+// topk and randomk: k values (float32) at k distinct indices, sent in increasing order as
+// varint gaps (about 1 byte each at 1% density instead of 4); the rest is zero.
+class Sparse : public Codec {
+ public:
+  Sparse(const std::string& spec, Shapes shapes, std::uint8_t id, double ratio, std::uint64_t seed)
+      : Codec(spec, id, std::move(shapes)),
+        topk_(id == 5),
+        k_(std::clamp<std::int64_t>(std::llround(ratio * static_cast<double>(count())), 1, std::max<std::int64_t>(1, count()))),
+        random_(seed) {
+  }
+  std::int64_t k() const { return k_; }
+  void encodeBody(const float* v, std::string& body) override {
+    at::Tensor x = wrap(v, count());
+    at::Tensor indices, values;
+    if (topk_) {  // topk: exactly the k largest magnitudes
+      indices = std::get<1>(x.abs().topk(k_, 0, true, false));
+      values = x.index_select(0, indices);
+    } else {  // randomk: k distinct elements drawn uniformly, scaled to stay unbiased
+      std::vector<std::int64_t> all(count());
+      std::iota(all.begin(), all.end(), 0);
+      for (std::int64_t i = 0; i < k_; ++i) {  // partial Fisher-Yates
+        std::uniform_int_distribution<std::int64_t> pick(i, static_cast<std::int64_t>(count()) - 1);
+        std::swap(all[i], all[pick(random_)]);
+      }
+      indices = torch::from_blob(all.data(), {k_}, torch::kInt64).clone();
+      values = x.index_select(0, indices).mul_(static_cast<double>(count()) / static_cast<double>(k_));
+    }
+    auto [sorted, order] = indices.sort();
+    values = values.index_select(0, order).contiguous();
+    body.append(static_cast<const char*>(values.data_ptr()), k_ * 4);
+    const std::int64_t* index = sorted.data_ptr<std::int64_t>();
+    for (std::int64_t i = 0, previous = -1; i < k_; previous = index[i++]) putVarint(body, index[i] - previous - 1);
+  }
+  void decodeBody(const char* body, std::size_t size, float* out) const override {
+    Reader in{body, size};
+    in.need(k_ * 4);
+    const char* values = body;
+    in.at = k_ * 4;
+    std::fill(out, out + count(), 0.0f);
+    std::uint64_t index = 0;
+    for (std::int64_t i = 0; i < k_; ++i) {
+      index += getVarint(in) + (i ? 1 : 0);
+      if (index >= count()) throw CodecError(fmt::format("{} payload: index {} out of {}", spec(), index, count()));
+      std::memcpy(&out[index], values + 4 * i, 4);
+    }
+    if (in.at != size) throw CodecError(fmt::format("{} payload has trailing bytes", spec()));
+  }
+  std::size_t maxBodyBytes() const override { return static_cast<std::size_t>(k_) * (4 + 10); }
+
+ private:
+  bool topk_;
+  std::int64_t k_;
+  std::mt19937_64 random_;
+};
+
+class PowerSgd : public Codec {
+ public:
+  PowerSgd(const std::string& spec, Shapes shapes, int rank, std::uint64_t seed)
+      : Codec(spec, 7, std::move(shapes)), rank_(rank) {
+    auto generator = at::detail::createCPUGenerator(seed);
+    for (const auto& shape : this->shapes()) {
+      auto [n, m] = matrix(shape);
+      q_.push_back(compressed(n, m) ? at::randn({m, rank_}, generator) : at::Tensor());
+    }
+  }
+  void encodeBody(const float* v, std::string& body) override {
+    for (std::size_t t = 0; t < shapes().size(); ++t) {
+      auto [n, m] = matrix(shapes()[t]);
+      at::Tensor x = wrap(v, n * m);
+      v += n * m;
+      if (!compressed(n, m)) {
+        body.append(reinterpret_cast<const char*>(x.data_ptr()), n * m * sizeof(float));
+        continue;
+      }
+      at::Tensor matrixView = x.view({n, m});
+      at::Tensor p = std::get<0>(at::linalg_qr(matrixView.mm(q_[t])));  // n x r, orthonormal columns
+      at::Tensor q = matrixView.t().mm(p).contiguous();                  // m x r: M ~ P Q^T
+      q_[t] = q.clone();  // warm start for the next call
+      p = p.contiguous();
+      body.append(static_cast<const char*>(p.data_ptr()), p.numel() * sizeof(float));
+      body.append(static_cast<const char*>(q.data_ptr()), q.numel() * sizeof(float));
+    }
+  }
+  void decodeBody(const char* body, std::size_t size, float* out) const override {
+    Reader in{body, size};
+    for (const auto& shape : shapes()) {
+      auto [n, m] = matrix(shape);
+      if (!compressed(n, m)) {
+        in.need(n * m * sizeof(float));
+        std::memcpy(out, body + in.at, n * m * sizeof(float));
+        in.at += n * m * sizeof(float);
+      } else {
+        in.need((n + m) * rank_ * sizeof(float));
+        at::Tensor p = torch::from_blob(const_cast<char*>(body + in.at), {n, rank_}, torch::kFloat32);
+        at::Tensor q = torch::from_blob(const_cast<char*>(body + in.at + n * rank_ * sizeof(float)), {m, rank_}, torch::kFloat32);
+        wrap(out, n * m).view({n, m}).copy_(p.mm(q.t()));
+        in.at += (n + m) * rank_ * sizeof(float);
+      }
+      out += n * m;
+    }
+    if (in.at != size) throw CodecError("powersgd payload has trailing bytes");
+  }
+  std::size_t maxBodyBytes() const override {
+    std::size_t bytes = 0;
+    for (const auto& shape : shapes()) {
+      auto [n, m] = matrix(shape);
+      bytes += (compressed(n, m) ? (n + m) * rank_ : n * m) * sizeof(float);
+    }
+    return bytes;
+  }
+
+ private:
+  // A tensor as the matrix PowerSGD factors: first dimension x the rest.
+  static std::pair<std::int64_t, std::int64_t> matrix(const std::vector<std::int64_t>& shape) {
+    const std::int64_t n = shape.empty() ? 1 : shape[0];
+    return {n, n ? numel(shape) / n : 0};
+  }
+  bool compressed(std::int64_t n, std::int64_t m) const { return n > 1 && m > 1 && (n + m) * rank_ < n * m; }
+  std::int64_t rank_;
+  std::vector<at::Tensor> q_;
+};
+
+}  // namespace
+
+Codec::Codec(std::string spec, std::uint8_t id, Shapes shapes)
+    : spec_(std::move(spec)), id_(id), shapes_(std::move(shapes)), count_(0) {
+  for (const auto& shape : shapes_) count_ += static_cast<std::size_t>(numel(shape));
+}
+
+// Frame: magic u32 | codec id u8 | tensors u32 | per tensor: dims u8, sizes i64... |
+//        body bytes u64 | body | CRC-32 of all of the above.
+void Codec::encode(const float* values, std::string& out) {
+  const std::size_t start = out.size();
+  put(out, kMagic);
+  put(out, id_);
+  put(out, static_cast<std::uint32_t>(shapes_.size()));
+  for (const auto& shape : shapes_) {
+    put(out, static_cast<std::uint8_t>(shape.size()));
+    for (auto d : shape) put(out, d);
+  }
+  const std::size_t sizeAt = out.size();
+  put(out, std::uint64_t(0));
+  const std::size_t bodyAt = out.size();
+  encodeBody(values, out);
+  const std::uint64_t bodyBytes = out.size() - bodyAt;
+  std::memcpy(&out[sizeAt], &bodyBytes, sizeof bodyBytes);
+  put(out, static_cast<std::uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(out.data() + start), static_cast<uInt>(out.size() - start))));
+}
+
+void Codec::decode(const char* data, std::size_t size, float* out) const {
+  Reader in{data, size};
+  if (in.get<std::uint32_t>() != kMagic) throw CodecError("not a pstrain payload (bad magic)");
+  const auto id = in.get<std::uint8_t>();
+  if (id != id_) throw CodecError(fmt::format("payload of codec {} where {} was expected (ranks started with different --compress?)", id, spec_));
+  const auto tensors = in.get<std::uint32_t>();
+  if (tensors != shapes_.size()) throw CodecError(fmt::format("payload of {} tensors, the model has {}", tensors, shapes_.size()));
+  for (const auto& shape : shapes_) {
+    if (in.get<std::uint8_t>() != shape.size()) throw CodecError("payload tensor shapes differ from the model's");
+    for (auto d : shape) {
+      if (in.get<std::int64_t>() != d) throw CodecError("payload tensor shapes differ from the model's");
+    }
+  }
+  const auto bodyBytes = in.get<std::uint64_t>();
+  in.need(bodyBytes);
+  const std::size_t bodyAt = in.at;
+  in.at += bodyBytes;
+  const std::size_t crcAt = in.at;
+  const auto crc = in.get<std::uint32_t>();
+  if (in.at != size) throw CodecError(fmt::format("payload of {} bytes has {} trailing bytes", size, size - in.at));
+  if (crc != crc32(0, reinterpret_cast<const Bytef*>(data), static_cast<uInt>(crcAt))) {
+    throw CodecError(fmt::format("{} payload of {} bytes: checksum mismatch (garbled in transit)", spec_, size));
+  }
+  decodeBody(data + bodyAt, bodyBytes, out);
+}
+
+std::size_t Codec::maxFrameBytes() const {
+  std::size_t header = 4 + 1 + 4 + 8 + 4;
+  for (const auto& shape : shapes_) header += 1 + 8 * shape.size();
+  return header + maxBodyBytes();
+}
+
+void validateSpec(const std::string& spec, bool weights, const std::string& flag) {
+  const std::string k = kind(spec);
+  const bool hasParameter = spec.find(':') != std::string::npos;
+  const double value = parameter(spec, flag);
+  auto fail = [&](const std::string& why) { throw ConfigError(fmt::format("--{} '{}': {}", flag, spec, why)); };
+  if (k == "none" || k == "fp16" || k == "bf16" || k == "int8") {
+    if (hasParameter) fail("takes no parameter");
+  } else if (k == "zlib") {
+    if (hasParameter && !(value >= 0 && value <= 9 && value == std::floor(value))) fail("the level is 0..9");
+  } else if (k == "topk" || k == "randomk") {
+    if (weights) fail("sparsified weights make no sense; use none, zlib, fp16, bf16 or int8");
+    if (!(value > 0 && value <= 1)) fail("wants a RATIO in (0, 1], for example topk:0.01");
+  } else if (k == "powersgd") {
+    if (weights) fail("low-rank weights make no sense; use none, zlib, fp16, bf16 or int8");
+    if (!(value >= 1 && value <= 1024 && value == std::floor(value))) fail("wants a whole RANK in 1..1024, for example powersgd:4");
+  } else {
+    fail(std::string("is not one of none, zlib[:LEVEL], fp16, bf16, int8") +
+         (weights ? "" : ", topk:RATIO, randomk:RATIO, powersgd:RANK"));
+  }
+}
+
+bool wantsErrorFeedback(const std::string& spec) {
+  const std::string k = kind(spec);
+  return k == "topk" || k == "randomk" || k == "powersgd";
+}
+
+std::unique_ptr<Codec> makeCodec(const std::string& spec, const Shapes& shapes, std::uint64_t seed,
+                                 const std::string& flag) {
+  validateSpec(spec, false, flag);
+  const std::string k = kind(spec);
+  const double value = parameter(spec, flag);
+  if (k == "none") return std::make_unique<Raw>(spec, shapes);
+  if (k == "zlib") return std::make_unique<Zlib>(spec, shapes, std::isnan(value) ? Z_DEFAULT_COMPRESSION : static_cast<int>(value));
+  if (k == "fp16") return std::make_unique<HalfPrecision>(spec, shapes, 2, torch::kHalf);
+  if (k == "bf16") return std::make_unique<HalfPrecision>(spec, shapes, 3, torch::kBFloat16);
+  if (k == "int8") return std::make_unique<Int8>(spec, shapes);
+  if (k == "topk") return std::make_unique<Sparse>(spec, shapes, 5, value, seed);
+  if (k == "randomk") return std::make_unique<Sparse>(spec, shapes, 6, value, seed);
+  return std::make_unique<PowerSgd>(spec, shapes, static_cast<int>(value), seed);
+}
+
+ErrorFeedbackEncoder::ErrorFeedbackEncoder(std::unique_ptr<Codec> codec, bool errorFeedback)
+    : codec_(std::move(codec)), errorFeedback_(errorFeedback) {
+  if (errorFeedback_) {
+    residual_.assign(codec_->count(), 0.0f);
+    decoded_.resize(codec_->count());
+  }
+}
+
+void ErrorFeedbackEncoder::encode(const float* values, std::string& out) {
+  if (!errorFeedback_) return codec_->encode(values, out);
+  const std::size_t n = codec_->count();
+  for (std::size_t i = 0; i < n; ++i) residual_[i] += values[i];  // what should be sent
+  const std::size_t start = out.size();
+  codec_->encode(residual_.data(), out);
+  codec_->decode(out.data() + start, out.size() - start, decoded_.data());
+  for (std::size_t i = 0; i < n; ++i) residual_[i] -= decoded_[i];  // what was not
+}
+
+}  // namespace pstrain::codec

@@ -1,0 +1,89 @@
+#pragma once
+// Gradient and weight codecs (DESIGN.md: runtime/codec). A codec turns the flat float
+// buffer of a model's tensors into a payload and back:
+//   none, zlib[:LEVEL]          lossless
+//   fp16, bf16                  half-precision floats
+//   int8                        one scale per tensor, values rounded to [-127, 127]
+//   topk:RATIO                  the k = RATIO x count largest magnitudes, as indices + values
+//   randomk:RATIO               k random elements, scaled by count / k (an unbiased estimate)
+//   powersgd:RANK               per matrix-shaped tensor a rank-RANK P Q^T (Vogels et al.
+//                               2019: one power iteration, P orthogonalised, Q warm-started
+//                               from the previous call); tensors where that would not be
+//                               smaller travel as raw floats
+// Every payload is a frame that names the codec, carries the tensor shapes and ends with a
+// CRC-32 of everything before it: a garbled or mismatched payload is a CodecError, never
+// wrong weights. No torch in this header.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pstrain::codec {
+
+using Shapes = std::vector<std::vector<std::int64_t>>;  // the tensors of a flat buffer, in order
+
+class Codec {
+ public:
+  virtual ~Codec() = default;
+
+  // The spec it was made from, as given ("topk:0.01").
+  const std::string& spec() const { return spec_; }
+  std::size_t count() const { return count_; }
+
+  // Appends the frame of `values` (count() floats) to `out`. Not const: topk, randomk and
+  // powersgd keep state between calls (a random stream, the warm-start Q).
+  void encode(const float* values, std::string& out);
+
+  // Decodes the frame at `data` (made by a codec of the same spec and shapes) into `out`
+  // (count() floats, overwritten). Throws CodecError when it is not such a frame.
+  void decode(const char* data, std::size_t size, float* out) const;
+
+  // The largest frame encode() can produce.
+  std::size_t maxFrameBytes() const;
+
+ protected:
+  Codec(std::string spec, std::uint8_t id, Shapes shapes);
+  virtual void encodeBody(const float* values, std::string& body) = 0;
+  virtual void decodeBody(const char* body, std::size_t size, float* out) const = 0;
+  virtual std::size_t maxBodyBytes() const = 0;
+  const Shapes& shapes() const { return shapes_; }
+
+ private:
+  std::string spec_;
+  std::uint8_t id_;
+  Shapes shapes_;
+  std::size_t count_;
+};
+
+// Makes the codec of `spec` for buffers of `shapes`; `seed` drives randomk's choices and
+// powersgd's first Q. Throws ConfigError naming `flag` for an unknown or malformed spec.
+std::unique_ptr<Codec> makeCodec(const std::string& spec, const Shapes& shapes, std::uint64_t seed,
+                                 const std::string& flag = "compress");
+
+// Checks `spec` without making a codec (ConfigError naming `flag`); `weights`: only the
+// codecs that make sense for weights (none, zlib, fp16, bf16, int8).
+void validateSpec(const std::string& spec, bool weights, const std::string& flag);
+
+// Whether --error-feedback auto turns it on for `spec` (the sparsifying codecs).
+bool wantsErrorFeedback(const std::string& spec);
+
+// Encodes gradients with error feedback (Seide et al. 2014; Karimireddy et al. 2019): the
+// part of (gradient + residual) that the payload does not carry is kept and added to the
+// next gradient, so over many steps the sum of what was sent tracks the sum of gradients.
+class ErrorFeedbackEncoder {
+ public:
+  ErrorFeedbackEncoder(std::unique_ptr<Codec> codec, bool errorFeedback);
+  // Appends the frame of `values` (+ residual) to `out`.
+  void encode(const float* values, std::string& out);
+  const Codec& codec() const { return *codec_; }
+  const std::vector<float>& residual() const { return residual_; }
+
+ private:
+  std::unique_ptr<Codec> codec_;
+  bool errorFeedback_;
+  std::vector<float> residual_;
+  std::vector<float> decoded_;
+};
+
+}  // namespace pstrain::codec

@@ -1,0 +1,215 @@
+#include "runtime/roles/StepLink.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "runtime/Errors.h"
+
+namespace pstrain::roles {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+codec::Shapes shapesOf(const models::Net& model) {
+  codec::Shapes shapes;
+  for (const auto& p : model.parameters()) shapes.push_back(p.sizes().vec());
+  return shapes;
+}
+
+// A payload of any size from `root` to every rank: its length, then its bytes.
+void broadcastPayload(comm::Communicator& comm, std::string& payload, int root, const std::string& context) {
+  std::uint64_t size = payload.size();
+  comm.broadcast(&size, sizeof size, root, context);
+  payload.resize(size);
+  comm.broadcast(payload.data(), size, root, context);
+}
+
+}  // namespace
+
+StepLink::StepLink(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model,
+                   StepMessages& messages, std::uint64_t seed)
+    : comm_(comm), messages_(messages) {
+  const codec::Shapes shapes = shapesOf(model);
+  std::size_t capacity = messages.upBytes();
+  if (cfg.compress != "none") {
+    const bool feedback = cfg.errorFeedback == "on" || (cfg.errorFeedback == "auto" && codec::wantsErrorFeedback(cfg.compress));
+    upEncoder_ = std::make_unique<codec::ErrorFeedbackEncoder>(codec::makeCodec(cfg.compress, shapes, seed), feedback);
+    capacity = std::max(capacity, upEncoder_->codec().maxFrameBytes() + (messages.up.size() - messages.grad.numel()) * sizeof(float));
+    decoded_.resize(messages.grad.numel());
+  }
+  if (cfg.compressWeights != "none") {
+    codec::validateSpec(cfg.compressWeights, true, "compress-weights");
+    downCodec_ = codec::makeCodec(cfg.compressWeights, shapes, seed, "compress-weights");
+    capacity = std::max(capacity, downCodec_->maxFrameBytes() + sizeof(StepHeader) + messages.serverBuffers.numel() * sizeof(float));
+  }
+  inbox_.resize(capacity);
+}
+
+StepLink::Traffic StepLink::take() {
+  Traffic t = traffic_;
+  traffic_ = Traffic();
+  return t;
+}
+
+// --- encoding ------------------------------------------------------------------------------
+
+void StepLink::encodeUp() {
+  const auto start = Clock::now();
+  upPayload_.clear();
+  upEncoder_->encode(messages_.grad.data_ptr<float>(), upPayload_);
+  const double seconds = secondsSince(start);
+  traffic_.codecSeconds += seconds;
+  messages_.trailer[kCodecSeconds] = static_cast<float>(seconds + decodeSeconds_);
+  decodeSeconds_ = 0;
+  const float* raw = messages_.up.data() + messages_.grad.numel();
+  upPayload_.append(reinterpret_cast<const char*>(raw), (messages_.up.size() - messages_.grad.numel()) * sizeof(float));
+}
+
+void StepLink::decodeUp(const char* payload, std::size_t size, float* up) {
+  const auto start = Clock::now();
+  const std::size_t n = messages_.grad.numel();
+  const std::size_t rawBytes = (messages_.up.size() - n) * sizeof(float);
+  if (size < rawBytes) throw CodecError(fmt::format("gradient payload of {} bytes is shorter than its fixed part", size));
+  upEncoder_->codec().decode(payload, size - rawBytes, decoded_.data());
+  for (std::size_t i = 0; i < n; ++i) up[i] += decoded_[i];
+  std::vector<float> fixed(rawBytes / sizeof(float));  // copied: may be unaligned in the payload
+  std::memcpy(fixed.data(), payload + size - rawBytes, rawBytes);
+  for (std::size_t i = 0; i < fixed.size(); ++i) up[n + i] += fixed[i];
+  traffic_.codecSeconds += secondsSince(start);
+}
+
+void StepLink::encodeDown() {
+  const auto start = Clock::now();
+  downPayload_.assign(reinterpret_cast<const char*>(messages_.down.data()), sizeof(StepHeader));
+  downPayload_.append(reinterpret_cast<const char*>(messages_.serverBuffers.data_ptr<float>()),
+                      messages_.serverBuffers.numel() * sizeof(float));
+  downCodec_->encode(messages_.weights.data_ptr<float>(), downPayload_);
+  traffic_.codecSeconds += secondsSince(start);
+}
+
+void StepLink::decodeDown(const char* payload, std::size_t size) {
+  const auto start = Clock::now();
+  const std::size_t fixed = sizeof(StepHeader) + messages_.serverBuffers.numel() * sizeof(float);
+  if (size < fixed) throw CodecError(fmt::format("weights payload of {} bytes is shorter than its fixed part", size));
+  std::memcpy(messages_.down.data(), payload, sizeof(StepHeader));
+  std::memcpy(messages_.serverBuffers.data_ptr<float>(), payload + sizeof(StepHeader), fixed - sizeof(StepHeader));
+  downCodec_->decode(payload + fixed, size - fixed, messages_.weights.data_ptr<float>());
+  const double seconds = secondsSince(start);
+  traffic_.codecSeconds += seconds;
+  decodeSeconds_ += seconds;  // the worker's next up message reports it
+}
+
+// --- transport -----------------------------------------------------------------------------
+
+void StepLink::broadcastDown(const std::string& context) {
+  traffic_.rawBytesDown = messages_.downBytes();
+  if (!downCodec_) {
+    comm_.broadcast(messages_.down.data(), messages_.downBytes(), 0, context);
+    traffic_.bytesDown = messages_.downBytes();
+    return;
+  }
+  if (comm_.rank() == 0) encodeDown();
+  broadcastPayload(comm_, downPayload_, 0, context);
+  if (comm_.rank() != 0) decodeDown(downPayload_.data(), downPayload_.size());
+  traffic_.bytesDown = downPayload_.size();
+}
+
+void StepLink::reduceUp(const std::string& context) {
+  traffic_.rawBytesUp = messages_.upBytes();
+  if (!upEncoder_) {
+    comm_.reduceSum(messages_.up.data(), messages_.up.size(), 0, context);
+    traffic_.bytesUp = messages_.upBytes();
+    return;
+  }
+  if (comm_.rank() != 0) encodeUp();
+  auto payloads = comm_.gather(comm_.rank() == 0 ? std::string() : upPayload_, 0, context);
+  if (comm_.rank() != 0) {
+    traffic_.bytesUp = upPayload_.size();
+    return;
+  }
+  double bytes = 0;
+  for (std::size_t r = 1; r < payloads.size(); ++r) {
+    decodeUp(payloads[r].data(), payloads[r].size(), messages_.up.data());
+    bytes += payloads[r].size();
+  }
+  traffic_.bytesUp = bytes / static_cast<double>(payloads.size() - 1);
+}
+
+void StepLink::allReduceUp(const std::string& context) {
+  traffic_.rawBytesUp = messages_.upBytes();
+  if (!upEncoder_) {
+    comm_.allReduceSum(messages_.up.data(), messages_.up.size(), context);
+    traffic_.bytesUp = messages_.upBytes();
+    return;
+  }
+  encodeUp();
+  auto payloads = comm_.allGather(upPayload_, context);
+  std::fill(messages_.up.begin(), messages_.up.end(), 0.0f);
+  for (const auto& payload : payloads) decodeUp(payload.data(), payload.size(), messages_.up.data());  // rank order: equal sums
+  traffic_.bytesUp = upPayload_.size();
+}
+
+void StepLink::packDown() {
+  if (downCodec_) encodeDown();
+}
+
+void StepLink::sendDown(int worker, const std::string& context) {
+  traffic_.rawBytesDown = messages_.downBytes();
+  if (!downCodec_) {
+    comm_.send(messages_.down.data(), messages_.downBytes(), worker, context);
+    traffic_.bytesDown = messages_.downBytes();
+  } else {
+    comm_.send(downPayload_.data(), downPayload_.size(), worker, context);
+    traffic_.bytesDown = downPayload_.size();
+  }
+}
+
+void StepLink::receiveDown(const std::string& context) {
+  traffic_.rawBytesDown = messages_.downBytes();
+  if (!downCodec_) {
+    comm_.receive(messages_.down.data(), messages_.downBytes(), 0, context);
+    traffic_.bytesDown = messages_.downBytes();
+    return;
+  }
+  auto got = comm_.receive(inbox_.data(), inbox_.size(), 0, context);
+  decodeDown(inbox_.data(), got.bytes);
+  traffic_.bytesDown = got.bytes;
+}
+
+void StepLink::sendUp(const std::string& context) {
+  traffic_.rawBytesUp = messages_.upBytes();
+  if (!upEncoder_) {
+    comm_.send(messages_.up.data(), messages_.upBytes(), 0, context);
+    traffic_.bytesUp = messages_.upBytes();
+    return;
+  }
+  encodeUp();
+  comm_.send(upPayload_.data(), upPayload_.size(), 0, context);
+  traffic_.bytesUp = upPayload_.size();
+}
+
+int StepLink::receiveUp(float* up, const std::string& context) {
+  traffic_.rawBytesUp = messages_.upBytes();
+  if (!upEncoder_) {
+    auto got = comm_.receive(up, messages_.upBytes(), comm::Communicator::kAnySource, context);
+    if (got.bytes != messages_.upBytes()) {
+      throw CommError(fmt::format("{}: rank {} sent {} bytes, a gradient message is {}", context, got.source, got.bytes,
+                                  messages_.upBytes()));
+    }
+    traffic_.bytesUp = got.bytes;
+    return got.source;
+  }
+  auto got = comm_.receive(inbox_.data(), inbox_.size(), comm::Communicator::kAnySource, context);
+  std::fill(up, up + messages_.up.size(), 0.0f);
+  decodeUp(inbox_.data(), got.bytes, up);
+  traffic_.bytesUp = got.bytes;
+  return got.source;
+}
+
+}  // namespace pstrain::roles

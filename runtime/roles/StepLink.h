@@ -1,0 +1,69 @@
+#pragma once
+// How the two step messages travel between ranks, in one place for every mode: as raw
+// floats straight from and into StepMessages (no copies; the sum done by MPI), or, under
+// --compress / --compress-weights, as codec payloads (runtime/codec):
+//   up:   [gradient frame][buffers + trailer, raw]  (sums are then made by the receiver)
+//   down: [header][buffers, raw][weights frame]
+// The buffers and the trailer stay exact: they are small, and the protocol reads them.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/Registry.h"
+#include "runtime/codec/Codec.h"
+#include "runtime/comm/Communicator.h"
+#include "runtime/config/TrainConfig.h"
+#include "runtime/roles/StepMessages.h"
+
+namespace pstrain::roles {
+
+class StepLink {
+ public:
+  // `messages` belongs to the caller and must outlive the link. `seed` seeds this rank's
+  // encoder (randomk's choices, powersgd's first Q).
+  StepLink(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model,
+           StepMessages& messages, std::uint64_t seed);
+
+  // Sync: messages.down from rank 0 to every rank.
+  void broadcastDown(const std::string& context);
+  // Sync: the sum of every rank's messages.up (rank 0's is zero) into rank 0's messages.up.
+  void reduceUp(const std::string& context);
+  // Allreduce: the sum of every rank's messages.up into every rank's messages.up.
+  void allReduceUp(const std::string& context);
+
+  // Point to point (backup, async). The server encodes the down message once with
+  // packDown() after changing it, then sends it to any number of workers.
+  void packDown();
+  void sendDown(int worker, const std::string& context);
+  void receiveDown(const std::string& context);   // worker
+  void sendUp(const std::string& context);        // worker
+  // Server: the next up message from any worker, decoded into `up` (an up-layout array of
+  // messages.up.size() floats, overwritten). Returns the sender.
+  int receiveUp(float* up, const std::string& context);
+
+  // This rank's accounting since the last take(): bytes of one message each way as sent
+  // and unencoded, and seconds spent encoding and decoding.
+  struct Traffic {
+    double bytesDown = 0, rawBytesDown = 0, bytesUp = 0, rawBytesUp = 0, codecSeconds = 0;
+  };
+  Traffic take();
+
+ private:
+  void encodeUp();
+  void decodeUp(const char* payload, std::size_t size, float* up);  // adds into `up`
+  void encodeDown();
+  void decodeDown(const char* payload, std::size_t size);
+
+  comm::Communicator& comm_;
+  StepMessages& messages_;
+  std::unique_ptr<codec::ErrorFeedbackEncoder> upEncoder_;  // null: raw gradients
+  std::unique_ptr<codec::Codec> downCodec_;                 // null: raw weights
+  std::string upPayload_, downPayload_;
+  std::vector<char> inbox_;
+  std::vector<float> decoded_;
+  Traffic traffic_;
+  double decodeSeconds_ = 0;  // weights decoded since the last up message
+};
+
+}  // namespace pstrain::roles
