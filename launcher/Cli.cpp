@@ -135,6 +135,8 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     ("threads", "intra-op threads per rank (0: cores / ranks on the host)", cxxopts::value<int>()->default_value(std::to_string(d.threads)))
     ("device", "auto | cpu | mps | cuda (auto: MPS, else CUDA, else CPU)", str(d.device))
     ("timeout", "seconds any rank waits for the others before giving up", dbl(d.timeoutSeconds))
+    ("overlap", "sync: on | off: reduce gradient buckets while backward still runs, update each as it arrives", str(d.overlap))
+    ("bucket-kb", "overlap: gradient bucket size in KiB", i64(d.bucketKb))
     ("max-seconds", "stop training after this many seconds and write the final files (0: no limit)", dbl(d.maxSeconds))
     ("straggle", "testing: RANK:MS makes rank RANK sleep MS ms after each batch", str(""))
     ("config", "read flags from FILE (key = value lines); command-line flags override it", str(""))
@@ -180,6 +182,8 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     c.compressWeights = r["compress-weights"].as<std::string>();
     c.errorFeedback = r["error-feedback"].as<std::string>();
     c.maxSeconds = r["max-seconds"].as<double>();
+    c.overlap = r["overlap"].as<std::string>();
+    c.bucketKb = r["bucket-kb"].as<std::int64_t>();
     c.straggle = r["straggle"].as<std::string>();
     c.model = r["model"].as<std::string>();
     c.dataset = r["dataset"].as<std::string>();

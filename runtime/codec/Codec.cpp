@@ -175,9 +175,10 @@ std::uint64_t getVarint(Reader& in) {
 // varint gaps (about 1 byte each at 1% density instead of 4); the rest is zero.
 class Sparse : public Codec {
  public:
-  Sparse(const std::string& spec, Shapes shapes, std::uint8_t id, double ratio, std::uint64_t seed)
+  Sparse(const std::string& spec, Shapes shapes, std::uint8_t id, double ratio, std::uint64_t seed, bool rescale)
       : Codec(spec, id, std::move(shapes)),
         topk_(id == 5),
+        rescale_(rescale),
         k_(std::clamp<std::int64_t>(std::llround(ratio * static_cast<double>(count())), 1, std::max<std::int64_t>(1, count()))),
         random_(seed) {
   }
@@ -196,7 +197,8 @@ class Sparse : public Codec {
         std::swap(all[i], all[pick(random_)]);
       }
       indices = torch::from_blob(all.data(), {k_}, torch::kInt64).clone();
-      values = x.index_select(0, indices).mul_(static_cast<double>(count()) / static_cast<double>(k_));
+      values = x.index_select(0, indices);
+      if (rescale_) values.mul_(static_cast<double>(count()) / static_cast<double>(k_));
     }
     auto [sorted, order] = indices.sort();
     values = values.index_select(0, order).contiguous();
@@ -222,6 +224,7 @@ class Sparse : public Codec {
 
  private:
   bool topk_;
+  bool rescale_;  // randomk: values x count / k
   std::int64_t k_;
   std::mt19937_64 random_;
 };
@@ -379,7 +382,7 @@ bool wantsErrorFeedback(const std::string& spec) {
 }
 
 std::unique_ptr<Codec> makeCodec(const std::string& spec, const Shapes& shapes, std::uint64_t seed,
-                                 const std::string& flag) {
+                                 const std::string& flag, bool errorFeedback) {
   validateSpec(spec, false, flag);
   const std::string k = kind(spec);
   const double value = parameter(spec, flag);
@@ -388,8 +391,8 @@ std::unique_ptr<Codec> makeCodec(const std::string& spec, const Shapes& shapes, 
   if (k == "fp16") return std::make_unique<HalfPrecision>(spec, shapes, 2, torch::kHalf);
   if (k == "bf16") return std::make_unique<HalfPrecision>(spec, shapes, 3, torch::kBFloat16);
   if (k == "int8") return std::make_unique<Int8>(spec, shapes);
-  if (k == "topk") return std::make_unique<Sparse>(spec, shapes, 5, value, seed);
-  if (k == "randomk") return std::make_unique<Sparse>(spec, shapes, 6, value, seed);
+  if (k == "topk") return std::make_unique<Sparse>(spec, shapes, 5, value, seed, false);
+  if (k == "randomk") return std::make_unique<Sparse>(spec, shapes, 6, value, seed, !errorFeedback);
   return std::make_unique<PowerSgd>(spec, shapes, static_cast<int>(value), seed);
 }
 

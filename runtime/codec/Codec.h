@@ -5,7 +5,9 @@
 //   fp16, bf16                  half-precision floats
 //   int8                        one scale per tensor, values rounded to [-127, 127]
 //   topk:RATIO                  the k = RATIO x count largest magnitudes, as indices + values
-//   randomk:RATIO               k random elements, scaled by count / k (an unbiased estimate)
+//   randomk:RATIO               k random elements, scaled by count / k (an unbiased estimate);
+//                               unscaled under error feedback, which needs a contraction
+//                               (Stich et al. 2018; the scaled version makes it diverge)
 //   powersgd:RANK               per matrix-shaped tensor a rank-RANK P Q^T (Vogels et al.
 //                               2019: one power iteration, P orthogonalised, Q warm-started
 //                               from the previous call); tensors where that would not be
@@ -57,9 +59,10 @@ class Codec {
 };
 
 // Makes the codec of `spec` for buffers of `shapes`; `seed` drives randomk's choices and
-// powersgd's first Q. Throws ConfigError naming `flag` for an unknown or malformed spec.
+// powersgd's first Q; `errorFeedback`: it will run under ErrorFeedbackEncoder (randomk then
+// does not rescale). Throws ConfigError naming `flag` for an unknown or malformed spec.
 std::unique_ptr<Codec> makeCodec(const std::string& spec, const Shapes& shapes, std::uint64_t seed,
-                                 const std::string& flag = "compress");
+                                 const std::string& flag = "compress", bool errorFeedback = false);
 
 // Checks `spec` without making a codec (ConfigError naming `flag`); `weights`: only the
 // codecs that make sense for weights (none, zlib, fp16, bf16, int8).

@@ -37,6 +37,13 @@ class InProcessComm : public Communicator {
     world_.arrive(rank_, data, "reduce at " + context, timeoutSeconds());
   }
 
+  // Threads run in lockstep anyway: the reduction completes at once.
+  std::size_t startReduceSum(float* data, std::size_t count, int root, const std::string& context) override {
+    reduceSum(data, count, root, context);
+    return 0;
+  }
+  void wait(std::size_t) override {}
+
   void allReduceSum(float* data, std::size_t count, const std::string& context) override {
     world_.arrive(rank_, data, "allreduce at " + context, timeoutSeconds());
     std::vector<float> sum(count, 0.0f);

@@ -58,6 +58,8 @@ void TrainConfig::validate() const {
   straggler();
   require(maxSeconds >= 0, "--max-seconds must be 0 (no limit) or more");
   requireOneOf("error-feedback", errorFeedback, {"auto", "on", "off"});
+  requireOneOf("overlap", overlap, {"on", "off"});
+  require(bucketKb >= 1, fmt::format("--bucket-kb must be at least 1 (got {})", bucketKb));
   require(mode != "gossip" || (compress == "none" && compressWeights == "none"),
           "--mode gossip reads peers' weights one-sidedly: --compress and --compress-weights do not apply");
   require(mode != "allreduce" || compressWeights == "none",
@@ -108,6 +110,10 @@ TrainConfig::Interpolation TrainConfig::gossipInterpolation() const {
   return {Interpolation::Constant, value};
 }
 
+bool TrainConfig::overlapping() const {
+  return overlap == "on" && mode == "sync" && compress == "none" && compressWeights == "none" && !skipNonfinite;
+}
+
 int TrainConfig::computeRanks(int worldSize) const {
   return mode == "allreduce" || mode == "gossip" ? worldSize : worldSize - 1;
 }
@@ -134,6 +140,8 @@ std::vector<std::pair<std::string, std::string>> TrainConfig::sharedFields() con
       {"compress-weights", compressWeights},
       {"error-feedback", errorFeedback},
       {"max-seconds", canonicalNumber(maxSeconds)},
+      {"overlap", overlap},
+      {"bucket-kb", std::to_string(bucketKb)},
       {"model", model},
       {"dataset", dataset},
       {"synthetic-size", dataset.rfind("synthetic", 0) == 0 ? std::to_string(syntheticSize) : "-"},

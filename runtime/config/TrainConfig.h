@@ -38,6 +38,8 @@ struct TrainConfig {
   std::string device = "auto";         // auto | cpu | mps | cuda
   double timeoutSeconds = 300;         // longest wait in any collective before giving up
   double maxSeconds = 0;               // stop training after this long (0: no limit)
+  std::string overlap = "on";          // sync: reduce gradient buckets while backward runs
+  std::int64_t bucketKb = 256;         // overlap: gradient bucket size
 
   // Modes (DESIGN.md, "Other modes").
   int aggregate = 0;                   // backup: gradients applied per step; 0: workers - 1 (at least 1)
@@ -78,6 +80,11 @@ struct TrainConfig {
     double value = 0.5;  // f for Constant
   };
   Interpolation gossipInterpolation() const;
+
+  // Whether the sync exchange overlaps backward: --overlap on, sync mode, raw messages, and
+  // not --skip-nonfinite (which must see the whole gradient before any of it is applied).
+  // A function of shared fields only, so every rank decides the same.
+  bool overlapping() const;
 
   // Ranks that compute gradients in a world of `worldSize`: all of them in the peer modes
   // (allreduce, gossip), all but the server otherwise.

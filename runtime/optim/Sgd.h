@@ -20,6 +20,11 @@ class Sgd {
   // size on the same device; `grad` is used as scratch space and left unspecified.
   void step(at::Tensor& params, at::Tensor& grad, double lr);
 
+  // The same on the slice [offset, offset + params.numel()) of a flat buffer of `total`
+  // elements (the server updates a gradient bucket as soon as it is reduced). A step over
+  // every slice equals one step() over the whole buffer.
+  void stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t offset, std::int64_t total);
+
   // Undefined until the first step with momentum (as in PyTorch's optimizer state).
   const at::Tensor& momentumBuffer() const { return momentum_; }
   void setMomentumBuffer(at::Tensor buffer) { momentum_ = std::move(buffer); }

@@ -53,6 +53,25 @@ void collectGradients(torch::nn::Module& module, const at::Tensor& flat) {
   }
 }
 
+std::vector<Bucket> gradientBuckets(const torch::nn::Module& module, std::int64_t bucketBytes) {
+  const auto parameters = module.parameters();
+  std::vector<std::int64_t> offsets;
+  std::int64_t end = 0;
+  for (const auto& p : parameters) {
+    offsets.push_back(end);
+    end += p.numel();
+  }
+  std::vector<Bucket> buckets;
+  for (int i = static_cast<int>(parameters.size()) - 1; i >= 0; --i) {
+    if (buckets.empty() || (buckets.back().end - buckets.back().begin) * 4 >= bucketBytes) {
+      buckets.push_back({offsets[i], offsets[i] + parameters[i].numel(), {}});
+    }
+    buckets.back().begin = offsets[i];
+    buckets.back().parameters.push_back(i);
+  }
+  return buckets;
+}
+
 std::int64_t bufferCount(const torch::nn::Module& module) {
   std::int64_t count = 0;
   for (const auto& b : module.buffers()) count += b.numel();

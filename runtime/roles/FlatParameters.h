@@ -5,6 +5,9 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
+#include <cstdint>
+#include <vector>
+
 namespace pstrain::roles {
 
 // Rebinds every parameter of `module` to its slice of `flat` (1-D float, one element per
@@ -18,6 +21,17 @@ void bindGradients(torch::nn::Module& module, const at::Tensor& flat);
 // Call after backward(): copies into `flat` any gradient that autograd stored elsewhere
 // instead of accumulating into the bound view, and rebinds it. Cheap when nothing moved.
 void collectGradients(torch::nn::Module& module, const at::Tensor& flat);
+
+// The flat gradient cut into buckets for overlapping its reduction with backward (as
+// PyTorch DDP does): parameters in reverse order (roughly the order backward produces
+// their gradients), grouped until a bucket holds at least `bucketBytes`. Each bucket is a
+// contiguous [begin, end) range of the flat buffer, and bucket 0 ends at the buffer's end.
+// The same model gives the same buckets on every rank.
+struct Bucket {
+  std::int64_t begin = 0, end = 0;
+  std::vector<int> parameters;  // indices into module.parameters()
+};
+std::vector<Bucket> gradientBuckets(const torch::nn::Module& module, std::int64_t bucketBytes);
 
 // Buffers (BatchNorm running statistics and counters) travel as floats after the weights
 // and the gradients: bufferCount is how many, in named_buffers() order.

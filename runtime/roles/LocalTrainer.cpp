@@ -61,29 +61,83 @@ void LocalTrainer::loadWeights() {
   writeBuffers(model_, messages_.serverBuffers);
 }
 
+void LocalTrainer::streamGradients(std::int64_t bucketBytes, std::function<void(const Bucket&)> ready) {
+  buckets_ = gradientBuckets(model_, bucketBytes);
+  ready_ = std::move(ready);
+  auto parameters = model_.parameters();
+  bucketOf_.assign(parameters.size(), -1);
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    for (int p : buckets_[b].parameters) bucketOf_[p] = static_cast<int>(b);
+  }
+  std::int64_t offset = 0;
+  for (const auto& p : parameters) {
+    slots_.push_back(messages_.grad.narrow(0, offset, p.numel()).view(p.sizes()));
+    offset += p.numel();
+  }
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    // Called by autograd with this parameter's gradient, before it is accumulated: it is
+    // written (times the sample count) into messages.grad here, and .grad is left to
+    // autograd (undefined at each backward, so it only steals the tensor, no copy).
+    parameters[i].register_hook([this, i](const at::Tensor& gradient) { onGradient(static_cast<int>(i), gradient); });
+  }
+}
+
+void LocalTrainer::onGradient(int parameter, const at::Tensor& gradient) {
+  at::Tensor& slot = slots_[parameter];
+  slot.copy_(gradient);  // from any device into the host message
+  slot.mul_(scale_);
+  --missing_[bucketOf_[parameter]];
+  handOverReadyBuckets();
+}
+
+void LocalTrainer::handOverReadyBuckets() {
+  while (nextReady_ < buckets_.size() && missing_[nextReady_] == 0) ready_(buckets_[nextReady_++]);
+}
+
 void LocalTrainer::computeGradient(std::int64_t batch, std::int64_t version) {
   const auto start = std::chrono::steady_clock::now();
   double dataWait = 0;
   auto [images, labels] = prefetcher_->take(batch, &dataWait);
   images = images.to(device_);
   labels = labels.to(device_);
+  const float count = static_cast<float>(labels.size(0));
+  const bool streaming = !buckets_.empty();
 
-  grad_.zero_();
+  if (streaming) {
+    scale_ = count;
+    nextReady_ = 0;
+    missing_.clear();
+    for (const auto& b : buckets_) missing_.push_back(static_cast<int>(b.parameters.size()));
+    for (auto& p : model_.parameters()) p.mutable_grad() = at::Tensor();
+  } else {
+    grad_.zero_();
+  }
   at::Tensor loss = torch::nll_loss(model_.forward(images), labels);
   loss.backward();
-  collectGradients(model_, grad_);
+  if (streaming) {
+    // A parameter the loss did not reach got no hook call: its gradient is zero.
+    auto parameters = model_.parameters();
+    for (std::size_t i = 0; i < parameters.size(); ++i) {
+      if (!parameters[i].grad().defined() && missing_[bucketOf_[i]] > 0) {
+        slots_[i].zero_();
+        --missing_[bucketOf_[i]];
+      }
+    }
+    handOverReadyBuckets();
+  } else {
+    collectGradients(model_, grad_);
+  }
 
-  const float count = static_cast<float>(labels.size(0));
   float lossValue = loss.item<float>();
-  if (batch == nanBatch_) {  // --inject-nan, for the fault tests
+  if (batch == nanBatch_) {  // --inject-nan, for the fault tests (streaming: never with --skip-nonfinite)
     lossValue = NAN;
-    grad_.fill_(NAN);
+    if (!streaming) grad_.fill_(NAN);
   }
   if (!std::isfinite(lossValue) && !cfg_.skipNonfinite) {
     throw Error(fmt::format("step {}: the loss of this worker's batch is {}; lower --lr, or --skip-nonfinite "
                             "to drop such steps (the last good checkpoint is kept)", version, lossValue));
   }
-  grad_.mul_(count);
+  if (!streaming) grad_.mul_(count);
   if (!device_.is_cpu()) messages_.grad.copy_(grad_);
   readBuffers(model_, messages_.workerBuffers);
   if (straggleMs_ > 0) {  // --straggle, for testing the modes against a slow worker

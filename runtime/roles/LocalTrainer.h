@@ -7,13 +7,16 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "data/Dataset.h"
 #include "data/Prefetcher.h"
 #include "data/ShardSampler.h"
 #include "models/Registry.h"
 #include "runtime/config/TrainConfig.h"
+#include "runtime/roles/FlatParameters.h"
 #include "runtime/roles/StepMessages.h"
 
 namespace pstrain::roles {
@@ -41,6 +44,13 @@ class LocalTrainer {
 
   const data::ShardSampler& sampler() const { return sampler_; }
 
+  // Overlap (sync mode, raw gradients): from now on backward hands the gradient over bucket
+  // by bucket (gradientBuckets(model, bucketBytes)) as soon as each is complete, calling
+  // `ready(bucket)` in bucket order from inside backward; messages.grad's range of that
+  // bucket is final by then. Assumes each parameter is used once per forward pass (true of
+  // every model in the zoo).
+  void streamGradients(std::int64_t bucketBytes, std::function<void(const Bucket&)> ready);
+
  private:
   const config::TrainConfig& cfg_;
   models::Net& model_;
@@ -52,6 +62,18 @@ class LocalTrainer {
   std::unique_ptr<data::Prefetcher> prefetcher_;
   std::int64_t nanBatch_ = -1;
   double straggleMs_ = 0;
+
+  // streamGradients() state: the buckets, which bucket each parameter is in, parameters
+  // still missing per bucket in this backward pass, the next bucket to hand over.
+  std::vector<Bucket> buckets_;
+  std::vector<int> bucketOf_;
+  std::vector<at::Tensor> slots_;  // each parameter's view of messages.grad
+  std::vector<int> missing_;
+  std::size_t nextReady_ = 0;
+  float scale_ = 1;  // the batch's sample count, for gradient x count
+  std::function<void(const Bucket&)> ready_;
+  void onGradient(int parameter, const at::Tensor& gradient);
+  void handOverReadyBuckets();
 };
 
 }  // namespace pstrain::roles

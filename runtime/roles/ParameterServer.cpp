@@ -106,6 +106,9 @@ void finish(ServerState& s, std::int64_t done) {
 
 void runSync(ServerState& s) {
   StepMessages& messages = s.messages;
+  const bool overlap = s.cfg.overlapping();
+  const auto buckets = gradientBuckets(s.model, s.cfg.bucketKb * 1024);
+  const std::int64_t n = messages.weights.numel();
   std::int64_t step = s.firstStep;
   for (; step < s.total && !s.publisher.outOfTime(); ++step) {
     currentStep() = step;
@@ -117,14 +120,41 @@ void runSync(ServerState& s) {
     const double cpuStart = Publisher::processCpuSeconds();
     s.link.broadcastDown(context);
     std::fill(messages.up.begin(), messages.up.end(), 0.0f);
-    s.link.reduceUp(context);
+    double updateSeconds = 0;
+    if (overlap) {
+      // Each bucket is applied as soon as it is summed, while later ones still travel. The
+      // step's sample count is known in advance: the shards' batch sizes.
+      double samples = 0;
+      for (int w = 0; w < s.workers; ++w) samples += static_cast<double>(s.sampler.batch(w, step).size());
+      s.link.reduceUpInBuckets(buckets, [&](const Bucket& b) {
+        auto updateStart = Clock::now();
+        at::Tensor grad = messages.grad.narrow(0, b.begin, b.end - b.begin);
+        if (!torch::isfinite(grad).all().item<bool>()) {
+          throw Error(fmt::format("step {}: the summed gradient of the workers is not finite; lower --lr, or "
+                                  "--skip-nonfinite to drop such steps (the last good checkpoint is kept)", step));
+        }
+        grad.div_(samples);
+        s.sgd.stepSlice(messages.weights.narrow(0, b.begin, b.end - b.begin), grad, lr, b.begin, n);
+        updateSeconds += secondsSince(updateStart);
+      }, context);
+      if (messages.trailer[kSamples] != samples) {
+        throw Error(fmt::format("step {}: the workers sent {} samples, their shards hold {}", step,
+                                messages.trailer[kSamples], samples));
+      }
+    } else {
+      s.link.reduceUp(context);
+    }
     StepStats stats = s.stats(s.workers);
-    stats.exchangeSeconds = secondsSince(exchangeStart);
+    stats.exchangeSeconds = secondsSince(exchangeStart) - updateSeconds;
     stats.exchangeCpuSeconds = Publisher::processCpuSeconds() - cpuStart;
 
     auto updateStart = Clock::now();
-    stats.applied = applySummedUpdate(messages, s.sgd, lr, s.workers, s.model, s.cfg, step);
-    stats.updateSeconds = secondsSince(updateStart);
+    if (overlap) {
+      averageBuffers(messages, s.workers, s.model);
+    } else {
+      stats.applied = applySummedUpdate(messages, s.sgd, lr, s.workers, s.model, s.cfg, step);
+    }
+    stats.updateSeconds = updateSeconds + secondsSince(updateStart);
     s.publisher.record(step, lr, stats);
   }
   s.setHeader(step, Control::Stop);

@@ -39,7 +39,8 @@ StepLink::StepLink(comm::Communicator& comm, const config::TrainConfig& cfg, con
   std::size_t capacity = messages.upBytes();
   if (cfg.compress != "none") {
     const bool feedback = cfg.errorFeedback == "on" || (cfg.errorFeedback == "auto" && codec::wantsErrorFeedback(cfg.compress));
-    upEncoder_ = std::make_unique<codec::ErrorFeedbackEncoder>(codec::makeCodec(cfg.compress, shapes, seed), feedback);
+    upEncoder_ = std::make_unique<codec::ErrorFeedbackEncoder>(
+        codec::makeCodec(cfg.compress, shapes, seed, "compress", feedback), feedback);
     capacity = std::max(capacity, upEncoder_->codec().maxFrameBytes() + (messages.up.size() - messages.grad.numel()) * sizeof(float));
     decoded_.resize(messages.grad.numel());
   }
@@ -139,6 +140,33 @@ void StepLink::reduceUp(const std::string& context) {
     bytes += payloads[r].size();
   }
   traffic_.bytesUp = bytes / static_cast<double>(payloads.size() - 1);
+}
+
+void StepLink::startBucket(const Bucket& bucket, const std::string& context) {
+  comm_.progress();
+  started_.push_back(comm_.startReduceSum(messages_.up.data() + bucket.begin, bucket.end - bucket.begin, 0, context));
+}
+
+void StepLink::finishUp(const std::string& context) {
+  const std::size_t n = messages_.grad.numel();
+  started_.push_back(comm_.startReduceSum(messages_.up.data() + n, messages_.up.size() - n, 0, context));
+  for (std::size_t request : started_) comm_.wait(request);
+  started_.clear();
+  traffic_.bytesUp = traffic_.rawBytesUp = messages_.upBytes();
+}
+
+void StepLink::reduceUpInBuckets(const std::vector<Bucket>& buckets, const std::function<void(const Bucket&)>& reduced,
+                                 const std::string& context) {
+  const std::size_t n = messages_.grad.numel();
+  std::vector<std::size_t> requests;
+  for (const auto& b : buckets) requests.push_back(comm_.startReduceSum(messages_.up.data() + b.begin, b.end - b.begin, 0, context));
+  const std::size_t rest = comm_.startReduceSum(messages_.up.data() + n, messages_.up.size() - n, 0, context);
+  for (std::size_t b = 0; b < buckets.size(); ++b) {
+    comm_.wait(requests[b]);
+    reduced(buckets[b]);
+  }
+  comm_.wait(rest);
+  traffic_.bytesUp = traffic_.rawBytesUp = messages_.upBytes();
 }
 
 void StepLink::allReduceUp(const std::string& context) {

@@ -6,6 +6,7 @@
 //   down: [header][buffers, raw][weights frame]
 // The buffers and the trailer stay exact: they are small, and the protocol reads them.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "runtime/codec/Codec.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/config/TrainConfig.h"
+#include "runtime/roles/FlatParameters.h"
 #include "runtime/roles/StepMessages.h"
 
 namespace pstrain::roles {
@@ -29,6 +31,17 @@ class StepLink {
   void broadcastDown(const std::string& context);
   // Sync: the sum of every rank's messages.up (rank 0's is zero) into rank 0's messages.up.
   void reduceUp(const std::string& context);
+  // Sync, overlapping the reduction with backward (raw gradients only). Worker: start the
+  // reduction of messages.grad's range `bucket` (from inside backward, in bucket order),
+  // then finishUp() starts the rest of the up message and waits for all of it. Server:
+  // starts every bucket's reduction and the rest's, calls `reduced(bucket)` in order as
+  // soon as each bucket is summed into messages.up, then waits for the rest.
+  void startBucket(const Bucket& bucket, const std::string& context);
+  void finishUp(const std::string& context);
+  void reduceUpInBuckets(const std::vector<Bucket>& buckets, const std::function<void(const Bucket&)>& reduced,
+                         const std::string& context);
+  bool raw() const { return !upEncoder_ && !downCodec_; }
+
   // Allreduce: the sum of every rank's messages.up into every rank's messages.up.
   void allReduceUp(const std::string& context);
 
@@ -63,6 +76,7 @@ class StepLink {
   std::vector<char> inbox_;
   std::vector<float> decoded_;
   Traffic traffic_;
+  std::vector<std::size_t> started_;  // requests of startBucket()
   double decodeSeconds_ = 0;  // weights decoded since the last up message
 };
 

@@ -32,11 +32,14 @@ bool applySummedUpdate(StepMessages& messages, optim::Sgd& sgd, double lr, int c
   }
   messages.grad.div_(samples);
   sgd.step(messages.weights, messages.grad, lr);
-  if (messages.serverBuffers.numel() > 0) {  // BatchNorm statistics: the workers' average
-    messages.serverBuffers.copy_(messages.workerBuffers).div_(contributors);
-    writeBuffers(model, messages.serverBuffers);
-  }
+  averageBuffers(messages, contributors, model);
   return true;
+}
+
+void averageBuffers(StepMessages& messages, int contributors, models::Net& model) {
+  if (messages.serverBuffers.numel() == 0) return;
+  messages.serverBuffers.copy_(messages.workerBuffers).div_(contributors);
+  writeBuffers(model, messages.serverBuffers);
 }
 
 }  // namespace pstrain::roles

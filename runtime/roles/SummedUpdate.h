@@ -18,4 +18,8 @@ namespace pstrain::roles {
 bool applySummedUpdate(StepMessages& messages, optim::Sgd& sgd, double lr, int contributors, models::Net& model,
                        const config::TrainConfig& cfg, std::int64_t step);
 
+// The BatchNorm part alone: messages.serverBuffers and `model`'s buffers become the mean of
+// the `contributors` workers' buffers summed in messages.up.
+void averageBuffers(StepMessages& messages, int contributors, models::Net& model);
+
 }  // namespace pstrain::roles

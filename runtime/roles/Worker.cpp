@@ -29,12 +29,19 @@ void Worker::run() {
     trainer.loadWeights();
     return header;
   };
+  std::string context;
+  const bool overlap = cfg_.overlapping();
+  if (overlap) {
+    trainer.streamGradients(cfg_.bucketKb * 1024, [&](const Bucket& bucket) { link.startBucket(bucket, context); });
+  }
   std::int64_t batch = 0;
   for (StepHeader header = receiveWeights(0); header.control != Control::Stop;) {
     currentStep() = header.step;
+    context = fmt::format("step {}", header.step);
     trainer.computeGradient(sync ? header.step : batch, header.step);
-    const std::string context = fmt::format("step {}", header.step);
-    if (sync) {
+    if (overlap) {
+      link.finishUp(context);
+    } else if (sync) {
       link.reduceUp(context);
     } else {
       link.sendUp(context);

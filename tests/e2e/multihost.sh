@@ -8,61 +8,28 @@
 # Usage: multihost.sh PSTRAIN PSEVAL MPIRUN SCRATCH
 set -uo pipefail
 pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
-if [ "$(id -u)" -ne 0 ] || ! command -v ip >/dev/null || ! ip netns list >/dev/null 2>&1; then
+source "$(dirname "$0")/../../tools/testhosts.sh"
+if ! testhosts_available; then
   echo "SKIP multihost: needs root and 'ip netns' (iproute2) to create test hosts"; exit 0
 fi
 rm -rf "$scratch" && mkdir -p "$scratch"
-tag=$$
-ns=(pst${tag}a pst${tag}b pst${tag}c)
-addr=(198.18.77.1 198.18.77.2 198.18.77.3)
-bridge=pstbr$tag
-cleanup() {
-  for n in "${ns[@]}"; do
-    for p in $(ip netns pids "$n" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-    ip netns del "$n" 2>/dev/null
-  done
-  ip link del "$bridge" 2>/dev/null
-}
-trap cleanup EXIT
 failures=0 passed=0
 check() { local name=$1; shift; if "$@"; then echo "ok   $name"; passed=$((passed + 1)); else echo "FAIL $name"; failures=$((failures + 1)); fi; }
-
-ip link add "$bridge" type bridge && ip link set "$bridge" up || { echo "FAIL cannot create a bridge"; exit 1; }
-for i in 0 1 2; do
-  ip netns add "${ns[$i]}"
-  ip link add "h$tag$i" type veth peer name "n$tag$i"
-  ip link set "n$tag$i" netns "${ns[$i]}"
-  ip link set "h$tag$i" master "$bridge" up
-  ip netns exec "${ns[$i]}" ip link set lo up
-  ip netns exec "${ns[$i]}" ip addr add "${addr[$i]}/24" dev "n$tag$i"
-  ip netns exec "${ns[$i]}" ip link set "n$tag$i" up
-done
-
-printf '%s slots=1\n' "${addr[@]}" > "$scratch/hostfile"
-cat > "$scratch/agent" <<AGENT
-#!/bin/bash
-# plm_rsh_agent: "agent HOST COMMAND..." runs COMMAND on HOST, i.e. in HOST's namespace.
-host=\$1; shift
-case "\$host" in
-  ${addr[0]}) n=${ns[0]} ;; ${addr[1]}) n=${ns[1]} ;; ${addr[2]}) n=${ns[2]} ;;
-  *) echo "agent: unknown host \$host" >&2; exit 1 ;;
-esac
-exec ip netns exec "\$n" /bin/sh -c "\$*"
-AGENT
-chmod +x "$scratch/agent"
+testhosts_up "$scratch" 3 || { echo "FAIL cannot create the test hosts"; exit 1; }
+ns=("${TESTHOSTS_NS[@]}") addr=("${TESTHOSTS_ADDR[@]}") link=("${TESTHOSTS_LINK[@]}")
 
 job() {  # job DIR [flags...]: mpirun from the first host over all three
   local dir=$1; shift
-  ip netns exec "${ns[0]}" "$mpirun" --hostfile "$scratch/hostfile" -np 3 \
-    --mca plm_rsh_agent "$scratch/agent" --mca plm_rsh_no_tree_spawn 1 \
-    --mca btl tcp,self --mca btl_tcp_if_include 198.18.77.0/24 --mca oob_tcp_if_include 198.18.77.0/24 \
-    --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 3 \
-    "$pstrain" --model mlp --dataset synthetic --steps 200 --batch-size 32 --checkpoint-every 20 \
-    --log-every 50 --train-dir "$dir" "$@"
+  testhosts_mpirun "$scratch" 3 "$mpirun" "$pstrain" --model mlp --dataset synthetic --steps 200 --batch-size 32 \
+    --checkpoint-every 20 --log-every 50 --train-dir "$dir" "$@"
+}
+runjob() {  # runjob LOG DIR [flags...]: job under a timeout, in a child shell
+  local log=$1; shift
+  timeout 180 bash -c "source '$(dirname "$0")/../../tools/testhosts.sh'; $(declare -f job); $(declare -p TESTHOSTS_NS scratch mpirun pstrain); job $(printf '%q ' "$@")" > "$log" 2>&1
 }
 
 # Run 1: to completion across the three hosts.
-timeout 180 bash -c "$(declare -f job); $(declare -p ns addr scratch mpirun pstrain); job '$scratch/run1'" > "$scratch/run1.log" 2>&1
+runjob "$scratch/run1.log" "$scratch/run1"
 rc=$?
 tail -3 "$scratch/run1.log" | sed 's/^/     /'
 check "3 hosts: the run completes" test $rc -eq 0 -a -f "$scratch/run1/trained_model.pt"
@@ -70,10 +37,10 @@ check "3 hosts: every rank ran on its own host" bash -c "grep -q '\"world_size\"
 
 # Run 2: cut the third host's link mid-run.
 start=$(date +%s)
-timeout 180 bash -c "$(declare -f job); $(declare -p ns addr scratch mpirun pstrain); job '$scratch/run2' --timeout 60" > "$scratch/run2.log" 2>&1 &
+runjob "$scratch/run2.log" "$scratch/run2" --timeout 60 &
 runner=$!
 for _ in $(seq 600); do [ -e "$scratch/run2/ckpt/step-00000040.ok" ] && break; sleep 0.1; done
-ip netns exec "${ns[2]}" ip link set "n${tag}2" down
+ip netns exec "${ns[2]}" ip link set "${link[2]}" down
 cut=$(date +%s)
 wait $runner; rc=$?
 took=$(( $(date +%s) - cut ))
@@ -88,9 +55,9 @@ check "link cut: the message names the lost host" \
 # Daemons and ranks cut off from mpirun may linger on the hosts: clear them, as an
 # administrator would before restarting the job.
 for n in "${ns[@]}"; do for p in $(ip netns pids "$n" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done; done
-ip netns exec "${ns[2]}" ip link set "n${tag}2" up
+ip netns exec "${ns[2]}" ip link set "${link[2]}" up
 sleep 2
-timeout 180 bash -c "$(declare -f job); $(declare -p ns addr scratch mpirun pstrain); job '$scratch/run2' --resume" > "$scratch/resume.log" 2>&1
+runjob "$scratch/resume.log" "$scratch/run2" --resume
 rc=$?
 grep -E 'resum|done' "$scratch/resume.log" | sed 's/^/     /'
 check "link restored: --resume completes the run" test $rc -eq 0 -a -f "$scratch/run2/trained_model.pt"

@@ -50,6 +50,22 @@ TEST(ModesThreads, AllreduceEqualsSyncOnTheSameSamples) {
   EXPECT_EQ(checkpoint::listPublished(cfg.trainDir + "/ckpt").size(), 2u);
 }
 
+TEST(ModesThreads, OverlappedBucketsGiveTheWeightsOfOneExchange) {
+  torch::set_num_threads(1);
+  testsupport::ScratchDir scratch("overlap");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str() + "/off");
+  cfg.overlap = "off";
+  data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
+  auto whole = trainOnThreads(cfg, 3, train);
+  cfg.overlap = "on";
+  cfg.bucketKb = 16;  // lenet: 27 buckets
+  cfg.trainDir = scratch.str() + "/on";
+  auto buckets = trainOnThreads(cfg, 3, train);
+  const double diff = testsupport::maxAbsDiff(whole, buckets);
+  std::cout << "sync, buckets reduced and applied one by one vs one exchange: max abs diff " << diff << std::endl;
+  EXPECT_LE(diff, 1e-6);
+}
+
 TEST(ModesThreads, AllreduceOnOneRankIsSingleProcessTraining) {
   torch::set_num_threads(1);
   testsupport::ScratchDir scratch("allreduce1");

@@ -101,6 +101,12 @@ TEST(Codec, TopkKeepsExactlyTheKLargest) {
   EXPECT_EQ(kept, k);
 }
 
+TEST(Codec, RandomkUnderErrorFeedbackIsNotRescaled) {
+  std::vector<float> ones(total(), 1.0f);
+  auto c = codec::makeCodec("randomk:0.1", kShapes, 7, "compress", true);
+  for (float v : roundTrip(*c, ones)) ASSERT_TRUE(v == 0.0f || v == 1.0f);
+}
+
 TEST(Codec, RandomkIsUnbiasedAndScaled) {
   std::vector<float> ones(total(), 1.0f);
   auto c = codec::makeCodec("randomk:0.1", kShapes, 7);

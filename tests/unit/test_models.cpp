@@ -114,3 +114,15 @@ TEST(FlatParameters, ParametersAndGradientsLiveInTheFlatBuffers) {
   auto p = model->parameters();
   EXPECT_EQ(p[0].grad().data_ptr(), grads.data_ptr()) << "backward did not accumulate in place";
 }
+
+TEST(FlatParameters, GradientBucketsCoverTheBufferBackToFront) {
+  auto model = models::makeModel("lenet");
+  const std::int64_t n = models::parameterCount(*model);
+  auto buckets = roles::gradientBuckets(*model, 64 * 1024);
+  ASSERT_GT(buckets.size(), 2u);
+  EXPECT_EQ(buckets.front().end, n);  // the last parameters' gradients come first
+  EXPECT_EQ(buckets.back().begin, 0);
+  for (std::size_t b = 1; b < buckets.size(); ++b) EXPECT_EQ(buckets[b].end, buckets[b - 1].begin);
+  for (std::size_t b = 0; b + 1 < buckets.size(); ++b) EXPECT_GE((buckets[b].end - buckets[b].begin) * 4, 64 * 1024);
+  EXPECT_EQ(roles::gradientBuckets(*model, std::int64_t(1) << 40).size(), 1u);  // one bucket: all of it
+}

@@ -81,3 +81,23 @@ TEST(LrSchedule, CosineDecayAfterWarmupEndsNearZero) {
   EXPECT_NEAR(optim::learningRate(cfg, 2, 60, 110), 0.05, 1e-12);
   EXPECT_LT(optim::learningRate(cfg, 2, 109, 110), 1e-4);
 }
+
+// The server updates each gradient bucket as soon as it is reduced: stepping every slice
+// must equal one step over the whole buffer, momentum and Nesterov included.
+TEST(Sgd, SlicesEqualTheWholeBuffer) {
+  for (bool nesterov : {false, true}) {
+    torch::manual_seed(5);
+    at::Tensor whole = torch::randn({100}), sliced = whole.clone();
+    optim::Sgd a({0.9, 1e-3, nesterov}), b({0.9, 1e-3, nesterov});
+    for (int step = 0; step < 5; ++step) {
+      at::Tensor grad = torch::randn({100});
+      at::Tensor g1 = grad.clone(), g2 = grad.clone();
+      a.step(whole, g1, 0.1);
+      for (std::int64_t begin : {60, 20, 0}) {  // any order, as buckets arrive
+        std::int64_t end = begin == 60 ? 100 : begin == 20 ? 60 : 20;
+        b.stepSlice(sliced.narrow(0, begin, end - begin), g2.narrow(0, begin, end - begin), 0.1, begin, 100);
+      }
+    }
+    EXPECT_LE((whole - sliced).abs().max().item<double>(), 1e-7) << "nesterov " << nesterov;
+  }
+}

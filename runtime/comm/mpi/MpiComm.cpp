@@ -100,6 +100,38 @@ void MpiComm::reduceSum(float* data, std::size_t count, int root, const std::str
   } while (offset < count);
 }
 
+struct MpiComm::Started {
+  MPI_Request request = MPI_REQUEST_NULL;
+  std::string what;
+  bool waited = false;
+};
+
+MpiComm::~MpiComm() = default;
+
+std::size_t MpiComm::startReduceSum(float* data, std::size_t count, int root, const std::string& context) {
+  auto started = std::make_unique<Started>();
+  started->what = "reduce at " + context;
+  const void* send = rank_ == root ? MPI_IN_PLACE : data;
+  check(MPI_Ireduce(send, data, intCount(count, started->what), MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD,
+                    &started->request), started->what);
+  started_.push_back(std::move(started));
+  return started_.size() - 1;
+}
+
+void MpiComm::wait(std::size_t request) {
+  Started& started = *started_.at(request);
+  waitFor(started.request, timeoutSeconds(), started.what);
+  started.waited = true;
+  if (std::all_of(started_.begin(), started_.end(), [](const auto& s) { return s->waited; })) started_.clear();
+}
+
+void MpiComm::progress() {
+  for (auto& started : started_) {
+    int done = 0;
+    if (started->request != MPI_REQUEST_NULL) MPI_Test(&started->request, &done, MPI_STATUS_IGNORE);
+  }
+}
+
 void MpiComm::allReduceSum(float* data, std::size_t count, const std::string& context) {
   const std::size_t chunk = kMaxChunk / sizeof(float);
   std::size_t offset = 0;

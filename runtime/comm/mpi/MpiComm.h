@@ -3,6 +3,9 @@
 // includes <mpi.h>. Collectives are non-blocking MPI calls completed by polling MPI_Test
 // with exponential back-off (up to 2 ms of sleep), so a waiting rank uses almost no CPU and
 // every wait is bounded by timeoutSeconds().
+#include <memory>
+#include <vector>
+
 #include "runtime/comm/Communicator.h"
 
 namespace pstrain::comm {
@@ -11,6 +14,7 @@ class MpiComm : public Communicator {
  public:
   // MPI must already be initialised (see MpiSession) and outlive this object.
   MpiComm();
+  ~MpiComm() override;
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -18,6 +22,9 @@ class MpiComm : public Communicator {
 
   void broadcast(void* data, std::size_t bytes, int root, const std::string& context) override;
   void reduceSum(float* data, std::size_t count, int root, const std::string& context) override;
+  std::size_t startReduceSum(float* data, std::size_t count, int root, const std::string& context) override;
+  void wait(std::size_t request) override;
+  void progress() override;
   void allReduceSum(float* data, std::size_t count, const std::string& context) override;
   std::vector<std::string> allGather(const std::string& mine, const std::string& context) override;
   std::vector<std::string> gather(const std::string& mine, int root, const std::string& context) override;
@@ -30,6 +37,8 @@ class MpiComm : public Communicator {
   int rank_ = 0;
   int size_ = 1;
   std::string host_;
+  struct Started;  // an MPI_Request and what it is, for startReduceSum()
+  std::vector<std::unique_ptr<Started>> started_;
 };
 
 // MPI_Init_thread / MPI_Finalize for the lifetime of main(). abortJob() ends every rank

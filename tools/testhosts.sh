@@ -1,0 +1,74 @@
+# Test hosts on one machine, shared by tests/e2e/multihost.sh and tools/bench: network
+# namespaces on a bridge (198.18.77.1..N), a hostfile of their addresses, and an Open MPI
+# plm_rsh_agent that starts each daemon inside the right namespace instead of using ssh.
+# Source it, then:
+#   testhosts_up DIR N        creates N hosts (needs root and iproute2); DIR gets hostfile, agent
+#   testhosts_mpirun DIR NP MPIRUN ARGS...   mpirun from the first host over them (TCP on the subnet)
+#   testhosts_limit RATE      shapes every host's egress with tc tbf (for example 100mbit)
+#   testhosts_down            removes them (also on EXIT once testhosts_up ran)
+# Sets TESTHOSTS_NS (namespace names), TESTHOSTS_ADDR (addresses), TESTHOSTS_LINK (each
+# namespace's interface).
+testhosts_tag=$$
+TESTHOSTS_NS=() TESTHOSTS_ADDR=() TESTHOSTS_LINK=()
+testhosts_bridge=pstbr$testhosts_tag
+
+testhosts_available() {
+  [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null && ip netns list >/dev/null 2>&1
+}
+
+testhosts_down() {
+  local n p
+  for n in "${TESTHOSTS_NS[@]}"; do
+    for p in $(ip netns pids "$n" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+    ip netns del "$n" 2>/dev/null
+  done
+  ip link del "$testhosts_bridge" 2>/dev/null
+  return 0
+}
+
+testhosts_up() {
+  local dir=$1 count=$2 i
+  trap testhosts_down EXIT
+  ip link add "$testhosts_bridge" type bridge && ip link set "$testhosts_bridge" up || return 1
+  for ((i = 0; i < count; i++)); do
+    TESTHOSTS_NS+=("pst${testhosts_tag}$i")
+    TESTHOSTS_ADDR+=("198.18.77.$((i + 1))")
+    TESTHOSTS_LINK+=("n$testhosts_tag$i")
+    ip netns add "${TESTHOSTS_NS[$i]}"
+    ip link add "h$testhosts_tag$i" type veth peer name "n$testhosts_tag$i"
+    ip link set "n$testhosts_tag$i" netns "${TESTHOSTS_NS[$i]}"
+    ip link set "h$testhosts_tag$i" master "$testhosts_bridge" up
+    ip netns exec "${TESTHOSTS_NS[$i]}" ip link set lo up
+    ip netns exec "${TESTHOSTS_NS[$i]}" ip addr add "${TESTHOSTS_ADDR[$i]}/24" dev "n$testhosts_tag$i"
+    ip netns exec "${TESTHOSTS_NS[$i]}" ip link set "n$testhosts_tag$i" up
+  done
+  printf '%s slots=1\n' "${TESTHOSTS_ADDR[@]}" > "$dir/hostfile"
+  {
+    echo '#!/bin/bash'
+    echo '# plm_rsh_agent: "agent HOST COMMAND..." runs COMMAND on HOST, i.e. in its namespace.'
+    echo 'host=$1; shift'
+    echo 'case "$host" in'
+    for ((i = 0; i < count; i++)); do echo "  ${TESTHOSTS_ADDR[$i]}) n=${TESTHOSTS_NS[$i]} ;;"; done
+    echo '  *) echo "agent: unknown host $host" >&2; exit 1 ;;'
+    echo 'esac'
+    echo 'exec ip netns exec "$n" /bin/sh -c "$*"'
+  } > "$dir/agent"
+  chmod +x "$dir/agent"
+}
+
+testhosts_limit() {
+  local i
+  for ((i = 0; i < ${#TESTHOSTS_NS[@]}; i++)); do
+    ip netns exec "${TESTHOSTS_NS[$i]}" tc qdisc replace dev "${TESTHOSTS_LINK[$i]}" root tbf rate "$1" burst 256kb latency 50ms
+  done
+}
+
+# Open MPI's keepalive is shortened so that a lost host ends the job in seconds.
+testhosts_mpirun() {
+  local dir=$1 np=$2 mpirun=$3
+  shift 3
+  ip netns exec "${TESTHOSTS_NS[0]}" "$mpirun" --hostfile "$dir/hostfile" -np "$np" \
+    --mca plm_rsh_agent "$dir/agent" --mca plm_rsh_no_tree_spawn 1 \
+    --mca btl tcp,self --mca btl_tcp_if_include 198.18.77.0/24 --mca oob_tcp_if_include 198.18.77.0/24 \
+    --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 3 "$@"
+}
