@@ -5,21 +5,7 @@
 namespace pstrain::optim {
 
 void Sgd::step(at::Tensor& params, at::Tensor& grad, double lr) {
-  if (options_.weightDecay != 0) grad.add_(params, options_.weightDecay);
-  const at::Tensor* update = &grad;
-  if (options_.momentum != 0) {
-    if (!momentum_.defined()) {
-      momentum_ = grad.clone();
-    } else {
-      momentum_.mul_(options_.momentum).add_(grad);
-    }
-    if (options_.nesterov) {
-      grad.add_(momentum_, options_.momentum);
-    } else {
-      update = &momentum_;
-    }
-  }
-  params.add_(*update, -lr);
+  stepSlice(params, grad, lr, 0, params.numel());
 }
 
 void Sgd::stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t offset, std::int64_t total) {

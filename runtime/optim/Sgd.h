@@ -25,7 +25,8 @@ class Sgd {
   // every slice equals one step() over the whole buffer.
   void stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t offset, std::int64_t total);
 
-  // Undefined until the first step with momentum (as in PyTorch's optimizer state).
+  // Undefined until the first step with momentum (as in PyTorch's optimizer state, which
+  // starts as the first gradient; here as zeros times momentum plus it: the same values).
   const at::Tensor& momentumBuffer() const { return momentum_; }
   void setMomentumBuffer(at::Tensor buffer) { momentum_ = std::move(buffer); }
 

@@ -18,6 +18,7 @@
 #include "runtime/optim/LrSchedule.h"
 #include "runtime/roles/StepProtocol.h"
 #include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/codec/Codec.h"
 #include "runtime/metrics/Json.h"
 #include "runtime/roles/FlatParameters.h"
 #include "runtime/roles/Handshake.h"
@@ -155,6 +156,20 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
   out += fmt::format("  per step  server -> each worker {} bytes (weights{} + header); each worker -> server {} bytes (gradient{} + accounting)\n",
                      downBytes(parameters, buffers), buffers ? " + BatchNorm buffers" : "",
                      upBytes(parameters, buffers), buffers ? " + buffers" : "");
+  std::string exchange = cfg.mode == "sync"      ? "one broadcast of the weights, one sum-reduce of the gradients"
+                         : cfg.mode == "allreduce" ? "MPI_Allreduce of the gradients"
+                         : cfg.mode == "gossip"    ? "one-sided reads of a peer's weights"
+                                                   : "point to point, each worker at its own pace";
+  if (cfg.overlapping()) {
+    exchange += fmt::format("; overlapped with backward in {} buckets of {} KiB",
+                            gradientBuckets(model, cfg.bucketKb * 1024).size(), cfg.bucketKb);
+  }
+  if (cfg.compress != "none" || cfg.compressWeights != "none") {
+    const bool feedback = cfg.errorFeedback == "on" || (cfg.errorFeedback == "auto" && codec::wantsErrorFeedback(cfg.compress));
+    exchange += fmt::format("; gradients {}{}, weights {}", cfg.compress, feedback ? " with error feedback" : "",
+                            cfg.compressWeights);
+  }
+  out += fmt::format("  exchange  {}\n", exchange);
   std::string schedule;
   std::int64_t count = 0;
   for (std::int64_t s = cfg.checkpointEvery; cfg.checkpointEvery > 0 && s < total; s += cfg.checkpointEvery) {

@@ -13,8 +13,7 @@ if ! testhosts_available; then
   echo "SKIP multihost: needs root and 'ip netns' (iproute2) to create test hosts"; exit 0
 fi
 rm -rf "$scratch" && mkdir -p "$scratch"
-failures=0 passed=0
-check() { local name=$1; shift; if "$@"; then echo "ok   $name"; passed=$((passed + 1)); else echo "FAIL $name"; failures=$((failures + 1)); fi; }
+source "$(dirname "$0")/../common/checks.sh"
 testhosts_up "$scratch" 3 || { echo "FAIL cannot create the test hosts"; exit 1; }
 ns=("${TESTHOSTS_NS[@]}") addr=("${TESTHOSTS_ADDR[@]}") link=("${TESTHOSTS_LINK[@]}")
 
@@ -62,5 +61,4 @@ rc=$?
 grep -E 'resum|done' "$scratch/resume.log" | sed 's/^/     /'
 check "link restored: --resume completes the run" test $rc -eq 0 -a -f "$scratch/run2/trained_model.pt"
 
-echo "$passed passed, $failures failed"
-[ $failures -eq 0 ]
+checks_done

@@ -6,11 +6,7 @@
 set -uo pipefail
 pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
 rm -rf "$scratch" && mkdir -p "$scratch"
-failures=0 passed=0
-check() {  # check NAME COMMAND...
-  local name=$1; shift
-  if "$@"; then echo "ok   $name"; passed=$((passed + 1)); else echo "FAIL $name"; failures=$((failures + 1)); fi
-}
+source "$(dirname "$0")/../common/checks.sh"
 train() {  # train NP DIR [flags...]
   local np=$1 dir=$2; shift 2
   timeout 240 "$mpirun" -np "$np" "$pstrain" --model mlp --dataset synthetic --batch-size 32 --lr 0.02 --steps 150 \
@@ -19,30 +15,11 @@ train() {  # train NP DIR [flags...]
   [ $rc -eq 0 ] || { echo "     $dir failed ($rc):"; tail -5 "$dir.log" | sed 's/^/     /'; }
   return $rc
 }
-metric() {  # metric DIR EXPR over `lines` and `last`
-  python3 - "$1/metrics.jsonl" "$2" <<'PY'
-import json, sys
-lines = [json.loads(l) for l in open(sys.argv[1])]
-last = lines[-1]
-print(eval(sys.argv[2]))
-PY
-}
-maxdiff() {
-  /usr/bin/python3 - "$1" "$2" <<'PY'
-import sys, torch
-a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
-print(max((a[k] - b[k]).abs().max().item() for k in a))
-PY
-}
-accuracy() {
-  "$pseval" --train-dir "$1" > "$1.eval.log" 2>&1 || { cat "$1.eval.log" >&2; echo 0; return; }
-  tail -1 "$1/eval.csv" | cut -d, -f5 | awk '{printf "%.2f", $1 * 100}'
-}
-ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
+accuracy() { final_accuracy "$pseval" "$1"; }
 
 train 3 "$scratch/none"
 train 3 "$scratch/zlib" --compress zlib
-d=$(maxdiff "$scratch/none/trained_model.pt" "$scratch/zlib/trained_model.pt")
+d=$(max_weight_diff "$scratch/none/trained_model.pt" "$scratch/zlib/trained_model.pt")
 ratio=$(metric "$scratch/zlib" "last['raw_bytes_received'] / last['bytes_received']")
 echo "     zlib: weights differ from none by $d; raw/sent gradient bytes $ratio"
 check "zlib: lossless, the same weights as none" ge 1e-7 "$d"
@@ -74,5 +51,4 @@ check "a bad codec spec is refused (exit $rc): $(head -1 "$scratch/bad.log")" gr
 timeout 60 "$mpirun" -np 3 "$pstrain" --compress-weights topk:0.1 --dataset synthetic --train-dir "$scratch/bad2" > "$scratch/bad2.log" 2>&1
 check "sparse weights are refused: $(head -1 "$scratch/bad2.log")" grep -q "sparsified weights make no sense" "$scratch/bad2.log"
 
-echo "$passed passed, $failures failed"
-[ $failures -eq 0 ]
+checks_done

@@ -7,11 +7,7 @@
 set -uo pipefail
 pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
 rm -rf "$scratch" && mkdir -p "$scratch"
-failures=0 passed=0
-check() {  # check NAME COMMAND...
-  local name=$1; shift
-  if "$@"; then echo "ok   $name"; passed=$((passed + 1)); else echo "FAIL $name"; failures=$((failures + 1)); fi
-}
+source "$(dirname "$0")/../common/checks.sh"
 has() { grep -qE -- "$2" "$1"; }
 train() {  # train DIR [flags...]: the run every case uses (synthetic data, fast)
   local dir=$1; shift
@@ -113,5 +109,4 @@ check "--resume with --overwrite: refused" bash -c "[ $rc -eq 2 ] && grep -q 'ch
 train "$scratch/fresh" --resume > "$out" 2>&1; rc=$?
 check "--resume in an empty dir: starts at step 0" bash -c "[ $rc -eq 0 ] && grep -q 'no valid checkpoint' '$out'"
 
-echo "$passed passed, $failures failed"
-[ $failures -eq 0 ]
+checks_done

@@ -8,11 +8,7 @@
 set -uo pipefail
 pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
 rm -rf "$scratch" && mkdir -p "$scratch"
-failures=0 passed=0
-check() {  # check NAME COMMAND...
-  local name=$1; shift
-  if "$@"; then echo "ok   $name"; passed=$((passed + 1)); else echo "FAIL $name"; failures=$((failures + 1)); fi
-}
+source "$(dirname "$0")/../common/checks.sh"
 train() {  # train NP DIR [flags...]
   local np=$1 dir=$2; shift 2
   timeout 240 "$mpirun" -np "$np" "$pstrain" --model mlp --batch-size 32 --lr 0.02 --log-every 20 \
@@ -21,21 +17,7 @@ train() {  # train NP DIR [flags...]
   [ $rc -eq 0 ] || { echo "     $dir failed ($rc):"; tail -5 "$dir.log" | sed 's/^/     /'; }
   return $rc
 }
-# metric DIR EXPR: a Python expression over `lines` (metrics.jsonl as dicts) and `last`.
-metric() {
-  python3 - "$1/metrics.jsonl" "$2" <<'PY'
-import json, sys
-lines = [json.loads(l) for l in open(sys.argv[1])]
-last = lines[-1]
-print(eval(sys.argv[2]))
-PY
-}
-accuracy() {  # accuracy DIR: pseval's test accuracy of the final checkpoint, in percent
-  "$pseval" --train-dir "$1" > "$1.eval.log" 2>&1 || { cat "$1.eval.log" >&2; echo 0; return; }
-  tail -1 "$1/eval.csv" | cut -d, -f5 | awk '{printf "%.2f", $1 * 100}'
-}
-ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }
-seconds() { grep -oE 'done in [0-9:]+' "$1.log" | awk -F'[ :]' '{ print $3 * 60 + $4 }'; }
+accuracy() { final_accuracy "$pseval" "$1"; }
 
 # --- backup: 3 workers, 2 gradients per step, worker 3 sleeps 200 ms per batch ----------
 common=(--dataset synthetic --steps 120)
@@ -72,13 +54,7 @@ check "async S=4: stale gradients within the bound are applied" \
 same=(--dataset synthetic --steps 60 --momentum 0.9 --weight-decay 1e-4 --warmup-steps 10 --lr-decay cosine)
 train 3 "$scratch/sync" "${same[@]}"
 train 2 "$scratch/allreduce" "${same[@]}" --mode allreduce
-diff=$(/usr/bin/python3 - "$scratch/sync/trained_model.pt" "$scratch/allreduce/trained_model.pt" <<'PY'
-import sys, torch
-a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
-assert a.keys() == b.keys()
-print(max((a[k] - b[k]).abs().max().item() for k in a))
-PY
-)
+diff=$(max_weight_diff "$scratch/sync/trained_model.pt" "$scratch/allreduce/trained_model.pt")
 echo "     allreduce (2 ranks) vs sync (2 workers): max abs weight difference $diff"
 check "allreduce: same weights as sync (<= 1e-5)" ge 1e-5 "$diff"
 
@@ -99,5 +75,4 @@ check "gossip: the distance shrinks toward the end (< 1/2 of its peak)" ge "$(aw
 check "gossip: converges (Fashion-MNIST test accuracy >= 70%)" ge "$acc" 70
 check "gossip: rank 0's checkpoint is published" test -f "$scratch/gossip/ckpt/step-00000400.ok"
 
-echo "$passed passed, $failures failed"
-[ $failures -eq 0 ]
+checks_done

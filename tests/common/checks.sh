@@ -1,0 +1,36 @@
+# Helpers of the test scripts; source it. Each check prints "ok   NAME" or "FAIL NAME";
+# checks_done prints the count and fails when any check did.
+failures=0 passed=0
+check() {  # check NAME COMMAND...
+  local name=$1; shift
+  if "$@"; then echo "ok   $name"; passed=$((passed + 1)); else echo "FAIL $name"; failures=$((failures + 1)); fi
+}
+checks_done() {
+  echo "$passed passed, $failures failed"
+  [ "$failures" -eq 0 ]
+}
+ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }  # ge A B: A >= B, as numbers
+# metric DIR EXPR: a Python expression over `lines` (DIR/metrics.jsonl as dicts) and `last`.
+metric() {
+  python3 - "$1/metrics.jsonl" "$2" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+last = lines[-1]
+print(eval(sys.argv[2]))
+PY
+}
+# final_accuracy PSEVAL DIR: pseval's test accuracy of DIR's last checkpoint, in percent (0
+# when pseval fails, with its output on stderr).
+final_accuracy() {
+  "$1" --train-dir "$2" > "$2.eval.log" 2>&1 || { cat "$2.eval.log" >&2; echo 0; return; }
+  tail -1 "$2/eval.csv" | cut -d, -f5 | awk '{printf "%.2f", $1 * 100}'
+}
+# max_weight_diff A.pt B.pt: the largest |a - b| over the tensors of two state dicts (PyTorch).
+max_weight_diff() {
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import sys, torch
+a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+assert a.keys() == b.keys(), "different tensors"
+print(max((a[k] - b[k]).abs().max().item() for k in a))
+PY
+}
