@@ -120,7 +120,7 @@ void runSync(ServerState& s) {
     const double cpuStart = Publisher::processCpuSeconds();
     s.link.broadcastDown(context);
     std::fill(messages.up.begin(), messages.up.end(), 0.0f);
-    double updateSeconds = 0;
+    double updateSeconds = 0, updateCpuSeconds = 0;
     if (overlap) {
       // Each bucket is applied as soon as it is summed, while later ones still travel. The
       // step's sample count is known in advance: the shards' batch sizes.
@@ -128,6 +128,7 @@ void runSync(ServerState& s) {
       for (int w = 0; w < s.workers; ++w) samples += static_cast<double>(s.sampler.batch(w, step).size());
       s.link.reduceUpInBuckets(buckets, [&](const Bucket& b) {
         auto updateStart = Clock::now();
+        const double updateCpuStart = Publisher::processCpuSeconds();
         at::Tensor grad = messages.grad.narrow(0, b.begin, b.end - b.begin);
         if (!torch::isfinite(grad).all().item<bool>()) {
           throw Error(fmt::format("step {}: the summed gradient of the workers is not finite; lower --lr, or "
@@ -136,6 +137,7 @@ void runSync(ServerState& s) {
         grad.div_(samples);
         s.sgd.stepSlice(messages.weights.narrow(0, b.begin, b.end - b.begin), grad, lr, b.begin, n);
         updateSeconds += secondsSince(updateStart);
+        updateCpuSeconds += Publisher::processCpuSeconds() - updateCpuStart;
       }, context);
       if (messages.trailer[kSamples] != samples) {
         throw Error(fmt::format("step {}: the workers sent {} samples, their shards hold {}", step,
@@ -146,7 +148,7 @@ void runSync(ServerState& s) {
     }
     StepStats stats = s.stats(s.workers);
     stats.exchangeSeconds = secondsSince(exchangeStart) - updateSeconds;
-    stats.exchangeCpuSeconds = Publisher::processCpuSeconds() - cpuStart;
+    stats.exchangeCpuSeconds = Publisher::processCpuSeconds() - cpuStart - updateCpuSeconds;
 
     auto updateStart = Clock::now();
     if (overlap) {

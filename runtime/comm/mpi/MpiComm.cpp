@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <climits>
 #include <thread>
@@ -280,6 +281,12 @@ std::vector<std::string> MpiComm::allGather(const std::string& mine, const std::
 }
 
 MpiSession::MpiSession(int* argc, char*** argv) {
+  // Non-blocking reductions progress only inside MPI calls, and waitFor() sleeps between
+  // them. libnbc's default for large messages is a segmented chain: one MPI_Test per
+  // segment, so every segment costs a sleep (measured: 1 worker, LeNet, 455 ms per step
+  // instead of under 1). A binomial tree moves a buffer in a few rounds. The environment
+  // (or an mpirun --mca) still wins: setenv does not overwrite.
+  ::setenv("OMPI_MCA_coll_libnbc_ireduce_algorithm", "2", 0);
   int provided = 0;
   MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
 }
