@@ -5,7 +5,7 @@
 #   testhosts_up DIR N        creates N hosts (needs root and iproute2); DIR gets hostfile, agent
 #   testhosts_mpirun DIR NP MPIRUN ARGS...   mpirun from the first host over them (TCP on the subnet)
 #   testhosts_limit RATE      shapes every host's egress with tc tbf (for example 100mbit)
-#   testhosts_down            removes them (also on EXIT once testhosts_up ran)
+#   testhosts_down            removes them (callers: trap it on EXIT)
 # Sets TESTHOSTS_NS (namespace names), TESTHOSTS_ADDR (addresses), TESTHOSTS_LINK (each
 # namespace's interface).
 testhosts_tag=$$
@@ -19,16 +19,15 @@ testhosts_available() {
 testhosts_down() {
   local n p
   for n in "${TESTHOSTS_NS[@]}"; do
-    for p in $(ip netns pids "$n" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-    ip netns del "$n" 2>/dev/null
+    for p in $(ip netns pids "$n" 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
+    ip netns del "$n" 2>/dev/null || true
   done
-  ip link del "$testhosts_bridge" 2>/dev/null
-  return 0
+  ip link del "$testhosts_bridge" 2>/dev/null || true
+  TESTHOSTS_NS=() TESTHOSTS_ADDR=() TESTHOSTS_LINK=()
 }
 
 testhosts_up() {
   local dir=$1 count=$2 i
-  trap testhosts_down EXIT
   ip link add "$testhosts_bridge" type bridge && ip link set "$testhosts_bridge" up || return 1
   for ((i = 0; i < count; i++)); do
     TESTHOSTS_NS+=("pst${testhosts_tag}$i")

@@ -14,6 +14,7 @@ if ! testhosts_available; then
 fi
 rm -rf "$scratch" && mkdir -p "$scratch"
 source "$(dirname "$0")/../common/checks.sh"
+trap testhosts_down EXIT
 testhosts_up "$scratch" 3 || { echo "FAIL cannot create the test hosts"; exit 1; }
 ns=("${TESTHOSTS_NS[@]}") addr=("${TESTHOSTS_ADDR[@]}") link=("${TESTHOSTS_LINK[@]}")
 
