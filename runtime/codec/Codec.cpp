@@ -376,7 +376,8 @@ void validateSpec(const std::string& spec, bool weights, const std::string& flag
   }
 }
 
-bool wantsErrorFeedback(const std::string& spec) {
+bool errorFeedbackOn(const std::string& setting, const std::string& spec) {
+  if (setting != "auto") return setting == "on";
   const std::string k = kind(spec);
   return k == "topk" || k == "randomk" || k == "powersgd";
 }

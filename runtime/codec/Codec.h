@@ -68,8 +68,9 @@ std::unique_ptr<Codec> makeCodec(const std::string& spec, const Shapes& shapes, 
 // codecs that make sense for weights (none, zlib, fp16, bf16, int8).
 void validateSpec(const std::string& spec, bool weights, const std::string& flag);
 
-// Whether --error-feedback auto turns it on for `spec` (the sparsifying codecs).
-bool wantsErrorFeedback(const std::string& spec);
+// Whether error feedback runs for gradient codec `spec` under --error-feedback `setting`:
+// on, off, or auto (on for the sparsifying and low-rank codecs: topk, randomk, powersgd).
+bool errorFeedbackOn(const std::string& setting, const std::string& spec);
 
 // Encodes gradients with error feedback (Seide et al. 2014; Karimireddy et al. 2019): the
 // part of (gradient + residual) that the payload does not carry is kept and added to the

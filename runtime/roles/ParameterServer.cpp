@@ -66,14 +66,9 @@ struct ServerState {
   }
   // Accounting of an update from the summed trailer of `contributors` workers.
   StepStats stats(int contributors) {
-    const float* trailer = messages.trailer;
     const StepLink::Traffic traffic = link.take();
-    StepStats s;
-    s.lossSum = trailer[kLossSum];
-    s.samples = trailer[kSamples];
-    s.computeSeconds = trailer[kComputeSeconds] / contributors;
-    s.dataWaitSeconds = trailer[kDataWaitSeconds] / contributors;
-    s.codecSeconds = traffic.codecSeconds + trailer[kCodecSeconds] / contributors;
+    StepStats s = summedStats(messages, contributors);
+    s.codecSeconds += traffic.codecSeconds;
     s.bytesDown = traffic.bytesDown;
     s.rawBytesDown = traffic.rawBytesDown;
     s.bytesUp = traffic.bytesUp;

@@ -66,16 +66,6 @@ struct Peer {
     if (comm.rank() == 0) publisher.emplace(cfg, model, sgd, updatesPerEpoch, total, firstStep);
   }
 
-  StepStats stats() const {
-    const float* trailer = messages.trailer;
-    StepStats s;
-    s.lossSum = trailer[kLossSum];
-    s.samples = trailer[kSamples];
-    s.computeSeconds = trailer[kComputeSeconds] / size;
-    s.dataWaitSeconds = trailer[kDataWaitSeconds] / size;
-    return s;
-  }
-
   comm::Communicator& comm;
   const config::TrainConfig& cfg;
   models::Net& model;
@@ -108,7 +98,7 @@ void runAllreduce(Peer& p) {
     // Rank 0 alone decides when time is up; the sum tells everyone in the same step.
     if (p.publisher && p.publisher->outOfTime()) messages.trailer[kStopRequest] = 1;
     p.link.allReduceUp(fmt::format("step {}", step));
-    StepStats stats = p.stats();
+    StepStats stats = summedStats(messages, p.size);
     stats.exchangeSeconds = secondsSince(exchangeStart);
     const StepLink::Traffic traffic = p.link.take();
     stats.bytesUp = traffic.bytesUp;
@@ -186,9 +176,7 @@ void runGossip(Peer& p) {
     const double lr = optim::learningRate(p.cfg, p.cfg.batchesPerUpdate(p.size), step, p.total);
     auto stepStart = Clock::now();
     p.trainer->computeGradient(step, step);
-    StepStats stats = p.stats();
-    stats.computeSeconds *= p.size;  // this rank's own
-    stats.dataWaitSeconds *= p.size;
+    StepStats stats = summedStats(messages, 1);  // this rank's own
     // Alone, a rank's update is a sum over one contributor.
     stats.applied = applySummedUpdate(messages, p.sgd, lr, 1, p.model, p.cfg, step);
     mine.clock() += static_cast<float>(stats.samples);

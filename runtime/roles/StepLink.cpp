@@ -38,7 +38,7 @@ StepLink::StepLink(comm::Communicator& comm, const config::TrainConfig& cfg, con
   const codec::Shapes shapes = shapesOf(model);
   std::size_t capacity = messages.upBytes();
   if (cfg.compress != "none") {
-    const bool feedback = cfg.errorFeedback == "on" || (cfg.errorFeedback == "auto" && codec::wantsErrorFeedback(cfg.compress));
+    const bool feedback = codec::errorFeedbackOn(cfg.errorFeedback, cfg.compress);
     upEncoder_ = std::make_unique<codec::ErrorFeedbackEncoder>(
         codec::makeCodec(cfg.compress, shapes, seed, "compress", feedback), feedback);
     capacity = std::max(capacity, upEncoder_->codec().maxFrameBytes() + (messages.up.size() - messages.grad.numel()) * sizeof(float));
@@ -79,9 +79,12 @@ void StepLink::decodeUp(const char* payload, std::size_t size, float* up) {
   if (size < rawBytes) throw CodecError(fmt::format("gradient payload of {} bytes is shorter than its fixed part", size));
   upEncoder_->codec().decode(payload, size - rawBytes, decoded_.data());
   for (std::size_t i = 0; i < n; ++i) up[i] += decoded_[i];
-  std::vector<float> fixed(rawBytes / sizeof(float));  // copied: may be unaligned in the payload
-  std::memcpy(fixed.data(), payload + size - rawBytes, rawBytes);
-  for (std::size_t i = 0; i < fixed.size(); ++i) up[n + i] += fixed[i];
+  const char* fixed = payload + size - rawBytes;
+  for (std::size_t i = 0; i < rawBytes / sizeof(float); ++i) {
+    float value;  // copied out: the payload need not be float-aligned
+    std::memcpy(&value, fixed + i * sizeof(float), sizeof value);
+    up[n + i] += value;
+  }
   traffic_.codecSeconds += secondsSince(start);
 }
 

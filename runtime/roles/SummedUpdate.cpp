@@ -36,6 +36,17 @@ bool applySummedUpdate(StepMessages& messages, optim::Sgd& sgd, double lr, int c
   return true;
 }
 
+StepStats summedStats(const StepMessages& messages, int contributors) {
+  const float* trailer = messages.trailer;
+  StepStats s;
+  s.lossSum = trailer[kLossSum];
+  s.samples = trailer[kSamples];
+  s.computeSeconds = trailer[kComputeSeconds] / contributors;
+  s.dataWaitSeconds = trailer[kDataWaitSeconds] / contributors;
+  s.codecSeconds = trailer[kCodecSeconds] / contributors;
+  return s;
+}
+
 void averageBuffers(StepMessages& messages, int contributors, models::Net& model) {
   if (messages.serverBuffers.numel() == 0) return;
   messages.serverBuffers.copy_(messages.workerBuffers).div_(contributors);

@@ -6,6 +6,7 @@
 #include "models/Registry.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/optim/Sgd.h"
+#include "runtime/roles/Publisher.h"
 #include "runtime/roles/StepMessages.h"
 
 namespace pstrain::roles {
@@ -17,6 +18,10 @@ namespace pstrain::roles {
 // cfg.skipNonfinite; throws Error naming `step` when it is not finite otherwise.
 bool applySummedUpdate(StepMessages& messages, optim::Sgd& sgd, double lr, int contributors, models::Net& model,
                        const config::TrainConfig& cfg, std::int64_t step);
+
+// The accounting in the trailer of messages.up, summed over `contributors` workers: loss
+// and samples as sums, compute and data-wait times as the contributors' mean.
+StepStats summedStats(const StepMessages& messages, int contributors);
 
 // The BatchNorm part alone: messages.serverBuffers and `model`'s buffers become the mean of
 // the `contributors` workers' buffers summed in messages.up.

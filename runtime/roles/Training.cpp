@@ -165,7 +165,7 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
                             gradientBuckets(model, cfg.bucketKb * 1024).size(), cfg.bucketKb);
   }
   if (cfg.compress != "none" || cfg.compressWeights != "none") {
-    const bool feedback = cfg.errorFeedback == "on" || (cfg.errorFeedback == "auto" && codec::wantsErrorFeedback(cfg.compress));
+    const bool feedback = codec::errorFeedbackOn(cfg.errorFeedback, cfg.compress);
     exchange += fmt::format("; gradients {}{}, weights {}", cfg.compress, feedback ? " with error feedback" : "",
                             cfg.compressWeights);
   }
