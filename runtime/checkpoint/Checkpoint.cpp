@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/import_read.h>
+#include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/torch.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -45,15 +47,16 @@ TensorList tensorList(const c10::IValue& value, const std::string& path, const s
   return list;
 }
 
-std::uint32_t crc32Of(const std::string& bytes) {
-  uLong crc = crc32(0L, Z_NULL, 0);
+// The CRC-32 of `crc`'s bytes followed by `size` more (crc 0: none before).
+std::uint32_t crc32Of(std::uint32_t crc, const char* data, std::size_t size) {
+  uLong value = crc;
   std::size_t offset = 0;
-  while (offset < bytes.size()) {
-    uInt n = static_cast<uInt>(std::min<std::size_t>(bytes.size() - offset, 1u << 30));
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + offset), n);
+  while (offset < size) {
+    uInt n = static_cast<uInt>(std::min<std::size_t>(size - offset, 1u << 30));
+    value = crc32(value, reinterpret_cast<const Bytef*>(data + offset), n);
     offset += n;
   }
-  return static_cast<std::uint32_t>(crc);
+  return static_cast<std::uint32_t>(value);
 }
 
 std::string readFile(const std::string& path) {
@@ -107,36 +110,104 @@ c10::IValue unpickle(const std::string& bytes, const std::string& path) {
   }
 }
 
+// A file written under a temporary name, fsync'd and renamed into place by commit():
+// readers see the old file or the whole new one, never a part. Counts the bytes and their
+// CRC-32 on the way (for the .ok marker). Not committed: the temporary is removed.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path) : target_(std::move(path)) {
+    temp_ = target_;
+    temp_ += fmt::format(".tmp{}", ::getpid());
+    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd_ < 0) {
+      throw CheckpointError(fmt::format("{}: cannot create ({}); is the directory writable?", temp_.string(),
+                                        std::strerror(errno)));
+    }
+  }
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  ~AtomicFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(temp_.c_str());
+  }
+
+  void write(const void* data, std::size_t bytes) {
+    const char* p = static_cast<const char*>(data);
+    crc_ = crc32Of(crc_, p, bytes);
+    size_ += bytes;
+    while (bytes > 0) {
+      ssize_t n = ::write(fd_, p, bytes);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw CheckpointError(fmt::format("{}: write failed ({})", temp_.string(), std::strerror(errno)));
+      p += n;
+      bytes -= static_cast<std::size_t>(n);
+    }
+  }
+
+  void commit() {
+    bool synced = ::fsync(fd_) == 0;
+    bool closed = ::close(fd_) == 0;
+    fd_ = -1;
+    if (!synced || !closed || ::rename(temp_.c_str(), target_.c_str()) != 0) {
+      throw CheckpointError(fmt::format("{}: could not be saved ({})", target_.string(), std::strerror(errno)));
+    }
+    committed_ = true;
+    syncDirectory(target_.parent_path());
+  }
+
+  std::size_t size() const { return size_; }
+  std::uint32_t crc32() const { return crc_; }
+
+ private:
+  fs::path target_, temp_;
+  int fd_ = -1;
+  bool committed_ = false;
+  std::size_t size_ = 0;
+  std::uint32_t crc_ = 0;
+};
+
+struct Written {
+  std::size_t bytes;
+  std::uint32_t crc32;
+};
+
+// torch::pickle_save's bytes, streamed into `path` (atomically): the tensors go from their
+// storages to the file, with no copy of the archive in memory.
+Written writePickle(const std::string& path, const c10::IValue& value) {
+  std::vector<char> pickle;  // the object structure; tensor data are separate records
+  torch::jit::Pickler pickler([&](const char* data, std::size_t size) { pickle.insert(pickle.end(), data, data + size); });
+  pickler.protocol();
+  pickler.pushIValue(value);
+  pickler.stop();
+  AtomicFile file(path);
+  std::exception_ptr failure;  // an error must not unwind through the zip writer's C code
+  try {
+    caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, std::size_t size) -> std::size_t {
+      try {
+        file.write(data, size);
+        return size;
+      } catch (...) {
+        failure = std::current_exception();
+        return 0;
+      }
+    });
+    torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), writer);
+    writer.writeEndOfFile();
+  } catch (const c10::Error& e) {
+    if (failure) std::rethrow_exception(failure);
+    throw CheckpointError(fmt::format("{}: could not be written ({})", path, e.what_without_backtrace()));
+  }
+  if (failure) std::rethrow_exception(failure);
+  file.commit();
+  return {file.size(), file.crc32()};
+}
+
 }  // namespace
 
 void atomicWrite(const std::string& path, const std::string& bytes) {
-  fs::path target(path);
-  fs::path temp = target;
-  temp += fmt::format(".tmp{}", ::getpid());
-  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    throw CheckpointError(fmt::format("{}: cannot create ({}); is the directory writable?",
-                                      temp.string(), std::strerror(errno)));
-  }
-  std::size_t written = 0;
-  while (written < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      ::unlink(temp.c_str());
-      throw CheckpointError(fmt::format("{}: write failed ({})", temp.string(), std::strerror(err)));
-    }
-    written += static_cast<std::size_t>(n);
-  }
-  bool synced = ::fsync(fd) == 0;
-  bool closed = ::close(fd) == 0;
-  if (!synced || !closed || ::rename(temp.c_str(), target.c_str()) != 0) {
-    int err = errno;
-    ::unlink(temp.c_str());
-    throw CheckpointError(fmt::format("{}: could not be saved ({})", path, std::strerror(err)));
-  }
-  syncDirectory(target.parent_path());
+  AtomicFile file(path);
+  file.write(bytes.data(), bytes.size());
+  file.commit();
 }
 
 std::string publish(const std::string& dir, const Checkpoint& ckpt) {
@@ -158,15 +229,11 @@ std::string publish(const std::string& dir, const Checkpoint& ckpt) {
   top.insert("model", tensorDict(ckpt.modelState));
   top.insert("optimizer", optimizer);
   top.insert("__meta__", meta);
-  std::vector<char> pickled = torch::pickle_save(top);
-  std::string bytes(pickled.begin(), pickled.end());
-
   fs::path base = fs::path(dir) / stepName(ckpt.step);
   std::string ptPath = base.string() + ".pt";
-  atomicWrite(ptPath, bytes);
+  const Written pt = writePickle(ptPath, top);
   atomicWrite(base.string() + ".ok",
-              fmt::format("pstrain-checkpoint {}\nbytes {}\ncrc32 {:08x}\n", kFormat, bytes.size(),
-                          crc32Of(bytes)));
+              fmt::format("pstrain-checkpoint {}\nbytes {}\ncrc32 {:08x}\n", kFormat, pt.bytes, pt.crc32));
   return ptPath;
 }
 
@@ -210,7 +277,7 @@ Checkpoint read(const Published& published) {
     throw CheckpointError(fmt::format("{}: {} bytes, but {} were published (truncated or replaced)",
                                       path, bytes.size(), expectedBytes));
   }
-  if (crc32Of(bytes) != expectedCrc) {
+  if (crc32Of(0, bytes.data(), bytes.size()) != expectedCrc) {
     throw CheckpointError(fmt::format("{}: checksum mismatch (the file is corrupt)", path));
   }
   c10::IValue top = unpickle(bytes, path);
@@ -267,8 +334,7 @@ Checkpoint decode(const c10::IValue& top, const std::string& path) {
 }  // namespace
 
 void writeStateDict(const std::string& path, const TensorList& state) {
-  std::vector<char> pickled = torch::pickle_save(tensorDict(state));
-  atomicWrite(path, std::string(pickled.begin(), pickled.end()));
+  writePickle(path, tensorDict(state));
 }
 
 TensorList readStateDict(const std::string& path) {

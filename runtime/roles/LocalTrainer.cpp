@@ -51,8 +51,8 @@ LocalTrainer::LocalTrainer(const config::TrainConfig& cfg, models::Net& model, c
   if (straggler.rank == rank) straggleMs_ = straggler.milliseconds;
 }
 
+// The parameters stay views of weights_, whose memory they keep alive.
 LocalTrainer::~LocalTrainer() {
-  bindParameters(model_, weights_.clone());
   for (auto& p : model_.parameters()) p.mutable_grad() = at::Tensor();
 }
 

@@ -93,9 +93,8 @@ struct ServerState {
 
 // After `done` steps and the workers' stop: the final files. The mode's counters (read by
 // the publisher's extras) are still alive here.
+// The model's parameters stay views of the down message, whose memory they keep alive.
 void finish(ServerState& s, std::int64_t done) {
-  // The message buffers die with `s`: hand the model weights of its own.
-  bindParameters(s.model, s.messages.weights.clone());
   s.publisher.finish(done);
 }
 
@@ -125,7 +124,7 @@ void runSync(ServerState& s) {
         auto updateStart = Clock::now();
         const double updateCpuStart = Publisher::processCpuSeconds();
         at::Tensor grad = messages.grad.narrow(0, b.begin, b.end - b.begin);
-        if (!torch::isfinite(grad).all().item<bool>()) {
+        if (!allFinite(grad)) {
           throw Error(fmt::format("step {}: the summed gradient of the workers is not finite; lower --lr, or "
                                   "--skip-nonfinite to drop such steps (the last good checkpoint is kept)", step));
         }

@@ -49,7 +49,7 @@ StepLink::StepLink(comm::Communicator& comm, const config::TrainConfig& cfg, con
     downCodec_ = codec::makeCodec(cfg.compressWeights, shapes, seed, "compress-weights");
     capacity = std::max(capacity, downCodec_->maxFrameBytes() + sizeof(StepHeader) + messages.serverBuffers.numel() * sizeof(float));
   }
-  inbox_.resize(capacity);
+  if (upEncoder_ || downCodec_) inbox_.resize(capacity);  // raw messages are received in place
 }
 
 StepLink::Traffic StepLink::take() {
@@ -160,15 +160,22 @@ void StepLink::finishUp(const std::string& context) {
 
 void StepLink::reduceUpInBuckets(const std::vector<Bucket>& buckets, const std::function<void(const Bucket&)>& reduced,
                                  const std::string& context) {
+  // At most kBucketsInFlight reductions are posted at a time, in the workers' order: MPI
+  // may hold a temporary the size of each posted bucket (libnbc's reduce at the root
+  // does), and this keeps those to a few buckets instead of a whole gradient.
+  constexpr std::size_t kBucketsInFlight = 4;
   const std::size_t n = messages_.grad.numel();
   std::vector<std::size_t> requests;
-  for (const auto& b : buckets) requests.push_back(comm_.startReduceSum(messages_.up.data() + b.begin, b.end - b.begin, 0, context));
-  const std::size_t rest = comm_.startReduceSum(messages_.up.data() + n, messages_.up.size() - n, 0, context);
+  auto post = [&](std::size_t b) {
+    requests.push_back(comm_.startReduceSum(messages_.up.data() + buckets[b].begin, buckets[b].end - buckets[b].begin, 0, context));
+  };
+  for (std::size_t b = 0; b < std::min(kBucketsInFlight, buckets.size()); ++b) post(b);
   for (std::size_t b = 0; b < buckets.size(); ++b) {
     comm_.wait(requests[b]);
+    if (b + kBucketsInFlight < buckets.size()) post(b + kBucketsInFlight);
     reduced(buckets[b]);
   }
-  comm_.wait(rest);
+  comm_.wait(comm_.startReduceSum(messages_.up.data() + n, messages_.up.size() - n, 0, context));
   traffic_.bytesUp = traffic_.rawBytesUp = messages_.upBytes();
 }
 

@@ -6,12 +6,19 @@
 
 namespace pstrain::roles {
 
+FloatBuffer::FloatBuffer(std::size_t size)
+    : tensor_(torch::zeros({static_cast<std::int64_t>(size)}, torch::kFloat32)),
+      data_(tensor_.data_ptr<float>()),
+      size_(size) {}
+
+at::Tensor FloatBuffer::view(std::int64_t offset, std::int64_t count) const { return tensor_.narrow(0, offset, count); }
+
 StepMessages::StepMessages(std::int64_t n, std::int64_t m)
     : down(kHeaderFloats + n + m), up(n + m + kTrailerFloats) {
-  weights = torch::from_blob(down.data() + kHeaderFloats, {n}, torch::kFloat32);
-  serverBuffers = torch::from_blob(down.data() + kHeaderFloats + n, {m}, torch::kFloat32);
-  grad = torch::from_blob(up.data(), {n}, torch::kFloat32);
-  workerBuffers = torch::from_blob(up.data() + n, {m}, torch::kFloat32);
+  weights = down.view(kHeaderFloats, n);
+  serverBuffers = down.view(kHeaderFloats + n, m);
+  grad = up.view(0, n);
+  workerBuffers = up.view(n, m);
   trailer = up.data() + n + m;
 }
 

@@ -10,14 +10,34 @@
 
 namespace pstrain::roles {
 
+// A zeroed float array whose memory belongs to a tensor: the views cut from it (a model's
+// parameters) keep it alive after the FloatBuffer is gone, so no copy is needed to hand
+// them over. Iterates like a std::vector<float>.
+class FloatBuffer {
+ public:
+  explicit FloatBuffer(std::size_t size);
+  float* data() const { return data_; }
+  std::size_t size() const { return size_; }
+  float* begin() const { return data_; }
+  float* end() const { return data_ + size_; }
+  float& operator[](std::size_t i) const { return data_[i]; }
+  // Floats [offset, offset + count) as a 1-D tensor view.
+  at::Tensor view(std::int64_t offset, std::int64_t count) const;
+
+ private:
+  at::Tensor tensor_;
+  float* data_;
+  std::size_t size_;
+};
+
 struct StepMessages {
   StepMessages(std::int64_t parameters, std::int64_t buffers);
   StepMessages(const StepMessages&) = delete;  // the views point into the vectors
   StepMessages& operator=(const StepMessages&) = delete;
 
-  std::vector<float> down;  // header, weights, buffers
-  std::vector<float> up;    // gradient, buffers, trailer
-  at::Tensor weights;       // views into down
+  FloatBuffer down;         // header, weights, buffers
+  FloatBuffer up;           // gradient, buffers, trailer
+  at::Tensor weights;       // views into down (they keep its memory alive)
   at::Tensor serverBuffers;
   at::Tensor grad;          // views into up
   at::Tensor workerBuffers;

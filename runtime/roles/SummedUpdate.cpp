@@ -3,13 +3,29 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <iostream>
 
 #include "runtime/Errors.h"
 #include "runtime/roles/FlatParameters.h"
 
 namespace pstrain::roles {
+
+bool allFinite(const at::Tensor& values) {
+  const float* p = values.data_ptr<float>();
+  const std::int64_t n = values.numel();
+  // Inf and NaN are the floats whose exponent bits are all ones; integer max vectorises.
+  constexpr std::uint32_t kExponent = 0x7f800000u;
+  std::uint32_t largest = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, p + i, sizeof bits);
+    largest = std::max(largest, bits & kExponent);
+  }
+  return largest != kExponent;
+}
 
 bool applySummedUpdate(StepMessages& messages, optim::Sgd& sgd, double lr, int contributors, models::Net& model,
                        const config::TrainConfig& cfg, std::int64_t step) {
@@ -19,7 +35,7 @@ bool applySummedUpdate(StepMessages& messages, optim::Sgd& sgd, double lr, int c
   // Workers stop the job themselves on a non-finite loss unless --skip-nonfinite; an
   // overflow can still appear only in the sum.
   const bool finite = trailer[kNonFinite] == 0 && std::isfinite(trailer[kLossSum]) &&
-                      torch::isfinite(messages.grad).all().item<bool>();
+                      allFinite(messages.grad);
   if (!finite) {
     if (!cfg.skipNonfinite) {
       throw Error(fmt::format("step {}: the summed gradient of the workers is not finite; lower --lr, or "

@@ -23,6 +23,10 @@ bool applySummedUpdate(StepMessages& messages, optim::Sgd& sgd, double lr, int c
 // and samples as sums, compute and data-wait times as the contributors' mean.
 StepStats summedStats(const StepMessages& messages, int contributors);
 
+// Whether every value of a contiguous float tensor is finite. One pass, no temporary
+// tensor (torch::isfinite(t).all() allocates two).
+bool allFinite(const at::Tensor& values);
+
 // The BatchNorm part alone: messages.serverBuffers and `model`'s buffers become the mean of
 // the `contributors` workers' buffers summed in messages.up.
 void averageBuffers(StepMessages& messages, int contributors, models::Net& model);

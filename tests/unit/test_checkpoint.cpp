@@ -132,3 +132,29 @@ TEST_F(Checkpoints, PlainStateDictRoundTrip) {
   ASSERT_EQ(back.size(), state.size());
   for (std::size_t i = 0; i < state.size(); ++i) EXPECT_TRUE(back[i].second.equal(state[i].second));
 }
+
+// The state_dict file is streamed to disk; its bytes are exactly torch::pickle_save's.
+TEST_F(Checkpoints, StreamedStateDictIsByteForBytePickleSave) {
+  auto state = models::stateDict(*models::makeModel("convnet"));
+  checkpoint::writeStateDict((dir / "w.pt").string(), state);
+  c10::Dict<std::string, at::Tensor> dict;
+  for (const auto& [key, tensor] : state) dict.insert(key, tensor.detach());  // as saved: no autograd flag
+  std::vector<char> expected = torch::pickle_save(dict);
+  std::ifstream in(dir / "w.pt", std::ios::binary);
+  std::string written((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(written.size(), expected.size());
+  EXPECT_TRUE(std::equal(written.begin(), written.end(), expected.begin()));
+}
+
+// A server's parameters are views of one flat buffer: they are saved as one storage (the
+// file is not bigger than the buffer plus a little) and read back as the right values.
+TEST_F(Checkpoints, ViewsOfOneBufferRoundTrip) {
+  at::Tensor flat = torch::arange(1000, torch::kFloat32);
+  checkpoint::TensorList state = {{"a", flat.narrow(0, 0, 600).view({20, 30})}, {"b", flat.narrow(0, 600, 400)}};
+  checkpoint::writeStateDict((dir / "v.pt").string(), state);
+  EXPECT_LT(fs::file_size(dir / "v.pt"), 1000 * sizeof(float) + 2048);
+  auto back = checkpoint::readStateDict((dir / "v.pt").string());
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_TRUE(back[0].second.equal(state[0].second));
+  EXPECT_TRUE(back[1].second.equal(state[1].second));
+}

@@ -3,6 +3,10 @@
 
 #include "runtime/optim/LrSchedule.h"
 #include "runtime/optim/Sgd.h"
+#include "runtime/roles/SummedUpdate.h"
+
+#include <cmath>
+#include <limits>
 
 using namespace pstrain;
 
@@ -99,5 +103,24 @@ TEST(Sgd, SlicesEqualTheWholeBuffer) {
       }
     }
     EXPECT_LE((whole - sliced).abs().max().item<double>(), 1e-7) << "nesterov " << nesterov;
+  }
+}
+
+// The server's check of a summed gradient: finite extremes pass, one Inf or NaN anywhere
+// (including the vectorised loop's tail) fails.
+TEST(AllFinite, FindsAnyInfOrNanAndPassesFiniteExtremes) {
+  at::Tensor values = torch::randn({1003});
+  values[0] = std::numeric_limits<float>::max();
+  values[1] = -std::numeric_limits<float>::max();
+  values[2] = std::numeric_limits<float>::denorm_min();
+  values[3] = -0.0f;
+  EXPECT_TRUE(roles::allFinite(values));
+  EXPECT_TRUE(roles::allFinite(torch::zeros({0})));
+  for (float bad : {INFINITY, -INFINITY, NAN}) {
+    for (std::int64_t at : {0, 517, 1002}) {
+      at::Tensor copy = values.clone();
+      copy[at] = bad;
+      EXPECT_FALSE(roles::allFinite(copy)) << bad << " at " << at;
+    }
   }
 }
