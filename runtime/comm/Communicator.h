@@ -56,10 +56,12 @@ class Communicator {
   // contributes its `data`; on other ranks `data` is left unspecified.
   virtual void reduceSum(float* data, std::size_t count, int root, const std::string& context) = 0;
 
-  // reduceSum without waiting: starts it and returns a request that wait() completes.
-  // Every rank starts the same reductions in the same order; `data` stays untouched until
-  // the wait. Requests are valid until every request started so far has been waited for.
+  // reduceSum and broadcast without waiting: each starts the operation and returns a
+  // request that wait() completes. Every rank starts the same collectives in the same
+  // order; `data` stays untouched (root: unchanged) until the wait. Requests are valid
+  // until every request started so far has been waited for.
   virtual std::size_t startReduceSum(float* data, std::size_t count, int root, const std::string& context) = 0;
+  virtual std::size_t startBroadcast(void* data, std::size_t bytes, int root, const std::string& context) = 0;
   virtual void wait(std::size_t request) = 0;
   // Lets started operations advance while the caller computes (MPI moves data only inside
   // its calls); cheap, never blocks.

@@ -37,9 +37,13 @@ class InProcessComm : public Communicator {
     world_.arrive(rank_, data, "reduce at " + context, timeoutSeconds());
   }
 
-  // Threads run in lockstep anyway: the reduction completes at once.
+  // Threads run in lockstep anyway: the collective completes at once.
   std::size_t startReduceSum(float* data, std::size_t count, int root, const std::string& context) override {
     reduceSum(data, count, root, context);
+    return 0;
+  }
+  std::size_t startBroadcast(void* data, std::size_t bytes, int root, const std::string& context) override {
+    broadcast(data, bytes, root, context);
     return 0;
   }
   void wait(std::size_t) override {}

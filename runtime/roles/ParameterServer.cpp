@@ -98,63 +98,80 @@ void finish(ServerState& s, std::int64_t done) {
   s.publisher.finish(done);
 }
 
+// Each step: the workers' gradients up, the update, the next step's weights down. With
+// overlap, every bucket is updated as soon as it is summed and its weights start down at
+// once, while later buckets still travel up.
 void runSync(ServerState& s) {
   StepMessages& messages = s.messages;
   const bool overlap = s.cfg.overlapping();
   const auto buckets = gradientBuckets(s.model, s.cfg.bucketKb * 1024);
   const std::int64_t n = messages.weights.numel();
   std::int64_t step = s.firstStep;
-  for (; step < s.total && !s.publisher.outOfTime(); ++step) {
+  // The header of the next down message: train `step`, or stop.
+  auto announce = [&] {
+    const bool train = step < s.total && !s.publisher.outOfTime();
+    s.setHeader(step, train ? Control::Train : Control::Stop, train ? s.lr(step) : 0);
+    return train;
+  };
+  bool training = announce();
+  s.link.broadcastDown(training ? fmt::format("step {}", step) : s.stopContext);
+  while (training) {
     currentStep() = step;
     const double lr = s.lr(step);
     const std::string context = fmt::format("step {}", step);
-    s.setHeader(step, Control::Train, lr);
-
     auto exchangeStart = Clock::now();
     const double cpuStart = Publisher::processCpuSeconds();
-    s.link.broadcastDown(context);
     std::fill(messages.up.begin(), messages.up.end(), 0.0f);
     double updateSeconds = 0, updateCpuSeconds = 0;
+    auto timed = [&](auto&& update) {
+      auto updateStart = Clock::now();
+      const double updateCpuStart = Publisher::processCpuSeconds();
+      update();
+      updateSeconds += secondsSince(updateStart);
+      updateCpuSeconds += Publisher::processCpuSeconds() - updateCpuStart;
+    };
+    bool applied = true;
     if (overlap) {
-      // Each bucket is applied as soon as it is summed, while later ones still travel. The
-      // step's sample count is known in advance: the shards' batch sizes.
+      // The step's sample count is known in advance: the shards' batch sizes.
       double samples = 0;
       for (int w = 0; w < s.workers; ++w) samples += static_cast<double>(s.sampler.batch(w, step).size());
       s.link.reduceUpInBuckets(buckets, [&](const Bucket& b) {
-        auto updateStart = Clock::now();
-        const double updateCpuStart = Publisher::processCpuSeconds();
-        at::Tensor grad = messages.grad.narrow(0, b.begin, b.end - b.begin);
-        if (!allFinite(grad)) {
-          throw Error(fmt::format("step {}: the summed gradient of the workers is not finite; lower --lr, or "
-                                  "--skip-nonfinite to drop such steps (the last good checkpoint is kept)", step));
-        }
-        grad.div_(samples);
-        s.sgd.stepSlice(messages.weights.narrow(0, b.begin, b.end - b.begin), grad, lr, b.begin, n);
-        updateSeconds += secondsSince(updateStart);
-        updateCpuSeconds += Publisher::processCpuSeconds() - updateCpuStart;
+        timed([&] {
+          at::Tensor grad = messages.grad.narrow(0, b.begin, b.end - b.begin);
+          if (!allFinite(grad)) {
+            throw Error(fmt::format("step {}: the summed gradient of the workers is not finite; lower --lr, or "
+                                    "--skip-nonfinite to drop such steps (the last good checkpoint is kept)", step));
+          }
+          grad.div_(samples);
+          s.sgd.stepSlice(messages.weights.narrow(0, b.begin, b.end - b.begin), grad, lr, b.begin, n);
+        });
       }, context);
       if (messages.trailer[kSamples] != samples) {
         throw Error(fmt::format("step {}: the workers sent {} samples, their shards hold {}", step,
                                 messages.trailer[kSamples], samples));
       }
+      timed([&] { averageBuffers(messages, s.workers, s.model); });
     } else {
       s.link.reduceUp(context);
+      timed([&] { applied = applySummedUpdate(messages, s.sgd, lr, s.workers, s.model, s.cfg, step); });
     }
+    const std::int64_t done = step++;
+    training = announce();
+    const std::string downContext = training ? fmt::format("step {}", step) : s.stopContext;
+    if (overlap) {
+      s.link.finishDown(downContext);
+    } else {
+      s.link.broadcastDown(downContext);
+    }
+    // After the down message: the workers compute while the server records (and may write
+    // a checkpoint).
     StepStats stats = s.stats(s.workers);
     stats.exchangeSeconds = secondsSince(exchangeStart) - updateSeconds;
     stats.exchangeCpuSeconds = Publisher::processCpuSeconds() - cpuStart - updateCpuSeconds;
-
-    auto updateStart = Clock::now();
-    if (overlap) {
-      averageBuffers(messages, s.workers, s.model);
-    } else {
-      stats.applied = applySummedUpdate(messages, s.sgd, lr, s.workers, s.model, s.cfg, step);
-    }
-    stats.updateSeconds = updateSeconds + secondsSince(updateStart);
-    s.publisher.record(step, lr, stats);
+    stats.updateSeconds = updateSeconds;
+    stats.applied = applied;
+    s.publisher.record(done, lr, stats);
   }
-  s.setHeader(step, Control::Stop);
-  s.link.broadcastDown(s.stopContext);
   finish(s, step);
 }
 

@@ -147,36 +147,72 @@ void StepLink::reduceUp(const std::string& context) {
 
 void StepLink::startBucket(const Bucket& bucket, const std::string& context) {
   comm_.progress();
+  buckets_.push_back(bucket);
   started_.push_back(comm_.startReduceSum(messages_.up.data() + bucket.begin, bucket.end - bucket.begin, 0, context));
 }
 
-void StepLink::finishUp(const std::string& context) {
-  const std::size_t n = messages_.grad.numel();
-  started_.push_back(comm_.startReduceSum(messages_.up.data() + n, messages_.up.size() - n, 0, context));
+void StepLink::startWeightsDown(const Bucket& bucket, const std::string& context) {
+  started_.push_back(comm_.startBroadcast(messages_.weights.data_ptr<float>() + bucket.begin,
+                                          (bucket.end - bucket.begin) * sizeof(float), 0, context));
+}
+
+void StepLink::startDownTail(const std::string& context) {
+  started_.push_back(comm_.startBroadcast(messages_.serverBuffers.data_ptr<float>(),
+                                          messages_.serverBuffers.numel() * sizeof(float), 0, context));
+  started_.push_back(comm_.startBroadcast(messages_.down.data(), sizeof(StepHeader), 0, context));
+}
+
+void StepLink::waitStarted() {
   for (std::size_t request : started_) comm_.wait(request);
   started_.clear();
+  buckets_.clear();
   traffic_.bytesUp = traffic_.rawBytesUp = messages_.upBytes();
+  traffic_.bytesDown = traffic_.rawBytesDown = messages_.downBytes();
+}
+
+void StepLink::finishStep(const std::string& context) {
+  const std::size_t n = messages_.grad.numel();
+  started_.push_back(comm_.startReduceSum(messages_.up.data() + n, messages_.up.size() - n, 0, context));
+  for (const Bucket& b : buckets_) startWeightsDown(b, context);
+  startDownTail(context);
+  waitStarted();
 }
 
 void StepLink::reduceUpInBuckets(const std::vector<Bucket>& buckets, const std::function<void(const Bucket&)>& reduced,
                                  const std::string& context) {
-  // At most kBucketsInFlight reductions are posted at a time, in the workers' order: MPI
-  // may hold a temporary the size of each posted bucket (libnbc's reduce at the root
-  // does), and this keeps those to a few buckets instead of a whole gradient.
+  // The workers start every reduction during backward; here at most kBucketsInFlight are
+  // started ahead of the bucket being waited for: MPI may hold a temporary the size of each
+  // started bucket (libnbc's reduce at the root does), and this keeps those to a few
+  // buckets instead of a whole gradient. A bucket's weights can start down only once every
+  // reduction is started (the workers' order).
   constexpr std::size_t kBucketsInFlight = 4;
   const std::size_t n = messages_.grad.numel();
-  std::vector<std::size_t> requests;
-  auto post = [&](std::size_t b) {
-    requests.push_back(comm_.startReduceSum(messages_.up.data() + buckets[b].begin, buckets[b].end - buckets[b].begin, 0, context));
+  std::vector<std::size_t> reductions;
+  std::size_t rest = 0, updated = 0, sentDown = 0;
+  auto startAhead = [&](std::size_t upTo) {
+    while (reductions.size() < std::min(upTo, buckets.size())) {
+      const Bucket& b = buckets[reductions.size()];
+      reductions.push_back(comm_.startReduceSum(messages_.up.data() + b.begin, b.end - b.begin, 0, context));
+      if (reductions.size() == buckets.size()) {
+        rest = comm_.startReduceSum(messages_.up.data() + n, messages_.up.size() - n, 0, context);
+      }
+    }
   };
-  for (std::size_t b = 0; b < std::min(kBucketsInFlight, buckets.size()); ++b) post(b);
+  startAhead(kBucketsInFlight);
   for (std::size_t b = 0; b < buckets.size(); ++b) {
-    comm_.wait(requests[b]);
-    if (b + kBucketsInFlight < buckets.size()) post(b + kBucketsInFlight);
+    comm_.wait(reductions[b]);
+    startAhead(b + 1 + kBucketsInFlight);
     reduced(buckets[b]);
+    ++updated;
+    if (reductions.size() < buckets.size()) continue;
+    for (; sentDown < updated; ++sentDown) startWeightsDown(buckets[sentDown], context);
   }
-  comm_.wait(comm_.startReduceSum(messages_.up.data() + n, messages_.up.size() - n, 0, context));
-  traffic_.bytesUp = traffic_.rawBytesUp = messages_.upBytes();
+  comm_.wait(rest);
+}
+
+void StepLink::finishDown(const std::string& context) {
+  startDownTail(context);
+  waitStarted();
 }
 
 void StepLink::allReduceUp(const std::string& context) {

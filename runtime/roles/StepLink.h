@@ -31,15 +31,22 @@ class StepLink {
   void broadcastDown(const std::string& context);
   // Sync: the sum of every rank's messages.up (rank 0's is zero) into rank 0's messages.up.
   void reduceUp(const std::string& context);
-  // Sync, overlapping the reduction with backward (raw gradients only). Worker: start the
-  // reduction of messages.grad's range `bucket` (from inside backward, in bucket order),
-  // then finishUp() starts the rest of the up message and waits for all of it. Server:
-  // starts every bucket's reduction and the rest's, calls `reduced(bucket)` in order as
-  // soon as each bucket is summed into messages.up, then waits for the rest.
+  // Sync with overlap (raw messages only): the up message goes in gradient buckets while
+  // backward runs, and the next down message comes back bucket by bucket as the server
+  // updates them. Both sides start their collectives in one order: every bucket's
+  // reduction, the rest of the up message, every bucket's weights, the buffers, the header.
+  // Worker: startBucket() starts the reduction of messages.grad's range `bucket` (from
+  // inside backward, in bucket order); after backward, finishStep() sends the rest up,
+  // receives the whole next down message into messages.down and waits for all of it.
   void startBucket(const Bucket& bucket, const std::string& context);
-  void finishUp(const std::string& context);
+  void finishStep(const std::string& context);
+  // Server: calls `reduced(bucket)` in order as soon as each bucket is summed into
+  // messages.up (it updates that bucket's weights, which then start down) and returns once
+  // the whole up message is in. Then, with the header and buffers set, finishDown() sends
+  // them and waits until the whole down message is out.
   void reduceUpInBuckets(const std::vector<Bucket>& buckets, const std::function<void(const Bucket&)>& reduced,
                          const std::string& context);
+  void finishDown(const std::string& context);
   bool raw() const { return !upEncoder_ && !downCodec_; }
 
   // Allreduce: the sum of every rank's messages.up into every rank's messages.up.
@@ -76,7 +83,11 @@ class StepLink {
   std::vector<char> inbox_;
   std::vector<float> decoded_;
   Traffic traffic_;
-  std::vector<std::size_t> started_;  // requests of startBucket()
+  std::vector<Bucket> buckets_;         // this step's buckets, in order
+  std::vector<std::size_t> started_;   // requests of this step not waited for yet
+  void startWeightsDown(const Bucket& bucket, const std::string& context);
+  void startDownTail(const std::string& context);  // the buffers, then the header
+  void waitStarted();
   double decodeSeconds_ = 0;  // weights decoded since the last up message
 };
 

@@ -10,6 +10,11 @@
 // sample of the step, whatever the workers' batch sizes, and the buffers divided by the
 // number of workers are their average.
 //
+// With --overlap (sync, raw messages) the same bytes travel in pieces, in this order on
+// every rank: the gradient's buckets (each reduced while backward runs), the rest of the up
+// message, then the next down message's weights bucket by bucket (each broadcast as soon
+// as the server has updated it), its buffers, its header (StepLink).
+//
 // The backup and async modes send the same two messages point to point (a worker pushes its
 // up message, the server answers with a down message), the allreduce mode sums the up
 // message over every rank. The trailer's kVersion says which weights a gradient was

@@ -161,7 +161,8 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
                          : cfg.mode == "gossip"    ? "one-sided reads of a peer's weights"
                                                    : "point to point, each worker at its own pace";
   if (cfg.overlapping()) {
-    exchange += fmt::format("; overlapped with backward in {} buckets of {} KiB",
+    exchange += fmt::format("; in {} buckets of {} KiB, gradients reduced during backward, weights broadcast "
+                            "as each bucket is updated",
                             gradientBuckets(model, cfg.bucketKb * 1024).size(), cfg.bucketKb);
   }
   if (cfg.compress != "none" || cfg.compressWeights != "none") {

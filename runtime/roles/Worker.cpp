@@ -18,6 +18,10 @@ void Worker::run() {
   LocalTrainer trainer(cfg_, model_, train_, device_, messages, comm_.rank() - 1, comm_.size() - 1, comm_.rank());
   StepLink link(comm_, cfg_, model_, messages, cfg_.seed * 7919u + static_cast<std::uint64_t>(comm_.rank()));
   const bool sync = cfg_.mode == "sync";
+  auto useWeights = [&] {
+    trainer.loadWeights();
+    return messages.header();
+  };
   auto receiveWeights = [&](std::int64_t expected) {
     const std::string context = fmt::format("step {}", expected);
     if (sync) {
@@ -25,9 +29,7 @@ void Worker::run() {
     } else {
       link.receiveDown(context);
     }
-    StepHeader header = messages.header();
-    trainer.loadWeights();
-    return header;
+    return useWeights();
   };
   std::string context;
   const bool overlap = cfg_.overlapping();
@@ -40,16 +42,19 @@ void Worker::run() {
     context = fmt::format("step {}", header.step);
     trainer.computeGradient(sync ? header.step : batch, header.step);
     if (overlap) {
-      link.finishUp(context);
-    } else if (sync) {
-      link.reduceUp(context);
+      link.finishStep(context);  // the next down message comes with it
+      header = useWeights();
     } else {
-      link.sendUp(context);
+      if (sync) {
+        link.reduceUp(context);
+      } else {
+        link.sendUp(context);
+      }
+      header = receiveWeights(header.step + 1);
     }
-    header = receiveWeights(header.step + 1);
     if (header.control == Control::Train) ++batch;  // Retry: the same batch again
   }
-  // The model now holds the final state; ~LocalTrainer gives it weights of its own.
+  // The model now holds the final state (its parameters keep the weights' memory alive).
 }
 
 }  // namespace pstrain::roles

@@ -31,7 +31,10 @@ dropped=$(metric "$scratch/backup-straggler" "last['dropped_total']")
 dropped3=$(metric "$scratch/backup-straggler" "last['dropped_by_rank'].get('3', 0)")
 echo "     backup: samples/s sync+straggler $sync_rate, backup+straggler $backup_rate, backup without $fast_rate;" \
      "dropped $dropped ($dropped3 from rank 3)"
-check "backup: late gradients are dropped and counted" ge "$dropped" 10
+# The straggler finishes about one batch per 200 ms of the run; most of those come too late.
+straggler_batches=$(metric "$scratch/backup-straggler" "last['elapsed_s'] / 0.2")
+check "backup: late gradients are dropped and counted (>= half the straggler's ~$straggler_batches batches)" \
+  ge "$dropped" "$(awk -v n="$straggler_batches" 'BEGIN { print n / 2 }')"
 check "backup: the dropped ones are the straggler's" ge "$dropped3" "$((dropped * 9 / 10))"
 check "backup: 3x the throughput of sync with the same straggler" ge "$backup_rate" "$(awk -v r="$sync_rate" 'BEGIN{print 3 * r}')"
 check "backup: near the fast workers' pace (>= 0.6 x backup without straggler)" ge "$backup_rate" "$(awk -v r="$fast_rate" 'BEGIN{print 0.6 * r}')"

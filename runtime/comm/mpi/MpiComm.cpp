@@ -119,6 +119,15 @@ std::size_t MpiComm::startReduceSum(float* data, std::size_t count, int root, co
   return started_.size() - 1;
 }
 
+std::size_t MpiComm::startBroadcast(void* data, std::size_t bytes, int root, const std::string& context) {
+  auto started = std::make_unique<Started>();
+  started->what = "broadcast at " + context;
+  check(MPI_Ibcast(data, intCount(bytes, started->what), MPI_BYTE, root, MPI_COMM_WORLD, &started->request),
+        started->what);
+  started_.push_back(std::move(started));
+  return started_.size() - 1;
+}
+
 void MpiComm::wait(std::size_t request) {
   Started& started = *started_.at(request);
   waitFor(started.request, timeoutSeconds(), started.what);

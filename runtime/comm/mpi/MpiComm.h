@@ -23,6 +23,7 @@ class MpiComm : public Communicator {
   void broadcast(void* data, std::size_t bytes, int root, const std::string& context) override;
   void reduceSum(float* data, std::size_t count, int root, const std::string& context) override;
   std::size_t startReduceSum(float* data, std::size_t count, int root, const std::string& context) override;
+  std::size_t startBroadcast(void* data, std::size_t bytes, int root, const std::string& context) override;
   void wait(std::size_t request) override;
   void progress() override;
   void allReduceSum(float* data, std::size_t count, const std::string& context) override;
@@ -37,7 +38,7 @@ class MpiComm : public Communicator {
   int rank_ = 0;
   int size_ = 1;
   std::string host_;
-  struct Started;  // an MPI_Request and what it is, for startReduceSum()
+  struct Started;  // an MPI_Request and what it is, for startReduceSum() and startBroadcast()
   std::vector<std::unique_ptr<Started>> started_;
 };
 
