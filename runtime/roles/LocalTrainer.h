@@ -29,7 +29,7 @@ class LocalTrainer {
   // meant for this process.
   LocalTrainer(const config::TrainConfig& cfg, models::Net& model, const data::Dataset& train,
                c10::Device device, StepMessages& messages, int shard, int shards, int rank);
-  ~LocalTrainer();  // the model keeps a copy of the weights, not views of the messages
+  ~LocalTrainer();  // the model keeps its parameters (views that keep the weights alive), not gradients
   LocalTrainer(const LocalTrainer&) = delete;
   LocalTrainer& operator=(const LocalTrainer&) = delete;
 

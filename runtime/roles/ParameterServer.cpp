@@ -91,13 +91,6 @@ struct ServerState {
   Publisher publisher;
 };
 
-// After `done` steps and the workers' stop: the final files. The mode's counters (read by
-// the publisher's extras) are still alive here.
-// The model's parameters stay views of the down message, whose memory they keep alive.
-void finish(ServerState& s, std::int64_t done) {
-  s.publisher.finish(done);
-}
-
 // Each step: the workers' gradients up, the update, the next step's weights down. With
 // overlap, every bucket is updated as soon as it is summed and its weights start down at
 // once, while later buckets still travel up.
@@ -172,7 +165,7 @@ void runSync(ServerState& s) {
     stats.applied = applied;
     s.publisher.record(done, lr, stats);
   }
-  finish(s, step);
+  s.publisher.finish(step);
 }
 
 // Backup workers (Chen et al. 2016, "Revisiting distributed synchronous SGD").
@@ -234,7 +227,7 @@ void runBackup(ServerState& s) {
     s.link.sendDown(s.link.receiveUp(incoming.data(), s.stopContext), s.stopContext);
   }
   std::cout << fmt::format("pstrain: backup: {} late gradient(s) dropped", droppedTotal) << std::endl;
-  finish(s, step);
+  s.publisher.finish(step);
 }
 
 // Bounded-staleness asynchronous SGD with stale-gradient rejection.
@@ -290,7 +283,7 @@ void runAsync(ServerState& s) {
   s.link.packDown();
   for (int left = s.workers; left > 0; --left) s.link.sendDown(s.link.receiveUp(messages.up.data(), s.stopContext), s.stopContext);
   std::cout << fmt::format("pstrain: async: {} stale gradient(s) rejected", rejectedTotal) << std::endl;
-  finish(s, step);
+  s.publisher.finish(step);
 }
 
 }  // namespace

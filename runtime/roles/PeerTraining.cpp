@@ -76,11 +76,12 @@ struct Peer {
   const std::int64_t total;
   std::int64_t firstStep = 0;
   optim::Sgd sgd;
-  std::optional<LocalTrainer> trainer;  // reset when training ends: the model keeps its weights
+  std::optional<LocalTrainer> trainer;  // reset when training ends
   std::optional<Publisher> publisher;    // rank 0
 };
 
-// After `done` steps: the model gets weights of its own, rank 0 writes the final files.
+// After `done` steps: the model keeps its parameters (without gradients), rank 0 writes the
+// final files.
 // The mode's counters (read by the publisher's extras) are still alive here.
 void finish(Peer& p, std::int64_t done) {
   p.trainer.reset();

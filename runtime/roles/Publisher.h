@@ -56,7 +56,7 @@ class Publisher {
 
   // After the last update (`stepsDone` of them; fewer than planned after --max-seconds):
   // logs what the window still holds, publishes the final checkpoint and trained_model.pt.
-  // `model` must hold weights of its own by now, not views of buffers that are gone.
+  // Reads the extras (setExtras) once more: call it while what they capture is alive.
   void finish(std::int64_t stepsDone);
 
  private:
