@@ -9,6 +9,15 @@ checks_done() {
   echo "$passed passed, $failures failed"
   [ "$failures" -eq 0 ]
 }
+# run_logged DIR COMMAND...: runs COMMAND with its output in DIR.log; on failure prints the
+# exit status and the log's last lines. Returns COMMAND's status.
+run_logged() {
+  local dir=$1; shift
+  "$@" > "$dir.log" 2>&1
+  local rc=$?
+  [ $rc -eq 0 ] || { echo "     $dir failed ($rc):"; tail -5 "$dir.log" | sed 's/^/     /'; }
+  return $rc
+}
 ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }  # ge A B: A >= B, as numbers
 # metric DIR EXPR: a Python expression over `lines` (DIR/metrics.jsonl as dicts) and `last`.
 metric() {

@@ -11,11 +11,8 @@ rm -rf "$scratch" && mkdir -p "$scratch"
 source "$(dirname "$0")/../common/checks.sh"
 train() {  # train NP DIR [flags...]
   local np=$1 dir=$2; shift 2
-  timeout 240 "$mpirun" -np "$np" "$pstrain" --model mlp --batch-size 32 --lr 0.02 --log-every 20 \
-    --checkpoint-every 0 --timeout 60 --train-dir "$dir" "$@" > "$dir.log" 2>&1
-  local rc=$?
-  [ $rc -eq 0 ] || { echo "     $dir failed ($rc):"; tail -5 "$dir.log" | sed 's/^/     /'; }
-  return $rc
+  run_logged "$dir" timeout 240 "$mpirun" -np "$np" "$pstrain" --model mlp --batch-size 32 --lr 0.02 --log-every 20 \
+    --checkpoint-every 0 --timeout 60 --train-dir "$dir" "$@"
 }
 accuracy() { final_accuracy "$pseval" "$1"; }
 
