@@ -137,8 +137,10 @@ void LocalTrainer::computeGradient(std::int64_t batch, std::int64_t version) {
     throw Error(fmt::format("step {}: the loss of this worker's batch is {}; lower --lr, or --skip-nonfinite "
                             "to drop such steps (the last good checkpoint is kept)", version, lossValue));
   }
-  if (!streaming) grad_.mul_(count);
-  if (!device_.is_cpu()) messages_.grad.copy_(grad_);
+  if (!streaming) {  // streamed: the hooks already wrote gradient x count into messages.grad
+    grad_.mul_(count);
+    if (!device_.is_cpu()) messages_.grad.copy_(grad_);
+  }
   readBuffers(model_, messages_.workerBuffers);
   if (straggleMs_ > 0) {  // --straggle, for testing the modes against a slow worker
     std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(straggleMs_));
