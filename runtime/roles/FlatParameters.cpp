@@ -7,49 +7,48 @@
 #include "runtime/Errors.h"
 
 namespace pstrain::roles {
-namespace {
 
-void checkSize(const torch::nn::Module& module, const at::Tensor& flat, const char* what) {
+std::vector<at::Tensor> parameterViews(const torch::nn::Module& module, const at::Tensor& flat) {
   if (flat.dim() != 1 || flat.numel() != models::parameterCount(module)) {
-    throw Error(fmt::format("flat {} buffer has {} elements, the model {}", what, flat.numel(),
+    throw Error(fmt::format("flat buffer of {} elements for a model of {} parameters", flat.numel(),
                             models::parameterCount(module)));
   }
+  std::vector<at::Tensor> views;
+  std::int64_t offset = 0;
+  for (const auto& p : module.parameters()) {
+    views.push_back(flat.narrow(0, offset, p.numel()).view(p.sizes()));
+    offset += p.numel();
+  }
+  return views;
 }
 
-}  // namespace
-
 void bindParameters(torch::nn::Module& module, const at::Tensor& flat) {
-  checkSize(module, flat, "weight");
   torch::NoGradGuard noGrad;
-  std::int64_t offset = 0;
-  for (auto& p : module.parameters()) {
-    auto view = flat.narrow(0, offset, p.numel()).view(p.sizes());
-    view.copy_(p);
-    p.set_data(view);
-    offset += p.numel();
+  auto parameters = module.parameters();
+  const auto views = parameterViews(module, flat);
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    views[i].copy_(parameters[i]);
+    parameters[i].set_data(views[i]);
   }
 }
 
 void bindGradients(torch::nn::Module& module, const at::Tensor& flat) {
-  checkSize(module, flat, "gradient");
-  std::int64_t offset = 0;
-  for (auto& p : module.parameters()) {
-    p.mutable_grad() = flat.narrow(0, offset, p.numel()).view(p.sizes());
-    offset += p.numel();
-  }
+  auto parameters = module.parameters();
+  const auto views = parameterViews(module, flat);
+  for (std::size_t i = 0; i < views.size(); ++i) parameters[i].mutable_grad() = views[i];
 }
 
 void collectGradients(torch::nn::Module& module, const at::Tensor& flat) {
-  std::int64_t offset = 0;
-  for (auto& p : module.parameters()) {
-    auto view = flat.narrow(0, offset, p.numel()).view(p.sizes());
+  auto parameters = module.parameters();
+  const auto views = parameterViews(module, flat);
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    at::Tensor& p = parameters[i];
     if (!p.grad().defined()) {
-      view.zero_();  // a parameter the loss did not reach
-    } else if (p.grad().data_ptr() != view.data_ptr()) {
-      view.copy_(p.grad());
+      views[i].zero_();  // a parameter the loss did not reach
+    } else if (p.grad().data_ptr() != views[i].data_ptr()) {
+      views[i].copy_(p.grad());
     }
-    p.mutable_grad() = view;
-    offset += p.numel();
+    p.mutable_grad() = views[i];
   }
 }
 

@@ -10,6 +10,11 @@
 
 namespace pstrain::roles {
 
+// Each parameter's slice of `flat` (1-D, one element per parameter element), shaped like
+// the parameter, in module.parameters() order: the layout, in one place. Throws Error when
+// `flat` is not exactly that big.
+std::vector<at::Tensor> parameterViews(const torch::nn::Module& module, const at::Tensor& flat);
+
 // Rebinds every parameter of `module` to its slice of `flat` (1-D float, one element per
 // parameter element, on the module's device), copying the current values in first.
 // `flat` must outlive the module's use of the parameters.

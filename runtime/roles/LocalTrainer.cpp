@@ -69,11 +69,7 @@ void LocalTrainer::streamGradients(std::int64_t bucketBytes, std::function<void(
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     for (int p : buckets_[b].parameters) bucketOf_[p] = static_cast<int>(b);
   }
-  std::int64_t offset = 0;
-  for (const auto& p : parameters) {
-    slots_.push_back(messages_.grad.narrow(0, offset, p.numel()).view(p.sizes()));
-    offset += p.numel();
-  }
+  slots_ = parameterViews(model_, messages_.grad);
   for (std::size_t i = 0; i < parameters.size(); ++i) {
     // Called by autograd with this parameter's gradient, before it is accumulated: it is
     // written (times the sample count) into messages.grad here, and .grad is left to

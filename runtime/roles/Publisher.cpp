@@ -12,6 +12,7 @@
 
 #include "runtime/Errors.h"
 #include "runtime/metrics/Progress.h"
+#include "runtime/roles/FlatParameters.h"
 
 namespace pstrain::roles {
 namespace {
@@ -137,12 +138,9 @@ checkpoint::Checkpoint Publisher::snapshot(std::int64_t stepsDone) const {
   ckpt.fingerprint = cfg_.fingerprint();
   ckpt.modelState = models::stateDict(model_);
   if (sgd_.momentumBuffer().defined()) {
-    std::int64_t offset = 0;
-    for (const auto& item : model_.named_parameters()) {
-      std::int64_t size = item.value().numel();
-      ckpt.momentum.emplace_back(item.key(), sgd_.momentumBuffer().narrow(0, offset, size).view(item.value().sizes()));
-      offset += size;
-    }
+    const auto views = parameterViews(model_, sgd_.momentumBuffer());
+    std::size_t i = 0;
+    for (const auto& item : model_.named_parameters()) ckpt.momentum.emplace_back(item.key(), views[i++]);
   }
   return ckpt;
 }
