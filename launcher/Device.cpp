@@ -4,6 +4,10 @@
 #include <torch/version.h>
 #include <ATen/Context.h>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include "runtime/Errors.h"
 
 namespace pstrain::launcher {
@@ -37,6 +41,15 @@ c10::Device chooseDevice(const std::string& wanted, int localRank) {
   if (mps) return c10::Device(c10::kMPS);
   if (cuda) return cudaDevice();
   return c10::Device(c10::kCPU);
+}
+
+void keepFreedMemoryForReuse() {
+#if defined(__GLIBC__)
+  // The largest mmap threshold glibc accepts on 64-bit: blocks below it come from the heap.
+  // Freed memory at the top of the heap goes back to the kernel only past 256 MiB.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+#endif
 }
 
 }  // namespace pstrain::launcher

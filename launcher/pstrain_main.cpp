@@ -125,6 +125,7 @@ int main(int argc, char** argv) {
     std::optional<data::Dataset> train;
     if (computes) {
       train = data::loadDataset(cfg.dataset, cfg.dataDir, data::Split::Train, cfg.syntheticSize);
+      launcher::keepFreedMemoryForReuse();  // after loading: its big temporaries go back at once
     }
     roles::RunInfo info{comm::MpiSession::libraryVersion(), command};
     roles::runTraining(comm, cfg, *model, train ? &*train : nullptr, device, info);

@@ -1,7 +1,7 @@
-// Single-process training step of pstrain's models, as pstrain runs it (parameters and
-// gradients as views of one flat buffer each, the flat SGD): forward, nll_loss, backward,
-// SGD with momentum, on a fixed random batch. The compute ceiling of tools/bench; the same
-// loop in PyTorch is tools/benchmarks/step_python.py.
+// Single-process training step of pstrain's models, as pstrain's workers run it (parameters
+// and gradients as views of one flat buffer each, the flat SGD, the malloc settings):
+// forward, nll_loss, backward, SGD with momentum, on a fixed random batch. The compute
+// ceiling of tools/bench; the same loop in PyTorch is tools/benchmarks/step_python.py.
 //   bench_step THREADS BATCH STEPS MODEL...   prints "MODEL ms_per_step samples_per_s" lines
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "launcher/Device.h"
 #include "models/Registry.h"
 #include "runtime/optim/Sgd.h"
 #include "runtime/roles/FlatParameters.h"
@@ -21,6 +22,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   torch::set_num_threads(std::atoi(argv[1]));
+  launcher::keepFreedMemoryForReuse();  // as pstrain's workers do
   const std::int64_t batch = std::atoll(argv[2]);
   const int steps = std::atoi(argv[3]);
   for (int i = 4; i < argc; ++i) {
