@@ -45,6 +45,11 @@ std::vector<std::int64_t> ShardSampler::permutation(std::int64_t epoch) const {
   return order;
 }
 
+std::int64_t ShardSampler::batchSizeAt(std::int64_t step) const {
+  const std::int64_t first = (step % stepsPerEpoch_) * batchSize_;
+  return std::min(batchSize_, shardSize_ - first);
+}
+
 std::vector<std::int64_t> ShardSampler::batch(int shard, std::int64_t step) const {
   if (shard < 0 || shard >= shards_) throw ConfigError(fmt::format("no shard {}", shard));
   std::int64_t epoch = epochOf(step);
@@ -52,8 +57,8 @@ std::vector<std::int64_t> ShardSampler::batch(int shard, std::int64_t step) cons
     cached_ = permutation(epoch);
     cachedEpoch_ = epoch;
   }
-  std::int64_t first = (step % stepsPerEpoch_) * batchSize_;
-  std::int64_t last = std::min(first + batchSize_, shardSize_);
+  const std::int64_t first = (step % stepsPerEpoch_) * batchSize_;
+  const std::int64_t last = first + batchSizeAt(step);
   std::vector<std::int64_t> indices;
   indices.reserve(last - first);
   for (std::int64_t k = first; k < last; ++k) {

@@ -21,6 +21,10 @@ class ShardSampler {
   std::int64_t stepsPerEpoch() const { return stepsPerEpoch_; }
   std::int64_t epochOf(std::int64_t step) const { return step / stepsPerEpoch_; }
 
+  // How many samples every shard's batch has at global step `step` (shards are equal in
+  // size): batch(shard, step).size() without computing the epoch's permutation.
+  std::int64_t batchSizeAt(std::int64_t step) const;
+
   // Dataset indices of shard `shard` (0-based) at global step `step`.
   std::vector<std::int64_t> batch(int shard, std::int64_t step) const;
 

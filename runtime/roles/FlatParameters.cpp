@@ -53,20 +53,21 @@ void collectGradients(torch::nn::Module& module, const at::Tensor& flat) {
 }
 
 std::vector<Bucket> gradientBuckets(const torch::nn::Module& module, std::int64_t bucketBytes) {
+  const std::int64_t perBucket = std::max<std::int64_t>(1, bucketBytes / 4);
   const auto parameters = module.parameters();
-  std::vector<std::int64_t> offsets;
+  std::vector<std::int64_t> offsets;  // offsets[i]: where parameter i starts
   std::int64_t end = 0;
   for (const auto& p : parameters) {
     offsets.push_back(end);
     end += p.numel();
   }
   std::vector<Bucket> buckets;
-  for (int i = static_cast<int>(parameters.size()) - 1; i >= 0; --i) {
-    if (buckets.empty() || (buckets.back().end - buckets.back().begin) * 4 >= bucketBytes) {
-      buckets.push_back({offsets[i], offsets[i] + parameters[i].numel(), {}});
-    }
-    buckets.back().begin = offsets[i];
-    buckets.back().parameters.push_back(i);
+  int last = static_cast<int>(parameters.size()) - 1;  // the last parameter overlapping [.., end)
+  for (; end > 0; end -= perBucket) {
+    Bucket b{std::max<std::int64_t>(0, end - perBucket), end, {}};
+    while (last >= 0 && offsets[last] >= end) --last;
+    for (int i = last; i >= 0 && offsets[i] + parameters[i].numel() > b.begin; --i) b.parameters.push_back(i);
+    buckets.push_back(std::move(b));
   }
   return buckets;
 }

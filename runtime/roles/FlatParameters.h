@@ -28,13 +28,15 @@ void bindGradients(torch::nn::Module& module, const at::Tensor& flat);
 void collectGradients(torch::nn::Module& module, const at::Tensor& flat);
 
 // The flat gradient cut into buckets for overlapping its reduction with backward (as
-// PyTorch DDP does): parameters in reverse order (roughly the order backward produces
-// their gradients), grouped until a bucket holds at least `bucketBytes`. Each bucket is a
-// contiguous [begin, end) range of the flat buffer, and bucket 0 ends at the buffer's end.
-// The same model gives the same buckets on every rank.
+// PyTorch DDP does): contiguous [begin, end) ranges of `bucketBytes` (the last may be
+// smaller), cut from the buffer's end, since backward produces the gradients roughly in
+// reverse parameter order. A parameter may span several buckets: a bigger one is split, so
+// that no message, and no temporary MPI holds for one, is bigger than a bucket. A bucket
+// is complete once every parameter it overlaps has its gradient. The same model gives the
+// same buckets on every rank.
 struct Bucket {
   std::int64_t begin = 0, end = 0;
-  std::vector<int> parameters;  // indices into module.parameters()
+  std::vector<int> parameters;  // indices into module.parameters() of those it overlaps
 };
 std::vector<Bucket> gradientBuckets(const torch::nn::Module& module, std::int64_t bucketBytes);
 

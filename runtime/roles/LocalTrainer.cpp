@@ -65,9 +65,9 @@ void LocalTrainer::streamGradients(std::int64_t bucketBytes, std::function<void(
   buckets_ = gradientBuckets(model_, bucketBytes);
   ready_ = std::move(ready);
   auto parameters = model_.parameters();
-  bucketOf_.assign(parameters.size(), -1);
+  bucketsOf_.assign(parameters.size(), {});
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    for (int p : buckets_[b].parameters) bucketOf_[p] = static_cast<int>(b);
+    for (int p : buckets_[b].parameters) bucketsOf_[p].push_back(static_cast<int>(b));
   }
   slots_ = parameterViews(model_, messages_.grad);
   for (std::size_t i = 0; i < parameters.size(); ++i) {
@@ -82,8 +82,12 @@ void LocalTrainer::onGradient(int parameter, const at::Tensor& gradient) {
   at::Tensor& slot = slots_[parameter];
   slot.copy_(gradient);  // from any device into the host message
   slot.mul_(scale_);
-  --missing_[bucketOf_[parameter]];
+  delivered(parameter);
   handOverReadyBuckets();
+}
+
+void LocalTrainer::delivered(int parameter) {
+  for (int b : bucketsOf_[parameter]) --missing_[b];
 }
 
 void LocalTrainer::handOverReadyBuckets() {
@@ -114,9 +118,9 @@ void LocalTrainer::computeGradient(std::int64_t batch, std::int64_t version) {
     // A parameter the loss did not reach got no hook call: its gradient is zero.
     auto parameters = model_.parameters();
     for (std::size_t i = 0; i < parameters.size(); ++i) {
-      if (!parameters[i].grad().defined() && missing_[bucketOf_[i]] > 0) {
+      if (!parameters[i].grad().defined()) {
         slots_[i].zero_();
-        --missing_[bucketOf_[i]];
+        delivered(static_cast<int>(i));
       }
     }
     handOverReadyBuckets();

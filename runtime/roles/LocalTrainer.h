@@ -63,16 +63,17 @@ class LocalTrainer {
   std::int64_t nanBatch_ = -1;
   double straggleMs_ = 0;
 
-  // streamGradients() state: the buckets, which bucket each parameter is in, parameters
+  // streamGradients() state: the buckets, the buckets each parameter overlaps, parameters
   // still missing per bucket in this backward pass, the next bucket to hand over.
   std::vector<Bucket> buckets_;
-  std::vector<int> bucketOf_;
+  std::vector<std::vector<int>> bucketsOf_;
   std::vector<at::Tensor> slots_;  // each parameter's view of messages.grad
   std::vector<int> missing_;
   std::size_t nextReady_ = 0;
   float scale_ = 1;  // the batch's sample count, for gradient x count
   std::function<void(const Bucket&)> ready_;
   void onGradient(int parameter, const at::Tensor& gradient);
+  void delivered(int parameter);  // its slot is final: its buckets miss one parameter less
   void handOverReadyBuckets();
 };
 

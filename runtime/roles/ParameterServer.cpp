@@ -126,8 +126,7 @@ void runSync(ServerState& s) {
     bool applied = true;
     if (overlap) {
       // The step's sample count is known in advance: the shards' batch sizes.
-      double samples = 0;
-      for (int w = 0; w < s.workers; ++w) samples += static_cast<double>(s.sampler.batch(w, step).size());
+      const double samples = static_cast<double>(s.workers * s.sampler.batchSizeAt(step));
       s.link.reduceUpInBuckets(buckets, [&](const Bucket& b) {
         timed([&] {
           at::Tensor grad = messages.grad.narrow(0, b.begin, b.end - b.begin);

@@ -38,7 +38,7 @@ check "dry-run: steps" has "$plan" "steps +60 updates \(20 per epoch x 3 epochs\
 check "dry-run: bytes per step" has "$plan" "server -> each worker 1724352 bytes .* each worker -> server 1724352 bytes"
 check "dry-run: checkpoint schedule" has "$plan" "4 checkpoint\(s\) into .*: steps 15 30 45 and final 60"
 check "dry-run: lr plan" has "$plan" "lr +0.02 \(base 0.01 x 2 batches per update\), warm-up from 0.004 over 5 steps, then cosine to 0"
-check "dry-run: exchange" has "$plan" "exchange +one broadcast of the weights, one sum-reduce of the gradients; in 2 buckets of 256 KiB, gradients reduced during backward, weights broadcast as each bucket is updated"
+check "dry-run: exchange" has "$plan" "exchange +one broadcast of the weights, one sum-reduce of the gradients; in 7 buckets of 256 KiB, gradients reduced during backward, weights broadcast as each bucket is updated"
 check "dry-run writes nothing" test ! -e "$scratch/dry"
 
 out=$(timeout 60 "$mpirun" -np 3 "$pstrain" --data-dir "$scratch/nowhere" --dry-run --train-dir "$scratch/dry" 2>&1); rc=$?

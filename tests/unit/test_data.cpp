@@ -140,6 +140,7 @@ TEST(ShardSampler, ShardsAreDisjointAndCoverEveryEpoch) {
       for (std::int64_t s = 0; s < sampler.stepsPerEpoch(); ++s) {
         auto batch = sampler.batch(shard, epoch * sampler.stepsPerEpoch() + s);
         EXPECT_EQ(static_cast<std::int64_t>(batch.size()), s + 1 < sampler.stepsPerEpoch() ? 8 : 3);
+        EXPECT_EQ(sampler.batchSizeAt(epoch * sampler.stepsPerEpoch() + s), static_cast<std::int64_t>(batch.size()));
         seen.insert(batch.begin(), batch.end());
       }
     }

@@ -115,7 +115,7 @@ TEST(FlatParameters, ParametersAndGradientsLiveInTheFlatBuffers) {
   EXPECT_EQ(p[0].grad().data_ptr(), grads.data_ptr()) << "backward did not accumulate in place";
 }
 
-TEST(FlatParameters, GradientBucketsCoverTheBufferBackToFront) {
+TEST(FlatParameters, GradientBucketsCutTheBufferBackToFront) {
   auto model = models::makeModel("lenet");
   const std::int64_t n = models::parameterCount(*model);
   auto buckets = roles::gradientBuckets(*model, 64 * 1024);
@@ -123,6 +123,23 @@ TEST(FlatParameters, GradientBucketsCoverTheBufferBackToFront) {
   EXPECT_EQ(buckets.front().end, n);  // the last parameters' gradients come first
   EXPECT_EQ(buckets.back().begin, 0);
   for (std::size_t b = 1; b < buckets.size(); ++b) EXPECT_EQ(buckets[b].end, buckets[b - 1].begin);
-  for (std::size_t b = 0; b + 1 < buckets.size(); ++b) EXPECT_GE((buckets[b].end - buckets[b].begin) * 4, 64 * 1024);
+  for (std::size_t b = 0; b + 1 < buckets.size(); ++b) EXPECT_EQ((buckets[b].end - buckets[b].begin) * 4, 64 * 1024);
+  EXPECT_EQ(buckets.size(), static_cast<std::size_t>((n * 4 + 64 * 1024 - 1) / (64 * 1024)));
+  // Each bucket lists exactly the parameters it overlaps, the last ones first: fc1's
+  // weight (400,000 elements) spans several buckets.
+  auto parameters = model->parameters();
+  std::int64_t offset = 0;
+  std::vector<std::int64_t> offsets;
+  for (const auto& p : parameters) {
+    offsets.push_back(offset);
+    offset += p.numel();
+  }
+  for (const auto& b : buckets) {
+    std::vector<int> expected;
+    for (int i = static_cast<int>(parameters.size()) - 1; i >= 0; --i) {
+      if (offsets[i] < b.end && offsets[i] + parameters[i].numel() > b.begin) expected.push_back(i);
+    }
+    EXPECT_EQ(b.parameters, expected) << "bucket [" << b.begin << ", " << b.end << ")";
+  }
   EXPECT_EQ(roles::gradientBuckets(*model, std::int64_t(1) << 40).size(), 1u);  // one bucket: all of it
 }
