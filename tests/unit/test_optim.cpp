@@ -25,7 +25,8 @@ class SgdMatchesTorch : public ::testing::TestWithParam<Case> {};
 
 }  // namespace
 
-// The flat-buffer SGD of the server equals torch::optim::SGD on per-parameter tensors.
+// The flat-buffer SGD of the server equals torch::optim::SGD on per-parameter tensors,
+// on both of its paths.
 TEST_P(SgdMatchesTorch, OverTenStepsWithChangingLr) {
   const Case c = GetParam();
   torch::manual_seed(3);
@@ -38,6 +39,17 @@ TEST_P(SgdMatchesTorch, OverTenStepsWithChangingLr) {
                                             .weight_decay(c.weightDecay));
   at::Tensor flat = torch::cat({params[0].flatten(), params[1].flatten(), params[2].flatten()});
   optim::Sgd sgd({c.momentum, c.weightDecay, c.nesterov});
+  // Contiguous CPU floats take the one-pass loop; a strided view takes the ATen ops that
+  // run on any device. Both must match torch.
+  auto strided = [](const at::Tensor& t) {
+    at::Tensor doubled = torch::zeros({2 * t.numel()});
+    at::Tensor view = doubled.slice(0, 0, 2 * t.numel(), 2);
+    view.copy_(t);
+    return view;
+  };
+  at::Tensor stridedFlat = strided(flat);
+  ASSERT_FALSE(stridedFlat.is_contiguous());
+  optim::Sgd stridedSgd({c.momentum, c.weightDecay, c.nesterov});
   for (int step = 0; step < 10; ++step) {
     double lr = 0.05 + 0.01 * step;
     std::vector<at::Tensor> grads;
@@ -46,11 +58,14 @@ TEST_P(SgdMatchesTorch, OverTenStepsWithChangingLr) {
     for (auto& group : torchSgd.param_groups()) group.options().set_lr(lr);
     torchSgd.step();
     at::Tensor flatGrad = torch::cat({grads[0].flatten(), grads[1].flatten(), grads[2].flatten()});
+    at::Tensor stridedGrad = strided(flatGrad);
     sgd.step(flat, flatGrad, lr);
+    stridedSgd.step(stridedFlat, stridedGrad, lr);
   }
   at::Tensor expected = torch::cat({reference[0].detach().flatten(), reference[1].detach().flatten(),
                                     reference[2].detach().flatten()});
   EXPECT_LE((flat - expected).abs().max().item<double>(), 1e-6);
+  EXPECT_LE((stridedFlat - expected).abs().max().item<double>(), 1e-6);
   EXPECT_EQ(sgd.momentumBuffer().defined(), c.momentum != 0);
 }
 
