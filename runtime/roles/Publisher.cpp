@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <ctime>
 #include <cmath>
@@ -23,6 +25,17 @@ double cpuNow() {
   timespec t{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// This process's peak resident memory so far, MiB (ru_maxrss is KiB on Linux, bytes on macOS).
+double peakRssMib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+#if defined(__APPLE__)
+  return static_cast<double>(usage.ru_maxrss) / (1 << 20);
+#else
+  return static_cast<double>(usage.ru_maxrss) / 1024;
+#endif
 }
 
 double now() {
@@ -108,6 +121,7 @@ void Publisher::writeLine(std::int64_t done) {
   line.add("raw_bytes_received", static_cast<std::int64_t>(std::llround(window_.rawBytesUp / steps)));
   line.add("elapsed_s", progress.elapsedSeconds);
   line.add("skipped_nonfinite", skipped_);
+  line.add("rank0_peak_rss_mib", peakRssMib());  // does the server fit next to a worker?
   if (extras_) extras_(line);
   log_.write(line);
   std::cout << metrics::progressLine(progress) << std::endl;
