@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "runtime/Errors.h"
 
@@ -48,16 +49,72 @@ bool argumentOf(unsigned char op, Arg& arg) {
   }
 }
 
+// What an opcode does to the unpickler's stack, as libtorch's unpickler carries it out.
+// libtorch pops without checking that the items are there (a TUPLE3 on a one-item stack
+// frees memory it never allocated: found by fuzz_checkpoint), so every pop is checked here
+// against the items above the innermost MARK, as Python's own unpickler requires.
+struct StackEffect {
+  int pops = 0;         // items taken from above the innermost mark (and at least these)
+  int pushes = 0;       // items put back
+  bool toMark = false;  // takes every item above the innermost mark, and the mark
+  bool pairs = false;   // ... which must come in key/value pairs
+  int under = 0;        // with toMark: items that must be below the mark (APPENDS' list)
+};
+
+StackEffect stackEffectOf(unsigned char op) {
+  switch (op) {
+    case 0x80: case '(': return {};                                          // PROTO, MARK (handled)
+    case '.': return {1, 0};                                                 // STOP
+    case ')': case '}': case ']': case 'N': case 0x88: case 0x89: return {0, 1};
+    case 'K': case 'M': case 'J': case 'G': case 'U': case 'C': case 0x8a:
+    case 'X': case 'T': case 'B': case 0x8b: case 'c': case 'h': case 'j': return {0, 1};
+    case 'q': case 'r': return {1, 1};                                       // BINPUT: reads the top
+    case 0x85: return {1, 1};                                                // TUPLE1
+    case 0x86: return {2, 1};                                                // TUPLE2
+    case 0x87: return {3, 1};                                                // TUPLE3
+    case 'a': return {2, 1};                                                 // APPEND: list, item
+    case 's': return {3, 1};                                                 // SETITEM: dict, key, value
+    case 'R': return {2, 1};                                                 // REDUCE: callable, args
+    case 'b': return {2, 1};                                                 // BUILD: object, state
+    case 'Q': return {1, 1};                                                 // BINPERSID
+    case '0': return {1, 0};                                                 // POP
+    case 't': case 'l': return {0, 1, true};                                 // TUPLE, LIST
+    case 'd': return {0, 1, true, true};                                     // DICT
+    case 'e': return {0, 0, true, false, 1};                                 // APPENDS
+    case 'u': return {0, 0, true, true, 1};                                  // SETITEMS
+    default: return {};
+  }
+}
+
 void checkPickle(std::string_view p, const Fail& fail) {
   std::size_t pos = 0;
   std::uint64_t memo = 0;  // ids in use: 0 .. memo-1
+  std::uint64_t items = 0;             // on the stack
+  std::vector<std::uint64_t> marks;    // stack sizes at each open MARK
   auto need = [&](std::size_t n) {
     if (p.size() - pos < n) fail(fmt::format("pickle ends inside an argument at byte {}", pos));
   };
+  auto above = [&] { return items - (marks.empty() ? 0 : marks.back()); };  // items above the innermost mark
   while (pos < p.size()) {
+    const std::size_t at = pos;
     const unsigned char op = static_cast<unsigned char>(p[pos++]);
     Arg arg;
-    if (!argumentOf(op, arg)) fail(fmt::format("unsupported pickle opcode 0x{:02x} at byte {}", op, pos - 1));
+    if (!argumentOf(op, arg)) fail(fmt::format("unsupported pickle opcode 0x{:02x} at byte {}", op, at));
+    const StackEffect effect = stackEffectOf(op);
+    if (op == '(') {
+      marks.push_back(items);
+    } else if (effect.toMark) {
+      if (marks.empty()) fail(fmt::format("pickle opcode 0x{:02x} at byte {} without a MARK", op, at));
+      const std::uint64_t taken = above();
+      marks.pop_back();
+      items -= taken;
+      if (effect.pairs && taken % 2 != 0) fail(fmt::format("odd number of dict items at byte {}", at));
+      if (above() < static_cast<std::uint64_t>(effect.under)) fail(fmt::format("pickle stack underflow at byte {}", at));
+      items += effect.pushes;
+    } else {
+      if (above() < static_cast<std::uint64_t>(effect.pops)) fail(fmt::format("pickle stack underflow at byte {}", at));
+      items = items - effect.pops + effect.pushes;
+    }
     std::uint64_t n = 0;
     switch (arg) {
       case Arg::None: break;

@@ -7,7 +7,8 @@
 // crafted checkpoint could make pseval allocate tens of GB (found by fuzz_checkpoint). This
 // check bounds all of that by the file's own size: every record within the file, stored
 // uncompressed as torch writes them, the pickle made of known protocol-2 opcodes whose
-// lengths stay within the pickle, memo ids assigned in order.
+// lengths stay within the pickle, memo ids assigned in order, and no opcode taking more
+// items from the stack than there are above its innermost MARK (libtorch does not check).
 #include <string>
 
 namespace pstrain::checkpoint {

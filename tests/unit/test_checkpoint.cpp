@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 #include <fmt/format.h>
+#include <caffe2/serialize/inline_container.h>
 #include <torch/torch.h>
 #include <zlib.h>
 
@@ -106,6 +107,46 @@ TEST_F(Checkpoints, GarbageWithAMatchingMarkerIsNotAPickle) {
     FAIL();
   } catch (const CheckpointError& e) {
     EXPECT_NE(std::string(e.what()).find("not a valid checkpoint archive"), std::string::npos) << e.what();
+  }
+}
+
+// libtorch's unpickler pops without checking that the items are there: a TUPLE3 on a
+// one-item stack freed memory it never allocated (found by fuzz_checkpoint). The archive
+// check refuses every pop the stack cannot serve before libtorch sees the pickle.
+TEST_F(Checkpoints, PicklesThatPopMoreThanTheStackHoldsAreRefused) {
+  using namespace std::string_literals;
+  const std::string global = "c__builtin__\nset\nq\x00"s;  // pushes one item, memoised
+  const std::vector<std::pair<const char*, std::string>> cases = {
+      {"TUPLE3 on one item", global + "\x87."},
+      {"TUPLE2 across a MARK", global + "(N\x86."},
+      {"APPEND with nothing to append to", "\x80\x02Na."},
+      {"SETITEMS with an odd item count", "\x80\x02}(NNNu."},
+      {"APPENDS with no list below the MARK", "\x80\x02(Ne."},
+      {"TUPLE without a MARK", global + "t."},
+      {"STOP on an empty stack", "\x80\x02."},
+  };
+  for (const auto& [name, pickle] : cases) {
+    std::string archive;
+    {
+      caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, std::size_t size) -> std::size_t {
+        archive.append(static_cast<const char*>(data), size);
+        return size;
+      });
+      std::string body = pickle[0] == '\x80' ? pickle : "\x80\x02" + pickle;
+      writer.writeRecord("data.pkl", body.data(), body.size());
+      writer.writeEndOfFile();
+    }
+    const std::string path = (dir / "crafted.pt").string();
+    checkpoint::atomicWrite(path, archive);
+    try {
+      checkpoint::readStateDict(path);
+      ADD_FAILURE() << name << ": read";
+    } catch (const CheckpointError& e) {
+      const std::string what = e.what();
+      EXPECT_TRUE(what.find("underflow") != std::string::npos || what.find("MARK") != std::string::npos ||
+                  what.find("odd number") != std::string::npos)
+          << name << ": " << what;
+    }
   }
 }
 
