@@ -1,6 +1,9 @@
 # Test hosts on one machine, shared by tests/e2e/multihost.sh and tools/bench: network
 # namespaces on a bridge (198.18.77.1..N), a hostfile of their addresses, and an Open MPI
 # plm_rsh_agent that starts each daemon inside the right namespace instead of using ssh.
+# Each host has its own TMPDIR (/tmp/pst<tag>h<i>, short: Open MPI puts Unix sockets
+# there), as real hosts have their own /tmp: the hosts share one hostname, and Open MPI's
+# session directories are named after it.
 # Source it, then:
 #   testhosts_up DIR N        creates N hosts (needs root and iproute2); DIR gets hostfile, agent
 #   testhosts_mpirun DIR NP MPIRUN ARGS...   mpirun from the first host over them (TCP on the subnet)
@@ -22,6 +25,7 @@ testhosts_down() {
     for p in $(ip netns pids "$n" 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
     ip netns del "$n" 2>/dev/null || true
   done
+  rm -rf /tmp/pst"${testhosts_tag}"h*
   ip link del "$testhosts_bridge" 2>/dev/null || true
   TESTHOSTS_NS=() TESTHOSTS_ADDR=() TESTHOSTS_LINK=()
 }
@@ -40,6 +44,7 @@ testhosts_up() {
     ip netns exec "${TESTHOSTS_NS[$i]}" ip link set lo up
     ip netns exec "${TESTHOSTS_NS[$i]}" ip addr add "${TESTHOSTS_ADDR[$i]}/24" dev "n$testhosts_tag$i"
     ip netns exec "${TESTHOSTS_NS[$i]}" ip link set "n$testhosts_tag$i" up
+    mkdir -p "/tmp/pst${testhosts_tag}h$i"
   done
   printf '%s slots=1\n' "${TESTHOSTS_ADDR[@]}" > "$dir/hostfile"
   {
@@ -47,10 +52,10 @@ testhosts_up() {
     echo '# plm_rsh_agent: "agent HOST COMMAND..." runs COMMAND on HOST, i.e. in its namespace.'
     echo 'host=$1; shift'
     echo 'case "$host" in'
-    for ((i = 0; i < count; i++)); do echo "  ${TESTHOSTS_ADDR[$i]}) n=${TESTHOSTS_NS[$i]} ;;"; done
+    for ((i = 0; i < count; i++)); do echo "  ${TESTHOSTS_ADDR[$i]}) n=${TESTHOSTS_NS[$i]} tmp=/tmp/pst${testhosts_tag}h$i ;;"; done
     echo '  *) echo "agent: unknown host $host" >&2; exit 1 ;;'
     echo 'esac'
-    echo 'exec ip netns exec "$n" /bin/sh -c "$*"'
+    echo 'exec ip netns exec "$n" env TMPDIR="$tmp" /bin/sh -c "$*"'
   } > "$dir/agent"
   chmod +x "$dir/agent"
 }
@@ -66,7 +71,7 @@ testhosts_limit() {
 testhosts_mpirun() {
   local dir=$1 np=$2 mpirun=$3
   shift 3
-  ip netns exec "${TESTHOSTS_NS[0]}" "$mpirun" --hostfile "$dir/hostfile" -np "$np" \
+  ip netns exec "${TESTHOSTS_NS[0]}" env TMPDIR="/tmp/pst${testhosts_tag}h0" "$mpirun" --hostfile "$dir/hostfile" -np "$np" \
     --mca plm_rsh_agent "$dir/agent" --mca plm_rsh_no_tree_spawn 1 \
     --mca btl tcp,self --mca btl_tcp_if_include 198.18.77.0/24 --mca oob_tcp_if_include 198.18.77.0/24 \
     --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 3 "$@"

@@ -25,37 +25,47 @@ job() {  # job DIR [flags...]: mpirun from the first host over all three
 }
 runjob() {  # runjob LOG DIR [flags...]: job under a timeout, in a child shell
   local log=$1; shift
-  timeout 180 bash -c "source '$(dirname "$0")/../../tools/testhosts.sh'; $(declare -f job); $(declare -p TESTHOSTS_NS scratch mpirun pstrain); job $(printf '%q ' "$@")" > "$log" 2>&1
+  timeout 180 bash -c "source '$(dirname "$0")/../../tools/testhosts.sh'; $(declare -f job); $(declare -p TESTHOSTS_NS testhosts_tag scratch mpirun pstrain); job $(printf '%q ' "$@")" > "$log" 2>&1
 }
-
-# Run 1: to completion across the three hosts.
-runjob "$scratch/run1.log" "$scratch/run1"
-rc=$?
-tail -3 "$scratch/run1.log" | sed 's/^/     /'
-check "3 hosts: the run completes" test $rc -eq 0 -a -f "$scratch/run1/trained_model.pt"
-check "3 hosts: every rank ran on its own host" bash -c "grep -q '\"world_size\":3' '$scratch/run1/run.json'"
 
 # Daemons and ranks cut off from mpirun may linger on the hosts: clear them, as an
 # administrator would before restarting a job.
 clear_hosts() {
   for n in "${ns[@]}"; do for p in $(ip netns pids "$n" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done; done
 }
+# launch LOG DIR [flags...]: starts runjob in the background ($runner) and returns once a
+# rank has started (or the job has ended). Open MPI's launch of its daemons through the
+# namespaces has hung, rarely, before starting any rank (twice in CI, each time a later
+# launch into the same hosts). That is the launcher, not pstrain: a launch that starts no
+# rank within 60 s is cleared and tried once more, saying so.
+launch() {
+  local log=$1 attempt
+  for attempt in 1 2; do
+    runjob "$@" &
+    runner=$!
+    for _ in $(seq 600); do
+      grep -q '^pstrain: ' "$log" 2>/dev/null && return 0
+      kill -0 "$runner" 2>/dev/null || return 0
+      sleep 0.1
+    done
+    echo "     launch $attempt of $(basename "$log" .log): no rank started within 60 s; clearing the hosts"
+    clear_hosts
+    wait "$runner"
+    sleep 2
+  done
+}
 
-# Run 2: cut the third host's link mid-run, once the run is under way. Open MPI's launch
-# of its daemons through the namespaces has hung before starting any rank (once in CI,
-# right after run 1): that is the launcher, not pstrain, so a launch that starts no rank
-# within 60 s is cleared and tried once more.
-for attempt in 1 2; do
-  rm -rf "$scratch/run2"
-  runjob "$scratch/run2.log" "$scratch/run2" --timeout 60 &
-  runner=$!
-  for _ in $(seq 600); do [ -e "$scratch/run2/ckpt/step-00000040.ok" ] && break; sleep 0.1; done
-  [ -e "$scratch/run2/ckpt/step-00000040.ok" ] && break
-  echo "     launch $attempt: no checkpoint within 60 s ($(grep -c '^step' "$scratch/run2.log") progress lines); clearing the hosts"
-  clear_hosts
-  wait $runner
-  sleep 2
-done
+# Run 1: to completion across the three hosts.
+launch "$scratch/run1.log" "$scratch/run1"
+wait "$runner"
+rc=$?
+tail -3 "$scratch/run1.log" | sed 's/^/     /'
+check "3 hosts: the run completes" test $rc -eq 0 -a -f "$scratch/run1/trained_model.pt"
+check "3 hosts: every rank ran on its own host" bash -c "grep -q '\"world_size\":3' '$scratch/run1/run.json'"
+
+# Run 2: cut the third host's link mid-run, once step 40 is checkpointed.
+launch "$scratch/run2.log" "$scratch/run2" --timeout 60
+for _ in $(seq 600); do [ -e "$scratch/run2/ckpt/step-00000040.ok" ] && break; sleep 0.1; done
 check "run 2 under way (step 40 checkpointed)" test -e "$scratch/run2/ckpt/step-00000040.ok"
 ip netns exec "${ns[2]}" ip link set "${link[2]}" down
 cut=$(date +%s)
@@ -72,7 +82,8 @@ check "link cut: the message names the lost host" \
 clear_hosts
 ip netns exec "${ns[2]}" ip link set "${link[2]}" up
 sleep 2
-runjob "$scratch/resume.log" "$scratch/run2" --resume
+launch "$scratch/resume.log" "$scratch/run2" --resume
+wait "$runner"
 rc=$?
 grep -E 'resum|done' "$scratch/resume.log" | sed 's/^/     /'
 check "link restored: --resume completes the run" test $rc -eq 0 -a -f "$scratch/run2/trained_model.pt"
