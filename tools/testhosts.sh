@@ -8,6 +8,7 @@
 #   testhosts_up DIR N        creates N hosts (needs root and iproute2); DIR gets hostfile, agent
 #   testhosts_mpirun DIR NP MPIRUN ARGS...   mpirun from the first host over them (TCP on the subnet)
 #   testhosts_limit RATE      shapes every host's egress with tc tbf (for example 100mbit)
+#   testhosts_clear           kills every process on them (daemons and ranks a lost job left)
 #   testhosts_down            removes them (callers: trap it on EXIT)
 # Sets TESTHOSTS_NS (namespace names), TESTHOSTS_ADDR (addresses), TESTHOSTS_LINK (each
 # namespace's interface).
@@ -19,13 +20,20 @@ testhosts_available() {
   [ "$(id -u)" -eq 0 ] && command -v ip >/dev/null && ip netns list >/dev/null 2>&1
 }
 
-testhosts_down() {
+testhosts_tmpdir() { echo "/tmp/pst${testhosts_tag}h$1"; }  # testhosts_tmpdir I: host I's TMPDIR
+
+testhosts_clear() {
   local n p
   for n in "${TESTHOSTS_NS[@]}"; do
     for p in $(ip netns pids "$n" 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
-    ip netns del "$n" 2>/dev/null || true
   done
-  rm -rf /tmp/pst"${testhosts_tag}"h*
+}
+
+testhosts_down() {
+  local n i
+  testhosts_clear
+  for n in "${TESTHOSTS_NS[@]}"; do ip netns del "$n" 2>/dev/null || true; done
+  for ((i = 0; i < ${#TESTHOSTS_NS[@]}; i++)); do rm -rf "$(testhosts_tmpdir "$i")"; done
   ip link del "$testhosts_bridge" 2>/dev/null || true
   TESTHOSTS_NS=() TESTHOSTS_ADDR=() TESTHOSTS_LINK=()
 }
@@ -44,7 +52,7 @@ testhosts_up() {
     ip netns exec "${TESTHOSTS_NS[$i]}" ip link set lo up
     ip netns exec "${TESTHOSTS_NS[$i]}" ip addr add "${TESTHOSTS_ADDR[$i]}/24" dev "n$testhosts_tag$i"
     ip netns exec "${TESTHOSTS_NS[$i]}" ip link set "n$testhosts_tag$i" up
-    mkdir -p "/tmp/pst${testhosts_tag}h$i"
+    mkdir -p "$(testhosts_tmpdir "$i")"
   done
   printf '%s slots=1\n' "${TESTHOSTS_ADDR[@]}" > "$dir/hostfile"
   {
@@ -52,7 +60,7 @@ testhosts_up() {
     echo '# plm_rsh_agent: "agent HOST COMMAND..." runs COMMAND on HOST, i.e. in its namespace.'
     echo 'host=$1; shift'
     echo 'case "$host" in'
-    for ((i = 0; i < count; i++)); do echo "  ${TESTHOSTS_ADDR[$i]}) n=${TESTHOSTS_NS[$i]} tmp=/tmp/pst${testhosts_tag}h$i ;;"; done
+    for ((i = 0; i < count; i++)); do echo "  ${TESTHOSTS_ADDR[$i]}) n=${TESTHOSTS_NS[$i]} tmp=$(testhosts_tmpdir "$i") ;;"; done
     echo '  *) echo "agent: unknown host $host" >&2; exit 1 ;;'
     echo 'esac'
     echo 'exec ip netns exec "$n" env TMPDIR="$tmp" /bin/sh -c "$*"'
@@ -71,7 +79,7 @@ testhosts_limit() {
 testhosts_mpirun() {
   local dir=$1 np=$2 mpirun=$3
   shift 3
-  ip netns exec "${TESTHOSTS_NS[0]}" env TMPDIR="/tmp/pst${testhosts_tag}h0" "$mpirun" --hostfile "$dir/hostfile" -np "$np" \
+  ip netns exec "${TESTHOSTS_NS[0]}" env TMPDIR="$(testhosts_tmpdir 0)" "$mpirun" --hostfile "$dir/hostfile" -np "$np" \
     --mca plm_rsh_agent "$dir/agent" --mca plm_rsh_no_tree_spawn 1 \
     --mca btl tcp,self --mca btl_tcp_if_include 198.18.77.0/24 --mca oob_tcp_if_include 198.18.77.0/24 \
     --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 3 "$@"

@@ -3,21 +3,30 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include "models/Registry.h"
 #include "runtime/Errors.h"
 
 namespace pstrain::roles {
+namespace {
+
+// The layout: where each parameter starts in the flat buffer (module.parameters() order,
+// back to back), and the buffer's size last.
+std::vector<std::int64_t> offsetsOf(const std::vector<at::Tensor>& parameters) {
+  std::vector<std::int64_t> offsets{0};
+  for (const auto& p : parameters) offsets.push_back(offsets.back() + p.numel());
+  return offsets;
+}
+
+}  // namespace
 
 std::vector<at::Tensor> parameterViews(const torch::nn::Module& module, const at::Tensor& flat) {
-  if (flat.dim() != 1 || flat.numel() != models::parameterCount(module)) {
-    throw Error(fmt::format("flat buffer of {} elements for a model of {} parameters", flat.numel(),
-                            models::parameterCount(module)));
+  const auto parameters = module.parameters();
+  const auto offsets = offsetsOf(parameters);
+  if (flat.dim() != 1 || flat.numel() != offsets.back()) {
+    throw Error(fmt::format("flat buffer of {} elements for a model of {} parameters", flat.numel(), offsets.back()));
   }
   std::vector<at::Tensor> views;
-  std::int64_t offset = 0;
-  for (const auto& p : module.parameters()) {
-    views.push_back(flat.narrow(0, offset, p.numel()).view(p.sizes()));
-    offset += p.numel();
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    views.push_back(flat.narrow(0, offsets[i], parameters[i].numel()).view(parameters[i].sizes()));
   }
   return views;
 }
@@ -55,18 +64,14 @@ void collectGradients(torch::nn::Module& module, const at::Tensor& flat) {
 std::vector<Bucket> gradientBuckets(const torch::nn::Module& module, std::int64_t bucketBytes) {
   const std::int64_t perBucket = std::max<std::int64_t>(1, bucketBytes / 4);
   const auto parameters = module.parameters();
-  std::vector<std::int64_t> offsets;  // offsets[i]: where parameter i starts
-  std::int64_t end = 0;
-  for (const auto& p : parameters) {
-    offsets.push_back(end);
-    end += p.numel();
-  }
+  const auto offsets = offsetsOf(parameters);
+  std::int64_t end = offsets.back();
   std::vector<Bucket> buckets;
   int last = static_cast<int>(parameters.size()) - 1;  // the last parameter overlapping [.., end)
   for (; end > 0; end -= perBucket) {
     Bucket b{std::max<std::int64_t>(0, end - perBucket), end, {}};
     while (last >= 0 && offsets[last] >= end) --last;
-    for (int i = last; i >= 0 && offsets[i] + parameters[i].numel() > b.begin; --i) b.parameters.push_back(i);
+    for (int i = last; i >= 0 && offsets[i + 1] > b.begin; --i) b.parameters.push_back(i);
     buckets.push_back(std::move(b));
   }
   return buckets;

@@ -28,11 +28,6 @@ runjob() {  # runjob LOG DIR [flags...]: job under a timeout, in a child shell
   timeout 180 bash -c "source '$(dirname "$0")/../../tools/testhosts.sh'; $(declare -f job); $(declare -p TESTHOSTS_NS testhosts_tag scratch mpirun pstrain); job $(printf '%q ' "$@")" > "$log" 2>&1
 }
 
-# Daemons and ranks cut off from mpirun may linger on the hosts: clear them, as an
-# administrator would before restarting a job.
-clear_hosts() {
-  for n in "${ns[@]}"; do for p in $(ip netns pids "$n" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done; done
-}
 # launch LOG DIR [flags...]: starts runjob in the background ($runner) and returns once a
 # rank has started (or the job has ended). Open MPI's launch of its daemons through the
 # namespaces has hung, rarely, before starting any rank (twice in CI, each time a later
@@ -49,7 +44,7 @@ launch() {
       sleep 0.1
     done
     echo "     launch $attempt of $(basename "$log" .log): no rank started within 60 s; clearing the hosts"
-    clear_hosts
+    testhosts_clear
     wait "$runner"
     sleep 2
   done
@@ -79,7 +74,9 @@ check "link cut: it ends within the timeout (took ${took} s after the cut)" test
 # it fired first, its MPI_Abort would wait for the unreachable daemon (see README).
 check "link cut: the message names the lost host" \
   bash -c "grep -q 'lost communication with a remote daemon' '$scratch/run2.log' && grep -q 'Remote daemon: .* on node ${addr[2]}' '$scratch/run2.log'"
-clear_hosts
+# Daemons and ranks cut off from mpirun may linger on the hosts: clear them, as an
+# administrator would before restarting a job.
+testhosts_clear
 ip netns exec "${ns[2]}" ip link set "${link[2]}" up
 sleep 2
 launch "$scratch/resume.log" "$scratch/run2" --resume
