@@ -2,11 +2,14 @@
 // The Open MPI Communicator over MPI_COMM_WORLD. The only header whose implementation
 // includes <mpi.h>. Collectives are non-blocking MPI calls completed by polling MPI_Test
 // with exponential back-off (up to 2 ms of sleep), so a waiting rank uses almost no CPU and
-// every wait is bounded by timeoutSeconds().
+// every wait is bounded by timeoutSeconds(). A rank that posts what others wait for rings
+// their Doorbell, which ends their sleep at once. Construction is collective (the ranks
+// exchange doorbell addresses).
 #include <memory>
 #include <vector>
 
 #include "runtime/comm/Communicator.h"
+#include "runtime/comm/Doorbell.h"
 
 namespace pstrain::comm {
 
@@ -38,6 +41,13 @@ class MpiComm : public Communicator {
   int rank_ = 0;
   int size_ = 1;
   std::string host_;
+  Doorbell doorbell_;
+  // Rings the ranks that receive what this rank just posted: the root of a broadcast
+  // (FromRoot) rings every other rank, the contributors to a reduction or gather (ToRoot)
+  // ring the root, everyone rings everyone in a symmetric collective. Ranks that a tree
+  // reaches through another rank are woken by the first ring, before their data arrive.
+  enum class Flow { ToRoot, FromRoot, AllToAll };
+  void wake(Flow flow, int root = 0);
   struct Started;  // an MPI_Request and what it is, for startReduceSum() and startBroadcast()
   std::vector<std::unique_ptr<Started>> started_;
 };

@@ -1,0 +1,43 @@
+#pragma once
+// A wake-up hint between ranks. MPI cannot wake a rank that sleeps between two polls: its
+// own waits spin a core, and a polling rank notices a message only at the end of its
+// pause (up to 2 ms, twice per step: the server's last gradient bucket, the workers' new
+// weights). So every rank owns a UDP socket; after posting a message that a peer may be
+// sleeping on, a rank rings the peer (one empty datagram to each of its IPv4 addresses),
+// and the peer's sleep ends at once.
+// A hint only: a lost, late or stray datagram changes when the next poll happens, never
+// what it finds. Without a socket, or for a peer whose address is unknown, rings are
+// dropped and sleeps run their full pause.
+#include <netinet/in.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace pstrain::comm {
+
+class Doorbell {
+ public:
+  Doorbell();  // a UDP socket on an ephemeral port of every interface
+  ~Doorbell();
+  Doorbell(const Doorbell&) = delete;
+  Doorbell& operator=(const Doorbell&) = delete;
+
+  // Where peers ring this doorbell: "PORT ADDRESS..." (the IPv4 addresses of the interfaces
+  // that are up, loopback only when there is no other); empty without a socket.
+  std::string address() const;
+  // Every rank's address(), indexed by rank. An empty or malformed entry leaves that rank
+  // without rings.
+  void connect(const std::vector<std::string>& addresses);
+  void ring(int rank);
+  // Sleeps for `pause`, or until rung. Returns whether it was rung; the rings waiting are
+  // consumed (one wake-up for any number of them).
+  bool sleep(std::chrono::microseconds pause);
+
+ private:
+  int socket_ = -1;
+  int port_ = 0;
+  std::vector<std::vector<sockaddr_in>> peers_;  // by rank: where its rings go
+};
+
+}  // namespace pstrain::comm
