@@ -52,13 +52,15 @@ class Communicator {
   // Copies `bytes` bytes at `data` from `root` to every rank.
   virtual void broadcast(void* data, std::size_t bytes, int root, const std::string& context) = 0;
 
-  // Element-wise sum of every rank's `count` floats into `data` on `root`. Every rank
-  // contributes its `data`; on other ranks `data` is left unspecified.
+  // Element-wise sum of the other ranks' `count` floats into `data` on `root`: every rank
+  // but the root contributes its `data`, and the root's `data` is overwritten with the sum
+  // (a parameter server has no gradient of its own). On other ranks `data` is left
+  // unspecified.
   virtual void reduceSum(float* data, std::size_t count, int root, const std::string& context) = 0;
 
   // reduceSum and broadcast without waiting: each starts the operation and returns a
   // request that wait() completes. Every rank starts the same collectives in the same
-  // order; `data` stays untouched (root: unchanged) until the wait. Requests are valid
+  // order; the caller leaves `data` alone until the wait. Requests are valid
   // until every request started so far has been waited for.
   virtual std::size_t startReduceSum(float* data, std::size_t count, int root, const std::string& context) = 0;
   virtual std::size_t startBroadcast(void* data, std::size_t bytes, int root, const std::string& context) = 0;
@@ -66,6 +68,12 @@ class Communicator {
   // Lets started operations advance while the caller computes (MPI moves data only inside
   // its calls); cheap, never blocks.
   virtual void progress() {}
+  // A hint for this rank's next wait (whatever it completes): its data are posted only
+  // after the peers compute, as a step's first gradients reach the server, so nothing can
+  // be on the way before a peer posts, and the wait may sleep long between polls until
+  // then (MpiComm: up to 16 ms instead of 2, while its doorbell is trusted). The hint ends
+  // with that wait.
+  virtual void expectLongWait() {}
 
   // Element-wise sum of every rank's `count` floats, into `data` on every rank.
   virtual void allReduceSum(float* data, std::size_t count, const std::string& context) = 0;

@@ -8,6 +8,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <sstream>
 #include <thread>
 
@@ -60,8 +62,12 @@ std::string Doorbell::address() const {
   return out;
 }
 
-void Doorbell::connect(const std::vector<std::string>& addresses) {
+void Doorbell::connect(const std::vector<std::string>& addresses, int self) {
   peers_.assign(addresses.size(), {});
+  self_ = static_cast<std::uint32_t>(self);
+  heard_.assign(addresses.size(), false);
+  if (self >= 0 && static_cast<std::size_t>(self) < heard_.size()) heard_[self] = true;
+  unheard_ = static_cast<std::size_t>(std::count(heard_.begin(), heard_.end(), false));
   for (std::size_t rank = 0; rank < addresses.size(); ++rank) {
     std::istringstream in(addresses[rank]);
     int port = 0;
@@ -77,9 +83,10 @@ void Doorbell::connect(const std::vector<std::string>& addresses) {
 
 void Doorbell::ring(int rank) {
   if (socket_ < 0 || rank < 0 || static_cast<std::size_t>(rank) >= peers_.size()) return;
+  const std::uint32_t from = htonl(self_);
   for (const sockaddr_in& to : peers_[rank]) {
     // Best effort by contract: a failed or dropped datagram only costs the peer its pause.
-    (void)::sendto(socket_, "", 0, 0, reinterpret_cast<const sockaddr*>(&to), sizeof to);
+    (void)::sendto(socket_, &from, sizeof from, 0, reinterpret_cast<const sockaddr*>(&to), sizeof to);
   }
 }
 
@@ -94,8 +101,18 @@ bool Doorbell::sleep(std::chrono::microseconds pause) {
   timeval timeout{static_cast<decltype(timeout.tv_sec)>(pause.count() / 1000000),
                   static_cast<decltype(timeout.tv_usec)>(pause.count() % 1000000)};
   if (::select(socket_ + 1, &readable, nullptr, nullptr, &timeout) <= 0) return false;
-  char sink[16];
-  while (::recv(socket_, sink, sizeof sink, 0) >= 0) {
+  // Drain every ring waiting, noting whose it is (anything else is a stray: dropped; the
+  // buffer is larger than a ring so that a longer datagram shows as one).
+  unsigned char datagram[2 * sizeof(std::uint32_t)];
+  for (ssize_t got; (got = ::recv(socket_, datagram, sizeof datagram, 0)) >= 0;) {
+    std::uint32_t from = 0;
+    if (got != sizeof from) continue;
+    std::memcpy(&from, datagram, sizeof from);
+    const std::uint32_t rank = ntohl(from);
+    if (rank < heard_.size() && !heard_[rank]) {
+      heard_[rank] = true;
+      --unheard_;
+    }
   }
   return true;
 }

@@ -28,6 +28,7 @@ class InProcessComm : public Communicator {
   void reduceSum(float* data, std::size_t count, int root, const std::string& context) override {
     world_.arrive(rank_, data, "reduce at " + context, timeoutSeconds());
     if (rank_ == root) {
+      std::fill(data, data + count, 0.0f);
       for (int r = 0; r < size(); ++r) {
         if (r == root) continue;
         const float* other = static_cast<const float*>(world_.slot(r));

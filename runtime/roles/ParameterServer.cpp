@@ -114,7 +114,6 @@ void runSync(ServerState& s) {
     const std::string context = fmt::format("step {}", step);
     auto exchangeStart = Clock::now();
     const double cpuStart = Publisher::processCpuSeconds();
-    std::fill(messages.up.begin(), messages.up.end(), 0.0f);
     double updateSeconds = 0, updateCpuSeconds = 0;
     auto timed = [&](auto&& update) {
       auto updateStart = Clock::now();

@@ -126,6 +126,7 @@ void StepLink::broadcastDown(const std::string& context) {
 
 void StepLink::reduceUp(const std::string& context) {
   traffic_.rawBytesUp = messages_.upBytes();
+  if (comm_.rank() == 0) comm_.expectLongWait();  // the workers compute first
   if (!upEncoder_) {
     comm_.reduceSum(messages_.up.data(), messages_.up.size(), 0, context);
     traffic_.bytesUp = messages_.upBytes();
@@ -137,6 +138,7 @@ void StepLink::reduceUp(const std::string& context) {
     traffic_.bytesUp = upPayload_.size();
     return;
   }
+  std::fill(messages_.up.begin(), messages_.up.end(), 0.0f);  // the sum of the workers' payloads
   double bytes = 0;
   for (std::size_t r = 1; r < payloads.size(); ++r) {
     decodeUp(payloads[r].data(), payloads[r].size(), messages_.up.data());
@@ -200,6 +202,7 @@ void StepLink::reduceUpInBuckets(const std::vector<Bucket>& buckets, const std::
     }
   };
   startAhead(kBucketsInFlight);
+  comm_.expectLongWait();  // for the first bucket: the workers' forward and most of backward
   for (std::size_t b = 0; b < buckets.size(); ++b) {
     comm_.wait(reductions[b]);
     startAhead(b + 1 + kBucketsInFlight);

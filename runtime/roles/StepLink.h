@@ -29,7 +29,7 @@ class StepLink {
 
   // Sync: messages.down from rank 0 to every rank.
   void broadcastDown(const std::string& context);
-  // Sync: the sum of every rank's messages.up (rank 0's is zero) into rank 0's messages.up.
+  // Sync: the sum of the workers' messages.up into rank 0's messages.up (overwritten).
   void reduceUp(const std::string& context);
   // Sync with overlap (raw messages only): the up message goes in gradient buckets while
   // backward runs, and the next down message comes back bucket by bucket as the server

@@ -3,11 +3,14 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <chrono>
 #include <climits>
 #include <thread>
+#include <utility>
 
 #include "runtime/Errors.h"
 
@@ -22,21 +25,31 @@ void check(int rc, const std::string& what) {
   throw CommError(fmt::format("{} failed: {}", what, std::string(text, length)));
 }
 
-// Polls `done()` until it says true, sleeping between polls (50 us doubling to 2 ms) so
-// that a rank that waits for slower peers does not steal a core from them. Each wake-up
-// costs CPU (measured in a Linux VM: about 33 us, most of it the sleep itself), and any
-// sleep there lasts about 75 us more than asked (timer slack, wake-up), so pauses shorter
-// than 50 us would only add wake-ups. A peer that posts something this rank waits for
-// rings `bell` (may be null: plain sleeps), which ends the pause at once: then the next 64
-// polls spin again, as at the start, since an operation may need a few more rounds.
+// Polls `done()` until it says true, sleeping between polls so that a rank that waits for
+// slower peers does not steal a core from them. Each wake-up costs CPU (measured in a Linux
+// VM: about 33 us, most of it the sleep itself), and any sleep there lasts about 75 us more
+// than asked (timer slack, wake-up), so pauses start at 50 us and double, up to 2 ms.
+// A peer that posts something this rank waits for rings the doorbell (patience.bell; null:
+// plain sleeps), which ends the pause at once. Then the next 64 polls spin, as at the start,
+// and the pauses start again from 50 us: the data may still be on the way, and over TCP
+// they move only while this rank polls.
+// A long wait (patience.longPauses: nothing can be on the way before a peer posts and
+// rings) lets the pauses grow to 16 ms instead, until the first ring, once the doorbell has
+// heard every rank (so that a ring will come). The server waiting for a step's first
+// gradient bucket, through the workers' forward and most of backward, then wakes about 10
+// times instead of 20 (LeNet, 1 worker).
 template <typename Done>
-void pollUntil(Done done, double timeoutSeconds, const std::string& what, Doorbell* bell) {
+void pollUntil(Done done, double timeoutSeconds, const std::string& what, MpiComm::Patience patience) {
   using Clock = std::chrono::steady_clock;
+  using std::chrono::microseconds;
   const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(timeoutSeconds));
   constexpr int kSpins = 64;  // a short spin first: most waits on one host end in microseconds
-  std::chrono::microseconds pause(50);
-  const std::chrono::microseconds maxPause(2000);
+  constexpr microseconds kFirstPause(50), kPollingCap(2000), kLongWaitCap(16000);
+  microseconds pause = kFirstPause;
+  Doorbell* bell = patience.bell;
+  const bool longWait = patience.longPauses && bell && bell->hearsEveryone();
+  bool rung = false;  // in this wait
   for (int spins = kSpins;;) {
     if (done()) return;
     if (Clock::now() > deadline) {
@@ -49,26 +62,24 @@ void pollUntil(Done done, double timeoutSeconds, const std::string& what, Doorbe
       --spins;
       continue;
     }
-    bool rung = false;
-    if (bell) {
-      rung = bell->sleep(pause);
-    } else {
+    if (!bell) {
       std::this_thread::sleep_for(pause);
-    }
-    if (rung) {
+    } else if (bell->sleep(pause)) {
+      rung = true;
       spins = kSpins;
-    } else {
-      pause = std::min(pause * 2, maxPause);
+      pause = kFirstPause;
+      continue;
     }
+    pause = std::min(pause * 2, longWait && !rung ? kLongWaitCap : kPollingCap);
   }
 }
 
-void waitFor(MPI_Request& request, double timeoutSeconds, const std::string& what, Doorbell* bell) {
+void waitFor(MPI_Request& request, double timeoutSeconds, const std::string& what, MpiComm::Patience patience) {
   pollUntil([&] {
     int done = 0;
     check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
     return done != 0;
-  }, timeoutSeconds, what, bell);
+  }, timeoutSeconds, what, patience);
 }
 
 int intCount(std::size_t count, const std::string& what) {
@@ -83,6 +94,32 @@ constexpr std::size_t kMaxChunk = std::size_t(1) << 30;
 
 }  // namespace
 
+// The root's part of a reduction. Not MPI_IN_PLACE: then the root's buffer would be part
+// of the sum, so the caller would clear it every step and libnbc would copy it when the
+// reduction starts (LeNet: a memset and a memcpy of 1.6 MiB per step on the server). These are
+// read-only anonymous pages: they read as zeros and, never written, take no memory of
+// their own (Linux maps them all to the shared zero page).
+struct MpiComm::ZeroPages {
+  explicit ZeroPages(std::size_t bytes) : bytes(bytes) {
+    base = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) throw CommError(fmt::format("cannot map {} bytes of zeros for a reduction", bytes));
+  }
+  ~ZeroPages() { ::munmap(base, bytes); }
+  ZeroPages(const ZeroPages&) = delete;
+  ZeroPages& operator=(const ZeroPages&) = delete;
+  std::size_t bytes;
+  void* base;
+};
+
+const float* MpiComm::zeros(std::size_t count) {
+  const std::size_t bytes = std::max<std::size_t>(count * sizeof(float), 1);
+  if (zeroPages_.empty() || zeroPages_.back()->bytes < bytes) {
+    const std::size_t doubled = zeroPages_.empty() ? 0 : 2 * zeroPages_.back()->bytes;
+    zeroPages_.push_back(std::make_unique<ZeroPages>(std::max(bytes, doubled)));
+  }
+  return static_cast<const float*>(zeroPages_.back()->base);
+}
+
 MpiComm::MpiComm() {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
@@ -92,7 +129,8 @@ MpiComm::MpiComm() {
   host_.assign(name, length);
   // Errors come back as return codes so that they become CommErrors with context.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  doorbell_.connect(MpiComm::allGather(doorbell_.address(), "start-up (doorbell addresses)"));
+  doorbell_.connect(MpiComm::allGather(doorbell_.address(), "start-up (doorbell addresses)"), rank_);
+  wake(Flow::AllToAll);  // so that each rank learns whose rings reach it (Doorbell::hearsEveryone)
 }
 
 void MpiComm::wake(Flow flow, int root) {
@@ -110,7 +148,7 @@ void MpiComm::broadcast(void* data, std::size_t bytes, int root, const std::stri
     MPI_Request request;
     check(MPI_Ibcast(base + offset, n, MPI_BYTE, root, MPI_COMM_WORLD, &request), "broadcast at " + context);
     wake(Flow::FromRoot, root);
-    waitFor(request, timeoutSeconds(), "broadcast at " + context, &doorbell_);
+    waitFor(request, timeoutSeconds(), "broadcast at " + context, patience());
     offset += n;
   } while (offset < bytes);
 }
@@ -121,10 +159,10 @@ void MpiComm::reduceSum(float* data, std::size_t count, int root, const std::str
   do {
     int n = static_cast<int>(std::min(chunk, count - offset));
     MPI_Request request;
-    const void* send = rank_ == root ? MPI_IN_PLACE : data + offset;
+    const float* send = rank_ == root ? zeros(n) : data + offset;
     check(MPI_Ireduce(send, data + offset, n, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD, &request), "reduce at " + context);
     wake(Flow::ToRoot, root);
-    waitFor(request, timeoutSeconds(), "reduce at " + context, &doorbell_);
+    waitFor(request, timeoutSeconds(), "reduce at " + context, patience());
     offset += n;
   } while (offset < count);
 }
@@ -137,10 +175,14 @@ struct MpiComm::Started {
 
 MpiComm::~MpiComm() = default;
 
+MpiComm::Patience MpiComm::patience() {
+  return {&doorbell_, std::exchange(longWaitNext_, false)};
+}
+
 std::size_t MpiComm::startReduceSum(float* data, std::size_t count, int root, const std::string& context) {
   auto started = std::make_unique<Started>();
   started->what = "reduce at " + context;
-  const void* send = rank_ == root ? MPI_IN_PLACE : data;
+  const float* send = rank_ == root ? zeros(count) : data;
   check(MPI_Ireduce(send, data, intCount(count, started->what), MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD,
                     &started->request), started->what);
   wake(Flow::ToRoot, root);
@@ -160,7 +202,7 @@ std::size_t MpiComm::startBroadcast(void* data, std::size_t bytes, int root, con
 
 void MpiComm::wait(std::size_t request) {
   Started& started = *started_.at(request);
-  waitFor(started.request, timeoutSeconds(), started.what, &doorbell_);
+  waitFor(started.request, timeoutSeconds(), started.what, patience());
   started.waited = true;
   if (std::all_of(started_.begin(), started_.end(), [](const auto& s) { return s->waited; })) started_.clear();
 }
@@ -181,7 +223,7 @@ void MpiComm::allReduceSum(float* data, std::size_t count, const std::string& co
     check(MPI_Iallreduce(MPI_IN_PLACE, data + offset, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &request),
           "allreduce at " + context);
     wake(Flow::AllToAll);
-    waitFor(request, timeoutSeconds(), "allreduce at " + context, &doorbell_);
+    waitFor(request, timeoutSeconds(), "allreduce at " + context, patience());
     offset += n;
   } while (offset < count);
 }
@@ -193,7 +235,7 @@ std::vector<std::string> MpiComm::gather(const std::string& mine, int root, cons
   MPI_Request request;
   check(MPI_Igather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, root, MPI_COMM_WORLD, &request), what);
   wake(Flow::ToRoot, root);
-  waitFor(request, timeoutSeconds(), what, &doorbell_);
+  waitFor(request, timeoutSeconds(), what, patience());
   std::vector<int> offsets(size_, 0);
   std::size_t total = 0;
   for (int r = 0; r < size_; ++r) {
@@ -204,7 +246,7 @@ std::vector<std::string> MpiComm::gather(const std::string& mine, int root, cons
   check(MPI_Igatherv(mine.data(), length, MPI_CHAR, joined.data(), lengths.data(), offsets.data(), MPI_CHAR, root,
                      MPI_COMM_WORLD, &request), what);
   wake(Flow::ToRoot, root);
-  waitFor(request, timeoutSeconds(), what, &doorbell_);
+  waitFor(request, timeoutSeconds(), what, patience());
   std::vector<std::string> all;
   if (rank_ == root) {
     for (int r = 0; r < size_; ++r) all.push_back(joined.substr(offsets[r], lengths[r]));
@@ -216,7 +258,7 @@ void MpiComm::barrier(const std::string& context) {
   MPI_Request request;
   check(MPI_Ibarrier(MPI_COMM_WORLD, &request), "barrier at " + context);
   wake(Flow::AllToAll);
-  waitFor(request, timeoutSeconds(), "barrier at " + context, &doorbell_);
+  waitFor(request, timeoutSeconds(), "barrier at " + context, patience());
 }
 
 void MpiComm::send(const void* data, std::size_t bytes, int dest, const std::string& context) {
@@ -224,7 +266,7 @@ void MpiComm::send(const void* data, std::size_t bytes, int dest, const std::str
   MPI_Request request;
   check(MPI_Isend(data, intCount(bytes, what), MPI_BYTE, dest, 0, MPI_COMM_WORLD, &request), what);
   doorbell_.ring(dest);
-  waitFor(request, timeoutSeconds(), what, &doorbell_);
+  waitFor(request, timeoutSeconds(), what, patience());
 }
 
 Communicator::Received MpiComm::receive(void* data, std::size_t capacity, int source, const std::string& context) {
@@ -237,7 +279,7 @@ Communicator::Received MpiComm::receive(void* data, std::size_t capacity, int so
     check(MPI_Improbe(source == kAnySource ? MPI_ANY_SOURCE : source, 0, MPI_COMM_WORLD, &found, &message, &status),
           what);
     return found != 0;
-  }, timeoutSeconds(), what, &doorbell_);
+  }, timeoutSeconds(), what, patience());
   int bytes = 0;
   MPI_Get_count(&status, MPI_BYTE, &bytes);
   Received got{status.MPI_SOURCE, static_cast<std::size_t>(bytes)};
@@ -250,7 +292,7 @@ Communicator::Received MpiComm::receive(void* data, std::size_t capacity, int so
   }
   MPI_Request request;
   check(MPI_Imrecv(data, bytes, MPI_BYTE, &message, &request), what);
-  waitFor(request, timeoutSeconds(), what, &doorbell_);
+  waitFor(request, timeoutSeconds(), what, patience());
   return got;
 }
 
@@ -285,7 +327,7 @@ class MpiWindow : public Window {
     MPI_Request request;
     const int n = static_cast<int>(count());
     check(MPI_Rget(out, n, MPI_FLOAT, peer, 0, n, MPI_FLOAT, window_, &request), what);
-    waitFor(request, comm_.timeoutSeconds(), what, nullptr);  // nobody rings a reader
+    waitFor(request, comm_.timeoutSeconds(), what, {});  // nobody rings a reader
     check(MPI_Win_unlock(peer, window_), what);
   }
 
@@ -313,14 +355,14 @@ std::vector<std::string> MpiComm::allGather(const std::string& mine, const std::
   MPI_Request request;
   check(MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD, &request), what);
   wake(Flow::AllToAll);
-  waitFor(request, timeoutSeconds(), what, &doorbell_);
+  waitFor(request, timeoutSeconds(), what, patience());
   std::vector<int> offsets(size_, 0);
   for (int r = 1; r < size_; ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
   std::string joined(static_cast<std::size_t>(offsets.back() + lengths.back()), '\0');
   check(MPI_Iallgatherv(mine.data(), length, MPI_CHAR, joined.data(), lengths.data(),
                         offsets.data(), MPI_CHAR, MPI_COMM_WORLD, &request), what);
   wake(Flow::AllToAll);
-  waitFor(request, timeoutSeconds(), what, &doorbell_);
+  waitFor(request, timeoutSeconds(), what, patience());
   std::vector<std::string> all;
   for (int r = 0; r < size_; ++r) all.push_back(joined.substr(offsets[r], lengths[r]));
   return all;

@@ -1,10 +1,11 @@
 #pragma once
 // The Open MPI Communicator over MPI_COMM_WORLD. The only header whose implementation
 // includes <mpi.h>. Collectives are non-blocking MPI calls completed by polling MPI_Test
-// with exponential back-off (up to 2 ms of sleep), so a waiting rank uses almost no CPU and
-// every wait is bounded by timeoutSeconds(). A rank that posts what others wait for rings
-// their Doorbell, which ends their sleep at once. Construction is collective (the ranks
-// exchange doorbell addresses).
+// with exponential back-off (up to 2 ms of sleep; 16 ms in a wait announced by
+// expectLongWait()), so a waiting rank uses almost no CPU and every wait is bounded by
+// timeoutSeconds(). A rank that posts what others wait for rings their Doorbell, which ends
+// their sleep at once. Construction is collective (the ranks exchange doorbell addresses
+// and ring each other once).
 #include <memory>
 #include <vector>
 
@@ -36,12 +37,22 @@ class MpiComm : public Communicator {
   void send(const void* data, std::size_t bytes, int dest, const std::string& context) override;
   Received receive(void* data, std::size_t capacity, int source, const std::string& context) override;
   std::unique_ptr<Window> exposeWindow(std::size_t count, const std::string& context) override;
+  void expectLongWait() override { longWaitNext_ = true; }
+
+  // How a wait sleeps between polls (see pollUntil in MpiComm.cpp): woken by `bell` (null:
+  // plain sleeps), with long pauses until the first ring if `longPauses`.
+  struct Patience {
+    Doorbell* bell = nullptr;
+    bool longPauses = false;
+  };
 
  private:
   int rank_ = 0;
   int size_ = 1;
   std::string host_;
   Doorbell doorbell_;
+  bool longWaitNext_ = false;  // set by expectLongWait()
+  Patience patience();         // for this rank's next wait: consumes longWaitNext_
   // Rings the ranks that receive what this rank just posted: the root of a broadcast
   // (FromRoot) rings every other rank, the contributors to a reduction or gather (ToRoot)
   // ring the root, everyone rings everyone in a symmetric collective. Ranks that a tree
@@ -50,6 +61,10 @@ class MpiComm : public Communicator {
   void wake(Flow flow, int root = 0);
   struct Started;  // an MPI_Request and what it is, for startReduceSum() and startBroadcast()
   std::vector<std::unique_ptr<Started>> started_;
+  // At least `count` zeros: the root's own part of a reduction, which it does not have.
+  const float* zeros(std::size_t count);
+  struct ZeroPages;
+  std::vector<std::unique_ptr<ZeroPages>> zeroPages_;  // the last is the largest; all live on (in use by started reductions)
 };
 
 // MPI_Init_thread / MPI_Finalize for the lifetime of main(). abortJob() ends every rank
