@@ -3,8 +3,8 @@
 // own waits spin a core, and a polling rank notices a message only at the end of its
 // pause (up to 2 ms, twice per step: the server's last gradient bucket, the workers' new
 // weights). So every rank owns a UDP socket; after posting a message that a peer may be
-// sleeping on, a rank rings the peer (one empty datagram to each of its IPv4 addresses),
-// and the peer's sleep ends at once.
+// sleeping on, a rank rings the peer (one 4-byte datagram, the ringer's rank, to each of the
+// peer's IPv4 addresses), and the peer's sleep ends at once.
 // A hint only: a lost, late or stray datagram changes when the next poll happens, never
 // what it finds. Without a socket, or for a peer whose address is unknown, rings are
 // dropped and sleeps run their full pause.
