@@ -38,6 +38,8 @@ void check(int rc, const std::string& what) {
 // heard every rank (so that a ring will come). The server waiting for a step's first
 // gradient bucket, through the workers' forward and most of backward, then wakes about 10
 // times instead of 20 (LeNet, 1 worker).
+// With more ranks than cores, the spins rely on Open MPI's mpi_yield_when_idle (on under
+// --oversubscribe): each idle MPI_Test then yields the core to a rank that computes.
 template <typename Done>
 void pollUntil(Done done, double timeoutSeconds, const std::string& what, MpiComm::Patience patience) {
   using Clock = std::chrono::steady_clock;
