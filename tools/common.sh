@@ -1,5 +1,5 @@
 # Shared by the tools/ scripts: installs what is missing, configures and builds.
-# Source it; it defines setup_dependencies, build_project and mpirun_flags.
+# Source it; it defines setup_dependencies, build_project, mpirun_flags and print_help.
 set -euo pipefail
 
 PSTRAIN_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -11,6 +11,9 @@ DEBIAN_PACKAGES=(g++ cmake ccache libtorch-dev libopenmpi-dev openmpi-bin libcxx
 BREW_PACKAGES=(cmake ccache pytorch open-mpi fmt cxxopts googletest gnuplot)
 
 log() { printf '==> %s\n' "$*" >&2; }
+
+# Prints the comment block that heads script $1 (after the shebang): its --help.
+print_help() { sed -n '2,/^[^#]/{/^#/p}' "$1"; }
 
 # Installs the build and test dependencies that are missing (Debian/Ubuntu: apt-get, as
 # root or through sudo; macOS: Homebrew). Does nothing when all are present.
