@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -29,7 +30,8 @@ LocalTrainer::LocalTrainer(const config::TrainConfig& cfg, models::Net& model, c
       model_(model),
       device_(device),
       messages_(messages),
-      sampler_(train.size(), shards, cfg.batchSize, cfg.seed) {
+      sampler_(train.size(), shards, cfg.batchSize, cfg.seed),
+      rank_(rank) {
   const std::int64_t n = messages.weights.numel();
   auto deviceOptions = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
   // On the CPU the model computes straight from/into the message buffers; on an
@@ -148,7 +150,9 @@ void LocalTrainer::computeGradient(std::int64_t batch, std::int64_t version) {
   float* trailer = messages_.trailer;
   trailer[kLossSum] = lossValue * count;
   trailer[kSamples] = count;
-  trailer[kComputeSeconds] = std::chrono::duration<float>(std::chrono::steady_clock::now() - start).count();
+  // Only this rank's slot: the allreduce mode left the last step's sum in the others.
+  std::fill(trailer + kComputeSeconds, trailer + trailerFloats(messages_.ranks), 0.0f);
+  trailer[kComputeSeconds + rank_] = std::chrono::duration<float>(std::chrono::steady_clock::now() - start).count();
   trailer[kNonFinite] = std::isfinite(lossValue) ? 0.0f : 1.0f;
   trailer[kDataWaitSeconds] = static_cast<float>(dataWait);
   trailer[kVersion] = static_cast<float>(version);

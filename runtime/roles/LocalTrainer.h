@@ -38,8 +38,9 @@ class LocalTrainer {
 
   // Forward and backward on this shard's batch `batch` (a pure function of seed, shard and
   // batch number: every epoch a new permutation). Fills the up message; the trailer's
-  // kVersion is `version`. A non-finite loss throws unless --skip-nonfinite, in which
-  // case the trailer says so.
+  // kVersion is `version`, this rank's kComputeSeconds slot the time the call took, the
+  // other ranks' slots 0. A non-finite loss throws unless --skip-nonfinite, in which case
+  // the trailer says so.
   void computeGradient(std::int64_t batch, std::int64_t version);
 
   const data::ShardSampler& sampler() const { return sampler_; }
@@ -57,6 +58,7 @@ class LocalTrainer {
   c10::Device device_;
   StepMessages& messages_;
   data::ShardSampler sampler_;
+  const int rank_;  // of the world: which trailer slot holds this rank's batch time
   at::Tensor weights_;  // the model's flat parameters: messages.weights on the CPU
   at::Tensor grad_;     // the model's flat gradient: messages.grad on the CPU
   std::unique_ptr<data::Prefetcher> prefetcher_;

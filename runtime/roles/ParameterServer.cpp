@@ -48,7 +48,7 @@ struct ServerState {
         updatesPerEpoch(cfg.updatesPerEpoch(sampler.stepsPerEpoch(), workers)),
         total(config::totalSteps(cfg, updatesPerEpoch)),
         firstStep(resumeFrom ? resumeFrom->step : 0),
-        messages(models::parameterCount(model), bufferCount(model)),
+        messages(models::parameterCount(model), bufferCount(model), comm.size()),
         link(comm, cfg, model, messages, cfg.seed),
         sgd({cfg.momentum, cfg.weightDecay, cfg.nesterov}),
         publisher(cfg, model, sgd, updatesPerEpoch, total, firstStep) {
@@ -171,6 +171,7 @@ void runBackup(ServerState& s) {
   StepMessages& messages = s.messages;
   const int k = s.cfg.batchesPerUpdate(s.workers);  // <= workers: checked at start-up
   std::vector<float> incoming(messages.up.size());
+  const std::size_t versionAt = static_cast<std::size_t>(messages.trailer - messages.up.data()) + kVersion;
   std::vector<int> waiting;  // workers whose gradient for `step` is in, waiting for the next weights
   std::int64_t dropped = 0, droppedTotal = 0;
   std::map<int, std::int64_t> droppedByRank;
@@ -190,7 +191,7 @@ void runBackup(ServerState& s) {
     currentStep() = step;
     const std::string context = fmt::format("step {}", step);
     const int source = s.link.receiveUp(incoming.data(), context);
-    const auto version = static_cast<std::int64_t>(incoming[incoming.size() - kTrailerFloats + kVersion]);
+    const auto version = static_cast<std::int64_t>(incoming[versionAt]);
     if (version != step) {  // computed on older weights: too late
       ++dropped;
       ++droppedTotal;

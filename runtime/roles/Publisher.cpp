@@ -48,6 +48,7 @@ void add(StepStats& sum, const StepStats& s) {
     sum.samples += s.samples;
   }
   sum.computeSeconds += s.computeSeconds;
+  sum.slowestComputeSeconds += s.slowestComputeSeconds;
   sum.dataWaitSeconds += s.dataWaitSeconds;
   sum.exchangeSeconds += s.exchangeSeconds;
   sum.exchangeCpuSeconds += s.exchangeCpuSeconds;
@@ -108,7 +109,9 @@ void Publisher::writeLine(std::int64_t done) {
   line.add("lr", lastLr_).add("samples_per_s", progress.samplesPerSecond);
   line.add("compute_s", window_.computeSeconds / steps);
   line.add("data_wait_s", window_.dataWaitSeconds / steps);
-  line.add("comm_s", std::max(0.0, (window_.exchangeSeconds - window_.computeSeconds) / steps));
+  line.add("slowest_compute_s", window_.slowestComputeSeconds / steps);
+  // The exchange waits for the slowest batch of each step; what remains is communication.
+  line.add("comm_s", std::max(0.0, (window_.exchangeSeconds - window_.slowestComputeSeconds) / steps));
   line.add("exchange_s", window_.exchangeSeconds / steps);
   line.add("update_s", window_.updateSeconds / steps);
   // How much of a core rank 0 burns while it waits for the others (the server must not spin).

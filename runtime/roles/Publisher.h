@@ -19,8 +19,9 @@ namespace pstrain::roles {
 struct StepStats {
   double lossSum = 0;          // summed over the samples of the update
   double samples = 0;
-  double computeSeconds = 0;   // forward + backward, mean over the batches of the update
-  double dataWaitSeconds = 0;  // likewise, waiting for the batch
+  double computeSeconds = 0;   // data wait + forward + backward, mean over the batches of the update
+  double slowestComputeSeconds = 0;  // the same, of the slowest batch: the rest of a sync exchange is communication
+  double dataWaitSeconds = 0;  // mean over the batches, waiting for the batch
   double exchangeSeconds = 0;  // rank 0: sending and waiting for the messages of the update
   double updateSeconds = 0;    // rank 0: averaging and the optimizer step
   double codecSeconds = 0;     // rank 0 encoding and decoding, plus the workers' mean

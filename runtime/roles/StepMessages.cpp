@@ -13,8 +13,8 @@ FloatBuffer::FloatBuffer(std::size_t size)
 
 at::Tensor FloatBuffer::view(std::int64_t offset, std::int64_t count) const { return tensor_.narrow(0, offset, count); }
 
-StepMessages::StepMessages(std::int64_t n, std::int64_t m)
-    : down(kHeaderFloats + n + m), up(n + m + kTrailerFloats) {
+StepMessages::StepMessages(std::int64_t n, std::int64_t m, int ranks)
+    : down(kHeaderFloats + n + m), up(n + m + trailerFloats(ranks)), ranks(ranks) {
   weights = down.view(kHeaderFloats, n);
   serverBuffers = down.view(kHeaderFloats + n, m);
   grad = up.view(0, n);

@@ -31,7 +31,8 @@ class FloatBuffer {
 };
 
 struct StepMessages {
-  StepMessages(std::int64_t parameters, std::int64_t buffers);
+  // `ranks`: the size of the world, which sizes the trailer.
+  StepMessages(std::int64_t parameters, std::int64_t buffers, int ranks);
   StepMessages(const StepMessages&) = delete;  // the views point into the vectors
   StepMessages& operator=(const StepMessages&) = delete;
 
@@ -41,7 +42,8 @@ struct StepMessages {
   at::Tensor serverBuffers;
   at::Tensor grad;          // views into up
   at::Tensor workerBuffers;
-  float* trailer;           // kTrailerFloats floats at the end of up
+  float* trailer;           // trailerFloats(ranks) floats at the end of up
+  const int ranks;
 
   void setHeader(const StepHeader& header);
   StepHeader header() const { return parseStepHeader(down.data(), down.size() * sizeof(float)); }

@@ -4,8 +4,8 @@
 // Down (rank 0 -> all, one broadcast): a 32-byte StepHeader, the flat weights, then the
 // model's buffers (BatchNorm running statistics) as averaged by the server.
 // Up (all -> rank 0, one sum-reduce): the flat gradient, each worker's multiplied by its
-// sample count; the worker's buffers after its forward pass; then kTrailerFloats floats of
-// per-step accounting. The server's own contribution is all zeros, so after the reduce the
+// sample count; the worker's buffers after its forward pass; then trailerFloats(ranks)
+// floats of per-step accounting. The server's own contribution is all zeros, so after the reduce the
 // gradient divided by the summed sample count is the gradient of the mean loss over every
 // sample of the step, whatever the workers' batch sizes, and the buffers divided by the
 // number of workers are their average.
@@ -42,18 +42,22 @@ static_assert(sizeof(StepHeader) == 32, "the header is part of the wire format")
 
 constexpr std::size_t kHeaderFloats = sizeof(StepHeader) / sizeof(float);
 
-// Positions after the gradient in the up buffer.
+// Positions in the trailer, after the gradient and the buffers of the up message.
 enum Trailer : std::size_t {
-  kLossSum = 0,         // sum over samples of the loss
-  kSamples = 1,         // samples in the batch
-  kComputeSeconds = 2,  // forward + backward time
-  kNonFinite = 3,       // 1 if the worker saw a non-finite loss or gradient
-  kDataWaitSeconds = 4, // time the step waited for its batch
-  kVersion = 5,         // step of the weights the gradient was computed on
-  kStopRequest = 6,     // allreduce: rank 0 sets 1 to end the run after this step (--max-seconds)
-  kCodecSeconds = 7,    // encoding the gradient and decoding the weights (--compress*)
-  kTrailerFloats = 8,
+  kLossSum = 0,          // sum over samples of the loss
+  kSamples = 1,          // samples in the batch
+  kNonFinite = 2,        // 1 if the worker saw a non-finite loss or gradient
+  kDataWaitSeconds = 3,  // time the step waited for its batch
+  kVersion = 4,          // step of the weights the gradient was computed on
+  kStopRequest = 5,      // allreduce: rank 0 sets 1 to end the run after this step (--max-seconds)
+  kCodecSeconds = 6,     // encoding the gradient and decoding the weights (--compress*)
+  // Then one float per rank of the world: rank r's batch time (data wait + forward +
+  // backward) at kComputeSeconds + r, the others 0. A sum keeps every rank's own, so the
+  // server knows the slowest worker of a step, not only the mean.
+  kComputeSeconds = 7,
 };
+
+constexpr std::size_t trailerFloats(int ranks) { return kComputeSeconds + static_cast<std::size_t>(ranks); }
 
 // The largest step whose number a float trailer holds exactly.
 constexpr std::int64_t kMaxVersionedSteps = std::int64_t(1) << 24;
@@ -67,12 +71,12 @@ StepHeader parseStepHeader(const void* bytes, std::size_t size);
 std::atomic<std::int64_t>& currentStep();
 
 // Bytes of the down and up messages of one step for a model of `parameters` parameter
-// and `buffers` buffer elements.
+// and `buffers` buffer elements, in a world of `ranks` processes.
 constexpr std::size_t downBytes(std::size_t parameters, std::size_t buffers) {
   return (kHeaderFloats + parameters + buffers) * sizeof(float);
 }
-constexpr std::size_t upBytes(std::size_t parameters, std::size_t buffers) {
-  return (parameters + buffers + kTrailerFloats) * sizeof(float);
+constexpr std::size_t upBytes(std::size_t parameters, std::size_t buffers, int ranks) {
+  return (parameters + buffers + trailerFloats(ranks)) * sizeof(float);
 }
 
 }  // namespace pstrain::roles

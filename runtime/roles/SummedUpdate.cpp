@@ -57,7 +57,11 @@ StepStats summedStats(const StepMessages& messages, int contributors) {
   StepStats s;
   s.lossSum = trailer[kLossSum];
   s.samples = trailer[kSamples];
-  s.computeSeconds = trailer[kComputeSeconds] / contributors;
+  const float* computeSeconds = trailer + kComputeSeconds;
+  for (int rank = 0; rank < messages.ranks; ++rank) {
+    s.computeSeconds += computeSeconds[rank] / contributors;
+    s.slowestComputeSeconds = std::max<double>(s.slowestComputeSeconds, computeSeconds[rank]);
+  }
   s.dataWaitSeconds = trailer[kDataWaitSeconds] / contributors;
   s.codecSeconds = trailer[kCodecSeconds] / contributors;
   return s;

@@ -20,7 +20,8 @@ bool applySummedUpdate(StepMessages& messages, optim::Sgd& sgd, double lr, int c
                        const config::TrainConfig& cfg, std::int64_t step);
 
 // The accounting in the trailer of messages.up, summed over `contributors` workers: loss
-// and samples as sums, compute and data-wait times as the contributors' mean.
+// and samples as sums, compute and data-wait times as the contributors' mean, and the
+// slowest contributor's compute time.
 StepStats summedStats(const StepMessages& messages, int contributors);
 
 // Whether every value of a contiguous float tensor is finite. One pass, no temporary

@@ -155,7 +155,7 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
                      cfg.nesterov ? " (Nesterov)" : "", cfg.weightDecay);
   out += fmt::format("  per step  server -> each worker {} bytes (weights{} + header); each worker -> server {} bytes (gradient{} + accounting)\n",
                      downBytes(parameters, buffers), buffers ? " + BatchNorm buffers" : "",
-                     upBytes(parameters, buffers), buffers ? " + buffers" : "");
+                     upBytes(parameters, buffers, ranks), buffers ? " + buffers" : "");
   std::string exchange = cfg.mode == "sync"      ? "one broadcast of the weights, one sum-reduce of the gradients"
                          : cfg.mode == "allreduce" ? "MPI_Allreduce of the gradients"
                          : cfg.mode == "gossip"    ? "one-sided reads of a peer's weights"

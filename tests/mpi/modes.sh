@@ -26,6 +26,15 @@ sync_rate=$(rate "$scratch/sync-straggler") backup_rate=$(rate "$scratch/backup-
 fast_rate=$(rate "$scratch/backup-fast")
 dropped=$(metric "$scratch/backup-straggler" "last['dropped_total']")
 dropped3=$(metric "$scratch/backup-straggler" "last['dropped_by_rank'].get('3', 0)")
+# Sync's metrics see through the straggler: its 200 ms per batch are the slowest compute of
+# each step (the mean of 3 workers holds a third of it), not communication.
+slowest=$(metric "$scratch/sync-straggler" "min(l['slowest_compute_s'] for l in lines[1:])")
+mean=$(metric "$scratch/sync-straggler" "max(l['compute_s'] for l in lines[1:])")
+comm=$(metric "$scratch/sync-straggler" "max(l['comm_s'] for l in lines[1:])")
+echo "     sync+straggler per step: slowest compute $slowest s, mean compute $mean s, comm $comm s"
+check "sync: the straggler's batches are the slowest compute (>= 0.2 s)" ge "$slowest" 0.2
+check "sync: the mean compute holds a third of them (< 0.15 s)" ge 0.15 "$mean"
+check "sync: comm_s leaves the straggler's wait out (< 0.05 s)" ge 0.05 "$comm"
 echo "     backup: samples/s sync+straggler $sync_rate, backup+straggler $backup_rate, backup without $fast_rate;" \
      "dropped $dropped ($dropped3 from rank 3)"
 # The straggler finishes about one batch per 200 ms of the run; most of those come too late.
