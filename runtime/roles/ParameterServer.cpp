@@ -108,12 +108,14 @@ void runSync(ServerState& s) {
   };
   bool training = announce();
   s.link.broadcastDown(training ? fmt::format("step {}", step) : s.stopContext);
+  // A step's period runs from the end of one down message to the end of the next: the span
+  // of the workers' batches, so the slowest batch's time can be taken from it.
+  auto periodStart = Clock::now();
+  double cpuStart = Publisher::processCpuSeconds();
   while (training) {
     currentStep() = step;
     const double lr = s.lr(step);
     const std::string context = fmt::format("step {}", step);
-    auto exchangeStart = Clock::now();
-    const double cpuStart = Publisher::processCpuSeconds();
     double updateSeconds = 0, updateCpuSeconds = 0;
     auto timed = [&](auto&& update) {
       auto updateStart = Clock::now();
@@ -154,12 +156,19 @@ void runSync(ServerState& s) {
     } else {
       s.link.broadcastDown(downContext);
     }
-    // After the down message: the workers compute while the server records (and may write
-    // a checkpoint).
+    const auto periodEnd = Clock::now();
+    const double cpuEnd = Publisher::processCpuSeconds();
     StepStats stats = s.stats(s.workers);
-    stats.exchangeSeconds = secondsSince(exchangeStart) - updateSeconds;
-    stats.exchangeCpuSeconds = Publisher::processCpuSeconds() - cpuStart - updateCpuSeconds;
+    // With overlap the bucket updates run while later buckets travel, within the exchange;
+    // without, the update runs alone and is no part of it.
+    stats.exchangeSeconds = std::chrono::duration<double>(periodEnd - periodStart).count() -
+                            (overlap ? 0 : updateSeconds);
+    stats.exchangeCpuSeconds = cpuEnd - cpuStart - updateCpuSeconds;
     stats.updateSeconds = updateSeconds;
+    // After the down message: the workers compute while the server records (and may write
+    // a checkpoint), which is part of the next step's period.
+    periodStart = periodEnd;
+    cpuStart = cpuEnd;
     stats.applied = applied;
     s.publisher.record(done, lr, stats);
   }

@@ -34,7 +34,8 @@ comm=$(metric "$scratch/sync-straggler" "max(l['comm_s'] for l in lines[1:])")
 echo "     sync+straggler per step: slowest compute $slowest s, mean compute $mean s, comm $comm s"
 check "sync: the straggler's batches are the slowest compute (>= 0.2 s)" ge "$slowest" 0.2
 check "sync: the mean compute holds a third of them (< 0.15 s)" ge 0.15 "$mean"
-check "sync: comm_s leaves the straggler's wait out (< 0.05 s)" ge 0.05 "$comm"
+check "sync: comm_s leaves the straggler's wait out, not the messages (0 < comm_s < 0.05 s)" \
+  awk -v c="$comm" 'BEGIN { exit !(c > 0 && c < 0.05) }'
 echo "     backup: samples/s sync+straggler $sync_rate, backup+straggler $backup_rate, backup without $fast_rate;" \
      "dropped $dropped ($dropped3 from rank 3)"
 # The straggler finishes about one batch per 200 ms of the run; most of those come too late.
