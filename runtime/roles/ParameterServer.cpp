@@ -128,9 +128,8 @@ void runSync(ServerState& s) {
     if (overlap) {
       // The step's sample count is known in advance: the shards' batch sizes.
       const double samples = static_cast<double>(s.workers * s.sampler.batchSizeAt(step));
-      s.link.reduceUpInBuckets(buckets, [&](const Bucket& b) {
+      s.link.reduceUpInBuckets(buckets, [&](const Bucket& b, at::Tensor& grad) {
         timed([&] {
-          at::Tensor grad = messages.grad.narrow(0, b.begin, b.end - b.begin);
           if (!allFinite(grad)) {
             throw Error(fmt::format("step {}: the summed gradient of the workers is not finite; lower --lr, or "
                                     "--skip-nonfinite to drop such steps (the last good checkpoint is kept)", step));

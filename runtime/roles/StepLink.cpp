@@ -180,7 +180,8 @@ void StepLink::finishStep(const std::string& context) {
   waitStarted();
 }
 
-void StepLink::reduceUpInBuckets(const std::vector<Bucket>& buckets, const std::function<void(const Bucket&)>& reduced,
+void StepLink::reduceUpInBuckets(const std::vector<Bucket>& buckets,
+                                 const std::function<void(const Bucket&, at::Tensor& grad)>& reduced,
                                  const std::string& context) {
   // The workers start every reduction during backward; here at most kBucketsInFlight are
   // started ahead of the bucket being waited for: MPI may hold a temporary the size of each
@@ -189,13 +190,22 @@ void StepLink::reduceUpInBuckets(const std::vector<Bucket>& buckets, const std::
   // with four, at the same speed; the buckets come in one after another anyway). A
   // bucket's weights can start down only once every reduction is started (the workers' order).
   constexpr std::size_t kBucketsInFlight = 2;
+  // Bucket b is summed into slot b % kSlots: the one being handed over and those started
+  // ahead of it are all in flight at once, and a slot is reused only after its bucket's call.
+  constexpr std::size_t kSlots = kBucketsInFlight + 1;
+  std::int64_t slotSize = 0;
+  for (const Bucket& b : buckets) slotSize = std::max(slotSize, b.end - b.begin);
+  if (!ring_ || ring_->size() < kSlots * static_cast<std::size_t>(slotSize)) {
+    ring_ = std::make_unique<FloatBuffer>(kSlots * static_cast<std::size_t>(slotSize));
+  }
+  auto slot = [&](std::size_t b) { return ring_->data() + (b % kSlots) * slotSize; };
   const std::size_t n = messages_.grad.numel();
   std::vector<std::size_t> reductions;
   std::size_t rest = 0, updated = 0, sentDown = 0;
   auto startAhead = [&](std::size_t upTo) {
     while (reductions.size() < std::min(upTo, buckets.size())) {
       const Bucket& b = buckets[reductions.size()];
-      reductions.push_back(comm_.startReduceSum(messages_.up.data() + b.begin, b.end - b.begin, 0, context));
+      reductions.push_back(comm_.startReduceSum(slot(reductions.size()), b.end - b.begin, 0, context));
       if (reductions.size() == buckets.size()) {
         rest = comm_.startReduceSum(messages_.up.data() + n, messages_.up.size() - n, 0, context);
       }
@@ -206,7 +216,8 @@ void StepLink::reduceUpInBuckets(const std::vector<Bucket>& buckets, const std::
   for (std::size_t b = 0; b < buckets.size(); ++b) {
     comm_.wait(reductions[b]);
     startAhead(b + 1 + kBucketsInFlight);
-    reduced(buckets[b]);
+    at::Tensor grad = ring_->view((b % kSlots) * slotSize, buckets[b].end - buckets[b].begin);
+    reduced(buckets[b], grad);
     ++updated;
     if (reductions.size() < buckets.size()) continue;
     for (; sentDown < updated; ++sentDown) startWeightsDown(buckets[sentDown], context);

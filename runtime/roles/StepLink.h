@@ -40,11 +40,15 @@ class StepLink {
   // receives the whole next down message into messages.down and waits for all of it.
   void startBucket(const Bucket& bucket, const std::string& context);
   void finishStep(const std::string& context);
-  // Server: calls `reduced(bucket)` in order as soon as each bucket is summed into
-  // messages.up (it updates that bucket's weights, which then start down) and returns once
-  // the whole up message is in. Then, with the header and buffers set, finishDown() sends
-  // them and waits until the whole down message is out.
-  void reduceUpInBuckets(const std::vector<Bucket>& buckets, const std::function<void(const Bucket&)>& reduced,
+  // Server: calls `reduced(bucket, grad)` in order as soon as each bucket is summed (it
+  // updates that bucket's weights, which then start down) and returns once the whole up
+  // message is in. `grad` is the bucket's summed gradient, valid during the call only: it
+  // lies in a ring of a few bucket-sized slots, not in messages.grad, which the server
+  // never touches (a model size less of rank 0's memory). The rest of the up message lands
+  // in messages.up. Then, with the header and buffers set, finishDown() sends them and
+  // waits until the whole down message is out.
+  void reduceUpInBuckets(const std::vector<Bucket>& buckets,
+                         const std::function<void(const Bucket&, at::Tensor& grad)>& reduced,
                          const std::string& context);
   void finishDown(const std::string& context);
   bool raw() const { return !upEncoder_ && !downCodec_; }
@@ -83,6 +87,7 @@ class StepLink {
   std::vector<char> inbox_;
   std::vector<float> decoded_;
   Traffic traffic_;
+  std::unique_ptr<FloatBuffer> ring_;   // server: where the buckets are summed (reduceUpInBuckets)
   std::vector<Bucket> buckets_;         // this step's buckets, in order
   std::vector<std::size_t> started_;   // requests of this step not waited for yet
   void startWeightsDown(const Bucket& bucket, const std::string& context);

@@ -2,14 +2,24 @@
 
 #include <torch/torch.h>
 
+#include <sys/mman.h>
+
+#include <algorithm>
 #include <cstring>
+#include <new>
 
 namespace pstrain::roles {
 
-FloatBuffer::FloatBuffer(std::size_t size)
-    : tensor_(torch::zeros({static_cast<std::int64_t>(size)}, torch::kFloat32)),
-      data_(tensor_.data_ptr<float>()),
-      size_(size) {}
+FloatBuffer::FloatBuffer(std::size_t size) : size_(size) {
+  // Fresh anonymous pages read as zeros and take memory only once written: the server
+  // never writes the gradient part of its up message, so that costs it nothing.
+  const std::size_t bytes = std::max<std::size_t>(size, 1) * sizeof(float);
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) throw std::bad_alloc();
+  tensor_ = torch::from_blob(base, {static_cast<std::int64_t>(size)}, [bytes](void* p) { ::munmap(p, bytes); },
+                             torch::kFloat32);
+  data_ = static_cast<float*>(base);
+}
 
 at::Tensor FloatBuffer::view(std::int64_t offset, std::int64_t count) const { return tensor_.narrow(0, offset, count); }
 

@@ -12,7 +12,7 @@ namespace pstrain::roles {
 
 // A zeroed float array whose memory belongs to a tensor: the views cut from it (a model's
 // parameters) keep it alive after the FloatBuffer is gone, so no copy is needed to hand
-// them over. Iterates like a std::vector<float>.
+// them over. Its pages take memory only once written. Iterates like a std::vector<float>.
 class FloatBuffer {
  public:
   explicit FloatBuffer(std::size_t size);
