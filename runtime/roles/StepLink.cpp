@@ -198,14 +198,14 @@ void StepLink::reduceUpInBuckets(const std::vector<Bucket>& buckets,
   if (!ring_ || ring_->size() < kSlots * static_cast<std::size_t>(slotSize)) {
     ring_ = std::make_unique<FloatBuffer>(kSlots * static_cast<std::size_t>(slotSize));
   }
-  auto slot = [&](std::size_t b) { return ring_->data() + (b % kSlots) * slotSize; };
+  auto slotOffset = [&](std::size_t b) { return static_cast<std::int64_t>(b % kSlots) * slotSize; };
   const std::size_t n = messages_.grad.numel();
   std::vector<std::size_t> reductions;
   std::size_t rest = 0, updated = 0, sentDown = 0;
   auto startAhead = [&](std::size_t upTo) {
     while (reductions.size() < std::min(upTo, buckets.size())) {
       const Bucket& b = buckets[reductions.size()];
-      reductions.push_back(comm_.startReduceSum(slot(reductions.size()), b.end - b.begin, 0, context));
+      reductions.push_back(comm_.startReduceSum(ring_->data() + slotOffset(reductions.size()), b.end - b.begin, 0, context));
       if (reductions.size() == buckets.size()) {
         rest = comm_.startReduceSum(messages_.up.data() + n, messages_.up.size() - n, 0, context);
       }
@@ -216,7 +216,7 @@ void StepLink::reduceUpInBuckets(const std::vector<Bucket>& buckets,
   for (std::size_t b = 0; b < buckets.size(); ++b) {
     comm_.wait(reductions[b]);
     startAhead(b + 1 + kBucketsInFlight);
-    at::Tensor grad = ring_->view((b % kSlots) * slotSize, buckets[b].end - buckets[b].begin);
+    at::Tensor grad = ring_->view(slotOffset(b), buckets[b].end - buckets[b].begin);
     reduced(buckets[b], grad);
     ++updated;
     if (reductions.size() < buckets.size()) continue;
