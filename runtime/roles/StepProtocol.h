@@ -5,10 +5,10 @@
 // model's buffers (BatchNorm running statistics) as averaged by the server.
 // Up (all -> rank 0, one sum-reduce): the flat gradient, each worker's multiplied by its
 // sample count; the worker's buffers after its forward pass; then trailerFloats(ranks)
-// floats of per-step accounting. The server's own contribution is all zeros, so after the reduce the
-// gradient divided by the summed sample count is the gradient of the mean loss over every
-// sample of the step, whatever the workers' batch sizes, and the buffers divided by the
-// number of workers are their average.
+// floats of per-step accounting. The server's own contribution is all zeros, so after the
+// reduce the gradient divided by the summed sample count is the gradient of the mean loss
+// over every sample of the step, whatever the workers' batch sizes, and the buffers
+// divided by the number of workers are their average.
 //
 // With --overlap (sync, raw messages) the same bytes travel in pieces, in this order on
 // every rank: the gradient's buckets (each reduced while backward runs), the rest of the up
