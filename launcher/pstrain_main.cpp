@@ -119,6 +119,12 @@ int main(int argc, char** argv) {
     torch::set_num_threads(!computes ? 1 : (cfg.threads > 0 ? cfg.threads : launcher::autoThreads()));
     // A server never computes: it keeps the weights on the CPU next to the network.
     c10::Device device = computes ? launcher::chooseDevice(cfg.device, launcher::localRank()) : c10::Device(c10::kCPU);
+    if (!device.is_cpu() && cfg.overlapping() && !comm::MpiSession::callableFromAnyThread()) {
+      throw ConfigError(fmt::format(
+          "--overlap on with a worker on {}: autograd runs its gradient hooks, which start the MPI reductions, "
+          "on its own device thread, and this MPI library does not allow MPI calls from another thread "
+          "(MPI_THREAD_SERIALIZED); use --overlap off", device.str()));
+    }
     torch::manual_seed(cfg.seed);
     auto model = models::makeModel(cfg.model, data::datasetInfo(cfg.dataset).classes);
     model->to(device);

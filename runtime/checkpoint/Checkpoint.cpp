@@ -1,12 +1,14 @@
 #include "runtime/checkpoint/Checkpoint.h"
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <fmt/format.h>
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/torch.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -171,11 +173,16 @@ struct Written {
   std::uint32_t crc32;
 };
 
-// torch::pickle_save's bytes, streamed into `path` (atomically): the tensors go from their
-// storages to the file, with no copy of the archive in memory.
+// torch::pickle_save's archive, streamed into `path` (atomically): the tensors go from
+// their storages to the file, with no copy of the archive in memory. Unlike pickle_save,
+// dicts carry no TorchScript type tag (a call of torch.jit._pickle.restore_type_tag), which
+// torch.load refuses under weights_only=True, its default since PyTorch 2.6: the file holds
+// only what that safe unpickler allows (dicts, strings, ints, tensors).
 Written writePickle(const std::string& path, const c10::IValue& value) {
   std::vector<char> pickle;  // the object structure; tensor data are separate records
-  torch::jit::Pickler pickler([&](const char* data, std::size_t size) { pickle.insert(pickle.end(), data, data + size); });
+  torch::jit::Pickler pickler([&](const char* data, std::size_t size) { pickle.insert(pickle.end(), data, data + size); },
+                              /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+                              /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
   pickler.protocol();
   pickler.pushIValue(value);
   pickler.stop();
@@ -208,6 +215,16 @@ void atomicWrite(const std::string& path, const std::string& bytes) {
   AtomicFile file(path);
   file.write(bytes.data(), bytes.size());
   file.commit();
+}
+
+void removeTree(const std::string& path) {
+  struct stat info;
+  if (::lstat(path.c_str(), &info) != 0 && errno == ENOENT) return;
+  // Children before their directory (FTW_DEPTH), links as links (FTW_PHYS).
+  const int rc = ::nftw(path.c_str(), [](const char* entry, const struct stat*, int, struct FTW*) {
+    return ::remove(entry) == 0 || errno == ENOENT ? 0 : -1;
+  }, 16, FTW_DEPTH | FTW_PHYS);
+  if (rc != 0) throw CheckpointError(fmt::format("{}: cannot remove ({})", path, std::strerror(errno)));
 }
 
 std::string publish(const std::string& dir, const Checkpoint& ckpt) {

@@ -53,4 +53,11 @@ TensorList readStateDict(const std::string& path);
 // file or the whole new one, never a part.
 void atomicWrite(const std::string& path, const std::string& bytes);
 
+// Removes `path` and, if it is a directory, everything below it (symbolic links are removed,
+// not followed); nothing if it does not exist. Throws CheckpointError naming what could not
+// be removed. Not std::filesystem::remove_all: PyTorch's Linux builds export their own copy
+// of it from libtorch.so, which the program may call instead, and with PyTorch 2.11 that
+// copy crashes (a call through a null pointer).
+void removeTree(const std::string& path);
+
 }  // namespace pstrain::checkpoint

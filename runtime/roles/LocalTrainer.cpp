@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "runtime/Errors.h"
+#include "runtime/roles/DeviceSync.h"
 #include "runtime/roles/FlatParameters.h"
 
 namespace pstrain::roles {
@@ -35,9 +36,15 @@ LocalTrainer::LocalTrainer(const config::TrainConfig& cfg, models::Net& model, c
   const std::int64_t n = messages.weights.numel();
   auto deviceOptions = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
   // On the CPU the model computes straight from/into the message buffers; on an
-  // accelerator it has its own flat copies, refreshed once per step in each direction.
+  // accelerator it has its own flat copies, refreshed once per step in each direction:
+  // non-blocking copies (from and into pinned messages on CUDA), and one wait for the
+  // device per step, at the loss (or per group of gradient buckets handed over together).
   weights_ = device_.is_cpu() ? messages.weights : torch::empty({n}, deviceOptions);
   grad_ = device_.is_cpu() ? messages.grad : torch::zeros({n}, deviceOptions);
+  if (!device_.is_cpu()) {
+    serverBuffers_ = torch::zeros({messages.serverBuffers.numel()}, deviceOptions);
+    workerBuffers_ = torch::zeros({messages.workerBuffers.numel()}, deviceOptions);
+  }
   bindParameters(model_, weights_);
   if (!device_.is_cpu()) messages.weights.copy_(weights_);
   bindGradients(model_, grad_);
@@ -45,7 +52,9 @@ LocalTrainer::LocalTrainer(const config::TrainConfig& cfg, models::Net& model, c
   // Batches depend only on (seed, batch, shard): reproducible, and built ahead of time. The
   // sampler is used on the prefetching thread only.
   prefetcher_ = std::make_unique<data::Prefetcher>([this, &train, shard](std::int64_t batch) {
-    return train.batch(sampler_.batch(shard, batch), mix(cfg_.seed, static_cast<std::uint64_t>(batch), shard));
+    auto made = train.batch(sampler_.batch(shard, batch), mix(cfg_.seed, static_cast<std::uint64_t>(batch), shard));
+    if (device_.is_cuda()) made = {made.first.pin_memory(), made.second.pin_memory()};  // copied in without blocking
+    return made;
   });
   const auto nan = cfg.nanInjection();
   if (nan.rank == rank) nanBatch_ = nan.step;
@@ -59,8 +68,11 @@ LocalTrainer::~LocalTrainer() {
 }
 
 void LocalTrainer::loadWeights() {
-  if (!device_.is_cpu()) weights_.copy_(messages_.weights);
-  writeBuffers(model_, messages_.serverBuffers);
+  if (device_.is_cpu()) return writeBuffers(model_, messages_.serverBuffers);
+  // The host leaves messages.down alone until computeGradient() has waited for the device.
+  weights_.copy_(messages_.weights, /*non_blocking=*/true);
+  serverBuffers_.copy_(messages_.serverBuffers, /*non_blocking=*/true);
+  writeBuffers(model_, serverBuffers_);
 }
 
 void LocalTrainer::streamGradients(std::int64_t bucketBytes, std::function<void(const Bucket&)> ready) {
@@ -82,8 +94,12 @@ void LocalTrainer::streamGradients(std::int64_t bucketBytes, std::function<void(
 
 void LocalTrainer::onGradient(int parameter, const at::Tensor& gradient) {
   at::Tensor& slot = slots_[parameter];
-  slot.copy_(gradient);  // from any device into the host message
-  slot.mul_(scale_);
+  if (device_.is_cpu()) {
+    slot.copy_(gradient);
+    slot.mul_(scale_);
+  } else {
+    slot.copy_(gradient * scale_, /*non_blocking=*/true);  // final once handOverReadyBuckets() waited
+  }
   delivered(parameter);
   handOverReadyBuckets();
 }
@@ -93,15 +109,20 @@ void LocalTrainer::delivered(int parameter) {
 }
 
 void LocalTrainer::handOverReadyBuckets() {
-  while (nextReady_ < buckets_.size() && missing_[nextReady_] == 0) ready_(buckets_[nextReady_++]);
+  bool waited = false;
+  while (nextReady_ < buckets_.size() && missing_[nextReady_] == 0) {
+    if (!waited) synchronize(device_);  // the copies into these buckets have run
+    waited = true;
+    ready_(buckets_[nextReady_++]);
+  }
 }
 
 void LocalTrainer::computeGradient(std::int64_t batch, std::int64_t version) {
   const auto start = std::chrono::steady_clock::now();
   double dataWait = 0;
   auto [images, labels] = prefetcher_->take(batch, &dataWait);
-  images = images.to(device_);
-  labels = labels.to(device_);
+  images = images.to(device_, /*non_blocking=*/true);
+  labels = labels.to(device_, /*non_blocking=*/true);
   const float count = static_cast<float>(labels.size(0));
   const bool streaming = !buckets_.empty();
 
@@ -129,21 +150,25 @@ void LocalTrainer::computeGradient(std::int64_t batch, std::int64_t version) {
   } else {
     collectGradients(model_, grad_);
   }
-
-  float lossValue = loss.item<float>();
-  if (batch == nanBatch_) {  // --inject-nan, for the fault tests (streaming: never with --skip-nonfinite)
-    lossValue = NAN;
-    if (!streaming) grad_.fill_(NAN);
+  const bool injectNan = batch == nanBatch_;  // --inject-nan, for the fault tests
+  if (!streaming) {  // streamed: the hooks already wrote gradient x count into messages.grad
+    if (injectNan) grad_.fill_(NAN);  // (streaming: never with --skip-nonfinite)
+    grad_.mul_(count);
+    if (!device_.is_cpu()) messages_.grad.copy_(grad_, /*non_blocking=*/true);
   }
+  if (device_.is_cpu()) {
+    readBuffers(model_, messages_.workerBuffers);
+  } else {
+    readBuffers(model_, workerBuffers_);
+    messages_.workerBuffers.copy_(workerBuffers_, /*non_blocking=*/true);
+  }
+  // On a device, the step's one wait: everything queued so far, the copies included, has run.
+  float lossValue = loss.item<float>();
+  if (injectNan) lossValue = NAN;
   if (!std::isfinite(lossValue) && !cfg_.skipNonfinite) {
     throw Error(fmt::format("step {}: the loss of this worker's batch is {}; lower --lr, or --skip-nonfinite "
                             "to drop such steps (the last good checkpoint is kept)", version, lossValue));
   }
-  if (!streaming) {  // streamed: the hooks already wrote gradient x count into messages.grad
-    grad_.mul_(count);
-    if (!device_.is_cpu()) messages_.grad.copy_(grad_);
-  }
-  readBuffers(model_, messages_.workerBuffers);
   if (straggleMs_ > 0) {  // --straggle, for testing the modes against a slow worker
     std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(straggleMs_));
   }

@@ -49,7 +49,9 @@ class LocalTrainer {
   // by bucket (gradientBuckets(model, bucketBytes)) as soon as each is complete, calling
   // `ready(bucket)` in bucket order from inside backward; messages.grad's range of that
   // bucket is final by then. Assumes each parameter is used once per forward pass (true of
-  // every model in the zoo).
+  // every model in the zoo). On a GPU (CUDA, MPS) autograd calls `ready` on its own device
+  // thread while the thread that called computeGradient() waits inside backward: whatever
+  // `ready` calls must allow that, one thread at a time (MPI_THREAD_SERIALIZED).
   void streamGradients(std::int64_t bucketBytes, std::function<void(const Bucket&)> ready);
 
  private:
@@ -61,6 +63,8 @@ class LocalTrainer {
   const int rank_;  // of the world: which trailer slot holds this rank's batch time
   at::Tensor weights_;  // the model's flat parameters: messages.weights on the CPU
   at::Tensor grad_;     // the model's flat gradient: messages.grad on the CPU
+  // On a device: the buffers as floats there, each way, so that they cross in one copy.
+  at::Tensor serverBuffers_, workerBuffers_;
   std::unique_ptr<data::Prefetcher> prefetcher_;
   std::int64_t nanBatch_ = -1;
   double straggleMs_ = 0;
@@ -75,8 +79,8 @@ class LocalTrainer {
   float scale_ = 1;  // the batch's sample count, for gradient x count
   std::function<void(const Bucket&)> ready_;
   void onGradient(int parameter, const at::Tensor& gradient);
-  void delivered(int parameter);  // its slot is final: its buckets miss one parameter less
-  void handOverReadyBuckets();
+  void delivered(int parameter);  // its slot is final once the device has run what was queued
+  void handOverReadyBuckets();    // waits for the device first when there are any
 };
 
 }  // namespace pstrain::roles

@@ -39,7 +39,7 @@ struct Peer {
         cfg(cfg),
         model(model),
         size(comm.size()),
-        messages(models::parameterCount(model), bufferCount(model), comm.size()),
+        messages(models::parameterCount(model), bufferCount(model), comm.size(), device),
         link(comm, cfg, model, messages, cfg.seed * 7919u + static_cast<std::uint64_t>(comm.rank())),
         updatesPerEpoch(data::ShardSampler(train.size(), size, cfg.batchSize, cfg.seed).stepsPerEpoch()),
         total(config::totalSteps(cfg, updatesPerEpoch)),

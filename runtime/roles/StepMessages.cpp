@@ -10,7 +10,12 @@
 
 namespace pstrain::roles {
 
-FloatBuffer::FloatBuffer(std::size_t size) : size_(size) {
+FloatBuffer::FloatBuffer(std::size_t size, bool pinned) : size_(size) {
+  if (pinned) {
+    tensor_ = torch::zeros({static_cast<std::int64_t>(size)}, torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(true));
+    data_ = tensor_.data_ptr<float>();
+    return;
+  }
   // Fresh anonymous pages read as zeros and take memory only once written: the server
   // never writes the gradient part of its up message, so that costs it nothing.
   const std::size_t bytes = std::max<std::size_t>(size, 1) * sizeof(float);
@@ -23,8 +28,8 @@ FloatBuffer::FloatBuffer(std::size_t size) : size_(size) {
 
 at::Tensor FloatBuffer::view(std::int64_t offset, std::int64_t count) const { return tensor_.narrow(0, offset, count); }
 
-StepMessages::StepMessages(std::int64_t n, std::int64_t m, int ranks)
-    : down(kHeaderFloats + n + m), up(n + m + trailerFloats(ranks)), ranks(ranks) {
+StepMessages::StepMessages(std::int64_t n, std::int64_t m, int ranks, c10::Device device)
+    : down(kHeaderFloats + n + m, device.is_cuda()), up(n + m + trailerFloats(ranks), device.is_cuda()), ranks(ranks) {
   weights = down.view(kHeaderFloats, n);
   serverBuffers = down.view(kHeaderFloats + n, m);
   grad = up.view(0, n);

@@ -2,6 +2,7 @@
 // The two messages of a synchronous step, laid out as StepProtocol.h describes, with
 // tensor views of their parts. The server and every worker hold one each.
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 
 #include <cstdint>
 #include <vector>
@@ -12,10 +13,12 @@ namespace pstrain::roles {
 
 // A zeroed float array whose memory belongs to a tensor: the views cut from it (a model's
 // parameters) keep it alive after the FloatBuffer is gone, so no copy is needed to hand
-// them over. Its pages take memory only once written. Iterates like a std::vector<float>.
+// them over. Its pages take memory only once written, unless `pinned`: then it is page-locked
+// memory that a CUDA device copies from and to at full speed, and without blocking the host
+// (needs a CUDA build of libtorch). Iterates like a std::vector<float>.
 class FloatBuffer {
  public:
-  explicit FloatBuffer(std::size_t size);
+  explicit FloatBuffer(std::size_t size, bool pinned = false);
   float* data() const { return data_; }
   std::size_t size() const { return size_; }
   float* begin() const { return data_; }
@@ -31,8 +34,9 @@ class FloatBuffer {
 };
 
 struct StepMessages {
-  // `ranks`: the size of the world, which sizes the trailer.
-  StepMessages(std::int64_t parameters, std::int64_t buffers, int ranks);
+  // `ranks`: the size of the world, which sizes the trailer. `device`: where this rank
+  // computes; on a CUDA device the messages are pinned host memory.
+  StepMessages(std::int64_t parameters, std::int64_t buffers, int ranks, c10::Device device = c10::kCPU);
   StepMessages(const StepMessages&) = delete;  // the views point into the vectors
   StepMessages& operator=(const StepMessages&) = delete;
 

@@ -67,7 +67,7 @@ std::string prepareTrainDir(const config::TrainConfig& cfg) {
   }
   if (earlierRun && cfg.overwrite) {
     for (const char* name : {"ckpt", "metrics.jsonl", "trained_model.pt", "eval.csv", "eval.jsonl", "run.json"}) {
-      fs::remove_all(dir / name, ec);
+      checkpoint::removeTree((dir / name).string());
     }
   }
   if (cfg.resume) {

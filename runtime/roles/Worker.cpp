@@ -14,7 +14,7 @@ Worker::Worker(comm::Communicator& comm, const config::TrainConfig& cfg, models:
     : comm_(comm), cfg_(cfg), model_(model), train_(train), device_(device) {}
 
 void Worker::run() {
-  StepMessages messages(models::parameterCount(model_), bufferCount(model_), comm_.size());
+  StepMessages messages(models::parameterCount(model_), bufferCount(model_), comm_.size(), device_);
   LocalTrainer trainer(cfg_, model_, train_, device_, messages, comm_.rank() - 1, comm_.size() - 1, comm_.rank());
   StepLink link(comm_, cfg_, model_, messages, cfg_.seed * 7919u + static_cast<std::uint64_t>(comm_.rank()));
   const bool sync = cfg_.mode == "sync";

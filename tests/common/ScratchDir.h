@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <string>
 
+#include "runtime/checkpoint/Checkpoint.h"
+
 namespace pstrain::testsupport {
 
 class ScratchDir {
@@ -12,12 +14,14 @@ class ScratchDir {
   explicit ScratchDir(const std::string& name)
       : path_(std::filesystem::temp_directory_path() /
               ("pstrain-" + name + "-" + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(path_);
+    checkpoint::removeTree(path_.string());
     std::filesystem::create_directories(path_);
   }
   ~ScratchDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
+    try {
+      checkpoint::removeTree(path_.string());
+    } catch (const std::exception&) {
+    }
   }
   ScratchDir(const ScratchDir&) = delete;
   ScratchDir& operator=(const ScratchDir&) = delete;

@@ -36,9 +36,9 @@ final_accuracy() {
 }
 # max_weight_diff A.pt B.pt: the largest |a - b| over the tensors of two state dicts (PyTorch).
 max_weight_diff() {
-  /usr/bin/python3 - "$1" "$2" <<'PY'
+  "${PSTRAIN_PYTHON:-/usr/bin/python3}" - "$1" "$2" <<'PY'
 import sys, torch
-a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+a, b = torch.load(sys.argv[1], weights_only=True), torch.load(sys.argv[2], weights_only=True)
 assert a.keys() == b.keys(), "different tensors"
 print(max((a[k] - b[k]).abs().max().item() for k in a))
 PY

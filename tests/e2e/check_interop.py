@@ -23,7 +23,7 @@ def read_idx(path):
 def main(model_name, weights, data_dir, predictions_path):
     torch.set_num_threads(1)
     model = build(model_name)
-    model.load_state_dict(torch.load(weights))  # strict: every key and shape must match
+    model.load_state_dict(torch.load(weights, weights_only=True))  # strict: every key and shape must match
     model.eval()
     images = torch.from_numpy(read_idx(os.path.join(data_dir, "t10k-images-idx3-ubyte.gz")).copy())
     labels = torch.from_numpy(read_idx(os.path.join(data_dir, "t10k-labels-idx1-ubyte.gz")).astype(np.int64))

@@ -16,9 +16,9 @@ def main(directory):
     failures = 0
     for name in names:
         model = build(name)
-        model.load_state_dict(torch.load(os.path.join(directory, name + ".pt")))  # strict
+        model.load_state_dict(torch.load(os.path.join(directory, name + ".pt"), weights_only=True))  # strict
         model.eval()
-        io = torch.load(os.path.join(directory, name + ".io.pt"))
+        io = torch.load(os.path.join(directory, name + ".io.pt"), weights_only=True)
         with torch.no_grad():
             diff = (model(io["input"]) - io["output"]).abs().max().item()
         ok = diff <= 1e-4

@@ -28,9 +28,9 @@ grep -q "step 8/8" "$scratch/pstrain.log" || fail "no final progress line"
 grep -q '"data_wait_s":' "$run/metrics.jsonl" || fail "metrics.jsonl lacks data_wait_s"
 "$pseval" --train-dir "$run" --data-dir "$data" | tee "$scratch/pseval.log"
 [ "$(tail -n +2 "$run/eval.csv" | cut -d, -f1,3 | tr '\n' ' ')" = "4,40 8,40 " ] || fail "eval.csv: $(cat "$run/eval.csv")"
-/usr/bin/python3 - "$run/ckpt/step-00000008.pt" <<'PY'
+"${PSTRAIN_PYTHON:-/usr/bin/python3}" - "$run/ckpt/step-00000008.pt" <<'PY'
 import sys, torch
-ckpt = torch.load(sys.argv[1])
+ckpt = torch.load(sys.argv[1], weights_only=True)
 assert ckpt["__meta__"]["model"] == "resnet20", ckpt["__meta__"]
 mean = ckpt["model"]["bn1.running_mean"]
 assert mean.abs().max() > 1e-3, "BatchNorm statistics never reached the server"

@@ -37,7 +37,7 @@ python3 -c "import sys; sys.exit(0 if float('$accuracy') > 0.70 else 1)" || fail
 [ "$(wc -l < "$run/eval.csv")" -eq 4 ] || fail "a second pseval evaluated checkpoints again"
 
 # 3. PyTorch loads trained_model.pt into the twin module and predicts exactly as pseval did.
-/usr/bin/python3 "$here/check_interop.py" lenet "$run/trained_model.pt" "$data" "$scratch/predictions.txt"
+"${PSTRAIN_PYTHON:-/usr/bin/python3}" "$here/check_interop.py" lenet "$run/trained_model.pt" "$data" "$scratch/predictions.txt"
 
 # 4. Damaged checkpoints are reported and skipped; the good one is still evaluated.
 damaged="$scratch/damaged"

@@ -32,7 +32,7 @@ rc=$?
 echo "$plan"
 check "dry-run exits 0" test $rc -eq 0
 check "dry-run: world" has "$plan" "world +3 ranks: 1 parameter server \+ 2 worker"
-check "dry-run: rank lines with role, host, device, shard" has "$plan" "rank 2 +worker +host .* device cpu .* shard 500 samples"
+check "dry-run: rank lines with role, host, device, shard" has "$plan" "rank 2 +worker +host .* device (cpu|cuda:[0-9]+|mps) .* shard 500 samples"
 check "dry-run: parameters" has "$plan" "model +lenet: 431080 parameters"
 check "dry-run: steps" has "$plan" "steps +60 updates \(20 per epoch x 3 epochs\)"
 # 431080 floats of weights + an 8-float header down; of gradient + 7 floats of accounting + 1 per rank up.

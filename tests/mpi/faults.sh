@@ -15,9 +15,9 @@ train() {  # train DIR [flags...]: the run every case uses (synthetic data, fast
     --lr 0.02 --lr-decay cosine --warmup-steps 20 --checkpoint-every 20 --log-every 50 --train-dir "$dir" "$@"
 }
 same_weights() {  # same_weights A.pt B.pt: max |a - b| <= 1e-6 over every tensor
-  /usr/bin/python3 - "$1" "$2" <<'PY'
+  "${PSTRAIN_PYTHON:-/usr/bin/python3}" - "$1" "$2" <<'PY'
 import sys, torch
-a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])
+a, b = torch.load(sys.argv[1], weights_only=True), torch.load(sys.argv[2], weights_only=True)
 assert a.keys() == b.keys()
 diff = max((a[k] - b[k]).abs().max().item() for k in a)
 print(f"     max |uninterrupted - resumed| = {diff:.3g}")

@@ -179,16 +179,23 @@ TEST_F(Checkpoints, PlainStateDictRoundTrip) {
 }
 
 // The state_dict file is streamed to disk; its bytes are exactly torch::pickle_save's.
-TEST_F(Checkpoints, StreamedStateDictIsByteForBytePickleSave) {
+// torch.load(weights_only=True), PyTorch's default since 2.6, refuses any global but a few
+// (tensor rebuilding, storages, OrderedDict): a state_dict holds nothing else, in particular
+// not the TorchScript type tags that torch::pickle_save puts on dicts.
+TEST_F(Checkpoints, StateDictsHoldOnlyWhatTorchLoadWeightsOnlyAccepts) {
   auto state = models::stateDict(*models::makeModel("convnet"));
   checkpoint::writeStateDict((dir / "w.pt").string(), state);
-  c10::Dict<std::string, at::Tensor> dict;
-  for (const auto& [key, tensor] : state) dict.insert(key, tensor.detach());  // as saved: no autograd flag
-  std::vector<char> expected = torch::pickle_save(dict);
-  std::ifstream in(dir / "w.pt", std::ios::binary);
-  std::string written((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  ASSERT_EQ(written.size(), expected.size());
-  EXPECT_TRUE(std::equal(written.begin(), written.end(), expected.begin()));
+  caffe2::serialize::PyTorchStreamReader reader((dir / "w.pt").string());
+  auto [data, size] = reader.getRecord("data.pkl");
+  const std::string pickle(static_cast<const char*>(data.get()), size);
+  EXPECT_EQ(pickle.find("restore_type_tag"), std::string::npos);
+  EXPECT_NE(pickle.find("_rebuild_tensor_v2"), std::string::npos);
+  auto back = checkpoint::readStateDict((dir / "w.pt").string());
+  ASSERT_EQ(back.size(), state.size());
+  for (std::size_t i = 0; i < state.size(); ++i) {
+    EXPECT_EQ(back[i].first, state[i].first);
+    EXPECT_TRUE(back[i].second.equal(state[i].second)) << state[i].first;
+  }
 }
 
 // A server's parameters are views of one flat buffer: they are saved as one storage (the
@@ -202,4 +209,20 @@ TEST_F(Checkpoints, ViewsOfOneBufferRoundTrip) {
   ASSERT_EQ(back.size(), 2u);
   EXPECT_TRUE(back[0].second.equal(state[0].second));
   EXPECT_TRUE(back[1].second.equal(state[1].second));
+}
+
+// removeTree (std::filesystem::remove_all's stand-in): whole trees, links not followed.
+TEST_F(Checkpoints, RemoveTreeDeletesEverythingBelowButNotWhatLinksPointAt) {
+  fs::create_directories(dir / "tree/a/b");
+  std::ofstream(dir / "tree/a/b/file") << "x";
+  std::ofstream(dir / "kept") << "y";
+  fs::create_symlink(dir / "kept", dir / "tree/a/link");
+  fs::create_directory_symlink(dir, dir / "tree/loop");
+  checkpoint::removeTree((dir / "tree").string());
+  EXPECT_FALSE(fs::exists(dir / "tree"));
+  EXPECT_TRUE(fs::exists(dir / "kept"));
+  checkpoint::removeTree((dir / "tree").string());  // gone already: nothing to do
+  std::ofstream(dir / "single") << "z";
+  checkpoint::removeTree((dir / "single").string());
+  EXPECT_FALSE(fs::exists(dir / "single"));
 }

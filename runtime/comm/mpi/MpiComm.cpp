@@ -377,9 +377,18 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   // instead of under 1). A binomial tree moves a buffer in a few rounds. The environment
   // (or an mpirun --mca) still wins: setenv does not overwrite.
   ::setenv("OMPI_MCA_coll_libnbc_ireduce_algorithm", "2", 0);
-  int provided = 0;
-  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  // SERIALIZED, not FUNNELED: with --overlap on a GPU, a worker's gradient hooks start
+  // reductions from autograd's device thread while the main thread waits inside backward()
+  // (tests/gpu proves which thread runs them). Calls never overlap, so this level suffices.
+  check(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &threadLevel()), "MPI_Init_thread");
 }
+
+int& MpiSession::threadLevel() {
+  static int provided = MPI_THREAD_SINGLE;
+  return provided;
+}
+
+bool MpiSession::callableFromAnyThread() { return threadLevel() >= MPI_THREAD_SERIALIZED; }
 
 MpiSession::~MpiSession() {
   int finalized = 0;

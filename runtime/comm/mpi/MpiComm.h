@@ -78,6 +78,12 @@ class MpiSession {
 
   [[noreturn]] static void abortJob(int code);
   static std::string libraryVersion();
+  // Whether the library granted MPI_THREAD_SERIALIZED or more: any thread may call MPI, one
+  // at a time. Overlap on a GPU needs it (see LocalTrainer::streamGradients).
+  static bool callableFromAnyThread();
+
+ private:
+  static int& threadLevel();  // as MPI_Init_thread provided it
 };
 
 }  // namespace pstrain::comm
