@@ -94,8 +94,9 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
   auto flag = [] { return cxxopts::value<bool>()->default_value("false"); };
   // clang-format off
   options.add_options("Model and data")
-    ("model", "model: mlp, convnet, lenet, resnet20..110, resnet18..152, vgg11..19 (see --list-models)", str(d.model))
-    ("dataset", "dataset: fashion-mnist, mnist, cifar10, cifar100, synthetic, synthetic-cifar (see --list-datasets)", str(d.dataset))
+    ("model", "model: mlp, convnet, lenet, resnet20..110, resnet18..152, vgg11..19 (see --list-models), or a TorchScript file of your own (a path, or a name ending in .pt/.pth)", str(d.model))
+    ("dataset", "dataset: fashion-mnist, mnist, cifar10, cifar100, synthetic, synthetic-cifar (see --list-datasets), or a NumPy .npz file (x_train, y_train, x_test, y_test)", str(d.dataset))
+    ("loss", "auto | cross-entropy (on logits) | nll (on log-probabilities) | mse (float targets); auto: nll for the zoo, cross-entropy for a model file", str(d.loss))
     ("data-dir", "dataset folder (default: /usr/share/datasets/<dataset>)", str(d.dataDir))
     ("synthetic-size", "training samples of the synthetic datasets", i64(d.syntheticSize))
     ("list-models", "print the models and exit")
@@ -187,6 +188,7 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     c.straggle = r["straggle"].as<std::string>();
     c.model = r["model"].as<std::string>();
     c.dataset = r["dataset"].as<std::string>();
+    c.loss = r["loss"].as<std::string>();
     c.dataDir = r["data-dir"].as<std::string>();
     c.syntheticSize = r["synthetic-size"].as<std::int64_t>();
     c.batchSize = r["batch-size"].as<std::int64_t>();
@@ -217,8 +219,15 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
   c.validate();
   codec::validateSpec(c.compress, false, "compress");
   codec::validateSpec(c.compressWeights, true, "compress-weights");
+  // Files (a model or dataset of the user's) are read, and checked against each other, at
+  // start-up on every rank; names are checked here.
+  if (config::isModelFile(c.model) || config::isDatasetFile(c.dataset)) {
+    if (!config::isModelFile(c.model)) models::modelInfo(c.model);
+    if (!config::isDatasetFile(c.dataset)) data::datasetInfo(c.dataset);
+    return command;
+  }
   const auto& model = models::modelInfo(c.model);        // throws ConfigError listing the names
-  const auto& dataset = data::datasetInfo(c.dataset);
+  const auto dataset = data::datasetInfo(c.dataset);
   if (model.inputShape != dataset.shape) {
     throw ConfigError(fmt::format("--model {} takes {} images but --dataset {} has {} (see --list-models, --list-datasets)",
                                   c.model, fmt::join(model.inputShape, "x"), c.dataset, fmt::join(dataset.shape, "x")));
@@ -239,6 +248,7 @@ EvalCommand parseEvalCommand(int argc, char** argv) {
     ("train-dir", "the run's directory (required)", cxxopts::value<std::string>())
     ("follow", "keep waiting for new checkpoints until trained_model.pt appears")
     ("data-dir", "dataset folder (default: /usr/share/datasets/<dataset>)", cxxopts::value<std::string>()->default_value(""))
+    ("model", "a model file's TorchScript in place of the path the checkpoints record (if it moved)", cxxopts::value<std::string>()->default_value(""))
     ("device", "cpu | mps | cuda | auto", cxxopts::value<std::string>()->default_value(d.device))
     ("poll-seconds", "with --follow: seconds between looks", cxxopts::value<double>()->default_value("2"))
     ("idle-timeout", "with --follow: give up after this many seconds without a new checkpoint", cxxopts::value<double>()->default_value("900"))
@@ -259,6 +269,7 @@ EvalCommand parseEvalCommand(int argc, char** argv) {
     command.trainDir = r["train-dir"].as<std::string>();
     command.follow = r.count("follow") > 0;
     command.dataDir = r["data-dir"].as<std::string>();
+    command.model = r["model"].as<std::string>();
     command.device = r["device"].as<std::string>();
     command.pollSeconds = r["poll-seconds"].as<double>();
     command.idleTimeoutSeconds = r["idle-timeout"].as<double>();

@@ -29,6 +29,7 @@ std::vector<std::string> configFileArguments(const std::string& path);
 struct EvalCommand {
   std::string trainDir;
   std::string dataDir;
+  std::string model;  // a TorchScript file in place of the checkpoints' (moved since training)
   std::string device = "cpu";
   bool follow = false;
   double pollSeconds = 2;

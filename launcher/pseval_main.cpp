@@ -20,6 +20,7 @@
 #include "models/Registry.h"
 #include "runtime/Errors.h"
 #include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/config/TrainConfig.h"
 #include "runtime/metrics/Json.h"
 #include "runtime/metrics/JsonLines.h"
 #include "runtime/roles/Evaluation.h"
@@ -71,16 +72,27 @@ class Evaluator {
   void evaluateOne(const checkpoint::Published& published) {
     checkpoint::Checkpoint ckpt = checkpoint::read(published);
     const data::Dataset& test = testSet(ckpt);
-    auto model = models::makeModel(ckpt.model, test.classes);
+    auto model = models::makeModel(modelOf(ckpt), test.classes);
     models::loadStateDict(*model, ckpt.modelState, published.path);
     model->to(device_);
-    roles::EvalResult r = roles::evaluate(*model, test, device_, cmd_.batchSize);
+    roles::EvalResult r = roles::evaluate(*model, test, device_, ckpt.loss, cmd_.batchSize);
     record(ckpt, published, r);
-    if (!cmd_.predictionsPath.empty()) {
+    if (!cmd_.predictionsPath.empty() && test.classes > 0) {
       std::ofstream out(cmd_.predictionsPath);
       for (auto p : r.predictions) out << p << "\n";
       if (!out) throw Error(cmd_.predictionsPath + ": write failed");
     }
+  }
+
+  // The zoo name, or the model file: --model, else where the training found it.
+  std::string modelOf(const checkpoint::Checkpoint& ckpt) const {
+    if (!config::isModelFile(ckpt.model)) return ckpt.model;
+    if (!cmd_.model.empty()) return cmd_.model;
+    if (!ckpt.modelPath.empty() && fs::exists(ckpt.modelPath)) return ckpt.modelPath;
+    if (fs::exists(ckpt.model)) return ckpt.model;
+    throw Error(fmt::format("the model file {} of the checkpoints is not there any more: pass --model FILE "
+                            "(or evaluate trained_model.torchscript.pt in Python)",
+                            ckpt.modelPath.empty() ? ckpt.model : ckpt.modelPath));
   }
 
   const data::Dataset& testSet(const checkpoint::Checkpoint& ckpt) {
@@ -118,8 +130,9 @@ class Evaluator {
     line.add("samples", r.samples).add("loss", r.loss).add("accuracy", r.accuracy);
     line.addRaw("class_accuracy", "[" + classes + "]").add("checkpoint", published.path);
     metrics::JsonLines((dir_ / "eval.jsonl").string()).write(line);
-    std::cout << fmt::format("pseval: step {} (epoch {}): test loss {:.4f}, accuracy {:.2f}% ({} samples)",
-                             ckpt.step, ckpt.epoch, r.loss, 100 * r.accuracy, r.samples)
+    std::cout << fmt::format("pseval: step {} (epoch {}): test loss {:.4f}{} ({} samples)", ckpt.step, ckpt.epoch,
+                             r.loss, std::isfinite(r.accuracy) ? fmt::format(", accuracy {:.2f}%", 100 * r.accuracy) : "",
+                             r.samples)
               << std::endl;
   }
 

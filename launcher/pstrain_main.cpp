@@ -30,6 +30,9 @@ void printModels() {
     fmt::print("{:<10} {:>12}  {:<10} {}\n", info.name, models::parameterCount(*model),
                fmt::format("{}", fmt::join(info.inputShape, "x")), info.description);
   }
+  fmt::print("{:<10} {:>12}  {:<10} {}\n", "FILE.pt", "yours", "any",
+             "a TorchScript file of your own model: torch.jit.script(model).save(\"FILE.pt\"), "
+             "then --model FILE.pt (README: \"Your own model and data\")");
 }
 
 void printDatasets() {
@@ -38,6 +41,8 @@ void printDatasets() {
     fmt::print("{:<16} {:<8} {:>7}  {}{}\n", info.name, fmt::format("{}", fmt::join(info.shape, "x")), info.classes,
                info.description, info.defaultDir.empty() ? "" : " [" + info.defaultDir + "]");
   }
+  fmt::print("{:<16} {:<8} {:>7}  {}\n", "FILE.npz", "any", "any",
+             "a NumPy .npz of your own: x_train, y_train, x_test, y_test (np.savez; README: \"Your own model and data\")");
 }
 
 int gRank = -1;

@@ -7,8 +7,10 @@
 #include <functional>
 #include <map>
 
+#include "models/ScriptModel.h"
 #include "models/Zoo.h"
 #include "runtime/Errors.h"
+#include "runtime/config/TrainConfig.h"
 
 namespace pstrain::models {
 namespace {
@@ -114,6 +116,7 @@ const ModelInfo& modelInfo(const std::string& name) {
 }
 
 std::shared_ptr<Net> makeModel(const std::string& name, int classes) {
+  if (config::isModelFile(name)) return loadScriptModel(name);
   std::string known;
   for (const auto& e : registry()) {
     if (e.info.name == name) return e.make(classes);

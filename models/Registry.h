@@ -15,7 +15,13 @@ namespace pstrain::models {
 class Net : public torch::nn::Module {
  public:
   virtual at::Tensor forward(const at::Tensor& input) = 0;
+  // A model from a TorchScript file (ScriptModel.h): the module with its current weights, as
+  // torch.jit.load reads it, and "crc32 ..., N bytes" of the file it came from. Empty for
+  // the zoo's models.
+  virtual std::string torchScriptArchive() const { return {}; }
+  virtual std::string fileIdentity() const { return {}; }
 };
+
 
 struct ModelInfo {
   std::string name;
@@ -28,8 +34,10 @@ std::vector<ModelInfo> modelList();
 // Throws ConfigError listing the known names.
 const ModelInfo& modelInfo(const std::string& name);
 
-// A freshly initialised model with `classes` outputs (from torch's global generator: seed
-// it first for reproducible weights). Throws ConfigError listing the known names.
+// A freshly initialised zoo model with `classes` outputs (from torch's global generator:
+// seed it first for reproducible weights), or the model of a TorchScript file, with its
+// weights (config::isModelFile; `classes` is then the file's business). Throws ConfigError listing
+// the known names, or naming the file and what is wrong with it.
 std::shared_ptr<Net> makeModel(const std::string& name, int classes = 10);
 
 // Parameters and buffers by their state_dict key, in registration order.

@@ -240,6 +240,8 @@ std::string publish(const std::string& dir, const Checkpoint& ckpt) {
   meta.insert("dataset", ckpt.dataset);
   meta.insert("synthetic_size", ckpt.syntheticSize);
   meta.insert("fingerprint", ckpt.fingerprint);
+  meta.insert("loss", ckpt.loss);
+  meta.insert("model_path", ckpt.modelPath);
   GenericDict optimizer = stringKeyedDict();
   optimizer.insert("momentum_buffer", tensorDict(ckpt.momentum));
   GenericDict top = stringKeyedDict();
@@ -339,6 +341,8 @@ Checkpoint decode(const c10::IValue& top, const std::string& path) {
   ckpt.dataset = metaString("dataset");
   ckpt.syntheticSize = metaInt("synthetic_size");
   ckpt.fingerprint = metaString("fingerprint");
+  if (meta.contains("loss")) ckpt.loss = metaString("loss");
+  if (meta.contains("model_path")) ckpt.modelPath = metaString("model_path");
   ckpt.modelState = tensorList(dict.at("model"), path, "model");
   if (!dict.at("optimizer").isGenericDict() || !dict.at("optimizer").toGenericDict().contains("momentum_buffer")) {
     throw CheckpointError(fmt::format("{}: 'optimizer' has no momentum_buffer", path));

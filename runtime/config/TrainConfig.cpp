@@ -85,6 +85,30 @@ void TrainConfig::validate() const {
   require(!(resume && overwrite), "--resume continues the run in --train-dir, --overwrite replaces it: choose one");
   nanInjection();
   require(syntheticSize > 0, "--synthetic-size must be at least 1");
+  requireOneOf("loss", loss, {"auto", "cross-entropy", "nll", "mse"});
+  require(loss != "mse" || isModelFile(model),
+          "--loss mse needs a model of your own (--model FILE): the zoo's models output class log-probabilities");
+}
+
+std::string TrainConfig::lossFunction() const {
+  if (loss != "auto") return loss;
+  return isModelFile(model) ? "cross-entropy" : "nll";
+}
+
+namespace {
+
+bool endsWith(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+bool isModelFile(const std::string& model) {
+  return model.find('/') != std::string::npos || endsWith(model, ".pt") || endsWith(model, ".pth");
+}
+
+bool isDatasetFile(const std::string& dataset) {
+  return dataset.find('/') != std::string::npos || endsWith(dataset, ".npz");
 }
 
 TrainConfig::NanInjection TrainConfig::nanInjection() const {
@@ -144,6 +168,7 @@ std::vector<std::pair<std::string, std::string>> TrainConfig::sharedFields() con
       {"bucket-kb", std::to_string(bucketKb)},
       {"model", model},
       {"dataset", dataset},
+      {"loss", lossFunction()},
       {"synthetic-size", dataset.rfind("synthetic", 0) == 0 ? std::to_string(syntheticSize) : "-"},
       {"batch-size", std::to_string(batchSize)},
       {"lr", canonicalNumber(lr)},

@@ -11,8 +11,8 @@ namespace pstrain::config {
 
 struct TrainConfig {
   std::string mode = "sync";           // sync | backup | async | allreduce | gossip
-  std::string model = "lenet";
-  std::string dataset = "fashion-mnist";
+  std::string model = "lenet";         // a zoo name or a TorchScript file (isModelFile)
+  std::string dataset = "fashion-mnist";  // a built-in name or an .npz file (isDatasetFile)
   std::string dataDir;                 // empty: the dataset's default location
   std::int64_t syntheticSize = 6000;   // training samples of the synthetic dataset
   std::int64_t batchSize = 64;         // per worker
@@ -20,6 +20,7 @@ struct TrainConfig {
   std::string lrScaling = "linear";    // none | linear (lr x workers)
   std::int64_t warmupSteps = 0;        // linear ramp to the scaled lr
   std::string lrDecay = "none";        // none | cosine (to 0 at the last step)
+  std::string loss = "auto";           // auto | cross-entropy | nll | mse (see lossFunction)
   double momentum = 0.9;
   bool nesterov = false;
   double weightDecay = 0.0;
@@ -86,6 +87,10 @@ struct TrainConfig {
   // A function of shared fields only, so every rank decides the same.
   bool overlapping() const;
 
+  // The loss, --loss auto resolved: nll for the zoo's models (their outputs are
+  // log-probabilities), cross-entropy on the outputs (logits) of a model file.
+  std::string lossFunction() const;
+
   // Ranks that compute gradients in a world of `worldSize`: all of them in the peer modes
   // (allreduce, gossip), all but the server otherwise.
   int computeRanks(int worldSize) const;
@@ -104,6 +109,12 @@ struct TrainConfig {
   // 16 hex digits identifying sharedFields(): equal fingerprints mean the same training.
   std::string fingerprint() const;
 };
+
+// Whether --model names a TorchScript file (it holds a '/' or ends in .pt or .pth) rather
+// than a zoo model, and whether --dataset names an .npz file (a '/' or .npz) rather than a
+// built-in dataset. The one place of both rules.
+bool isModelFile(const std::string& model);
+bool isDatasetFile(const std::string& dataset);
 
 // The optimizer step count of a run: `steps` when set, else epochs x stepsPerEpoch.
 std::int64_t totalSteps(const TrainConfig& cfg, std::int64_t stepsPerEpoch);

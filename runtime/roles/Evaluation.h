@@ -3,6 +3,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "data/Dataset.h"
@@ -12,14 +13,16 @@ namespace pstrain::roles {
 
 struct EvalResult {
   std::int64_t samples = 0;
-  double loss = 0;      // mean negative log-likelihood
+  double loss = 0;      // the mean of the training loss (--loss) over the samples
+  // Class labels only (test.classes > 0); regression targets have loss alone.
   double accuracy = 0;  // fraction correct
   std::vector<double> classAccuracy;     // per label; NaN for a class absent from the set
   std::vector<std::int64_t> predictions;  // argmax per sample, in dataset order
 };
 
-// Evaluates `model` (in eval mode, without gradients) on every sample of `test`.
+// Evaluates `model` (in eval mode, without gradients) on every sample of `test`, with the
+// loss `loss` (roles/Loss.h).
 EvalResult evaluate(models::Net& model, const data::Dataset& test, c10::Device device,
-                    std::int64_t batchSize = 1000);
+                    const std::string& loss = "nll", std::int64_t batchSize = 1000);
 
 }  // namespace pstrain::roles

@@ -47,10 +47,15 @@ std::vector<std::map<std::string, std::string>> handshake(comm::Communicator& co
       }
       const std::string& reference = facts[first][key];
       if (value != reference) {
+        // What each rank says it is of (its "info." fact, a file's path), when it says so.
+        auto about = [&](std::size_t rank) {
+          auto info = facts[rank].find("info." + key);
+          return info == facts[rank].end() ? std::string() : " (" + info->second + ")";
+        };
         throw CollectiveConfigError(fmt::format(
-            "ranks disagree on '{}': '{}' on rank {} but '{}' on rank {}; start every rank with "
+            "ranks disagree on '{}': '{}'{} on rank {} but '{}'{} on rank {}; start every rank with "
             "the same flags, binary and data",
-            key, reference, first, value, r));
+            key, reference, about(first), first, value, about(r), r));
       }
     }
   }

@@ -11,6 +11,7 @@
 #include "runtime/Errors.h"
 #include "runtime/roles/DeviceSync.h"
 #include "runtime/roles/FlatParameters.h"
+#include "runtime/roles/Loss.h"
 
 namespace pstrain::roles {
 namespace {
@@ -32,7 +33,8 @@ LocalTrainer::LocalTrainer(const config::TrainConfig& cfg, models::Net& model, c
       device_(device),
       messages_(messages),
       sampler_(train.size(), shards, cfg.batchSize, cfg.seed),
-      rank_(rank) {
+      rank_(rank),
+      lossName_(cfg.lossFunction()) {
   const std::int64_t n = messages.weights.numel();
   auto deviceOptions = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
   // On the CPU the model computes straight from/into the message buffers; on an
@@ -135,7 +137,7 @@ void LocalTrainer::computeGradient(std::int64_t batch, std::int64_t version) {
   } else {
     grad_.zero_();
   }
-  at::Tensor loss = torch::nll_loss(model_.forward(images), labels);
+  at::Tensor loss = lossOf(lossName_, model_.forward(images), labels);
   loss.backward();
   if (streaming) {
     // A parameter the loss did not reach got no hook call: its gradient is zero.

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "data/Dataset.h"
@@ -61,6 +62,7 @@ class LocalTrainer {
   StepMessages& messages_;
   data::ShardSampler sampler_;
   const int rank_;  // of the world: which trailer slot holds this rank's batch time
+  const std::string lossName_;
   at::Tensor weights_;  // the model's flat parameters: messages.weights on the CPU
   at::Tensor grad_;     // the model's flat gradient: messages.grad on the CPU
   // On a device: the buffers as floats there, each way, so that they cross in one copy.

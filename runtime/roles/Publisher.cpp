@@ -138,10 +138,14 @@ void Publisher::finish(std::int64_t stepsDone) {
   const fs::path dir(cfg_.trainDir);
   auto path = checkpoint::publish((dir / "ckpt").string(), snapshot(stepsDone));
   checkpoint::writeStateDict((dir / "trained_model.pt").string(), models::stateDict(model_));
-  std::cout << fmt::format("pstrain: done in {}{}; final checkpoint {}, weights {}",
+  // A model of the user's, as TorchScript with the trained weights: torch.jit.load runs it.
+  const std::string script = model_.torchScriptArchive();
+  if (!script.empty()) checkpoint::atomicWrite((dir / "trained_model.torchscript.pt").string(), script);
+  std::cout << fmt::format("pstrain: done in {}{}; final checkpoint {}, weights {}{}",
                            metrics::formatDuration(elapsedSeconds()),
                            stepsDone < total_ ? fmt::format(" (--max-seconds: {} of {} steps)", stepsDone, total_) : "",
-                           path, (dir / "trained_model.pt").string())
+                           path, (dir / "trained_model.pt").string(),
+                           script.empty() ? "" : " and " + (dir / "trained_model.torchscript.pt").string())
             << std::endl;
 }
 
@@ -152,6 +156,8 @@ checkpoint::Checkpoint Publisher::snapshot(std::int64_t stepsDone) const {
   ckpt.model = cfg_.model;
   ckpt.dataset = cfg_.dataset;
   ckpt.syntheticSize = cfg_.syntheticSize;
+  ckpt.loss = cfg_.lossFunction();
+  if (config::isModelFile(cfg_.model)) ckpt.modelPath = fs::absolute(cfg_.model).string();
   ckpt.fingerprint = cfg_.fingerprint();
   ckpt.modelState = models::stateDict(model_);
   if (sgd_.momentumBuffer().defined()) {

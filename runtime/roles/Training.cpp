@@ -22,6 +22,7 @@
 #include "runtime/metrics/Json.h"
 #include "runtime/roles/FlatParameters.h"
 #include "runtime/roles/Handshake.h"
+#include "runtime/roles/Loss.h"
 #include "runtime/roles/ParameterServer.h"
 #include "runtime/roles/PeerTraining.h"
 #include "runtime/roles/Worker.h"
@@ -66,13 +67,15 @@ std::string prepareTrainDir(const config::TrainConfig& cfg) {
     return cfg.resume ? "writable; --resume continues the run it holds" : "writable; holds an earlier run that --overwrite will replace";
   }
   if (earlierRun && cfg.overwrite) {
-    for (const char* name : {"ckpt", "metrics.jsonl", "trained_model.pt", "eval.csv", "eval.jsonl", "run.json"}) {
+    for (const char* name : {"ckpt", "metrics.jsonl", "trained_model.pt", "trained_model.torchscript.pt", "eval.csv",
+                             "eval.jsonl", "run.json"}) {
       checkpoint::removeTree((dir / name).string());
     }
   }
   if (cfg.resume) {
     // trained_model.pt is written again at the end; until then the run is not finished.
     fs::remove(dir / "trained_model.pt", ec);
+    fs::remove(dir / "trained_model.torchscript.pt", ec);
     for (const auto& entry : fs::directory_iterator(dir / "ckpt", ec)) {
       if (entry.path().filename().string().find(".tmp") != std::string::npos) fs::remove(entry.path(), ec);
     }
@@ -251,6 +254,9 @@ void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, model
     }
   }
 
+  // A model of the user's must fit the data before anything is waited for (--dry-run too).
+  if (train) checkModelFitsData(model, cfg.model, *train, cfg.lossFunction(), device);
+
   Facts mine = cfg.sharedFields();
   mine.emplace_back("protocol", kProtocolVersion);
   mine.emplace_back("dry-run", cfg.dryRun ? "true" : "false");
@@ -258,6 +264,11 @@ void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, model
   mine.emplace_back("skip-nonfinite", cfg.skipNonfinite ? "true" : "false");
   mine.emplace_back("parameters", models::parameterSignature(model));
   mine.emplace_back("train-samples", train ? std::to_string(train->size()) : "");
+  // Files of the user's: the same contents on every rank, whatever their paths.
+  mine.emplace_back("model-file", model.fileIdentity());
+  mine.emplace_back("info.model-file", cfg.model);
+  mine.emplace_back("dataset-file", train ? train->fileIdentity : "");
+  mine.emplace_back("info.dataset-file", cfg.dataset);
   mine.emplace_back("info.host", comm.hostName());
   mine.emplace_back("info.device", device.str());
   mine.emplace_back("info.torch", TORCH_VERSION);

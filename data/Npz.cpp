@@ -1,0 +1,363 @@
+#include "data/Npz.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <memory>
+
+#include "runtime/Errors.h"
+
+namespace pstrain::data {
+namespace {
+
+constexpr std::uint32_t kLocalHeader = 0x04034b50, kCentralHeader = 0x02014b50, kEnd = 0x06054b50,
+                        kEnd64 = 0x06064b50, kEnd64Locator = 0x07064b50;
+constexpr std::size_t kMaxHeader = 1 << 20;  // .npy headers are a few hundred bytes
+
+std::uint64_t le(const unsigned char* p, int bytes) {
+  std::uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = v << 8 | p[i];
+  return v;
+}
+
+// Reads exactly `n` bytes at `offset`, or throws.
+void readAt(int fd, std::uint64_t offset, void* out, std::size_t n, const std::string& what) {
+  auto* p = static_cast<char*>(out);
+  while (n > 0) {
+    const ssize_t got = ::pread(fd, p, n, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) throw DataError(fmt::format("{}: truncated (could not read {} bytes at offset {})", what, n, offset));
+    p += got;
+    n -= static_cast<std::size_t>(got);
+    offset += static_cast<std::uint64_t>(got);
+  }
+}
+
+// One member's uncompressed bytes, in order, whatever its method; finish() checks that all
+// of them were read and that their CRC-32 is the directory's.
+class MemberStream {
+ public:
+  MemberStream(int fd, std::uint64_t fileSize, const NpzFile::Member& m, std::string what)
+      : fd_(fd), m_(m), what_(std::move(what)) {
+    unsigned char local[30];
+    readAt(fd, m.localOffset, local, sizeof local, what_);
+    if (le(local, 4) != kLocalHeader) throw DataError(fmt::format("{}: bad local header (not a zip member)", what_));
+    next_ = m.localOffset + 30 + le(local + 26, 2) + le(local + 28, 2);
+    if (next_ > fileSize || m.compressedSize > fileSize - next_) {
+      throw DataError(fmt::format("{}: truncated (its data run past the end of the file)", what_));
+    }
+    end_ = next_ + m.compressedSize;
+    if (m.method == 0 && m.size != m.compressedSize) {
+      throw DataError(fmt::format("{}: corrupt zip directory (a stored member of two sizes)", what_));
+    }
+    if (m.method == 8) {
+      if (inflateInit2(&z_, -MAX_WBITS) != Z_OK) throw DataError(fmt::format("{}: cannot start inflating", what_));
+      inflating_ = true;
+      in_.resize(1 << 20);
+    } else if (m.method != 0) {
+      throw DataError(fmt::format("{}: compression method {} (np.savez and np.savez_compressed use 0 and 8)", what_,
+                                  m.method));
+    }
+  }
+  ~MemberStream() {
+    if (inflating_) inflateEnd(&z_);
+  }
+
+  void read(void* out, std::size_t n) {
+    if (n > m_.size - produced_) throw DataError(fmt::format("{}: shorter than its header says", what_));
+    auto* p = static_cast<unsigned char*>(out);
+    if (!inflating_) {
+      readAt(fd_, next_, p, n, what_);
+      next_ += n;
+    } else {
+      std::size_t done = 0;
+      while (done < n) {
+        if (z_.avail_in == 0) {
+          const std::size_t chunk = static_cast<std::size_t>(std::min<std::uint64_t>(in_.size(), end_ - next_));
+          if (chunk == 0) throw DataError(fmt::format("{}: truncated or corrupt compressed data", what_));
+          readAt(fd_, next_, in_.data(), chunk, what_);
+          next_ += chunk;
+          z_.next_in = in_.data();
+          z_.avail_in = static_cast<uInt>(chunk);
+        }
+        const std::size_t want = std::min<std::size_t>(n - done, std::numeric_limits<uInt>::max());
+        z_.next_out = p + done;
+        z_.avail_out = static_cast<uInt>(want);
+        const int rc = inflate(&z_, Z_NO_FLUSH);
+        done += want - z_.avail_out;
+        if (rc == Z_STREAM_END && done < n) throw DataError(fmt::format("{}: compressed data end early", what_));
+        if (rc != Z_OK && rc != Z_STREAM_END && !(rc == Z_BUF_ERROR && z_.avail_in == 0)) {
+          throw DataError(fmt::format("{}: corrupt compressed data ({})", what_, z_.msg ? z_.msg : "inflate failed"));
+        }
+      }
+    }
+    for (std::size_t offset = 0; offset < n;) {
+      const auto part = static_cast<uInt>(std::min<std::size_t>(n - offset, 1u << 30));
+      crc_ = crc32(crc_, p + offset, part);
+      offset += part;
+    }
+    produced_ += n;
+  }
+
+  void finish() {
+    if (produced_ != m_.size) throw DataError(fmt::format("{}: longer than its header says", what_));
+    if (crc_ != m_.crc) throw DataError(fmt::format("{}: CRC-32 mismatch (the file is corrupt)", what_));
+  }
+
+ private:
+  int fd_;
+  NpzFile::Member m_;
+  std::string what_;
+  std::uint64_t next_ = 0, end_ = 0, produced_ = 0;
+  uLong crc_ = crc32(0, nullptr, 0);
+  bool inflating_ = false;
+  z_stream z_{};
+  std::vector<unsigned char> in_;
+};
+
+// The value text of 'key' in a .npy header dict ("{'descr': '<f4', 'fortran_order': False,
+// 'shape': (3, 4), }"), up to the next top-level comma or brace.
+std::string headerField(const std::string& header, const std::string& key, const std::string& what) {
+  const std::string quoted = "'" + key + "'";
+  auto at = header.find(quoted);
+  if (at == std::string::npos) throw DataError(fmt::format("{}: .npy header has no {}", what, quoted));
+  at = header.find(':', at + quoted.size());
+  if (at == std::string::npos) throw DataError(fmt::format("{}: malformed .npy header", what));
+  std::size_t end = at + 1;
+  for (int depth = 0; end < header.size(); ++end) {
+    const char c = header[end];
+    if (c == '(') ++depth;
+    if (c == ')') --depth;
+    if (depth == 0 && (c == ',' || c == '}')) break;
+    if (depth < 0) throw DataError(fmt::format("{}: malformed .npy header", what));
+  }
+  std::string value = header.substr(at + 1, end - at - 1);
+  value.erase(0, value.find_first_not_of(' '));
+  value.erase(value.find_last_not_of(' ') + 1);
+  return value;
+}
+
+NpyArray parseHeader(const std::string& header, const std::string& what) {
+  NpyArray a;
+  std::string descr = headerField(header, "descr", what);
+  if (descr.size() < 3 || descr.front() != '\'' || descr.back() != '\'') {
+    throw DataError(fmt::format("{}: malformed dtype {}", what, descr));
+  }
+  descr = descr.substr(1, descr.size() - 2);
+  const char order = descr[0];
+  const std::string type = descr.substr(1);
+  static const std::map<std::string, std::size_t> kinds = {{"u1", 1}, {"i4", 4}, {"i8", 8}, {"f4", 4}, {"f8", 8}};
+  auto kind = kinds.find(type);
+  if (kind == kinds.end() || (order != '<' && order != '|' && order != '=') || (order == '|' && type != "u1")) {
+    throw DataError(fmt::format("{}: dtype '{}' is not supported (uint8, int32, int64, float32, float64, "
+                                "little-endian); convert it, e.g. x.astype(np.float32)", what, descr));
+  }
+  a.dtype = type;
+  a.itemSize = kind->second;
+  const std::string fortran = headerField(header, "fortran_order", what);
+  if (fortran != "False" && fortran != "True") throw DataError(fmt::format("{}: malformed fortran_order", what));
+  std::string shape = headerField(header, "shape", what);
+  if (shape.size() < 2 || shape.front() != '(' || shape.back() != ')') {
+    throw DataError(fmt::format("{}: malformed shape {}", what, shape));
+  }
+  shape = shape.substr(1, shape.size() - 2);
+  std::size_t i = 0;
+  while (i < shape.size()) {
+    while (i < shape.size() && (shape[i] == ' ' || shape[i] == ',')) ++i;
+    if (i == shape.size()) break;
+    std::size_t j = i;
+    std::int64_t d = 0;
+    while (j < shape.size() && shape[j] >= '0' && shape[j] <= '9') {
+      if (d > (std::numeric_limits<std::int64_t>::max() - 9) / 10) throw DataError(fmt::format("{}: shape too large", what));
+      d = d * 10 + (shape[j++] - '0');
+    }
+    if (j == i || a.shape.size() >= 32) throw DataError(fmt::format("{}: malformed shape ({})", what, shape));
+    a.shape.push_back(d);
+    i = j;
+  }
+  if (fortran == "True" && a.shape.size() > 1) {
+    throw DataError(fmt::format("{}: stored in Fortran order; save np.ascontiguousarray(x) instead", what));
+  }
+  return a;
+}
+
+}  // namespace
+
+std::uint64_t NpyArray::elements() const {
+  std::uint64_t n = 1;
+  for (auto d : shape) {
+    if (d != 0 && n > std::numeric_limits<std::uint64_t>::max() / static_cast<std::uint64_t>(d)) {
+      return std::numeric_limits<std::uint64_t>::max();
+    }
+    n *= static_cast<std::uint64_t>(d);
+  }
+  return n;
+}
+
+NpzFile::NpzFile(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) {
+    throw DataError(fmt::format("{}: cannot open ({}); --dataset takes a NumPy .npz file (np.savez) or a name "
+                                "of --list-datasets", path, std::strerror(errno)));
+  }
+  struct stat info;
+  ::fstat(fd_, &info);
+  fileSize_ = static_cast<std::uint64_t>(info.st_size);
+  try {
+    // The end-of-central-directory record: within the last 22 + 65535 bytes.
+    const std::size_t tail = static_cast<std::size_t>(std::min<std::uint64_t>(fileSize_, 22 + 65535));
+    std::vector<unsigned char> end(tail);
+    readAt(fd_, fileSize_ - tail, end.data(), tail, path);
+    std::size_t at = std::string::npos;
+    for (std::size_t i = tail >= 22 ? tail - 22 + 1 : 0; i-- > 0;) {
+      if (le(&end[i], 4) == kEnd) {
+        at = i;
+        break;
+      }
+    }
+    if (at == std::string::npos) throw DataError(fmt::format("{}: not an .npz file (no zip directory); save it with np.savez", path));
+    std::uint64_t entries = le(&end[at + 10], 2), cdSize = le(&end[at + 12], 4), cdOffset = le(&end[at + 16], 4);
+    const std::uint64_t endOffset = fileSize_ - tail + at;
+    if (entries == 0xffff || cdSize == 0xffffffff || cdOffset == 0xffffffff) {  // zip64
+      unsigned char locator[20], end64[56];
+      if (endOffset < sizeof locator) throw DataError(fmt::format("{}: truncated zip64 directory", path));
+      readAt(fd_, endOffset - sizeof locator, locator, sizeof locator, path);
+      if (le(locator, 4) != kEnd64Locator) throw DataError(fmt::format("{}: missing zip64 locator", path));
+      readAt(fd_, le(locator + 8, 8), end64, sizeof end64, path);
+      if (le(end64, 4) != kEnd64) throw DataError(fmt::format("{}: bad zip64 directory record", path));
+      entries = le(end64 + 32, 8);
+      cdSize = le(end64 + 40, 8);
+      cdOffset = le(end64 + 48, 8);
+    }
+    if (cdOffset > fileSize_ || cdSize > fileSize_ - cdOffset || entries > cdSize / 46) {
+      throw DataError(fmt::format("{}: truncated or corrupt (its zip directory does not fit the file)", path));
+    }
+    std::vector<unsigned char> cd(static_cast<std::size_t>(cdSize));
+    readAt(fd_, cdOffset, cd.data(), cd.size(), path);
+    std::size_t p = 0;
+    for (std::uint64_t e = 0; e < entries; ++e) {
+      if (p + 46 > cd.size() || le(&cd[p], 4) != kCentralHeader) {
+        throw DataError(fmt::format("{}: corrupt zip directory", path));
+      }
+      const std::size_t nameLen = le(&cd[p + 28], 2), extraLen = le(&cd[p + 30], 2), commentLen = le(&cd[p + 32], 2);
+      if (p + 46 + nameLen + extraLen + commentLen > cd.size()) {
+        throw DataError(fmt::format("{}: corrupt zip directory", path));
+      }
+      Member m;
+      const std::uint64_t flags = le(&cd[p + 8], 2);
+      m.method = static_cast<int>(le(&cd[p + 10], 2));
+      m.crc = static_cast<std::uint32_t>(le(&cd[p + 16], 4));
+      m.compressedSize = le(&cd[p + 20], 4);
+      m.size = le(&cd[p + 24], 4);
+      m.localOffset = le(&cd[p + 42], 4);
+      std::string name(reinterpret_cast<const char*>(&cd[p + 46]), nameLen);
+      // Zip64 sizes and offset, in this order, for the fields that say 0xffffffff.
+      for (std::size_t x = p + 46 + nameLen; x + 4 <= p + 46 + nameLen + extraLen;) {
+        const std::size_t id = le(&cd[x], 2), len = le(&cd[x + 2], 2);
+        if (x + 4 + len > p + 46 + nameLen + extraLen) break;
+        if (id == 1) {
+          std::size_t q = x + 4;
+          for (std::uint64_t* field : {&m.size, &m.compressedSize, &m.localOffset}) {
+            if (*field != 0xffffffff) continue;
+            if (q + 8 > x + 4 + len) throw DataError(fmt::format("{}: corrupt zip64 field of {}", path, name));
+            *field = le(&cd[q], 8);
+            q += 8;
+          }
+        }
+        x += 4 + len;
+      }
+      if (flags & 1) throw DataError(fmt::format("{}: member {} is encrypted", path, name));
+      if (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0) members_[name.substr(0, name.size() - 4)] = m;
+      p += 46 + nameLen + extraLen + commentLen;
+    }
+  } catch (...) {
+    ::close(fd_);
+    throw;
+  }
+}
+
+NpzFile::~NpzFile() { ::close(fd_); }
+
+std::vector<std::string> NpzFile::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, m] : members_) out.push_back(name);
+  return out;
+}
+
+const NpzFile::Member& NpzFile::member(const std::string& name) const {
+  auto it = members_.find(name);
+  if (it == members_.end()) {
+    std::string have;
+    for (const auto& n : names()) have += (have.empty() ? "" : ", ") + n;
+    throw DataError(fmt::format("{}: no array '{}' (it holds: {}); save it with np.savez(FILE, {}=...)", path_, name,
+                                have.empty() ? "none" : have, name));
+  }
+  return it->second;
+}
+
+std::uint32_t NpzFile::checksum(const std::string& name) const { return member(name).crc; }
+
+namespace {
+
+// Reads the .npy header from `in`; returns the array's description and how many bytes
+// of data follow.
+NpyArray readNpyHeader(MemberStream& in, std::uint64_t memberSize, const std::string& what) {
+  unsigned char prefix[10];
+  if (memberSize < sizeof prefix) throw DataError(fmt::format("{}: too short for a .npy array", what));
+  in.read(prefix, sizeof prefix);
+  if (std::memcmp(prefix, "\x93NUMPY", 6) != 0) throw DataError(fmt::format("{}: not a .npy array", what));
+  const int major = prefix[6];
+  std::uint64_t length = le(prefix + 8, 2), consumed = sizeof prefix;
+  if (major >= 2) {
+    unsigned char more[2];
+    if (memberSize < consumed + 2) throw DataError(fmt::format("{}: truncated .npy header", what));
+    in.read(more, 2);
+    length |= le(more, 2) << 16;
+    consumed += 2;
+  } else if (major != 1) {
+    throw DataError(fmt::format("{}: .npy format version {} is not supported", what, major));
+  }
+  if (length > kMaxHeader || length > memberSize - consumed) throw DataError(fmt::format("{}: truncated .npy header", what));
+  std::string header(static_cast<std::size_t>(length), '\0');
+  in.read(header.data(), header.size());
+  NpyArray a = parseHeader(header, what);
+  const std::uint64_t elements = a.elements();
+  const std::uint64_t data = memberSize - consumed - length;
+  if (elements > std::numeric_limits<std::uint64_t>::max() / a.itemSize || elements * a.itemSize != data) {
+    throw DataError(fmt::format("{}: holds {} bytes of data, its shape needs {} x {}", what, data, elements, a.itemSize));
+  }
+  return a;
+}
+
+}  // namespace
+
+NpyArray NpzFile::header(const std::string& name) const {
+  const Member& m = member(name);
+  MemberStream in(fd_, fileSize_, m, fmt::format("{}: array '{}'", path_, name));
+  return readNpyHeader(in, m.size, fmt::format("{}: array '{}'", path_, name));
+}
+
+NpyArray NpzFile::read(const std::string& name, const std::function<void*(const NpyArray&)>& destination) const {
+  const Member& m = member(name);
+  const std::string what = fmt::format("{}: array '{}'", path_, name);
+  MemberStream in(fd_, fileSize_, m, what);
+  NpyArray a = readNpyHeader(in, m.size, what);
+  const std::uint64_t bytes = a.elements() * a.itemSize;
+  void* out = destination(a);
+  for (std::uint64_t done = 0; done < bytes;) {
+    const std::size_t part = static_cast<std::size_t>(std::min<std::uint64_t>(bytes - done, 1u << 30));
+    in.read(static_cast<char*>(out) + done, part);
+    done += part;
+  }
+  in.finish();
+  return a;
+}
+
+}  // namespace pstrain::data

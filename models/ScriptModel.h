@@ -1,0 +1,22 @@
+#pragma once
+// A model of the user's own: a TorchScript file (torch.jit.script(model).save(FILE), or
+// torch.jit.trace) behind the zoo's Net interface. Its parameters and buffers are the
+// TorchScript module's own tensors, registered under the same dotted names (so state_dict
+// keys are those of the user's nn.Module), which the protocol binds to its flat buffers like
+// any model's; train()/eval() switch the module's dropout and BatchNorm.
+#include <memory>
+#include <string>
+
+#include "models/Registry.h"
+
+namespace pstrain::models {
+
+// Loads `path` on the CPU (move it with to() afterwards: libtorch 1.13 cannot load straight
+// onto MPS). Throws ConfigError naming the file and what to do when it is missing, not
+// TorchScript, or written by a PyTorch whose format or operators this libtorch lacks.
+// Turns TorchScript's graph optimizer off for the whole process: the profiling executor
+// recompiles during the first calls and its fusers may change numerics, and runs must be
+// reproducible.
+std::shared_ptr<Net> loadScriptModel(const std::string& path);
+
+}  // namespace pstrain::models

@@ -1,0 +1,26 @@
+#pragma once
+// The training loss (--loss), in one place for the workers, the evaluator and the start-up
+// check of a model against its data.
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <string>
+
+#include "data/Dataset.h"
+#include "models/Registry.h"
+
+namespace pstrain::roles {
+
+// `loss` ("cross-entropy" on logits, "nll" on log-probabilities, "mse" against float
+// targets) of `output` for `target`, the mean over the batch (over every element for mse,
+// as nn.MSELoss), or the sum with `sum`. A [B, 1] output of mse meets [B] targets.
+at::Tensor lossOf(const std::string& loss, const at::Tensor& output, const at::Tensor& target, bool sum = false);
+
+// One forward and backward of `model` (on `device`, in eval mode, so that no BatchNorm
+// statistic moves) on two samples of `data`: throws ConfigError naming `modelName`, the
+// dataset and both shapes when the forward fails, or when its output does not fit the loss
+// (classes for cross-entropy and nll, the targets' shape for mse). Leaves no gradient behind.
+void checkModelFitsData(models::Net& model, const std::string& modelName, const data::Dataset& data,
+                        const std::string& loss, c10::Device device);
+
+}  // namespace pstrain::roles
