@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 
 class SmallCNN(nn.Module):
-    """conv(32) - BN - ReLU - pool, conv(64) - BN - ReLU - pool, to 4x4, dropout, 128, classes."""
+    """conv(32) - BN - ReLU - pool, conv(64) - BN - ReLU - pool, to 7x7, dropout, 128, classes."""
 
     def __init__(self, channels: int = 1, classes: int = 10):
         super().__init__()
@@ -32,9 +32,9 @@ class SmallCNN(nn.Module):
         self.bn1 = nn.BatchNorm2d(32)
         self.conv2 = nn.Conv2d(32, 64, 3, padding=1)
         self.bn2 = nn.BatchNorm2d(64)
-        self.pool = nn.AdaptiveAvgPool2d(4)
+        self.pool = nn.AdaptiveAvgPool2d(7)
         self.dropout = nn.Dropout(0.25)
-        self.fc1 = nn.Linear(64 * 4 * 4, 128)
+        self.fc1 = nn.Linear(64 * 7 * 7, 128)
         self.fc2 = nn.Linear(128, classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

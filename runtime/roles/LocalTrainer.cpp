@@ -34,6 +34,7 @@ LocalTrainer::LocalTrainer(const config::TrainConfig& cfg, models::Net& model, c
       messages_(messages),
       sampler_(train.size(), shards, cfg.batchSize, cfg.seed),
       rank_(rank),
+      shard_(shard),
       lossName_(cfg.lossFunction()) {
   const std::int64_t n = messages.weights.numel();
   auto deviceOptions = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
@@ -137,6 +138,9 @@ void LocalTrainer::computeGradient(std::int64_t batch, std::int64_t version) {
   } else {
     grad_.zero_();
   }
+  // Dropout draws from torch's generator: seeded by (seed, batch, shard), like the batch and
+  // its augmentation, so that a resumed run draws what the uninterrupted one did.
+  torch::manual_seed(mix(cfg_.seed ^ 0x5eedu, static_cast<std::uint64_t>(batch), static_cast<std::uint64_t>(shard_)));
   at::Tensor loss = lossOf(lossName_, model_.forward(images), labels);
   loss.backward();
   if (streaming) {

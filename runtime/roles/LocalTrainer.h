@@ -62,6 +62,7 @@ class LocalTrainer {
   StepMessages& messages_;
   data::ShardSampler sampler_;
   const int rank_;  // of the world: which trailer slot holds this rank's batch time
+  const int shard_;
   const std::string lossName_;
   at::Tensor weights_;  // the model's flat parameters: messages.weights on the CPU
   at::Tensor grad_;     // the model's flat gradient: messages.grad on the CPU

@@ -11,7 +11,13 @@ namespace {
 
 std::string shapeOf(const at::Tensor& t) { return fmt::format("[{}]", fmt::join(t.sizes(), ", ")); }
 
-std::string firstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
+// The line of an error that says what went wrong: a TorchScript error is a traceback that
+// ends with it ("RuntimeError: ..."); others say it first.
+std::string essence(const std::string& text) {
+  const auto at = text.rfind("RuntimeError: ");
+  const std::string tail = at == std::string::npos ? text : text.substr(at + 14);
+  return tail.substr(0, tail.find('\n'));
+}
 
 }  // namespace
 
@@ -48,7 +54,7 @@ void checkModelFitsData(models::Net& model, const std::string& modelName, const 
     model.train();
     throw ConfigError(fmt::format("{}: the model's forward fails on a batch of shape {} ({}); the dataset's samples "
                                   "are {} each. A traced model keeps the shapes and device it was traced with: "
-                                  "export with torch.jit.script", where, shapeOf(input), firstLine(e.what()),
+                                  "export with torch.jit.script", where, shapeOf(input), essence(e.what()),
                                   shapeOf(input[0])));
   }
   if (classes && (output.dim() != 2 || output.size(0) != 2 || output.size(1) != data.classes)) {
@@ -61,7 +67,7 @@ void checkModelFitsData(models::Net& model, const std::string& modelName, const 
   } catch (const std::exception& e) {
     model.train();
     throw ConfigError(fmt::format("{}: --loss {} or its backward fails on the model's output {} ({})", where, loss,
-                                  shapeOf(output), firstLine(e.what())));
+                                  shapeOf(output), essence(e.what())));
   }
   for (auto& p : model.parameters()) p.mutable_grad() = at::Tensor();
   model.train();

@@ -3,7 +3,9 @@
 // forward, nll_loss, backward, SGD with momentum, on a fixed random batch. The compute
 // ceiling of tools/bench; the same loop in PyTorch is tools/benchmarks/step_python.py.
 //   bench_step [--device D] THREADS BATCH STEPS MODEL...
-// prints "MODEL ms_per_step samples_per_s" lines. On a device (cuda, mps) it also times a
+// prints "MODEL ms_per_step samples_per_s" lines. A MODEL of the form FILE@1x28x28 is a
+// TorchScript file with that input shape, timed as pstrain runs it (TorchScript's graph
+// optimizer off: "FILE@1x28x28" lines) and with the optimizer on ("FILE@1x28x28/jit-optimized"). On a device (cuda, mps) it also times a
 // worker's whole part of a step, as LocalTrainer runs it with the weights and the gradient
 // in host messages (weights copied in, the batch copied in, forward and backward, the
 // gradient and buffers copied out), with the gradient handed over at the end of backward
@@ -11,6 +13,7 @@
 //   "MODEL/fwdbwd ms", "MODEL/worker ms", "MODEL/worker-overlap ms" lines, whose
 // differences are what moving weights and gradients between host and device costs.
 #include <fmt/format.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -92,11 +95,21 @@ int main(int argc, char** argv) {
   const int steps = std::atoi(argv[3]);
   for (int i = 4; i < argc; ++i) {
     const std::string name = argv[i];
+    const auto at = name.find('@');
+    const std::string modelName = name.substr(0, at);
     torch::manual_seed(1);
-    auto model = models::makeModel(name);
+    auto model = models::makeModel(modelName);
     model->to(device);
     std::vector<std::int64_t> shape = {batch};
-    for (auto d : models::modelInfo(name).inputShape) shape.push_back(d);
+    if (at == std::string::npos) {
+      for (auto d : models::modelInfo(name).inputShape) shape.push_back(d);
+    } else {
+      for (std::size_t p = at + 1; p < name.size();) {
+        const auto x = std::min(name.find('x', p), name.size());
+        shape.push_back(std::stoll(name.substr(p, x - p)));
+        p = x + 1;
+      }
+    }
     auto options = torch::TensorOptions().device(device);
     at::Tensor images = torch::randn(shape, options);
     at::Tensor labels = torch::randint(0, 10, {batch}, options.dtype(torch::kLong));
@@ -106,12 +119,19 @@ int main(int argc, char** argv) {
     roles::bindGradients(*model, grad);
     optim::Sgd sgd({0.9, 0, false});
     model->train();
-    print(name, millisecondsPerStep([&] {
+    auto trainingStep = [&] {
       grad.zero_();
       torch::nll_loss(model->forward(images), labels).backward();
       roles::collectGradients(*model, grad);
       sgd.step(weights, grad, 0.01);
-    }, steps, device), batch);
+    };
+    print(name, millisecondsPerStep(trainingStep, steps, device), batch);
+    if (at != std::string::npos) {
+      torch::jit::setGraphExecutorOptimize(true);
+      print(name + "/jit-optimized", millisecondsPerStep(trainingStep, steps, device), batch);
+      torch::jit::setGraphExecutorOptimize(false);
+      continue;
+    }
     if (device.is_cpu()) continue;
     print(name + "/fwdbwd", millisecondsPerStep([&] {
       grad.zero_();
