@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <thread>
@@ -21,6 +23,18 @@ int envInt(const char* name, int fallback) {
   return value ? std::atoi(value) : fallback;
 }
 
+// The flag whose value is `value` in argv ("--flag value" or "--flag=value"), for errors
+// that name the value only; empty if none.
+std::string flagOfValue(int argc, char** argv, const std::string& value) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto eq = arg.find('=');
+    if (arg.rfind("--", 0) == 0 && eq != std::string::npos && arg.substr(eq + 1) == value) return arg.substr(0, eq);
+    if (arg == value && i > 1 && std::string(argv[i - 1]).rfind("--", 0) == 0) return argv[i - 1];
+  }
+  return "";
+}
+
 cxxopts::ParseResult parseOrThrow(cxxopts::Options& options, int argc, char** argv) {
   try {
     auto result = options.parse(argc, argv);
@@ -28,6 +42,14 @@ cxxopts::ParseResult parseOrThrow(cxxopts::Options& options, int argc, char** ar
       throw ConfigError(fmt::format("unexpected argument '{}'", result.unmatched().front()));
     }
     return result;
+  } catch (const cxxopts::exceptions::incorrect_argument_type& e) {
+    // cxxopts names the value ("Argument 'inf' failed to parse"): name the flag too.
+    const std::string what = e.what();
+    const auto open = what.find("\u2018"), close = what.find("\u2019");
+    const std::string value = open != std::string::npos && close != std::string::npos
+                                  ? what.substr(open + 3, close - open - 3) : "";
+    const std::string flag = flagOfValue(argc, argv, value);
+    throw ConfigError(flag.empty() ? what : fmt::format("{} {}: not a number in range (a finite number is needed)", flag, value));
   } catch (const cxxopts::exceptions::exception& e) {
     throw ConfigError(e.what());
   }
@@ -68,6 +90,25 @@ std::vector<std::string> configFileArguments(const std::string& path) {
     args.push_back("--" + key + "=" + trim(line.substr(eq + 1)));
   }
   return args;
+}
+
+std::string describeVerdicts(const std::vector<std::string>& verdicts, const std::string& prefix,
+                             const std::string& suffix) {
+  std::vector<std::pair<std::string, std::vector<std::size_t>>> distinct;  // message, its ranks
+  for (std::size_t r = 0; r < verdicts.size(); ++r) {
+    if (verdicts[r].empty()) continue;
+    auto it = std::find_if(distinct.begin(), distinct.end(), [&](const auto& d) { return d.first == verdicts[r]; });
+    if (it == distinct.end()) it = distinct.insert(distinct.end(), {verdicts[r], {}});
+    it->second.push_back(r);
+  }
+  std::string out;
+  for (const auto& [message, ranks] : distinct) {
+    const std::string who = ranks.size() == verdicts.size()
+                                ? ""
+                                : fmt::format("{} {}: ", ranks.size() == 1 ? "rank" : "ranks", fmt::join(ranks, ", "));
+    out += (out.empty() ? "" : "\n") + prefix + who + message + suffix;
+  }
+  return out;
 }
 
 int localRank() { return envInt("OMPI_COMM_WORLD_LOCAL_RANK", 0); }
@@ -136,6 +177,7 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     ("threads", "intra-op threads per rank (0: cores / ranks on the host)", cxxopts::value<int>()->default_value(std::to_string(d.threads)))
     ("device", "auto | cpu | mps | cuda (auto: MPS, else CUDA, else CPU)", str(d.device))
     ("timeout", "seconds any rank waits for the others before giving up", dbl(d.timeoutSeconds))
+    ("doorbell", "on | off: UDP wake-up datagrams between ranks (a hint that shortens waits; trusted networks only)", str(d.doorbell))
     ("overlap", "sync: on | off: reduce gradient buckets while backward still runs, update each as it arrives", str(d.overlap))
     ("bucket-kb", "overlap: gradient bucket size in KiB", i64(d.bucketKb))
     ("max-seconds", "stop training after this many seconds and write the final files (0: no limit)", dbl(d.maxSeconds))
@@ -213,6 +255,7 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     c.threads = r["threads"].as<int>();
     c.device = r["device"].as<std::string>();
     c.timeoutSeconds = r["timeout"].as<double>();
+    c.doorbell = r["doorbell"].as<std::string>();
   } catch (const cxxopts::exceptions::exception& e) {
     throw ConfigError(e.what());
   }
@@ -280,9 +323,14 @@ EvalCommand parseEvalCommand(int argc, char** argv) {
   } catch (const cxxopts::exceptions::exception& e) {
     throw ConfigError(e.what());
   }
-  if (command.batchSize <= 0) throw ConfigError("--batch-size must be at least 1");
-  if (command.pollSeconds <= 0 || command.idleTimeoutSeconds <= 0) {
-    throw ConfigError("--poll-seconds and --idle-timeout must be positive");
+  if (command.batchSize <= 0 || command.batchSize > 1'000'000) throw ConfigError("--batch-size must be in [1, 1000000]");
+  if (command.threads < 0 || command.threads > 1024) throw ConfigError("--threads must be 0 (all cores) or up to 1024");
+  for (auto [flag, value] : {std::pair<const char*, double>{"--poll-seconds", command.pollSeconds},
+                             {"--idle-timeout", command.idleTimeoutSeconds}}) {
+    if (!(std::isfinite(value) && value > 0 && value <= config::kMaxSeconds)) {
+      throw ConfigError(fmt::format("{} must be a positive number of seconds up to {} (got {})", flag,
+                                    config::kMaxSeconds, value));
+    }
   }
   return command;
 }

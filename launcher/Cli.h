@@ -26,6 +26,11 @@ TrainCommand parseTrainCommand(int argc, char** argv);
 // naming the file and line of a malformed line.
 std::vector<std::string> configFileArguments(const std::string& path);
 
+// One line per distinct error of the ranks' start-up `verdicts` (indexed by rank; empty: no
+// error), each as PREFIX + message + SUFFIX, naming the ranks unless every rank says it.
+std::string describeVerdicts(const std::vector<std::string>& verdicts, const std::string& prefix,
+                             const std::string& suffix);
+
 struct EvalCommand {
   std::string trainDir;
   std::string dataDir;

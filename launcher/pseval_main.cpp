@@ -53,12 +53,22 @@ class Evaluator {
     int evaluated = 0;
     for (const auto& published : checkpoint::listPublished((dir_ / "ckpt").string())) {
       if (done_.count(published.step) || skipped_.count(published.step)) continue;
-      try {
-        evaluateOne(published);
-        ++evaluated;
-      } catch (const CheckpointError& e) {
-        launcher::printErrorLine(fmt::format("pseval: skipping step {}: {}", published.step, e.what()));
-        skipped_.insert(published.step);
+      // A checkpoint can fail its check while pstrain republishes it (after a resume, the
+      // old marker goes before the new file arrives): look again before giving up on it.
+      for (int attempt = 1;; ++attempt) {
+        try {
+          evaluateOne(published);
+          ++evaluated;
+        } catch (const CheckpointError& e) {
+          if (attempt < kAttempts) {
+            std::this_thread::sleep_for(std::chrono::seconds(1));
+            continue;
+          }
+          launcher::printErrorLine(fmt::format("pseval: skipping step {} (after {} tries): {}", published.step,
+                                               kAttempts, e.what()));
+          skipped_.insert(published.step);
+        }
+        break;
       }
       done_.insert(published.step);
     }
@@ -136,6 +146,7 @@ class Evaluator {
               << std::endl;
   }
 
+  static constexpr int kAttempts = 3;
   const launcher::EvalCommand& cmd_;
   c10::Device device_;
   fs::path dir_;

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <iostream>
 #include <optional>
@@ -101,12 +102,24 @@ int main(int argc, char** argv) {
   for (int signal : {SIGTERM, SIGINT, SIGHUP}) std::signal(signal, onTerminate);
 
   launcher::TrainCommand cli;
+  std::string parseError;
   try {
     cli = launcher::parseTrainCommand(argc, argv);
   } catch (const ConfigError& e) {
-    // Every rank parses the same argv and fails the same way: print once, end cleanly.
-    if (rank == 0) launcher::printErrorLine(fmt::format("pstrain: error: {} (see pstrain --help)", e.what()));
-    return 2;
+    parseError = e.what();
+  }
+  // The ranks agree on whether their command lines hold: the same argv fails the same way
+  // on every rank (rank 0 says it once), but a --config file missing on one host fails
+  // there alone, and that rank must neither leave the others waiting nor go unheard.
+  try {
+    const auto verdicts = comm.allGather(parseError, "start-up (command lines)");
+    if (std::any_of(verdicts.begin(), verdicts.end(), [](const std::string& v) { return !v.empty(); })) {
+      if (rank == 0) launcher::printErrorLine(launcher::describeVerdicts(verdicts, "pstrain: error: ", " (see pstrain --help)"));
+      return 2;
+    }
+  } catch (const std::exception& e) {
+    launcher::printErrorLine(fmt::format("pstrain: rank {}: {}", rank, e.what()));
+    comm::MpiSession::abortJob(1);
   }
   if (rank == 0) {
     if (!cli.helpText.empty()) std::cout << cli.helpText;
@@ -120,6 +133,7 @@ int main(int argc, char** argv) {
 
   const config::TrainConfig& cfg = cli.cfg;
   try {
+    comm.connectDoorbell(cfg.doorbell == "on");
     const bool computes = roles::computesGradients(cfg, rank);
     torch::set_num_threads(!computes ? 1 : (cfg.threads > 0 ? cfg.threads : launcher::autoThreads()));
     // A server never computes: it keeps the weights on the CPU next to the network.

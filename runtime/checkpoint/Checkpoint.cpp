@@ -120,7 +120,12 @@ class AtomicFile {
   explicit AtomicFile(std::string path) : target_(std::move(path)) {
     temp_ = target_;
     temp_ += fmt::format(".tmp{}", ::getpid());
-    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    // A new file, never one that exists (a link planted there would redirect the write); a
+    // leftover of a killed process with the same pid is removed (unlink removes a link,
+    // never what it points to) and the create tried once more.
+    const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    fd_ = ::open(temp_.c_str(), flags, 0644);
+    if (fd_ < 0 && errno == EEXIST && ::unlink(temp_.c_str()) == 0) fd_ = ::open(temp_.c_str(), flags, 0644);
     if (fd_ < 0) {
       throw CheckpointError(fmt::format("{}: cannot create ({}); is the directory writable?", temp_.string(),
                                         std::strerror(errno)));
@@ -147,7 +152,11 @@ class AtomicFile {
   }
 
   void commit() {
+#ifdef __APPLE__
+    bool synced = ::fcntl(fd_, F_FULLFSYNC) == 0;  // macOS's fsync leaves the data in the drive's cache
+#else
     bool synced = ::fsync(fd_) == 0;
+#endif
     bool closed = ::close(fd_) == 0;
     fd_ = -1;
     if (!synced || !closed || ::rename(temp_.c_str(), target_.c_str()) != 0) {
@@ -250,6 +259,9 @@ std::string publish(const std::string& dir, const Checkpoint& ckpt) {
   top.insert("__meta__", meta);
   fs::path base = fs::path(dir) / stepName(ckpt.step);
   std::string ptPath = base.string() + ".pt";
+  // Republishing a step (after a resume): its old marker goes first, so that no reader
+  // pairs it with the new file while that is renamed into place.
+  if (::unlink((base.string() + ".ok").c_str()) == 0) syncDirectory(dir);
   const Written pt = writePickle(ptPath, top);
   atomicWrite(base.string() + ".ok",
               fmt::format("pstrain-checkpoint {}\nbytes {}\ncrc32 {:08x}\n", kFormat, pt.bytes, pt.crc32));

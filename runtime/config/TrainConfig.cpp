@@ -53,13 +53,16 @@ void TrainConfig::validate() const {
   require(fetchProbability >= 0 && fetchProbability <= 1,
           fmt::format("--fetch-probability must be in [0, 1] (got {})", fetchProbability));
   gossipInterpolation();
-  require(divergenceThreshold >= 0, "--divergence-threshold must be 0 (off) or more");
-  require(peerTimeoutMs > 0, "--peer-timeout-ms must be positive");
+  require(std::isfinite(divergenceThreshold) && divergenceThreshold >= 0,
+          fmt::format("--divergence-threshold must be 0 (off) or a positive number (got {})", divergenceThreshold));
+  require(std::isfinite(peerTimeoutMs) && peerTimeoutMs > 0 && peerTimeoutMs <= kMaxSeconds * 1000,
+          fmt::format("--peer-timeout-ms must be a positive number of at most {} (got {})", kMaxSeconds * 1000, peerTimeoutMs));
   straggler();
-  require(maxSeconds >= 0, "--max-seconds must be 0 (no limit) or more");
+  require(std::isfinite(maxSeconds) && maxSeconds >= 0 && maxSeconds <= kMaxSeconds,
+          fmt::format("--max-seconds must be 0 (no limit) or a number of seconds up to {} (got {})", kMaxSeconds, maxSeconds));
   requireOneOf("error-feedback", errorFeedback, {"auto", "on", "off"});
   requireOneOf("overlap", overlap, {"on", "off"});
-  require(bucketKb >= 1, fmt::format("--bucket-kb must be at least 1 (got {})", bucketKb));
+  require(bucketKb >= 1 && bucketKb <= (1 << 20), fmt::format("--bucket-kb must be in [1, {}] (1 GiB; got {})", 1 << 20, bucketKb));
   require(mode != "gossip" || (compress == "none" && compressWeights == "none"),
           "--mode gossip reads peers' weights one-sidedly: --compress and --compress-weights do not apply");
   require(mode != "allreduce" || compressWeights == "none",
@@ -67,24 +70,31 @@ void TrainConfig::validate() const {
   requireOneOf("lr-scaling", lrScaling, {"none", "linear"});
   requireOneOf("lr-decay", lrDecay, {"none", "cosine"});
   requireOneOf("device", device, {"auto", "cpu", "mps", "cuda"});
-  require(batchSize > 0, fmt::format("--batch-size must be at least 1 (got {})", batchSize));
+  require(batchSize > 0 && batchSize <= 1'000'000, fmt::format("--batch-size must be in [1, 1000000] (got {})", batchSize));
   require(std::isfinite(lr) && lr > 0, fmt::format("--lr must be a positive number (got {})", lr));
   require(std::isfinite(momentum) && momentum >= 0 && momentum < 1,
           fmt::format("--momentum must be in [0, 1) (got {})", momentum));
   require(!nesterov || momentum > 0, "--nesterov needs a positive --momentum");
   require(std::isfinite(weightDecay) && weightDecay >= 0,
           fmt::format("--weight-decay must be 0 or more (got {})", weightDecay));
-  require(warmupSteps >= 0, fmt::format("--warmup-steps must be 0 or more (got {})", warmupSteps));
-  require(steps >= 0, fmt::format("--steps must be 0 or more (got {})", steps));
+  require(warmupSteps >= 0 && warmupSteps <= kMaxSteps,
+          fmt::format("--warmup-steps must be in [0, {}] (got {})", kMaxSteps, warmupSteps));
+  require(steps >= 0 && steps <= kMaxSteps, fmt::format("--steps must be in [0, {}] (got {})", kMaxSteps, steps));
+  require(epochs >= 0 && epochs <= kMaxSteps, fmt::format("--epochs must be in [0, {}] (got {})", kMaxSteps, epochs));
   require(steps > 0 || epochs > 0, "give a positive --steps or --epochs");
-  require(checkpointEvery >= 0, "--checkpoint-every must be 0 (final only) or more");
-  require(logEvery > 0, fmt::format("--log-every must be at least 1 (got {})", logEvery));
-  require(threads >= 0, fmt::format("--threads must be 0 (auto) or more (got {})", threads));
-  require(timeoutSeconds > 0, "--timeout must be positive");
+  require(checkpointEvery >= 0 && checkpointEvery <= kMaxSteps,
+          fmt::format("--checkpoint-every must be 0 (final only) or up to {} (got {})", kMaxSteps, checkpointEvery));
+  require(logEvery > 0 && logEvery <= kMaxSteps, fmt::format("--log-every must be in [1, {}] (got {})", kMaxSteps, logEvery));
+  require(maxStaleness <= kMaxSteps, fmt::format("--max-staleness must be at most {} (got {})", kMaxSteps, maxStaleness));
+  requireOneOf("doorbell", doorbell, {"on", "off"});
+  require(threads >= 0 && threads <= 1024, fmt::format("--threads must be 0 (auto) or up to 1024 (got {})", threads));
+  require(std::isfinite(timeoutSeconds) && timeoutSeconds > 0 && timeoutSeconds <= kMaxSeconds,
+          fmt::format("--timeout must be a positive number of seconds up to {} (30 days; got {})", kMaxSeconds, timeoutSeconds));
   require(!trainDir.empty(), "--train-dir must not be empty");
   require(!(resume && overwrite), "--resume continues the run in --train-dir, --overwrite replaces it: choose one");
   nanInjection();
-  require(syntheticSize > 0, "--synthetic-size must be at least 1");
+  require(syntheticSize > 0 && syntheticSize <= 5'000'000,
+          fmt::format("--synthetic-size must be in [1, 5000000] (got {})", syntheticSize));
   requireOneOf("loss", loss, {"auto", "cross-entropy", "nll", "mse"});
   require(loss != "mse" || isModelFile(model),
           "--loss mse needs a model of your own (--model FILE): the zoo's models output class log-probabilities");
@@ -197,7 +207,13 @@ std::string TrainConfig::fingerprint() const {
 }
 
 std::int64_t totalSteps(const TrainConfig& cfg, std::int64_t stepsPerEpoch) {
-  return cfg.steps > 0 ? cfg.steps : cfg.epochs * stepsPerEpoch;
+  if (cfg.steps > 0) return cfg.steps;
+  std::int64_t total = 0;
+  if (__builtin_mul_overflow(cfg.epochs, stepsPerEpoch, &total) || total > kMaxSteps) {
+    throw ConfigError(fmt::format("--epochs {} x {} steps per epoch is more than {} steps: fewer --epochs, or --steps",
+                                  cfg.epochs, stepsPerEpoch, kMaxSteps));
+  }
+  return total;
 }
 
 }  // namespace pstrain::config

@@ -9,6 +9,11 @@
 
 namespace pstrain::config {
 
+// Bounds of the numbers a run takes (checked by validate(), so that no product or cast of
+// them overflows): steps and step counts, and seconds of any wait or limit (30 days).
+constexpr std::int64_t kMaxSteps = std::int64_t(1) << 40;
+constexpr double kMaxSeconds = 30 * 86400.0;
+
 struct TrainConfig {
   std::string mode = "sync";           // sync | backup | async | allreduce | gossip
   std::string model = "lenet";         // a zoo name or a TorchScript file (isModelFile)
@@ -39,6 +44,7 @@ struct TrainConfig {
   std::string device = "auto";         // auto | cpu | mps | cuda
   double timeoutSeconds = 300;         // longest wait in any collective before giving up
   double maxSeconds = 0;               // stop training after this long (0: no limit)
+  std::string doorbell = "on";         // UDP wake-ups between ranks (host-local; comm/Doorbell.h)
   std::string overlap = "on";          // sync: reduce gradient buckets while backward runs
   std::int64_t bucketKb = 256;         // overlap: gradient bucket size
 
@@ -116,7 +122,8 @@ struct TrainConfig {
 bool isModelFile(const std::string& model);
 bool isDatasetFile(const std::string& dataset);
 
-// The optimizer step count of a run: `steps` when set, else epochs x stepsPerEpoch.
+// The optimizer step count of a run: `steps` when set, else epochs x stepsPerEpoch; throws
+// ConfigError when that is more than kMaxSteps.
 std::int64_t totalSteps(const TrainConfig& cfg, std::int64_t stepsPerEpoch);
 
 // "1.5" for 1.5, "0.01" for 0.01: shortest text that reads back as the same double.

@@ -48,8 +48,9 @@ std::vector<std::map<std::string, std::string>> handshake(comm::Communicator& co
       const std::string& reference = facts[first][key];
       if (value != reference) {
         // What each rank says it is of (its "info." fact, a file's path), when it says so.
+        const std::string infoKey = "info." + key;  // (a structured binding is not captured before C++20)
         auto about = [&](std::size_t rank) {
-          auto info = facts[rank].find("info." + key);
+          auto info = facts[rank].find(infoKey);
           return info == facts[rank].end() ? std::string() : " (" + info->second + ")";
         };
         throw CollectiveConfigError(fmt::format(

@@ -138,7 +138,7 @@ void runSync(ServerState& s) {
           s.sgd.stepSlice(messages.weights.narrow(0, b.begin, b.end - b.begin), grad, lr, b.begin, n);
         });
       }, context);
-      if (messages.trailer[kSamples] != samples) {
+      if (!sameCount(messages.trailer[kSamples], samples)) {
         throw Error(fmt::format("step {}: the workers sent {} samples, their shards hold {}", step,
                                 messages.trailer[kSamples], samples));
       }
@@ -199,7 +199,7 @@ void runBackup(ServerState& s) {
     currentStep() = step;
     const std::string context = fmt::format("step {}", step);
     const int source = s.link.receiveUp(incoming.data(), context);
-    const auto version = static_cast<std::int64_t>(incoming[versionAt]);
+    const std::int64_t version = trailerVersion(incoming[versionAt], source);
     if (version != step) {  // computed on older weights: too late
       ++dropped;
       ++droppedTotal;
@@ -260,7 +260,7 @@ void runAsync(ServerState& s) {
     auto exchangeStart = Clock::now();
     const int source = s.link.receiveUp(messages.up.data(), context);
     const double exchange = secondsSince(exchangeStart);
-    const auto version = static_cast<std::int64_t>(messages.trailer[kVersion]);
+    const std::int64_t version = trailerVersion(messages.trailer[kVersion], source);
     const std::int64_t behind = step - version;
     if (behind > s.cfg.maxStaleness) {
       ++rejected;

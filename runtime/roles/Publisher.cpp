@@ -1,5 +1,7 @@
 #include "runtime/roles/Publisher.h"
 
+#include "runtime/roles/TrainDir.h"
+
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -89,6 +91,7 @@ void Publisher::record(std::int64_t step, double lr, const StepStats& stats) {
   if (done % cfg_.logEvery == 0 || done == total_) writeLine(done);
   if (cfg_.checkpointEvery > 0 && done % cfg_.checkpointEvery == 0 && done != total_) {
     checkpoint::publish((fs::path(cfg_.trainDir) / "ckpt").string(), snapshot(done));
+    discardSetAside(cfg_.trainDir);  // the earlier run this one replaces goes now
   }
 }
 
@@ -137,6 +140,7 @@ void Publisher::finish(std::int64_t stepsDone) {
   if (windowSteps_ > 0) writeLine(stepsDone);
   const fs::path dir(cfg_.trainDir);
   auto path = checkpoint::publish((dir / "ckpt").string(), snapshot(stepsDone));
+  discardSetAside(cfg_.trainDir);
   checkpoint::writeStateDict((dir / "trained_model.pt").string(), models::stateDict(model_));
   // A model of the user's, as TorchScript with the trained weights: torch.jit.load runs it.
   const std::string script = model_.torchScriptArchive();

@@ -262,7 +262,11 @@ void StepLink::sendDown(int worker, const std::string& context) {
 void StepLink::receiveDown(const std::string& context) {
   traffic_.rawBytesDown = messages_.downBytes();
   if (!downCodec_) {
-    comm_.receive(messages_.down.data(), messages_.downBytes(), 0, context);
+    const auto got = comm_.receive(messages_.down.data(), messages_.downBytes(), 0, context);
+    if (got.bytes != messages_.downBytes()) {
+      throw CommError(fmt::format("{}: the server sent {} bytes, a weights message is {}", context, got.bytes,
+                                  messages_.downBytes()));
+    }
     traffic_.bytesDown = messages_.downBytes();
     return;
   }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "runtime/Errors.h"
@@ -19,6 +20,18 @@ StepHeader parseStepHeader(const void* bytes, std::size_t size) {
                                 header.step, header.epoch));
   }
   return header;
+}
+
+std::int64_t trailerVersion(float value, int rank) {
+  if (!std::isfinite(value) || value < 0 || value > static_cast<float>(kMaxVersionedSteps) || value != std::floor(value)) {
+    throw CommError(fmt::format("rank {} sent a gradient of step {} (not a step number): a garbled message or "
+                                "another pstrain version", rank, value));
+  }
+  return static_cast<std::int64_t>(value);
+}
+
+bool sameCount(double sent, double expected) {
+  return std::isfinite(sent) && std::abs(sent - expected) <= std::max(0.5, 1e-6 * expected);
 }
 
 }  // namespace pstrain::roles

@@ -62,6 +62,14 @@ constexpr std::size_t trailerFloats(int ranks) { return kComputeSeconds + static
 // The largest step whose number a float trailer holds exactly.
 constexpr std::int64_t kMaxVersionedSteps = std::int64_t(1) << 24;
 
+// The step number of a trailer's kVersion from `rank`; throws CommError unless it is a whole
+// number in [0, kMaxVersionedSteps] (a NaN or a huge float must not become an integer).
+std::int64_t trailerVersion(float value, int rank);
+
+// Whether a sample count summed in floats is `expected`: floats hold counts exactly only up
+// to 2^24, so a relative tolerance beyond that.
+bool sameCount(double sent, double expected);
+
 // Reads the header at the front of a down message; throws CommError unless it is one the
 // server can have sent (known control, non-negative step and epoch).
 StepHeader parseStepHeader(const void* bytes, std::size_t size);

@@ -31,7 +31,7 @@ bool applySummedUpdate(StepMessages& messages, optim::Sgd& sgd, double lr, int c
                        const config::TrainConfig& cfg, std::int64_t step) {
   const float* trailer = messages.trailer;
   const double samples = trailer[kSamples];
-  if (samples <= 0) throw Error(fmt::format("step {}: the workers sent no samples", step));
+  if (!(std::isfinite(samples) && samples > 0)) throw Error(fmt::format("step {}: the workers sent {} samples", step, samples));
   // Workers stop the job themselves on a non-finite loss unless --skip-nonfinite; an
   // overflow can still appear only in the sum.
   const bool finite = trailer[kNonFinite] == 0 && std::isfinite(trailer[kLossSum]) &&

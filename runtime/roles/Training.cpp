@@ -22,6 +22,7 @@
 #include "runtime/metrics/Json.h"
 #include "runtime/roles/FlatParameters.h"
 #include "runtime/roles/Handshake.h"
+#include "runtime/roles/TrainDir.h"
 #include "runtime/roles/Loss.h"
 #include "runtime/roles/ParameterServer.h"
 #include "runtime/roles/PeerTraining.h"
@@ -39,53 +40,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* kProtocolVersion = "2";
-
-// Makes the train dir ready on rank 0: refuses to mix a new run with an earlier one unless
-// --overwrite (or --resume, which continues it), and proves the dir writable before any
-// worker starts computing. A dry run only checks, and says what it found.
-std::string prepareTrainDir(const config::TrainConfig& cfg) {
-  fs::path dir(cfg.trainDir);
-  std::error_code ec;
-  const bool earlierRun = fs::exists(dir / "run.json");
-  if (earlierRun && !cfg.overwrite && !cfg.resume) {
-    throw ConfigError(fmt::format(
-        "{} already holds a run; --resume continues it, --overwrite replaces it, or choose another --train-dir",
-        cfg.trainDir));
-  }
-  if (cfg.dryRun) {
-    fs::path existing = fs::absolute(dir, ec);
-    while (!existing.empty() && !fs::exists(existing, ec)) existing = existing.parent_path();
-    // A probe directory, removed at once: permission bits alone do not tell (root, read-only
-    // mounts, pseudo file systems).
-    fs::path probe = existing / fmt::format(".pstrain-dry-run-{}", ::getpid());
-    if (!fs::create_directory(probe, ec) || ec) {
-      throw Error(fmt::format("{}: cannot create or write {} ({} is not writable: {})", cfg.trainDir,
-                              (dir / "ckpt").string(), existing.string(), ec ? ec.message() : "exists"));
-    }
-    fs::remove(probe, ec);
-    if (!earlierRun) return "writable";
-    return cfg.resume ? "writable; --resume continues the run it holds" : "writable; holds an earlier run that --overwrite will replace";
-  }
-  if (earlierRun && cfg.overwrite) {
-    for (const char* name : {"ckpt", "metrics.jsonl", "trained_model.pt", "trained_model.torchscript.pt", "eval.csv",
-                             "eval.jsonl", "run.json"}) {
-      checkpoint::removeTree((dir / name).string());
-    }
-  }
-  if (cfg.resume) {
-    // trained_model.pt is written again at the end; until then the run is not finished.
-    fs::remove(dir / "trained_model.pt", ec);
-    fs::remove(dir / "trained_model.torchscript.pt", ec);
-    for (const auto& entry : fs::directory_iterator(dir / "ckpt", ec)) {
-      if (entry.path().filename().string().find(".tmp") != std::string::npos) fs::remove(entry.path(), ec);
-    }
-  }
-  fs::create_directories(dir / "ckpt", ec);
-  if (ec) throw Error(fmt::format("{}: cannot create ({})", (dir / "ckpt").string(), ec.message()));
-  checkpoint::atomicWrite((dir / ".write-test").string(), "ok\n");
-  fs::remove(dir / ".write-test", ec);
-  return "ready";
-}
 
 // With --resume: the newest checkpoint in the train dir that reads back intact, skipping
 // (and reporting) damaged ones; none if there is none. A checkpoint of another model or
@@ -244,7 +198,9 @@ void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, model
   }
   comm.setTimeoutSeconds(cfg.timeoutSeconds);
   const bool server = comm.rank() == 0;
-  std::string trainDirState = server ? prepareTrainDir(cfg) : "";
+  std::optional<TrainDir> trainDir;
+  if (server) trainDir.emplace(cfg);
+  std::string trainDirState = server ? trainDir->state() : "";
   std::optional<checkpoint::Checkpoint> resume;
   if (server && cfg.resume) {
     resume = resumePoint(cfg);
@@ -284,12 +240,20 @@ void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, model
     return;
   }
   if (server) {
-    writeRunJson(cfg, info, facts, trainSamples, models::parameterCount(model), resume ? resume->step : 0);
-  }
-  if (peers) {
+    trainDir->begin();
+    try {
+      writeRunJson(cfg, info, facts, trainSamples, models::parameterCount(model), resume ? resume->step : 0);
+      if (peers) {
+        runPeers(comm, cfg, model, *train, device, resume ? &*resume : nullptr);
+      } else {
+        ParameterServer(comm, cfg, model, trainSamples, resume ? &*resume : nullptr).run();
+      }
+    } catch (...) {
+      trainDir->restore();  // no-op once the first checkpoint made the earlier run's files go
+      throw;
+    }
+  } else if (peers) {
     runPeers(comm, cfg, model, *train, device, resume ? &*resume : nullptr);
-  } else if (server) {
-    ParameterServer(comm, cfg, model, trainSamples, resume ? &*resume : nullptr).run();
   } else {
     Worker(comm, cfg, model, *train, device).run();
   }

@@ -58,7 +58,7 @@ expect "truncated IDX file" "rank [12]: .*train-images-idx3-ubyte.gz: (truncated
 expect "garbled IDX file" "rank [12]: .*train-images-idx3-ubyte.gz: not an IDX file" -- "${run3[@]}" --data-dir "$scratch/garbled"
 expect "no data dir" "not found" -- "${run3[@]}" --data-dir "$scratch/nowhere"
 expect "wrong --model" "unknown model 'lenet7'" -- "${run3[@]}" --model lenet7
-expect "batch size 0" "--batch-size must be at least 1" -- "${run3[@]}" --batch-size 0
+expect "batch size 0" "--batch-size must be in \\[1, 1000000\\]" -- "${run3[@]}" --batch-size 0
 expect "negative lr" "--lr must be a positive number" -- "${run3[@]}" --lr -0.1
 expect "one rank, no worker" "at least one worker" -- "$mpirun" -np 1 "$pstrain" --train-dir "$scratch/run" --overwrite
 expect "ranks disagree on lr" "ranks disagree on 'lr': '0.01' on rank 0 but '0.02' on rank 2" -- \

@@ -5,6 +5,9 @@
 #include "runtime/config/TrainConfig.h"
 #include "runtime/metrics/Json.h"
 #include "runtime/metrics/Progress.h"
+#include "runtime/roles/StepProtocol.h"
+
+#include <limits>
 
 using namespace pstrain;
 
@@ -105,4 +108,58 @@ TEST(Metrics, ProgressLine) {
   EXPECT_NE(line.find("step  50/100"), std::string::npos) << line;
   EXPECT_NE(line.find("ETA 0:30"), std::string::npos) << line;
   EXPECT_EQ(metrics::formatDuration(3725), "1:02:05");
+}
+
+// Every number a run takes is bounded and finite, with the flag named (no overflowing cast
+// of a huge --timeout, no epochs x steps that wraps negative, no NaN that slips past "> 0").
+TEST(Cli, NumbersAreBoundedAndFinite) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
+      {{"--timeout", "inf"}, "--timeout"},          {{"--timeout", "1e300"}, "--timeout"},
+      {{"--timeout", "nan"}, "--timeout"},          {{"--max-seconds", "nan"}, "--max-seconds"},
+      {{"--epochs", "9000000000000000000"}, "--epochs"}, {{"--steps", "2000000000000"}, "--steps"},
+      {{"--synthetic-size", "1000000000000"}, "--synthetic-size"}, {{"--bucket-kb", "9999999999"}, "--bucket-kb"},
+      {{"--threads", "100000"}, "--threads"},       {{"--batch-size", "100000000"}, "--batch-size"},
+      {{"--peer-timeout-ms", "nan"}, "--peer-timeout-ms"}, {{"--divergence-threshold", "inf"}, "--divergence-threshold"},
+      {{"--checkpoint-every", "9000000000000000000"}, "--checkpoint-every"}, {{"--doorbell", "maybe"}, "--doorbell"}};
+  for (const auto& [args, flag] : bad) {
+    const std::string error = parseError(args);
+    EXPECT_NE(error.find(flag), std::string::npos) << args[0] << " " << args[1] << ": " << error;
+  }
+  config::TrainConfig cfg;
+  cfg.epochs = std::int64_t(1) << 39;  // within the bound alone, too many steps with 4096 per epoch
+  EXPECT_THROW(config::totalSteps(cfg, 4096), ConfigError);
+  EXPECT_EQ(config::totalSteps(cfg, 1), std::int64_t(1) << 39);
+}
+
+TEST(Cli, PsevalNumbersAreBoundedAndFinite) {
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"--poll-seconds", "nan"},
+                                               {"--idle-timeout", "inf"}, {"--poll-seconds", "-1"},
+                                               {"--batch-size", "0"}, {"--threads", "-2"}}) {
+    std::vector<std::string> argv = {"pseval", "--train-dir", "x"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<char*> raw;
+    for (auto& a : argv) raw.push_back(a.data());
+    EXPECT_THROW(launcher::parseEvalCommand(static_cast<int>(raw.size()), raw.data()), ConfigError) << args[0];
+  }
+}
+
+// Start-up errors of the ranks, said once each, naming the ranks unless all say it.
+TEST(Cli, VerdictsNameTheRanksThatFailed) {
+  EXPECT_EQ(launcher::describeVerdicts({"bad", "bad", "bad"}, "E: ", "."), "E: bad.");
+  EXPECT_EQ(launcher::describeVerdicts({"", "no file", "no file"}, "E: ", "."), "E: ranks 1, 2: no file.");
+  EXPECT_EQ(launcher::describeVerdicts({"x", "", "y"}, "", ""), "rank 0: x\nrank 2: y");
+}
+
+// Numbers in a trailer come from the network: only a whole step number becomes one.
+TEST(Wire, TrailerNumbersAreCheckedBeforeUse) {
+  EXPECT_EQ(roles::trailerVersion(12.0f, 1), 12);
+  for (float bad : {-1.0f, 0.5f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                    1e30f}) {
+    EXPECT_THROW(roles::trailerVersion(bad, 1), CommError) << bad;
+  }
+  EXPECT_TRUE(roles::sameCount(64.0f, 64.0));
+  EXPECT_FALSE(roles::sameCount(63.0f, 64.0));
+  // Above 2^24 a float sum of counts is rounded: 2^24 + 1 samples arrive as 2^24.
+  EXPECT_TRUE(roles::sameCount(static_cast<float>((1 << 24) + 1), (1 << 24) + 1.0));
+  EXPECT_FALSE(roles::sameCount(std::numeric_limits<float>::quiet_NaN(), 1.0));
 }

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <chrono>
 #include <climits>
+#include <random>
 #include <thread>
 #include <utility>
 
@@ -131,14 +132,30 @@ MpiComm::MpiComm() {
   host_.assign(name, length);
   // Errors come back as return codes so that they become CommErrors with context.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  doorbell_.connect(MpiComm::allGather(doorbell_.address(), "start-up (doorbell addresses)"), rank_);
+}
+
+void MpiComm::connectDoorbell(bool enabled) {
+  auto env = [](const char* name) {
+    const char* value = std::getenv(name);
+    return std::string(value ? value : "");
+  };
+  doorbell_ = std::make_unique<Doorbell>(
+      Doorbell::Interfaces{env("OMPI_MCA_btl_tcp_if_include"), env("OMPI_MCA_btl_tcp_if_exclude")}, enabled);
+  std::uint64_t token = 0;
+  if (rank_ == 0) {
+    std::random_device entropy;  // the kernel's random source
+    token = static_cast<std::uint64_t>(entropy()) << 32 | entropy();
+  }
+  broadcast(&token, sizeof token, 0, "start-up (doorbell token)");
+  doorbell_->connect(MpiComm::allGather(doorbell_->address(), "start-up (doorbell addresses)"), rank_, token);
   wake(Flow::AllToAll);  // so that each rank learns whose rings reach it (Doorbell::hearsEveryone)
 }
 
 void MpiComm::wake(Flow flow, int root) {
+  if (!doorbell_) return;
   for (int r = 0; r < size_; ++r) {
     const bool receives = flow == Flow::ToRoot ? r == root : flow == Flow::FromRoot ? rank_ == root : true;
-    if (r != rank_ && receives) doorbell_.ring(r);
+    if (r != rank_ && receives) doorbell_->ring(r);
   }
 }
 
@@ -178,7 +195,7 @@ struct MpiComm::Started {
 MpiComm::~MpiComm() = default;
 
 MpiComm::Patience MpiComm::patience() {
-  return {&doorbell_, std::exchange(longWaitNext_, false)};
+  return {doorbell_.get(), std::exchange(longWaitNext_, false)};
 }
 
 std::size_t MpiComm::startReduceSum(float* data, std::size_t count, int root, const std::string& context) {
@@ -212,7 +229,7 @@ void MpiComm::wait(std::size_t request) {
 void MpiComm::progress() {
   for (auto& started : started_) {
     int done = 0;
-    if (started->request != MPI_REQUEST_NULL) MPI_Test(&started->request, &done, MPI_STATUS_IGNORE);
+    if (started->request != MPI_REQUEST_NULL) check(MPI_Test(&started->request, &done, MPI_STATUS_IGNORE), started->what);
   }
 }
 
@@ -240,10 +257,12 @@ std::vector<std::string> MpiComm::gather(const std::string& mine, int root, cons
   waitFor(request, timeoutSeconds(), what, patience());
   std::vector<int> offsets(size_, 0);
   std::size_t total = 0;
-  for (int r = 0; r < size_; ++r) {
+  for (int r = 0; r < size_ && rank_ == root; ++r) {
+    if (lengths[r] < 0) throw CommError(fmt::format("{}: rank {} announced {} bytes", what, r, lengths[r]));
     offsets[r] = intCount(total, what);
     total += static_cast<std::size_t>(lengths[r]);
   }
+  intCount(total, what);
   std::string joined(rank_ == root ? total : 0, '\0');
   check(MPI_Igatherv(mine.data(), length, MPI_CHAR, joined.data(), lengths.data(), offsets.data(), MPI_CHAR, root,
                      MPI_COMM_WORLD, &request), what);
@@ -267,7 +286,7 @@ void MpiComm::send(const void* data, std::size_t bytes, int dest, const std::str
   const std::string what = fmt::format("send to rank {} at {}", dest, context);
   MPI_Request request;
   check(MPI_Isend(data, intCount(bytes, what), MPI_BYTE, dest, 0, MPI_COMM_WORLD, &request), what);
-  doorbell_.ring(dest);
+  if (doorbell_) doorbell_->ring(dest);
   waitFor(request, timeoutSeconds(), what, patience());
 }
 
@@ -283,12 +302,13 @@ Communicator::Received MpiComm::receive(void* data, std::size_t capacity, int so
     return found != 0;
   }, timeoutSeconds(), what, patience());
   int bytes = 0;
-  MPI_Get_count(&status, MPI_BYTE, &bytes);
+  check(MPI_Get_count(&status, MPI_BYTE, &bytes), what);
+  if (bytes < 0) throw CommError(fmt::format("{}: a message of undefined size", what));
   Received got{status.MPI_SOURCE, static_cast<std::size_t>(bytes)};
   if (got.bytes > capacity) {
     // Take it off the queue anyway, so the error is the only consequence.
     std::string sink(got.bytes, '\0');
-    MPI_Mrecv(sink.data(), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+    check(MPI_Mrecv(sink.data(), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE), what);
     throw CommError(fmt::format("{}: a message of {} bytes from rank {}, expected at most {}", what, got.bytes,
                                 got.source, capacity));
   }
@@ -352,15 +372,22 @@ std::unique_ptr<Window> MpiComm::exposeWindow(std::size_t count, const std::stri
 
 std::vector<std::string> MpiComm::allGather(const std::string& mine, const std::string& context) {
   const std::string what = "allgather at " + context;
-  int length = static_cast<int>(mine.size());
+  int length = intCount(mine.size(), what);
   std::vector<int> lengths(size_);
   MPI_Request request;
   check(MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, MPI_COMM_WORLD, &request), what);
   wake(Flow::AllToAll);
   waitFor(request, timeoutSeconds(), what, patience());
+  // Offsets in MPI's ints: a total past INT_MAX is an error, not a wrapped offset.
   std::vector<int> offsets(size_, 0);
-  for (int r = 1; r < size_; ++r) offsets[r] = offsets[r - 1] + lengths[r - 1];
-  std::string joined(static_cast<std::size_t>(offsets.back() + lengths.back()), '\0');
+  std::size_t total = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (lengths[r] < 0) throw CommError(fmt::format("{}: rank {} announced {} bytes", what, r, lengths[r]));
+    offsets[r] = intCount(total, what);
+    total += static_cast<std::size_t>(lengths[r]);
+  }
+  intCount(total, what);
+  std::string joined(total, '\0');
   check(MPI_Iallgatherv(mine.data(), length, MPI_CHAR, joined.data(), lengths.data(),
                         offsets.data(), MPI_CHAR, MPI_COMM_WORLD, &request), what);
   wake(Flow::AllToAll);

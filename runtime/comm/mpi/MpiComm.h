@@ -4,8 +4,7 @@
 // with exponential back-off (up to 2 ms of sleep; 16 ms in a wait announced by
 // expectLongWait()), so a waiting rank uses almost no CPU and every wait is bounded by
 // timeoutSeconds(). A rank that posts what others wait for rings their Doorbell, which ends
-// their sleep at once. Construction is collective (the ranks exchange doorbell addresses
-// and ring each other once).
+// their sleep at once, once connectDoorbell() has run.
 #include <memory>
 #include <vector>
 
@@ -16,9 +15,15 @@ namespace pstrain::comm {
 
 class MpiComm : public Communicator {
  public:
-  // MPI must already be initialised (see MpiSession) and outlive this object.
+  // MPI must already be initialised (see MpiSession) and outlive this object. Not collective.
   MpiComm();
   ~MpiComm() override;
+
+  // Collective: every rank makes its doorbell (none if `enabled` is false: --doorbell off),
+  // on the interfaces Open MPI's TCP transport uses (its btl_tcp_if_include/exclude), rank
+  // 0 draws the job's random token, the ranks exchange addresses and ring each other once.
+  // Until then waits sleep their whole pauses.
+  void connectDoorbell(bool enabled);
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -50,7 +55,7 @@ class MpiComm : public Communicator {
   int rank_ = 0;
   int size_ = 1;
   std::string host_;
-  Doorbell doorbell_;
+  std::unique_ptr<Doorbell> doorbell_;  // null before connectDoorbell()
   bool longWaitNext_ = false;  // set by expectLongWait()
   Patience patience();         // for this rank's next wait: consumes longWaitNext_
   // Rings the ranks that receive what this rank just posted: the root of a broadcast

@@ -1,0 +1,144 @@
+#include "runtime/roles/TrainDir.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "runtime/Errors.h"
+#include "runtime/checkpoint/Checkpoint.h"
+
+namespace pstrain::roles {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kSetAside = ".replaced";
+// What a run leaves (its ckpt/ included); --overwrite sets all of it aside.
+const char* const kRunFiles[] = {"ckpt", "metrics.jsonl", "trained_model.pt", "trained_model.torchscript.pt",
+                                 "eval.csv", "eval.jsonl", "run.json"};
+// What --resume writes again at the end: until then the run is not finished.
+const char* const kFinalFiles[] = {"trained_model.pt", "trained_model.torchscript.pt"};
+
+}  // namespace
+
+TrainDir::TrainDir(const config::TrainConfig& cfg) : cfg_(cfg) {
+  const fs::path dir(cfg.trainDir);
+  std::error_code ec;
+  if (cfg.dryRun && !fs::exists(dir, ec)) {
+    // A dry run writes nothing: a probe directory in the nearest existing parent, removed
+    // at once (permission bits alone do not tell: root, read-only mounts, pseudo file systems).
+    fs::path existing = fs::absolute(dir, ec);
+    while (!existing.empty() && !fs::exists(existing, ec)) existing = existing.parent_path();
+    const fs::path probe = existing / fmt::format(".pstrain-dry-run-{}", ::getpid());
+    if (!fs::create_directory(probe, ec) || ec) {
+      throw ConfigError(fmt::format("{}: not writable: cannot create it in {} ({})", cfg.trainDir, existing.string(),
+                                    ec ? ec.message() : "exists"));
+    }
+    fs::remove(probe, ec);
+    state_ = "writable";
+    return;
+  }
+  fs::create_directories(dir, ec);
+  if (ec) {
+    throw ConfigError(fmt::format("{}: not writable: cannot create it ({}); choose another --train-dir", cfg.trainDir,
+                                  ec.message()));
+  }
+  struct stat info;
+  if (::stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+    throw ConfigError(fmt::format("{}: not a directory", cfg.trainDir));
+  }
+  // Checkpoints are unpickled by torch.load and by pstrain --resume: nobody else may write them.
+  if (info.st_uid != ::geteuid() || (info.st_mode & (S_IWGRP | S_IWOTH))) {
+    throw ConfigError(fmt::format("{}: other users can write it (owner uid {}, mode {:04o}); a run's checkpoints "
+                                  "must be yours alone: chmod go-w it, or choose another --train-dir",
+                                  cfg.trainDir, info.st_uid, info.st_mode & 07777));
+  }
+  lock_ = ::open((dir / ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (lock_ < 0) {
+    throw ConfigError(fmt::format("{}: not writable: cannot open its .lock ({})", cfg.trainDir, std::strerror(errno)));
+  }
+  if (::flock(lock_, LOCK_EX | LOCK_NB) != 0) {
+    char holder[32] = {};
+    (void)::pread(lock_, holder, sizeof holder - 1, 0);
+    ::close(lock_);
+    lock_ = -1;
+    const std::string pid(holder);
+    throw ConfigError(fmt::format("{}: another pstrain job is using it (pid {}); wait for it, or choose another "
+                                  "--train-dir", cfg.trainDir, pid.substr(0, pid.find('\n'))));
+  }
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  // The pid is only for the message of a job that finds the dir locked.
+  if (::ftruncate(lock_, 0) == 0) (void)::pwrite(lock_, pid.data(), pid.size(), 0);
+  if (fs::exists(dir / kSetAside)) {
+    throw ConfigError(fmt::format("{}/{} holds the files of a run that an interrupted start (--overwrite or "
+                                  "--resume) set aside: move them back into {} to keep that run, or remove {}/{}",
+                                  cfg.trainDir, kSetAside, cfg.trainDir, cfg.trainDir, kSetAside));
+  }
+  earlierRun_ = fs::exists(dir / "run.json");
+  if (earlierRun_ && !cfg.overwrite && !cfg.resume) {
+    throw ConfigError(fmt::format(
+        "{} already holds a run; --resume continues it, --overwrite replaces it, or choose another --train-dir",
+        cfg.trainDir));
+  }
+  try {
+    checkpoint::atomicWrite((dir / ".write-test").string(), "ok\n");
+  } catch (const CheckpointError& e) {
+    throw ConfigError(fmt::format("{}: not writable ({})", cfg.trainDir, e.what()));
+  }
+  fs::remove(dir / ".write-test", ec);
+  state_ = !earlierRun_ ? "writable"
+           : cfg.resume ? "writable; --resume continues the run it holds"
+                        : "writable; holds an earlier run that --overwrite will replace once the new run has published "
+                          "its first checkpoint";
+}
+
+TrainDir::~TrainDir() {
+  if (lock_ >= 0) ::close(lock_);  // releases the flock
+}
+
+void TrainDir::begin() {
+  const fs::path dir(cfg_.trainDir);
+  std::error_code ec;
+  auto setAside = [&](const char* name) {
+    if (!fs::exists(dir / name)) return;
+    fs::create_directories(dir / kSetAside, ec);
+    fs::rename(dir / name, dir / kSetAside / name, ec);
+    if (ec) throw Error(fmt::format("{}: cannot set {} aside ({})", cfg_.trainDir, name, ec.message()));
+  };
+  if (earlierRun_ && cfg_.overwrite) {
+    for (const char* name : kRunFiles) setAside(name);
+  } else if (cfg_.resume) {
+    for (const char* name : kFinalFiles) setAside(name);
+    // Temporary files of a write that a killed job left behind.
+    for (const auto& entry : fs::directory_iterator(dir / "ckpt", ec)) {
+      if (entry.path().filename().string().find(".tmp") != std::string::npos) fs::remove(entry.path(), ec);
+    }
+  }
+  fs::create_directories(dir / "ckpt", ec);
+  if (ec) throw Error(fmt::format("{}: cannot create ({})", (dir / "ckpt").string(), ec.message()));
+}
+
+void TrainDir::restore() {
+  const fs::path dir(cfg_.trainDir), aside = dir / kSetAside;
+  std::error_code ec;
+  if (!fs::exists(aside)) return;
+  for (const auto& entry : fs::directory_iterator(aside, ec)) {
+    const fs::path back = dir / entry.path().filename();
+    checkpoint::removeTree(back.string());  // what the failed run wrote in its place
+    fs::rename(entry.path(), back, ec);
+  }
+  fs::remove(aside, ec);
+}
+
+void discardSetAside(const std::string& trainDir) {
+  const fs::path aside = fs::path(trainDir) / kSetAside;
+  if (fs::exists(aside)) checkpoint::removeTree(aside.string());
+}
+
+}  // namespace pstrain::roles

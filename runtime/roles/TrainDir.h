@@ -1,0 +1,44 @@
+#pragma once
+// Rank 0's hold on the train dir (DESIGN.md, "Files a run leaves"): one job at a time, no
+// dir that other users can write, and an earlier run that survives a failed start. With
+// --overwrite (and --resume, for the final weights it writes again) the earlier run's
+// files are set aside in <train-dir>/.replaced/ only once every start-up check has passed,
+// and deleted only once the new run has published its first checkpoint; a failure before
+// that puts them back (or, if the process was killed, leaves them there and the next
+// start says so).
+#include <string>
+
+#include "runtime/config/TrainConfig.h"
+
+namespace pstrain::roles {
+
+class TrainDir {
+ public:
+  // Checks `cfg.trainDir` (created if missing) and locks it (flock on .lock, held while
+  // this object lives): refuses a dir another job holds, one that other users can write,
+  // one that holds an earlier run (without --overwrite or --resume) or the files an
+  // interrupted start set aside. Touches no file of an earlier run. Throws ConfigError.
+  explicit TrainDir(const config::TrainConfig& cfg);
+  ~TrainDir();
+  TrainDir(const TrainDir&) = delete;
+  TrainDir& operator=(const TrainDir&) = delete;
+
+  // What a dry run reports: "writable", and what --overwrite or --resume will do.
+  std::string state() const { return state_; }
+  // After the start-up checks: sets the earlier run's files aside, creates ckpt/ and proves
+  // it writable.
+  void begin();
+  // The run failed before its first checkpoint: the earlier run's files go back.
+  void restore();
+
+ private:
+  config::TrainConfig cfg_;
+  int lock_ = -1;
+  bool earlierRun_ = false;
+  std::string state_;
+};
+
+// After a checkpoint of the new run is published: the files set aside go for good.
+void discardSetAside(const std::string& trainDir);
+
+}  // namespace pstrain::roles
