@@ -4,19 +4,20 @@
 
 namespace pstrain::data {
 
-Prefetcher::Batch Prefetcher::take(std::int64_t step, double* waitedSeconds) {
+Prefetcher::Batches Prefetcher::take(std::int64_t step, const std::vector<int>& shards, double* waitedSeconds) {
   const auto start = std::chrono::steady_clock::now();
-  Batch batch;
-  if (next_.valid() && nextStep_ == step) {
-    batch = next_.get();
+  Batches batches;
+  if (next_.valid() && nextStep_ == step && nextShards_ == shards) {
+    batches = next_.get();
   } else {
-    if (next_.valid()) next_.wait();  // a stale prefetch (the step jumped): drop it
-    batch = make_(step);
+    if (next_.valid()) next_.wait();  // a stale prefetch (the step jumped, the shards changed): drop it
+    batches = make_(step, shards);
   }
   if (waitedSeconds) *waitedSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   nextStep_ = step + 1;
-  next_ = std::async(std::launch::async, make_, nextStep_);
-  return batch;
+  nextShards_ = shards;
+  next_ = std::async(std::launch::async, make_, nextStep_, nextShards_);
+  return batches;
 }
 
 }  // namespace pstrain::data

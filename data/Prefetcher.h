@@ -1,31 +1,37 @@
 #pragma once
-// Prepares the batch of the next step on a background thread while the current step
-// computes, so a step waits for data only when preparing is slower than computing.
+// Prepares the micro-batches of the next step on a background thread while the current
+// step computes, so a step waits for data only when preparing is slower than computing.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <functional>
 #include <future>
 #include <utility>
+#include <vector>
 
 namespace pstrain::data {
 
 class Prefetcher {
  public:
   using Batch = std::pair<at::Tensor, at::Tensor>;
-  // `make(step)` builds the batch of `step`; it runs on the background thread and must not
-  // touch state that the caller changes meanwhile.
-  explicit Prefetcher(std::function<Batch(std::int64_t)> make) : make_(std::move(make)) {}
+  using Batches = std::vector<Batch>;  // a step's micro-batches, one per virtual shard
+  // `make(step, shards)` builds the micro-batches of `step` for virtual shards `shards`; it
+  // runs on the background thread and must not touch state that the caller changes
+  // meanwhile.
+  using Make = std::function<Batches(std::int64_t step, const std::vector<int>& shards)>;
+  explicit Prefetcher(Make make) : make_(std::move(make)) {}
 
-  // The batch of `step`: the prefetched one if it is that step's (waiting for it to be
-  // finished), else built now. Then starts building step + 1. `waitedSeconds` receives the
-  // time this call blocked. Exceptions of `make` surface here.
-  Batch take(std::int64_t step, double* waitedSeconds);
+  // The micro-batches of `step` for `shards`: the prefetched ones if they are those
+  // (waiting for them to be finished), else built now. Then starts building step + 1 for
+  // the same shards. `waitedSeconds` receives the time this call blocked. Exceptions of
+  // `make` surface here.
+  Batches take(std::int64_t step, const std::vector<int>& shards, double* waitedSeconds);
 
  private:
-  std::function<Batch(std::int64_t)> make_;
-  std::future<Batch> next_;
+  Make make_;
+  std::future<Batches> next_;
   std::int64_t nextStep_ = -1;
+  std::vector<int> nextShards_;
 };
 
 }  // namespace pstrain::data

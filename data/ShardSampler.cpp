@@ -24,6 +24,18 @@ std::uint64_t uniformBelow(std::mt19937_64& gen, std::uint64_t bound) {
 
 }  // namespace
 
+std::vector<int> virtualShardsOf(int worker, int workers, int shards) {
+  if (workers <= 0 || worker < 0 || worker >= workers || workers > shards) {
+    throw ConfigError(fmt::format("{} workers cannot share {} virtual shards (--virtual-shards): at most as many "
+                                  "workers as shards", workers, shards));
+  }
+  std::vector<int> mine;
+  const auto first = static_cast<std::int64_t>(worker) * shards / workers;
+  const auto last = static_cast<std::int64_t>(worker + 1) * shards / workers;
+  for (auto v = first; v < last; ++v) mine.push_back(static_cast<int>(v));
+  return mine;
+}
+
 ShardSampler::ShardSampler(std::int64_t datasetSize, int shards, std::int64_t batchSize,
                            std::uint64_t seed)
     : size_(datasetSize), shards_(shards), batchSize_(batchSize), seed_(seed) {

@@ -1,7 +1,8 @@
 #pragma once
-// Which samples each worker trains on at each step: a pure function of (dataset size,
-// number of shards, batch size, seed, step), so every worker computes its own batches
-// without talking to anyone and a run can resume at any step.
+// Which samples each virtual shard trains on at each step: a pure function of (dataset
+// size, number of shards, batch size, seed, step), so every worker computes its shards'
+// batches without talking to anyone and a run can resume at any step, with any number of
+// workers (a step deals its global batch to the shards, whoever computes them).
 //
 // Every epoch the whole index range is permuted from (seed, epoch) and dealt round-robin
 // to the shards, as torch's DistributedSampler does: shards are disjoint, equal in size
@@ -12,6 +13,12 @@
 #include <vector>
 
 namespace pstrain::data {
+
+// The virtual shards that worker `worker` of `workers` computes when a step's global batch
+// is dealt to `shards` virtual shards (elastic runs fix `shards` and let the workers come
+// and go): a contiguous block, ceil or floor of shards / workers of them. Throws
+// ConfigError when there are more workers than shards.
+std::vector<int> virtualShardsOf(int worker, int workers, int shards);
 
 class ShardSampler {
  public:

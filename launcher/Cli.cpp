@@ -143,7 +143,9 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     ("list-models", "print the models and exit")
     ("list-datasets", "print the datasets and exit");
   options.add_options("Optimization")
-    ("batch-size", "samples per worker per step", i64(d.batchSize))
+    ("batch-size", "samples per worker (per virtual shard) per step", i64(d.batchSize))
+    ("virtual-shards", "sync, allreduce: deal each step's global batch to V virtual shards of --batch-size, whoever computes them, so that the result does not depend on how many workers there are (0: the first launch's workers; --resume keeps the run's)", cxxopts::value<int>()->default_value(std::to_string(d.virtualShards)))
+    ("reshard", "--resume may change the virtual shards or the batch size (the data order, global batch and lr change)", flag())
     ("lr", "base learning rate (one worker)", dbl(d.lr))
     ("lr-scaling", "none | linear (lr x workers: the Linear Scaling Rule)", str(d.lrScaling))
     ("warmup-steps", "ramp the lr linearly up to its target over this many steps", i64(d.warmupSteps))
@@ -234,6 +236,8 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     c.dataDir = r["data-dir"].as<std::string>();
     c.syntheticSize = r["synthetic-size"].as<std::int64_t>();
     c.batchSize = r["batch-size"].as<std::int64_t>();
+    c.virtualShards = r["virtual-shards"].as<int>();
+    c.reshard = r["reshard"].as<bool>();
     c.lr = r["lr"].as<double>();
     c.lrScaling = r["lr-scaling"].as<std::string>();
     c.warmupSteps = r["warmup-steps"].as<std::int64_t>();

@@ -85,6 +85,10 @@ extern "C" void onTerminate(int signal) {
   ::_exit(128 + signal);
 }
 
+// SIGUSR1 (mpirun forwards it to every rank): checkpoint at the next step and exit with a
+// resumable status (pstrain-run's way to take hosts back).
+extern "C" void onStopRequest(int) { roles::stopRequested() = true; }
+
 std::string commandLine(int argc, char** argv) {
   std::string line;
   for (int i = 0; i < argc; ++i) line += (i ? " " : "") + std::string(argv[i]);
@@ -100,6 +104,7 @@ int main(int argc, char** argv) {
   const int rank = comm.rank();
   gRank = rank;
   for (int signal : {SIGTERM, SIGINT, SIGHUP}) std::signal(signal, onTerminate);
+  std::signal(SIGUSR1, onStopRequest);
 
   launcher::TrainCommand cli;
   std::string parseError;
@@ -161,5 +166,5 @@ int main(int argc, char** argv) {
     launcher::printErrorLine(fmt::format("pstrain: rank {}: {}", rank, e.what()));
     comm::MpiSession::abortJob(1);
   }
-  return 0;
+  return roles::stoppedOnRequest() ? roles::kResumableExit : 0;
 }

@@ -251,6 +251,8 @@ std::string publish(const std::string& dir, const Checkpoint& ckpt) {
   meta.insert("fingerprint", ckpt.fingerprint);
   meta.insert("loss", ckpt.loss);
   meta.insert("model_path", ckpt.modelPath);
+  meta.insert("virtual_shards", ckpt.virtualShards);
+  meta.insert("batch_size", ckpt.batchSize);
   GenericDict optimizer = stringKeyedDict();
   optimizer.insert("momentum_buffer", tensorDict(ckpt.momentum));
   GenericDict top = stringKeyedDict();
@@ -355,6 +357,8 @@ Checkpoint decode(const c10::IValue& top, const std::string& path) {
   ckpt.fingerprint = metaString("fingerprint");
   if (meta.contains("loss")) ckpt.loss = metaString("loss");
   if (meta.contains("model_path")) ckpt.modelPath = metaString("model_path");
+  if (meta.contains("virtual_shards")) ckpt.virtualShards = metaInt("virtual_shards");
+  if (meta.contains("batch_size")) ckpt.batchSize = metaInt("batch_size");
   ckpt.modelState = tensorList(dict.at("model"), path, "model");
   if (!dict.at("optimizer").isGenericDict() || !dict.at("optimizer").toGenericDict().contains("momentum_buffer")) {
     throw CheckpointError(fmt::format("{}: 'optimizer' has no momentum_buffer", path));

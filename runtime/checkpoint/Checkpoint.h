@@ -4,8 +4,8 @@
 // A checkpoint is <dir>/step-NNNNNNNN.pt holding the dict
 //   {"model": state_dict, "optimizer": {"momentum_buffer": {key: tensor}},
 //    "__meta__": {"format": 1, "step", "epoch", "model", "dataset", "synthetic_size",
-//                  "fingerprint", "loss", "model_path"}}
-// ("loss" and "model_path" are optional: checkpoints of earlier versions lack them.)
+//                  "fingerprint", "loss", "model_path", "virtual_shards", "batch_size"}}
+// (the last four are optional: checkpoints of earlier versions lack them.)
 // It is *published* by <dir>/step-NNNNNNNN.ok, written only after the .pt is complete,
 // fsync'd and renamed into place; the .ok records the .pt's size and CRC-32 so a reader
 // can tell a damaged file from a good one. Readers consider only published checkpoints.
@@ -29,6 +29,8 @@ struct Checkpoint {
   std::string fingerprint; // TrainConfig::fingerprint()
   std::string loss = "nll";  // TrainConfig::lossFunction()
   std::string modelPath;   // a model file's absolute path (empty for the zoo)
+  std::int64_t virtualShards = 0;  // of the run's global batch (0: not recorded)
+  std::int64_t batchSize = 0;      // per virtual shard (0: not recorded)
   TensorList modelState;   // state_dict, in order
   TensorList momentum;     // per-parameter momentum buffers; empty without momentum
 };

@@ -20,7 +20,13 @@ struct TrainConfig {
   std::string dataset = "fashion-mnist";  // a built-in name or an .npz file (isDatasetFile)
   std::string dataDir;                 // empty: the dataset's default location
   std::int64_t syntheticSize = 6000;   // training samples of the synthetic dataset
-  std::int64_t batchSize = 64;         // per worker
+  std::int64_t batchSize = 64;         // per worker (per virtual shard)
+  // A step's global batch is dealt to this many virtual shards of batchSize samples, whoever
+  // computes them (data/ShardSampler.h): the run's results do not depend on how many
+  // workers there are. 0: as many as the first launch has workers; --resume keeps the
+  // checkpoint's. The peer and point-to-point modes but allreduce keep one per worker.
+  int virtualShards = 0;
+  bool reshard = false;                // --resume may change the virtual shards or the batch size
   double lr = 0.01;                    // base learning rate (one worker)
   std::string lrScaling = "linear";    // none | linear (lr x workers)
   std::int64_t warmupSteps = 0;        // linear ramp to the scaled lr

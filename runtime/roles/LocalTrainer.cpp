@@ -27,14 +27,14 @@ std::uint64_t mix(std::uint64_t a, std::uint64_t b, std::uint64_t c) {
 }  // namespace
 
 LocalTrainer::LocalTrainer(const config::TrainConfig& cfg, models::Net& model, const data::Dataset& train,
-                           c10::Device device, StepMessages& messages, int shard, int shards, int rank)
+                           c10::Device device, StepMessages& messages, int worker, int workers, int rank)
     : cfg_(cfg),
       model_(model),
       device_(device),
       messages_(messages),
-      sampler_(train.size(), shards, cfg.batchSize, cfg.seed),
+      sampler_(train.size(), cfg.virtualShards > 0 ? cfg.virtualShards : workers, cfg.batchSize, cfg.seed),
       rank_(rank),
-      shard_(shard),
+      shards_(data::virtualShardsOf(worker, workers, cfg.virtualShards > 0 ? cfg.virtualShards : workers)),
       lossName_(cfg.lossFunction()) {
   const std::int64_t n = messages.weights.numel();
   auto deviceOptions = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
@@ -48,15 +48,20 @@ LocalTrainer::LocalTrainer(const config::TrainConfig& cfg, models::Net& model, c
     serverBuffers_ = torch::zeros({messages.serverBuffers.numel()}, deviceOptions);
     workerBuffers_ = torch::zeros({messages.workerBuffers.numel()}, deviceOptions);
   }
+  bufferScratch_ = torch::zeros({messages.workerBuffers.numel()}, deviceOptions);
   bindParameters(model_, weights_);
   if (!device_.is_cpu()) messages.weights.copy_(weights_);
   bindGradients(model_, grad_);
   model_.train();
-  // Batches depend only on (seed, batch, shard): reproducible, and built ahead of time. The
-  // sampler is used on the prefetching thread only.
-  prefetcher_ = std::make_unique<data::Prefetcher>([this, &train, shard](std::int64_t batch) {
-    auto made = train.batch(sampler_.batch(shard, batch), mix(cfg_.seed, static_cast<std::uint64_t>(batch), shard));
-    if (device_.is_cuda()) made = {made.first.pin_memory(), made.second.pin_memory()};  // copied in without blocking
+  // Batches depend only on (seed, batch, virtual shard): reproducible whoever computes
+  // them, and built ahead of time. The sampler is used on the prefetching thread only.
+  prefetcher_ = std::make_unique<data::Prefetcher>([this, &train](std::int64_t batch, const std::vector<int>& shards) {
+    data::Prefetcher::Batches made;
+    for (int shard : shards) {
+      auto b = train.batch(sampler_.batch(shard, batch), mix(cfg_.seed, static_cast<std::uint64_t>(batch), shard));
+      if (device_.is_cuda()) b = {b.first.pin_memory(), b.second.pin_memory()};  // copied in without blocking
+      made.push_back(std::move(b));
+    }
     return made;
   });
   const auto nan = cfg.nanInjection();
@@ -87,6 +92,7 @@ void LocalTrainer::streamGradients(std::int64_t bucketBytes, std::function<void(
     for (int p : buckets_[b].parameters) bucketsOf_[p].push_back(static_cast<int>(b));
   }
   slots_ = parameterViews(model_, messages_.grad);
+  parameters_ = model_.parameters();
   for (std::size_t i = 0; i < parameters.size(); ++i) {
     // Called by autograd with this parameter's gradient, before it is accumulated: it is
     // written (times the sample count) into messages.grad here, and .grad is left to
@@ -96,18 +102,24 @@ void LocalTrainer::streamGradients(std::int64_t bucketBytes, std::function<void(
 }
 
 void LocalTrainer::onGradient(int parameter, const at::Tensor& gradient) {
+  // Before the last micro-batch autograd sums the gradients into .grad by itself.
+  if (!lastMicroBatch_) return;
+  const at::Tensor& earlier = parameters_[parameter].grad();
+  deliver(parameter, earlier.defined() ? earlier + gradient : gradient);
+  handOverReadyBuckets();
+}
+
+void LocalTrainer::deliver(int parameter, const at::Tensor& gradient) {
   at::Tensor& slot = slots_[parameter];
-  if (device_.is_cpu()) {
+  if (!gradient.defined()) {
+    slot.zero_();  // a parameter the loss did not reach
+  } else if (device_.is_cpu()) {
     slot.copy_(gradient);
     slot.mul_(scale_);
   } else {
     slot.copy_(gradient * scale_, /*non_blocking=*/true);  // final once handOverReadyBuckets() waited
   }
-  delivered(parameter);
-  handOverReadyBuckets();
-}
-
-void LocalTrainer::delivered(int parameter) {
+  handedOver_[parameter] = true;
   for (int b : bucketsOf_[parameter]) --missing_[b];
 }
 
@@ -123,38 +135,51 @@ void LocalTrainer::handOverReadyBuckets() {
 void LocalTrainer::computeGradient(std::int64_t batch, std::int64_t version) {
   const auto start = std::chrono::steady_clock::now();
   double dataWait = 0;
-  auto [images, labels] = prefetcher_->take(batch, &dataWait);
-  images = images.to(device_, /*non_blocking=*/true);
-  labels = labels.to(device_, /*non_blocking=*/true);
-  const float count = static_cast<float>(labels.size(0));
+  const auto micro = prefetcher_->take(batch, shards_, &dataWait);
+  // Every virtual shard's batch of a step has the same size (ShardSampler::batchSizeAt).
+  const float count = static_cast<float>(micro.front().second.size(0));
   const bool streaming = !buckets_.empty();
-
   if (streaming) {
     scale_ = count;
     nextReady_ = 0;
     missing_.clear();
     for (const auto& b : buckets_) missing_.push_back(static_cast<int>(b.parameters.size()));
+    handedOver_.assign(slots_.size(), false);
     for (auto& p : model_.parameters()) p.mutable_grad() = at::Tensor();
   } else {
     grad_.zero_();
   }
-  // Dropout draws from torch's generator: seeded by (seed, batch, shard), like the batch and
-  // its augmentation, so that a resumed run draws what the uninterrupted one did.
-  torch::manual_seed(mix(cfg_.seed ^ 0x5eedu, static_cast<std::uint64_t>(batch), static_cast<std::uint64_t>(shard_)));
-  at::Tensor loss = lossOf(lossName_, model_.forward(images), labels);
-  loss.backward();
+  const at::Tensor& summedBuffers = device_.is_cpu() ? messages_.workerBuffers : workerBuffers_;
+  at::Tensor lossSum;
+  for (std::size_t m = 0; m < micro.size(); ++m) {
+    // Each micro-batch from the server's statistics, as if a worker of its own computed it.
+    if (m > 0) writeBuffers(model_, device_.is_cpu() ? messages_.serverBuffers : serverBuffers_);
+    at::Tensor images = micro[m].first.to(device_, /*non_blocking=*/true);
+    at::Tensor labels = micro[m].second.to(device_, /*non_blocking=*/true);
+    lastMicroBatch_ = m + 1 == micro.size();
+    // Dropout draws from torch's generator: seeded by (seed, batch, virtual shard), like the
+    // batch and its augmentation, so that a resumed run draws what the uninterrupted one did.
+    torch::manual_seed(mix(cfg_.seed ^ 0x5eedu, static_cast<std::uint64_t>(batch), static_cast<std::uint64_t>(shards_[m])));
+    at::Tensor loss = lossOf(lossName_, model_.forward(images), labels);
+    loss.backward();
+    if (!streaming) collectGradients(model_, grad_);
+    lossSum = m == 0 ? loss.detach() : lossSum + loss.detach();
+    if (micro.size() == 1) {
+      readBuffers(model_, summedBuffers);
+    } else {
+      readBuffers(model_, bufferScratch_);
+      if (m == 0) summedBuffers.copy_(bufferScratch_);
+      else summedBuffers.add_(bufferScratch_);
+    }
+  }
   if (streaming) {
-    // A parameter the loss did not reach got no hook call: its gradient is zero.
+    // A parameter whose gradient did not come with the last micro-batch: what earlier ones
+    // left in .grad, or zero if the loss never reached it.
     auto parameters = model_.parameters();
     for (std::size_t i = 0; i < parameters.size(); ++i) {
-      if (!parameters[i].grad().defined()) {
-        slots_[i].zero_();
-        delivered(static_cast<int>(i));
-      }
+      if (!handedOver_[i]) deliver(static_cast<int>(i), parameters[i].grad());
     }
     handOverReadyBuckets();
-  } else {
-    collectGradients(model_, grad_);
   }
   const bool injectNan = batch == nanBatch_;  // --inject-nan, for the fault tests
   if (!streaming) {  // streamed: the hooks already wrote gradient x count into messages.grad
@@ -162,14 +187,9 @@ void LocalTrainer::computeGradient(std::int64_t batch, std::int64_t version) {
     grad_.mul_(count);
     if (!device_.is_cpu()) messages_.grad.copy_(grad_, /*non_blocking=*/true);
   }
-  if (device_.is_cpu()) {
-    readBuffers(model_, messages_.workerBuffers);
-  } else {
-    readBuffers(model_, workerBuffers_);
-    messages_.workerBuffers.copy_(workerBuffers_, /*non_blocking=*/true);
-  }
+  if (!device_.is_cpu()) messages_.workerBuffers.copy_(workerBuffers_, /*non_blocking=*/true);
   // On a device, the step's one wait: everything queued so far, the copies included, has run.
-  float lossValue = loss.item<float>();
+  float lossValue = lossSum.item<float>() / static_cast<float>(micro.size());
   if (injectNan) lossValue = NAN;
   if (!std::isfinite(lossValue) && !cfg_.skipNonfinite) {
     throw Error(fmt::format("step {}: the loss of this worker's batch is {}; lower --lr, or --skip-nonfinite "
@@ -179,8 +199,8 @@ void LocalTrainer::computeGradient(std::int64_t batch, std::int64_t version) {
     std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(straggleMs_));
   }
   float* trailer = messages_.trailer;
-  trailer[kLossSum] = lossValue * count;
-  trailer[kSamples] = count;
+  trailer[kLossSum] = lossValue * count * static_cast<float>(micro.size());
+  trailer[kSamples] = count * static_cast<float>(micro.size());
   // Only this rank's slot: the allreduce mode left the last step's sum in the others.
   std::fill(trailer + kComputeSeconds, trailer + trailerFloats(messages_.ranks), 0.0f);
   trailer[kComputeSeconds + rank_] = std::chrono::duration<float>(std::chrono::steady_clock::now() - start).count();

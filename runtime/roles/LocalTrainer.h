@@ -25,11 +25,12 @@ namespace pstrain::roles {
 class LocalTrainer {
  public:
   // `model` must be on `device`; its parameters become views of messages.weights (on the
-  // CPU) or of a device copy, its gradients likewise of messages.grad. Batches are those of
-  // shard `shard` of `shards`. `rank` selects the testing flags (--inject-nan, --straggle)
-  // meant for this process.
+  // CPU) or of a device copy, its gradients likewise of messages.grad. A step's global
+  // batch is dealt to cfg.virtualShards virtual shards (0: `workers` of them); this worker,
+  // `worker` of `workers`, computes the micro-batches of its share (virtualShardsOf).
+  // `rank` selects the testing flags (--inject-nan, --straggle) meant for this process.
   LocalTrainer(const config::TrainConfig& cfg, models::Net& model, const data::Dataset& train,
-               c10::Device device, StepMessages& messages, int shard, int shards, int rank);
+               c10::Device device, StepMessages& messages, int worker, int workers, int rank);
   ~LocalTrainer();  // the model keeps its parameters (views that keep the weights alive), not gradients
   LocalTrainer(const LocalTrainer&) = delete;
   LocalTrainer& operator=(const LocalTrainer&) = delete;
@@ -37,14 +38,17 @@ class LocalTrainer {
   // Makes the model compute with messages.weights and messages.serverBuffers.
   void loadWeights();
 
-  // Forward and backward on this shard's batch `batch` (a pure function of seed, shard and
-  // batch number: every epoch a new permutation). Fills the up message; the trailer's
-  // kVersion is `version`, this rank's kComputeSeconds slot the time the call took, the
-  // other ranks' slots 0. A non-finite loss throws unless --skip-nonfinite, in which case
-  // the trailer says so.
+  // Forward and backward on batch `batch` of each of this worker's virtual shards (a pure
+  // function of seed, shard and batch number: every epoch a new permutation), one
+  // micro-batch after the other, each from the server's BatchNorm statistics. Fills the up
+  // message: the gradients summed (each times its sample count), the buffers summed over
+  // the micro-batches, the trailer (kVersion `version`, this rank's kComputeSeconds slot
+  // the time the call took, the other ranks' slots 0). A non-finite loss throws unless
+  // --skip-nonfinite, in which case the trailer says so.
   void computeGradient(std::int64_t batch, std::int64_t version);
 
   const data::ShardSampler& sampler() const { return sampler_; }
+  const std::vector<int>& shards() const { return shards_; }
 
   // Overlap (sync mode, raw gradients): from now on backward hands the gradient over bucket
   // by bucket (gradientBuckets(model, bucketBytes)) as soon as each is complete, calling
@@ -62,12 +66,13 @@ class LocalTrainer {
   StepMessages& messages_;
   data::ShardSampler sampler_;
   const int rank_;  // of the world: which trailer slot holds this rank's batch time
-  const int shard_;
+  std::vector<int> shards_;  // this worker's virtual shards
   const std::string lossName_;
   at::Tensor weights_;  // the model's flat parameters: messages.weights on the CPU
   at::Tensor grad_;     // the model's flat gradient: messages.grad on the CPU
   // On a device: the buffers as floats there, each way, so that they cross in one copy.
   at::Tensor serverBuffers_, workerBuffers_;
+  at::Tensor bufferScratch_;  // one micro-batch's buffers, before they are summed
   std::unique_ptr<data::Prefetcher> prefetcher_;
   std::int64_t nanBatch_ = -1;
   double straggleMs_ = 0;
@@ -77,12 +82,17 @@ class LocalTrainer {
   std::vector<Bucket> buckets_;
   std::vector<std::vector<int>> bucketsOf_;
   std::vector<at::Tensor> slots_;  // each parameter's view of messages.grad
+  std::vector<at::Tensor> parameters_;  // the model's, in order (handles to the same tensors)
   std::vector<int> missing_;
+  std::vector<bool> handedOver_;  // by parameter, in this step
   std::size_t nextReady_ = 0;
-  float scale_ = 1;  // the batch's sample count, for gradient x count
+  float scale_ = 1;  // a micro-batch's sample count, for gradient x count
+  bool lastMicroBatch_ = true;  // the hooks hand gradients over in the last only
   std::function<void(const Bucket&)> ready_;
   void onGradient(int parameter, const at::Tensor& gradient);
-  void delivered(int parameter);  // its slot is final once the device has run what was queued
+  // Writes `gradient` (undefined: zero) x scale_ into the parameter's slot, final once the
+  // device has run what was queued: its buckets miss one parameter less.
+  void deliver(int parameter, const at::Tensor& gradient);
   void handOverReadyBuckets();    // waits for the device first when there are any
 };
 

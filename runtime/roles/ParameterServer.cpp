@@ -44,7 +44,8 @@ struct ServerState {
         cfg(cfg),
         model(model),
         workers(comm.size() - 1),
-        sampler(trainSamples, workers, cfg.batchSize, cfg.seed),
+        shards(cfg.virtualShards > 0 ? cfg.virtualShards : workers),
+        sampler(trainSamples, shards, cfg.batchSize, cfg.seed),
         updatesPerEpoch(cfg.updatesPerEpoch(sampler.stepsPerEpoch(), workers)),
         total(config::totalSteps(cfg, updatesPerEpoch)),
         firstStep(resumeFrom ? resumeFrom->step : 0),
@@ -58,7 +59,7 @@ struct ServerState {
   }
 
   double lr(std::int64_t step) const {
-    return optim::learningRate(cfg, cfg.batchesPerUpdate(workers), step, total);
+    return optim::learningRate(cfg, cfg.batchesPerUpdate(shards), step, total);
   }
   void setHeader(std::int64_t step, Control control, double lr = 0) {
     messages.setHeader({step, publisher.epochOf(std::min(step, std::max<std::int64_t>(total - 1, 0))), control,
@@ -81,6 +82,7 @@ struct ServerState {
   const config::TrainConfig& cfg;
   models::Net& model;
   const int workers;
+  const int shards;  // virtual shards of a step's global batch (sync; the workers otherwise)
   const data::ShardSampler sampler;
   const std::int64_t updatesPerEpoch;
   const std::int64_t total;
@@ -102,7 +104,7 @@ void runSync(ServerState& s) {
   std::int64_t step = s.firstStep;
   // The header of the next down message: train `step`, or stop.
   auto announce = [&] {
-    const bool train = step < s.total && !s.publisher.outOfTime();
+    const bool train = step < s.total && !s.publisher.timeToStop();
     s.setHeader(step, train ? Control::Train : Control::Stop, train ? s.lr(step) : 0);
     return train;
   };
@@ -127,7 +129,7 @@ void runSync(ServerState& s) {
     bool applied = true;
     if (overlap) {
       // The step's sample count is known in advance: the shards' batch sizes.
-      const double samples = static_cast<double>(s.workers * s.sampler.batchSizeAt(step));
+      const double samples = static_cast<double>(s.shards * s.sampler.batchSizeAt(step));
       s.link.reduceUpInBuckets(buckets, [&](const Bucket& b, at::Tensor& grad) {
         timed([&] {
           if (!allFinite(grad)) {
@@ -142,10 +144,10 @@ void runSync(ServerState& s) {
         throw Error(fmt::format("step {}: the workers sent {} samples, their shards hold {}", step,
                                 messages.trailer[kSamples], samples));
       }
-      timed([&] { averageBuffers(messages, s.workers, s.model); });
+      timed([&] { averageBuffers(messages, s.shards, s.model); });
     } else {
       s.link.reduceUp(context);
-      timed([&] { applied = applySummedUpdate(messages, s.sgd, lr, s.workers, s.model, s.cfg, step); });
+      timed([&] { applied = applySummedUpdate(messages, s.sgd, lr, s.shards, s.model, s.cfg, step); });
     }
     const std::int64_t done = step++;
     training = announce();
@@ -195,7 +197,7 @@ void runBackup(ServerState& s) {
     dropped = 0;
   };
   s.publisher.setExtras(extras);
-  while (step < s.total && !s.publisher.outOfTime()) {
+  while (step < s.total && !s.publisher.timeToStop()) {
     currentStep() = step;
     const std::string context = fmt::format("step {}", step);
     const int source = s.link.receiveUp(incoming.data(), context);
@@ -254,7 +256,7 @@ void runAsync(ServerState& s) {
   s.setHeader(step, Control::Train, s.lr(step));
   s.link.packDown();
   for (int w = 1; w <= s.workers; ++w) s.link.sendDown(w, "start");
-  while (step < s.total && !s.publisher.outOfTime()) {
+  while (step < s.total && !s.publisher.timeToStop()) {
     currentStep() = step;
     const std::string context = fmt::format("step {}", step);
     auto exchangeStart = Clock::now();
@@ -309,9 +311,11 @@ void ParameterServer::run() {
   if (cfg_.mode == "backup") modeText += fmt::format(" (aggregate {} of {})", cfg_.batchesPerUpdate(s.workers), s.workers);
   if (cfg_.mode == "async") modeText += fmt::format(" (max staleness {})", cfg_.maxStaleness);
   std::cout << fmt::format("pstrain: {} mode, {} workers, {} steps ({} per epoch), model {} ({} parameters), "
-                           "{} train samples, batch {} per worker{}",
+                           "{} train samples, batch {} per worker{}{}",
                            modeText, s.workers, s.total, s.updatesPerEpoch, cfg_.model, s.messages.weights.numel(),
                            trainSamples_, cfg_.batchSize,
+                           s.shards != s.workers ? fmt::format(" and virtual shard ({} virtual shards: {} per step)",
+                                                               s.shards, s.shards * cfg_.batchSize) : "",
                            s.firstStep ? fmt::format("; resuming at step {}", s.firstStep) : "")
             << std::endl;
   if (cfg_.mode == "backup") {

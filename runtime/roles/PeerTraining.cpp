@@ -39,9 +39,10 @@ struct Peer {
         cfg(cfg),
         model(model),
         size(comm.size()),
+        shards(cfg.virtualShards > 0 ? cfg.virtualShards : size),
         messages(models::parameterCount(model), bufferCount(model), comm.size(), device),
         link(comm, cfg, model, messages, cfg.seed * 7919u + static_cast<std::uint64_t>(comm.rank())),
-        updatesPerEpoch(data::ShardSampler(train.size(), size, cfg.batchSize, cfg.seed).stepsPerEpoch()),
+        updatesPerEpoch(data::ShardSampler(train.size(), shards, cfg.batchSize, cfg.seed).stepsPerEpoch()),
         total(config::totalSteps(cfg, updatesPerEpoch)),
         sgd({cfg.momentum, cfg.weightDecay, cfg.nesterov}) {
     trainer.emplace(cfg, model, train, device, messages, comm.rank(), comm.size(), comm.rank());
@@ -70,6 +71,7 @@ struct Peer {
   const config::TrainConfig& cfg;
   models::Net& model;
   const int size;
+  const int shards;  // virtual shards of a step's global batch (allreduce; gossip: one per rank)
   StepMessages messages;
   StepLink link;
   const std::int64_t updatesPerEpoch;
@@ -93,11 +95,11 @@ void runAllreduce(Peer& p) {
   std::int64_t step = p.firstStep;
   while (step < p.total) {
     currentStep() = step;
-    const double lr = optim::learningRate(p.cfg, p.cfg.batchesPerUpdate(p.size), step, p.total);
+    const double lr = optim::learningRate(p.cfg, p.cfg.batchesPerUpdate(p.shards), step, p.total);
     auto exchangeStart = Clock::now();
     p.trainer->computeGradient(step, step);
     // Rank 0 alone decides when time is up; the sum tells everyone in the same step.
-    if (p.publisher && p.publisher->outOfTime()) messages.trailer[kStopRequest] = 1;
+    if (p.publisher && p.publisher->timeToStop()) messages.trailer[kStopRequest] = 1;
     p.link.allReduceUp(fmt::format("step {}", step));
     StepStats stats = summedStats(messages, p.size);
     stats.exchangeSeconds = secondsSince(exchangeStart);
@@ -107,7 +109,7 @@ void runAllreduce(Peer& p) {
     stats.codecSeconds = traffic.codecSeconds;
     const bool stop = messages.trailer[kStopRequest] > 0;
     auto updateStart = Clock::now();
-    stats.applied = applySummedUpdate(messages, p.sgd, lr, p.size, p.model, p.cfg, step);
+    stats.applied = applySummedUpdate(messages, p.sgd, lr, p.shards, p.model, p.cfg, step);
     p.trainer->loadWeights();
     stats.updateSeconds = secondsSince(updateStart);
     if (p.publisher) p.publisher->record(step, lr, stats);
@@ -171,7 +173,7 @@ void runGossip(Peer& p) {
   const auto start = Clock::now();
   std::int64_t step = p.firstStep;
   for (; step < p.total; ++step) {
-    if (p.cfg.maxSeconds > 0 && secondsSince(start) >= p.cfg.maxSeconds) break;
+    if (stopRequested() || (p.cfg.maxSeconds > 0 && secondsSince(start) >= p.cfg.maxSeconds)) break;
     currentStep() = step;
     const std::string context = fmt::format("step {}", step);
     const double lr = optim::learningRate(p.cfg, p.cfg.batchesPerUpdate(p.size), step, p.total);
@@ -227,7 +229,8 @@ void runGossip(Peer& p) {
     stats.exchangeSeconds = secondsSince(stepStart);
     if (p.publisher) p.publisher->record(step, lr, stats);
   }
-  // Every rank is done (ranks stop at their own pace under --max-seconds): rank 0 adds up the
+  // Every rank is done (ranks stop at their own pace under --max-seconds or a stop
+  // request): rank 0 adds up the
   // samples each one trained on, for an honest throughput.
   p.comm.barrier("the end of gossip training");
   if (rank == 0) {

@@ -1,5 +1,6 @@
 #include "runtime/roles/Publisher.h"
 
+#include "runtime/roles/StepProtocol.h"
 #include "runtime/roles/TrainDir.h"
 
 #include <fmt/format.h>
@@ -80,7 +81,9 @@ double Publisher::elapsedSeconds() const { return now() - start_; }
 
 double Publisher::processCpuSeconds() { return cpuNow(); }
 
-bool Publisher::outOfTime() const { return cfg_.maxSeconds > 0 && elapsedSeconds() >= cfg_.maxSeconds; }
+bool Publisher::timeToStop() const {
+  return stopRequested() || (cfg_.maxSeconds > 0 && elapsedSeconds() >= cfg_.maxSeconds);
+}
 
 void Publisher::record(std::int64_t step, double lr, const StepStats& stats) {
   add(window_, stats);
@@ -141,6 +144,12 @@ void Publisher::finish(std::int64_t stepsDone) {
   const fs::path dir(cfg_.trainDir);
   auto path = checkpoint::publish((dir / "ckpt").string(), snapshot(stepsDone));
   discardSetAside(cfg_.trainDir);
+  if (stopRequested() && stepsDone < total_) {
+    stoppedOnRequest() = true;
+    std::cout << fmt::format("pstrain: stopped on request at step {} of {}; checkpoint {}; --resume continues",
+                             stepsDone, total_, path) << std::endl;
+    return;
+  }
   checkpoint::writeStateDict((dir / "trained_model.pt").string(), models::stateDict(model_));
   // A model of the user's, as TorchScript with the trained weights: torch.jit.load runs it.
   const std::string script = model_.torchScriptArchive();
@@ -161,6 +170,8 @@ checkpoint::Checkpoint Publisher::snapshot(std::int64_t stepsDone) const {
   ckpt.dataset = cfg_.dataset;
   ckpt.syntheticSize = cfg_.syntheticSize;
   ckpt.loss = cfg_.lossFunction();
+  ckpt.virtualShards = cfg_.virtualShards;  // resolved by runTraining
+  ckpt.batchSize = cfg_.batchSize;
   if (config::isModelFile(cfg_.model)) ckpt.modelPath = fs::absolute(cfg_.model).string();
   ckpt.fingerprint = cfg_.fingerprint();
   ckpt.modelState = models::stateDict(model_);

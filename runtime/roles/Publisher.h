@@ -46,8 +46,8 @@ class Publisher {
   double elapsedSeconds() const;  // since construction
   // CPU time of this process so far (every thread), for StepStats::exchangeCpuSeconds.
   static double processCpuSeconds();
-  // True once --max-seconds has passed.
-  bool outOfTime() const;
+  // True once --max-seconds has passed, or a stop was requested (stopRequested()).
+  bool timeToStop() const;
 
   // The mode's own fields (counters of its window), added to every metrics.jsonl line by
   // calling `extras` then; it must stay callable until finish() returns.
@@ -58,9 +58,11 @@ class Publisher {
   // publishes a checkpoint when one is due.
   void record(std::int64_t step, double lr, const StepStats& stats);
 
-  // After the last update (`stepsDone` of them; fewer than planned after --max-seconds):
-  // logs what the window still holds, publishes the final checkpoint and trained_model.pt.
-  // Reads the extras (setExtras) once more: call it while what they capture is alive.
+  // After the last update (`stepsDone` of them; fewer than planned after --max-seconds or a
+  // stop request): logs what the window still holds, publishes the final checkpoint and
+  // trained_model.pt, except after a stop request, which leaves a run to resume (and sets
+  // stoppedOnRequest()). Reads the extras (setExtras) once more: call it while what they
+  // capture is alive.
   void finish(std::int64_t stepsDone);
 
  private:

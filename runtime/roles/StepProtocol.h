@@ -78,6 +78,16 @@ StepHeader parseStepHeader(const void* bytes, std::size_t size);
 // signal handler's last words; lock-free, so async-signal-safe to read.
 std::atomic<std::int64_t>& currentStep();
 
+// Set (from a signal handler: lock-free) when this process is asked to stop at the next step
+// with a checkpoint, to be resumed (SIGUSR1; pstrain-run uses it to take hosts back). Rank
+// 0 decides when: the server, or its stop request in the allreduce trailer; gossip ranks
+// each stop at their own next step.
+std::atomic<bool>& stopRequested();
+// Set by rank 0 when the run ended on such a request, before its last step: main() then
+// exits with kResumableExit.
+std::atomic<bool>& stoppedOnRequest();
+constexpr int kResumableExit = 3;
+
 // Bytes of the down and up messages of one step for a model of `parameters` parameter
 // and `buffers` buffer elements, in a world of `ranks` processes.
 constexpr std::size_t downBytes(std::size_t parameters, std::size_t buffers) {

@@ -11,9 +11,10 @@
 
 namespace pstrain::roles {
 
-// messages.up holds the sum of `contributors` workers' up messages. Steps messages.weights
-// with the gradient of the mean loss over trailer[kSamples] samples, and sets
-// messages.serverBuffers (and `model`'s buffers) to the contributors' mean buffers.
+// messages.up holds the sum of up messages over `contributors` micro-batches (a worker's
+// up message sums those of its virtual shards). Steps messages.weights with the gradient
+// of the mean loss over trailer[kSamples] samples, and sets messages.serverBuffers (and
+// `model`'s buffers) to the micro-batches' mean buffers.
 // Returns false, changing nothing, when the loss or gradient is not finite and
 // cfg.skipNonfinite; throws Error naming `step` when it is not finite otherwise.
 bool applySummedUpdate(StepMessages& messages, optim::Sgd& sgd, double lr, int contributors, models::Net& model,
@@ -29,7 +30,7 @@ StepStats summedStats(const StepMessages& messages, int contributors);
 bool allFinite(const at::Tensor& values);
 
 // The BatchNorm part alone: messages.serverBuffers and `model`'s buffers become the mean of
-// the `contributors` workers' buffers summed in messages.up.
+// the `contributors` micro-batches' buffers summed in messages.up.
 void averageBuffers(StepMessages& messages, int contributors, models::Net& model);
 
 }  // namespace pstrain::roles

@@ -35,6 +35,17 @@ std::atomic<std::int64_t>& currentStep() {
   return step;
 }
 
+std::atomic<bool>& stopRequested() {
+  static std::atomic<bool> requested{false};
+  static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
+  return requested;
+}
+
+std::atomic<bool>& stoppedOnRequest() {
+  static std::atomic<bool> stopped{false};
+  return stopped;
+}
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -60,16 +71,55 @@ std::optional<checkpoint::Checkpoint> resumePoint(const config::TrainConfig& cfg
                                         "(another run's --train-dir?)", it->path, ckpt.model, ckpt.dataset,
                                         cfg.model, cfg.dataset));
     }
-    if (ckpt.fingerprint != cfg.fingerprint()) {
-      std::cout << "pstrain: resume: the configuration differs from the one that wrote step " << ckpt.step
-                << " (fingerprint " << ckpt.fingerprint << ", now " << cfg.fingerprint()
-                << "); continuing with the new one" << std::endl;
-    }
     std::cout << "pstrain: resume: continuing from " << it->path << std::endl;
     return ckpt;
   }
   std::cout << "pstrain: resume: no valid checkpoint in " << dir << "; starting at step 0" << std::endl;
   return std::nullopt;
+}
+
+// The virtual shards of the run (TrainConfig::virtualShards), decided on rank 0: --virtual-
+// shards, else the checkpoint's on --resume, else one per computing rank. A resume that
+// would change them or the batch size (so the data order, the global batch and the lr) is
+// refused without --reshard. Modes other than sync and allreduce deal the data to their
+// workers: one shard each, re-dealt when their number changed.
+int resolveVirtualShards(const config::TrainConfig& cfg, int computing, const checkpoint::Checkpoint* resume) {
+  const int before = resume ? static_cast<int>(resume->virtualShards) : 0;
+  if (cfg.mode != "sync" && cfg.mode != "allreduce") {
+    if (cfg.virtualShards > 0 && cfg.virtualShards != computing) {
+      throw ConfigError(fmt::format("--mode {} deals the data to its {} computing ranks: --virtual-shards applies to "
+                                    "sync and allreduce only", cfg.mode, computing));
+    }
+    if (before > 0 && before != computing) {
+      std::cout << fmt::format("pstrain: resume: --mode {} re-deals the data to {} computing ranks (it had {}); "
+                               "per-worker state (error-feedback residuals, gossip replicas) starts afresh",
+                               cfg.mode, computing, before) << std::endl;
+    }
+    return computing;
+  }
+  const int shards = cfg.virtualShards > 0 ? cfg.virtualShards : before > 0 ? before : computing;
+  if (resume && !cfg.reshard) {
+    if (before > 0 && shards != before) {
+      throw ConfigError(fmt::format("the run in {} deals each step to {} virtual shards, --virtual-shards says {}: that "
+                                    "changes the data order, the global batch and the lr; --reshard if you mean it",
+                                    cfg.trainDir, before, shards));
+    }
+    if (resume->batchSize > 0 && resume->batchSize != cfg.batchSize) {
+      throw ConfigError(fmt::format("the run in {} has --batch-size {}, now {}: that changes the global batch and the "
+                                    "data order; --reshard if you mean it", cfg.trainDir, resume->batchSize,
+                                    cfg.batchSize));
+    }
+  }
+  if (computing > shards) {
+    throw ConfigError(fmt::format("{} computing ranks for {} virtual shards: start at most {} workers, or more "
+                                  "--virtual-shards (with --reshard on --resume)", computing, shards, shards));
+  }
+  if (resume && before > 0 && computing != before) {
+    std::cout << fmt::format("pstrain: resume: {} computing rank(s) share the run's {} virtual shards: the result stays "
+                             "that of the run; per-worker state (error-feedback residuals, PowerSGD's Q) starts afresh",
+                             computing, shards) << std::endl;
+  }
+  return shards;
 }
 
 // Rank 0's account of a dry run: who does what, and what a real run would move and write.
@@ -80,7 +130,8 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
   const int ranks = static_cast<int>(facts.size());
   const int workers = cfg.computeRanks(ranks);
   const bool peers = workers == ranks;
-  const data::ShardSampler sampler(trainSamples, workers, cfg.batchSize, cfg.seed);
+  const int shards = cfg.virtualShards;  // resolved
+  const data::ShardSampler sampler(trainSamples, shards, cfg.batchSize, cfg.seed);
   const std::int64_t updatesPerEpoch = cfg.updatesPerEpoch(sampler.stepsPerEpoch(), workers);
   const std::int64_t total = config::totalSteps(cfg, updatesPerEpoch);
   std::string out = "pstrain dry run: every rank checked its config, data, model and device; nothing trained.\n";
@@ -90,14 +141,18 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
                              cfg.mode);
   for (int r = 0; r < ranks; ++r) {
     const bool computes = peers || r > 0;
+    const int index = peers ? r : r - 1;
+    const std::size_t mine = computes ? data::virtualShardsOf(index, workers, shards).size() : 0;
     out += fmt::format("  rank {:<4} {:<7} host {:<16} device {:<8} threads {:<3}{}\n", r,
                        peers ? "peer" : (r ? "worker" : "server"), facts[r].at("info.host"),
                        facts[r].at("info.device"), facts[r].at("info.threads"),
-                       computes ? fmt::format(" shard {} samples", sampler.shardSize()) : std::string());
+                       !computes ? std::string()
+                       : shards == workers ? fmt::format(" shard {} samples", sampler.shardSize())
+                                           : fmt::format(" {} virtual shard(s) of {} samples", mine, sampler.shardSize()));
   }
   out += fmt::format("  model     {}: {} parameters ({:.2f} MiB as float32)\n", cfg.model, parameters,
                      parameters * 4.0 / (1 << 20));
-  const int perUpdate = cfg.batchesPerUpdate(workers);
+  const int perUpdate = cfg.batchesPerUpdate(shards);
   out += fmt::format("  data      {}: {} training samples; batch {} per worker, {} per update\n", cfg.dataset,
                      trainSamples, cfg.batchSize, cfg.batchSize * perUpdate);
   out += fmt::format("  steps     {} updates ({} per epoch{})\n", total, updatesPerEpoch,
@@ -202,12 +257,18 @@ void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, model
   if (server) trainDir.emplace(cfg);
   std::string trainDirState = server ? trainDir->state() : "";
   std::optional<checkpoint::Checkpoint> resume;
-  if (server && cfg.resume) {
-    resume = resumePoint(cfg);
-    if (resume) {
-      models::loadStateDict(model, resume->modelState, fmt::format("step {} checkpoint", resume->step));
-      if (cfg.dryRun) trainDirState += fmt::format("; resuming at step {}", resume->step);
+  if (server && cfg.resume) resume = resumePoint(cfg);
+  // The run's configuration with its virtual shards decided (rank 0's, told in the handshake).
+  config::TrainConfig run = cfg;
+  if (server) run.virtualShards = resolveVirtualShards(cfg, cfg.computeRanks(comm.size()), resume ? &*resume : nullptr);
+  if (resume) {
+    if (resume->fingerprint != run.fingerprint()) {
+      std::cout << "pstrain: resume: the configuration differs from the one that wrote step " << resume->step
+                << " (fingerprint " << resume->fingerprint << ", now " << run.fingerprint()
+                << "); continuing with the new one" << std::endl;
     }
+    models::loadStateDict(model, resume->modelState, fmt::format("step {} checkpoint", resume->step));
+    if (cfg.dryRun) trainDirState += fmt::format("; resuming at step {}", resume->step);
   }
 
   // A model of the user's must fit the data before anything is waited for (--dry-run too).
@@ -220,6 +281,7 @@ void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, model
   mine.emplace_back("skip-nonfinite", cfg.skipNonfinite ? "true" : "false");
   mine.emplace_back("parameters", models::parameterSignature(model));
   mine.emplace_back("train-samples", train ? std::to_string(train->size()) : "");
+  mine.emplace_back("resolved-virtual-shards", server ? std::to_string(run.virtualShards) : "");
   // Files of the user's: the same contents on every rank, whatever their paths.
   mine.emplace_back("model-file", model.fileIdentity());
   mine.emplace_back("info.model-file", cfg.model);
@@ -235,27 +297,28 @@ void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, model
   for (const auto& rank : facts) {
     if (!rank.at("train-samples").empty()) trainSamples = std::stoll(rank.at("train-samples"));
   }
+  run.virtualShards = std::stoi(facts[0].at("resolved-virtual-shards"));
   if (cfg.dryRun) {
-    if (server) printPlan(cfg, facts, trainSamples, model, trainDirState);
+    if (server) printPlan(run, facts, trainSamples, model, trainDirState);
     return;
   }
   if (server) {
     trainDir->begin();
     try {
-      writeRunJson(cfg, info, facts, trainSamples, models::parameterCount(model), resume ? resume->step : 0);
+      writeRunJson(run, info, facts, trainSamples, models::parameterCount(model), resume ? resume->step : 0);
       if (peers) {
-        runPeers(comm, cfg, model, *train, device, resume ? &*resume : nullptr);
+        runPeers(comm, run, model, *train, device, resume ? &*resume : nullptr);
       } else {
-        ParameterServer(comm, cfg, model, trainSamples, resume ? &*resume : nullptr).run();
+        ParameterServer(comm, run, model, trainSamples, resume ? &*resume : nullptr).run();
       }
     } catch (...) {
       trainDir->restore();  // no-op once the first checkpoint made the earlier run's files go
       throw;
     }
   } else if (peers) {
-    runPeers(comm, cfg, model, *train, device, resume ? &*resume : nullptr);
+    runPeers(comm, run, model, *train, device, resume ? &*resume : nullptr);
   } else {
-    Worker(comm, cfg, model, *train, device).run();
+    Worker(comm, run, model, *train, device).run();
   }
 }
 

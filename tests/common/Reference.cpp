@@ -12,7 +12,8 @@ namespace pstrain::testsupport {
 
 void trainReference(models::Net& model, const data::Dataset& train, const config::TrainConfig& cfg,
                     int workers, std::int64_t steps) {
-  data::ShardSampler sampler(train.size(), workers, cfg.batchSize, cfg.seed);
+  const int shards = cfg.virtualShards > 0 ? cfg.virtualShards : workers;
+  data::ShardSampler sampler(train.size(), shards, cfg.batchSize, cfg.seed);
   torch::optim::SGD sgd(model.parameters(), torch::optim::SGDOptions(cfg.lr)
                                                 .momentum(cfg.momentum)
                                                 .nesterov(cfg.nesterov)
@@ -20,13 +21,13 @@ void trainReference(models::Net& model, const data::Dataset& train, const config
   model.train();
   for (std::int64_t step = 0; step < steps; ++step) {
     std::vector<std::int64_t> indices;
-    for (int w = 0; w < workers; ++w) {
+    for (int w = 0; w < shards; ++w) {
       auto part = sampler.batch(w, step);
       indices.insert(indices.end(), part.begin(), part.end());
     }
     auto [images, labels] = train.batch(indices);
     for (auto& group : sgd.param_groups()) {
-      group.options().set_lr(optim::learningRate(cfg, workers, step, steps));
+      group.options().set_lr(optim::learningRate(cfg, shards, step, steps));
     }
     sgd.zero_grad();
     torch::nll_loss(model.forward(images), labels).backward();

@@ -9,7 +9,8 @@
 namespace pstrain::testsupport {
 
 // Trains `model` for `steps` steps; at step t the batch is the concatenation of every
-// worker's ShardSampler batch, and the lr is optim::learningRate(cfg, workers, t).
+// virtual shard's ShardSampler batch (cfg.virtualShards of them, or `workers`), and the lr
+// is optim::learningRate(cfg, shards, t).
 void trainReference(models::Net& model, const data::Dataset& train, const config::TrainConfig& cfg,
                     int workers, std::int64_t steps);
 

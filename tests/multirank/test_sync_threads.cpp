@@ -56,6 +56,80 @@ TEST(SyncThreads, TwoWorkersEqualOneProcessOnTheUnion) {
   EXPECT_EQ(published[1].step, 20);
 }
 
+namespace {
+
+// Keeps `dir`'s checkpoints up to `step` only, as if the job had stopped there.
+void truncateRun(const std::filesystem::path& dir, std::int64_t step) {
+  for (const auto& p : checkpoint::listPublished((dir / "ckpt").string())) {
+    if (p.step <= step) continue;
+    std::filesystem::remove(p.path);
+    std::filesystem::remove(p.path.substr(0, p.path.size() - 3) + ".ok");
+  }
+  std::filesystem::remove(dir / "trained_model.pt");
+}
+
+// Trains `cfg` with `workers` workers on ranks as threads (their models from cfg.seed).
+void trainWith(const config::TrainConfig& cfg, int workers, const data::Dataset& train) {
+  std::vector<std::shared_ptr<models::Net>> nets;
+  for (int r = 0; r <= workers; ++r) {
+    torch::manual_seed(cfg.seed);
+    nets.push_back(models::makeModel(cfg.model));
+  }
+  comm::InProcessWorld world(workers + 1);
+  auto errors = runRanks(world, [&](int r) {
+    roles::runTraining(world.rank(r), cfg, *nets[r], r == 0 ? nullptr : &train, c10::Device(c10::kCPU), {});
+  });
+  for (int r = 0; r <= workers; ++r) ASSERT_EQ(errors[r], "") << workers << " workers, rank " << r;
+}
+
+}  // namespace
+
+// Elastic runs: with the global batch dealt to 6 virtual shards, a run that goes from 2
+// workers to 1 after step 5 and to 3 after step 10 (mid-epoch: 13 steps per epoch) ends
+// with the weights of an uninterrupted run with 2 workers, and of one process at 6b.
+TEST(SyncThreads, VirtualShardsMakeTheRunIndependentOfTheWorkers) {
+  torch::set_num_threads(1);
+  testsupport::ScratchDir scratch("virtual");
+  auto cfg = testsupport::smallSyntheticConfig((scratch / "whole").string());
+  cfg.virtualShards = 6;
+  cfg.batchSize = 8;
+  cfg.checkpointEvery = 5;
+  data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
+  trainWith(cfg, 2, train);
+  auto changing = cfg;
+  changing.trainDir = (scratch / "changing").string();
+  std::filesystem::copy(cfg.trainDir, changing.trainDir, std::filesystem::copy_options::recursive);
+  truncateRun(changing.trainDir, 5);
+  changing.resume = true;
+  changing.virtualShards = 0;  // kept from the checkpoint
+  trainWith(changing, 1, train);
+  truncateRun(changing.trainDir, 10);
+  trainWith(changing, 3, train);
+
+  auto whole = checkpoint::readStateDict(cfg.trainDir + "/trained_model.pt");
+  auto elastic = checkpoint::readStateDict(changing.trainDir + "/trained_model.pt");
+  torch::manual_seed(cfg.seed);
+  auto reference = models::makeModel(cfg.model);
+  testsupport::trainReference(*reference, train, cfg, 2, cfg.steps);
+  const double vsWhole = testsupport::maxAbsDiff(whole, elastic);
+  const double vsReference = testsupport::maxAbsDiff(models::stateDict(*reference), elastic);
+  std::cout << "6 virtual shards, 2 -> 1 -> 3 workers vs 2 throughout: max abs diff " << vsWhole
+            << "; vs one process at 6b: " << vsReference << std::endl;
+  EXPECT_LE(vsWhole, 1e-5);
+  EXPECT_LE(vsReference, 1e-5);
+
+  // A resume that would change the virtual shards is refused without --reshard.
+  truncateRun(changing.trainDir, 15);
+  changing.virtualShards = 4;
+  std::vector<std::shared_ptr<models::Net>> nets = {models::makeModel(cfg.model), models::makeModel(cfg.model)};
+  comm::InProcessWorld world(2);
+  world.rank(1).setTimeoutSeconds(5);
+  auto errors = runRanks(world, [&](int r) {
+    roles::runTraining(world.rank(r), changing, *nets[r], r == 0 ? nullptr : &train, c10::Device(c10::kCPU), {});
+  });
+  EXPECT_NE(errors[0].find("--reshard if you mean it"), std::string::npos) << errors[0];
+}
+
 TEST(SyncThreads, MismatchedConfigStopsEveryRankNamingTheField) {
   testsupport::ScratchDir scratch("mismatch");
   auto cfg = testsupport::smallSyntheticConfig(scratch.str());

@@ -152,6 +152,35 @@ TEST(ShardSampler, ShardsAreDisjointAndCoverEveryEpoch) {
   EXPECT_NE(sampler.permutation(0), data::ShardSampler(n, 3, 8, 43).permutation(0));
 }
 
+// Virtual shards: whatever the number of workers, every sample of an epoch is computed
+// exactly once, by exactly one worker, and each worker gets ceil or floor of V / N shards.
+TEST(ShardSampler, VirtualShardsCoverEveryEpochWhateverTheWorkers) {
+  const int shards = 6;
+  data::ShardSampler sampler(600, shards, 8, 3);
+  for (int workers : {1, 2, 3, 4, 6}) {
+    std::vector<int> owner(shards, -1);
+    for (int w = 0; w < workers; ++w) {
+      const auto mine = data::virtualShardsOf(w, workers, shards);
+      EXPECT_TRUE(mine.size() == std::size_t(shards / workers) || mine.size() == std::size_t(shards / workers + 1));
+      for (int v : mine) {
+        EXPECT_EQ(owner[v], -1) << "shard " << v << " twice";
+        owner[v] = w;
+      }
+    }
+    for (int e = 0; e < 2; ++e) {
+      std::vector<int> seen(600, 0);
+      for (std::int64_t step = e * sampler.stepsPerEpoch(); step < (e + 1) * sampler.stepsPerEpoch(); ++step) {
+        for (int v = 0; v < shards; ++v) {
+          ASSERT_GE(owner[v], 0) << workers << " workers leave shard " << v;
+          for (auto i : sampler.batch(v, step)) ++seen[i];
+        }
+      }
+      EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int c) { return c == 1; })) << workers << " workers";
+    }
+  }
+  EXPECT_THROW(data::virtualShardsOf(0, 7, 6), ConfigError);
+}
+
 TEST(Synthetic, IsDeterministicAndBalanced) {
   auto a = data::loadDataset("synthetic", "", data::Split::Train, 1000);
   auto b = data::loadDataset("synthetic", "", data::Split::Train, 1000);

@@ -40,14 +40,14 @@ StepTiming trainSteps(const data::Dataset& d, std::int64_t batch, int steps, boo
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   data::ShardSampler sampler(d.size(), 1, batch, 1);
   auto make = [&](std::int64_t step) { return d.batch(sampler.batch(0, step), static_cast<std::uint64_t>(step)); };
-  data::Prefetcher prefetcher(make);
+  data::Prefetcher prefetcher([&](std::int64_t step, const std::vector<int>&) { return data::Prefetcher::Batches{make(step)}; });
   double wait = 0, total = 0;
   for (int step = -2; step < steps; ++step) {  // two warm-up steps
     auto start = Clock::now();
     double waited = 0;
     data::Prefetcher::Batch b;
     if (prefetch) {
-      b = prefetcher.take(step + 2, &waited);
+      b = prefetcher.take(step + 2, {0}, &waited).front();
     } else {
       b = make(step + 2);
       waited = seconds(start);

@@ -1,0 +1,29 @@
+// pstrain-run: the elastic supervisor (launcher/Elastic.h). It runs mpirun, never links MPI.
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "launcher/Elastic.h"
+#include "launcher/ErrorLine.h"
+#include "runtime/Errors.h"
+
+int main(int argc, char** argv) {
+  using namespace pstrain;
+  launcher::ElasticOptions options;
+  try {
+    options = launcher::parseElasticCommand(argc, argv);
+  } catch (const ConfigError& e) {
+    launcher::printErrorLine(fmt::format("pstrain-run: error: {} (see pstrain-run --help)", e.what()));
+    return 2;
+  }
+  if (!options.helpText.empty()) {
+    std::cout << options.helpText;
+    return 0;
+  }
+  try {
+    return launcher::superviseElastic(options);
+  } catch (const std::exception& e) {
+    launcher::printErrorLine(fmt::format("pstrain-run: error: {}", e.what()));
+    return 1;
+  }
+}

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Elastic runs under mpirun:
+#   1. with 6 virtual shards, a run stopped with SIGUSR1 (checkpoint, exit 3) and resumed
+#      with 1 worker, stopped again and resumed with 3, ends with the weights of an
+#      uninterrupted run with 2 workers; its metrics count every step once;
+#   2. pstrain-run, a worker SIGKILLed while a discovery script then offers one slot fewer:
+#      relaunched within 10 s, finished with 1 worker; elastic.jsonl says launch, failure,
+#      launch (smaller), done; the result is the uninterrupted run's (Fashion-MNIST accuracy);
+#   3. pstrain-run, the slot offered again: the job stops at a step and relaunches larger,
+#      no step lost (the steps of metrics.jsonl contiguous);
+#   4. a configuration error: exit 2, not retried.
+# Usage: elastic.sh PSTRAIN PSEVAL MPIRUN SCRATCH
+set -uo pipefail
+pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
+pstrain_run=$(dirname "$pstrain")/pstrain-run
+rm -rf "$scratch" && mkdir -p "$scratch" && cd "$scratch" || exit 1
+source "$(dirname "$0")/../common/checks.sh"
+has() { grep -qE -- "$2" "$1"; }
+mpi_args=(--mpirun-arg=--oversubscribe)
+[ "$(id -u)" -ne 0 ] || mpi_args+=(--mpirun-arg=--allow-run-as-root)
+wait_for() { for _ in $(seq 600); do [ -e "$1" ] && return 0; sleep 0.1; done; return 1; }
+# stop_after DIR STEP: SIGUSR1 to the mpirun training into DIR once checkpoint STEP is published.
+stop_after() {
+  wait_for "$1/ckpt/$(printf 'step-%08d.ok' "$2")"
+  pkill -USR1 -f "^$mpirun .*--train-dir $1( |$)"
+}
+# steps_once DIR: every step of metrics.jsonl (logged every step) exactly once, in order.
+steps_once() {
+  python3 - "$1/metrics.jsonl" <<'PY'
+import json, sys
+steps = [json.loads(l)["step"] for l in open(sys.argv[1])]
+sys.exit(0 if steps == list(range(1, len(steps) + 1)) else 1)
+PY
+}
+
+# --- 1. 2 -> 1 -> 3 workers with 6 virtual shards, under mpirun ------------------------
+job=(--model lenet --dataset synthetic --synthetic-size 1200 --batch-size 8 --virtual-shards 6 --steps 60
+     --lr 0.02 --momentum 0.9 --weight-decay 1e-4 --checkpoint-every 5 --log-every 1 --threads 1 --timeout 60
+     --straggle 1:20)
+run_logged whole timeout 300 "$mpirun" -np 3 "$pstrain" "${job[@]}" --train-dir "$scratch/whole"
+"$mpirun" -np 3 "$pstrain" "${job[@]}" --train-dir "$scratch/elastic" > part1.log 2>&1 &
+stop_after "$scratch/elastic" 10; wait $!; rc1=$?
+"$mpirun" -np 2 "$pstrain" "${job[@]}" --train-dir "$scratch/elastic" --resume > part2.log 2>&1 &
+stop_after "$scratch/elastic" 30; wait $!; rc2=$?
+run_logged part3 timeout 300 "$mpirun" -np 4 "$pstrain" "${job[@]}" --train-dir "$scratch/elastic" --resume
+check "SIGUSR1: the job checkpoints, stops and exits 3 (twice)" test "$rc1$rc2" = 33
+check "SIGUSR1: it says where it stopped" has part1.log "stopped on request at step [0-9]+ of 60"
+diff=$(max_weight_diff whole/trained_model.pt elastic/trained_model.pt)
+echo "     6 virtual shards, 2 -> 1 -> 3 workers vs 2 throughout: max abs diff $diff"
+check "virtual shards: the run that changed workers ends with the uninterrupted run's weights (<= 1e-5)" ge 1e-5 "$diff"
+check "virtual shards: every step logged once (none lost, none repeated)" steps_once elastic
+
+# --- 2. pstrain-run: a worker killed, one slot fewer offered -----------------------------
+echo 3 > slots
+printf '#!/bin/sh\necho "localhost:$(cat %s/slots)"\n' "$scratch" > discover.sh && chmod +x discover.sh
+data=(--model lenet --batch-size 32 --steps 240 --lr 0.02 --checkpoint-every 20 --log-every 1 --threads 1 --timeout 60)
+run_logged reference timeout 300 "$mpirun" -np 3 "$pstrain" "${data[@]}" --train-dir "$scratch/reference"
+"$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" --discovery-interval 1 \
+  -- "${data[@]}" --train-dir "$scratch/killed" > killed.log 2>&1 &
+supervisor=$!
+wait_for killed/ckpt/step-00000040.ok
+echo 2 > slots
+for p in $(pgrep -x pstrain); do
+  if tr '\0' '\n' < /proc/$p/cmdline | grep -qx "$scratch/killed" && tr '\0' '\n' < /proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=2; then
+    kill -9 "$p"
+  fi
+done
+wait $supervisor; rc=$?
+grep '^pstrain-run' killed.log | sed 's/^/     /'
+events=$(python3 -c "import json,sys; print(' '.join(f\"{e['event']}:{e['world_size']}\" for e in map(json.loads, open('killed/elastic.jsonl'))))")
+relaunch=$(python3 -c "import json; print([e for e in map(json.loads, open('killed/elastic.jsonl')) if 'seconds_since_failure' in e][0]['seconds_since_failure'])")
+echo "     events: $events; relaunched $relaunch s after the failure"
+check "pstrain-run: finishes (exit 0)" test $rc -eq 0
+check "pstrain-run: launch, failure, launch with the smaller world, done" test "$events" = "launch:3 failure:3 launch:2 done:2"
+check "pstrain-run: relaunched within 10 s of the failure" ge 10 "$relaunch"
+a=$(final_accuracy "$pseval" reference) b=$(final_accuracy "$pseval" killed)
+diff=$(max_weight_diff reference/trained_model.pt killed/trained_model.pt)
+echo "     Fashion-MNIST accuracy: uninterrupted $a%, with the failure $b%; max abs weight diff $diff"
+check "pstrain-run: the accuracy of the uninterrupted run (within 1 point)" \
+  awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; exit !(d <= 1 && d >= -1) }'
+
+# --- 3. pstrain-run takes the slot back ------------------------------------------------
+echo 2 > slots
+# Its first launch has 1 worker: --virtual-shards 2 says the run may have 2.
+"$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" --discovery-interval 1 \
+  -- "${data[@]}" --virtual-shards 2 --train-dir "$scratch/regrow" > regrow.log 2>&1 &
+supervisor=$!
+wait_for regrow/ckpt/step-00000040.ok
+echo 3 > slots
+wait $supervisor; rc=$?
+grep '^pstrain-run' regrow.log | sed 's/^/     /'
+events=$(python3 -c "import json; print(' '.join(f\"{e['event']}:{e['world_size']}\" for e in map(json.loads, open('regrow/elastic.jsonl'))))")
+check "regrow: finishes (exit 0)" test $rc -eq 0
+check "regrow: launch, regrow, launch with the larger world, done" test "$events" = "launch:2 regrow:2 launch:3 done:3"
+check "regrow: no step lost or repeated (metrics.jsonl contiguous)" steps_once regrow
+diff=$(max_weight_diff reference/trained_model.pt regrow/trained_model.pt)
+echo "     regrown run vs uninterrupted: max abs weight diff $diff"
+check "regrow: the uninterrupted run's weights (<= 1e-5)" ge 1e-5 "$diff"
+
+# --- 4. a configuration error is not retried -------------------------------------------
+"$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" -- --lr -1 --train-dir "$scratch/bad" > bad.log 2>&1
+rc=$?
+check "configuration error: exit 2, one launch, not retried" \
+  bash -c "[ $rc -eq 2 ] && [ \$(grep -c '\"launch\"' bad/elastic.jsonl) -eq 1 ] && grep -q 'not retried' bad/elastic.jsonl"
+checks_done
