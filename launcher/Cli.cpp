@@ -146,6 +146,7 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     ("batch-size", "samples per worker (per virtual shard) per step", i64(d.batchSize))
     ("virtual-shards", "sync, allreduce: deal each step's global batch to V virtual shards of --batch-size, whoever computes them, so that the result does not depend on how many workers there are (0: the first launch's workers; --resume keeps the run's)", cxxopts::value<int>()->default_value(std::to_string(d.virtualShards)))
     ("reshard", "--resume may change the virtual shards or the batch size (the data order, global batch and lr change)", flag())
+    ("balance", "sync: deal each step's virtual shards to the workers in proportion to their measured speed (same weights; hosts of different speeds finish together)", flag())
     ("lr", "base learning rate (one worker)", dbl(d.lr))
     ("lr-scaling", "none | linear (lr x workers: the Linear Scaling Rule)", str(d.lrScaling))
     ("warmup-steps", "ramp the lr linearly up to its target over this many steps", i64(d.warmupSteps))
@@ -183,7 +184,7 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     ("overlap", "sync: on | off: reduce gradient buckets while backward still runs, update each as it arrives", str(d.overlap))
     ("bucket-kb", "overlap: gradient bucket size in KiB", i64(d.bucketKb))
     ("max-seconds", "stop training after this many seconds and write the final files (0: no limit)", dbl(d.maxSeconds))
-    ("straggle", "testing: RANK:MS makes rank RANK sleep MS ms after each batch", str(""))
+    ("straggle", "testing: RANK:MS makes rank RANK sleep MS ms after each batch (per virtual shard it computes)", str(""))
     ("config", "read flags from FILE (key = value lines); command-line flags override it", str(""))
     ("dry-run", "check config, data, model, devices and world size on every rank, print the plan, train nothing", flag())
     ("version", "print versions and exit")
@@ -238,6 +239,7 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     c.batchSize = r["batch-size"].as<std::int64_t>();
     c.virtualShards = r["virtual-shards"].as<int>();
     c.reshard = r["reshard"].as<bool>();
+    c.balance = r["balance"].as<bool>();
     c.lr = r["lr"].as<double>();
     c.lrScaling = r["lr-scaling"].as<std::string>();
     c.warmupSteps = r["warmup-steps"].as<std::int64_t>();

@@ -305,8 +305,10 @@ class Supervisor {
         return code;
       }
       lastFailure = code;
-      event("failure", ranks, hosts, code > 128 ? fmt::format("mpirun exit {}: a process ended by signal {}", code, code - 128)
-                                                : fmt::format("mpirun exit {}", code));
+      // 128 + N: a process ended by signal N (mpirun passes that on); Open MPI's own codes are above.
+      event("failure", ranks, hosts, code > 128 && code <= 128 + 31
+                                         ? fmt::format("mpirun exit {}: a process ended by signal {}", code, code - 128)
+                                         : fmt::format("mpirun exit {}", code));
       if (++restarts > o_.maxRestarts) {
         event("gave-up", ranks, hosts, fmt::format("{} restarts (--max-restarts {})", restarts - 1, o_.maxRestarts));
         return code;

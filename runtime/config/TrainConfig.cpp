@@ -87,6 +87,7 @@ void TrainConfig::validate() const {
   require(logEvery > 0 && logEvery <= kMaxSteps, fmt::format("--log-every must be in [1, {}] (got {})", kMaxSteps, logEvery));
   require(maxStaleness <= kMaxSteps, fmt::format("--max-staleness must be at most {} (got {})", kMaxSteps, maxStaleness));
   requireOneOf("doorbell", doorbell, {"on", "off"});
+  require(!balance || mode == "sync", "--balance deals a sync step's virtual shards by speed: --mode sync only");
   require(virtualShards >= 0 && virtualShards <= 65536,
           fmt::format("--virtual-shards must be 0 (the workers of the first launch) or up to 65536 (got {})", virtualShards));
   require(threads >= 0 && threads <= 1024, fmt::format("--threads must be 0 (auto) or up to 1024 (got {})", threads));
@@ -184,6 +185,7 @@ std::vector<std::pair<std::string, std::string>> TrainConfig::sharedFields() con
       {"synthetic-size", dataset.rfind("synthetic", 0) == 0 ? std::to_string(syntheticSize) : "-"},
       {"batch-size", std::to_string(batchSize)},
       {"virtual-shards", std::to_string(virtualShards)},
+      {"balance", balance ? "true" : "false"},
       {"lr", canonicalNumber(lr)},
       {"lr-scaling", lrScaling},
       {"warmup-steps", std::to_string(warmupSteps)},

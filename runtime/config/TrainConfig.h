@@ -27,6 +27,7 @@ struct TrainConfig {
   // checkpoint's. The peer and point-to-point modes but allreduce keep one per worker.
   int virtualShards = 0;
   bool reshard = false;                // --resume may change the virtual shards or the batch size
+  bool balance = false;                // sync: deal the virtual shards by measured speed (roles/Balance.h)
   double lr = 0.01;                    // base learning rate (one worker)
   std::string lrScaling = "linear";    // none | linear (lr x workers)
   std::int64_t warmupSteps = 0;        // linear ramp to the scaled lr

@@ -195,8 +195,8 @@ void LocalTrainer::computeGradient(std::int64_t batch, std::int64_t version) {
     throw Error(fmt::format("step {}: the loss of this worker's batch is {}; lower --lr, or --skip-nonfinite "
                             "to drop such steps (the last good checkpoint is kept)", version, lossValue));
   }
-  if (straggleMs_ > 0) {  // --straggle, for testing the modes against a slow worker
-    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(straggleMs_));
+  if (straggleMs_ > 0) {  // --straggle, for testing the modes against a slow worker: per micro-batch
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(straggleMs_ * static_cast<double>(micro.size())));
   }
   float* trailer = messages_.trailer;
   trailer[kLossSum] = lossValue * count * static_cast<float>(micro.size());

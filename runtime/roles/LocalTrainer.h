@@ -49,6 +49,8 @@ class LocalTrainer {
 
   const data::ShardSampler& sampler() const { return sampler_; }
   const std::vector<int>& shards() const { return shards_; }
+  // From the next computeGradient() on, the virtual shards computed are `shards` (--balance).
+  void assign(std::vector<int> shards) { shards_ = std::move(shards); }
 
   // Overlap (sync mode, raw gradients): from now on backward hands the gradient over bucket
   // by bucket (gradientBuckets(model, bucketBytes)) as soon as each is complete, calling

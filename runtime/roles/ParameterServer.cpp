@@ -1,6 +1,7 @@
 #include "runtime/roles/ParameterServer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -12,6 +13,7 @@
 #include "runtime/Errors.h"
 #include "runtime/optim/LrSchedule.h"
 #include "runtime/optim/Sgd.h"
+#include "runtime/roles/Balance.h"
 #include "runtime/roles/FlatParameters.h"
 #include "runtime/roles/Publisher.h"
 #include "runtime/roles/StepLink.h"
@@ -108,6 +110,14 @@ void runSync(ServerState& s) {
     s.setHeader(step, train ? Control::Train : Control::Stop, train ? s.lr(step) : 0);
     return train;
   };
+  ShareBalancer balancer(s.comm.size(), s.shards, s.cfg.balance);
+  const float* compute = messages.trailer + kComputeSeconds;
+  balancer.write(messages.shares.data_ptr<float>());
+  if (s.cfg.balance) {
+    s.publisher.setExtras([&](metrics::JsonObject& line) {
+      line.addRaw("virtual_shards_by_worker", fmt::format("[{}]", fmt::join(balancer.counts(), ",")));
+    });
+  }
   bool training = announce();
   s.link.broadcastDown(training ? fmt::format("step {}", step) : s.stopContext);
   // A step's period runs from the end of one down message to the end of the next: the span
@@ -150,6 +160,9 @@ void runSync(ServerState& s) {
       timed([&] { applied = applySummedUpdate(messages, s.sgd, lr, s.shards, s.model, s.cfg, step); });
     }
     const std::int64_t done = step++;
+    // The shares' broadcast starts in finishDown() (overlap): the balance is set before.
+    balancer.record(compute);
+    balancer.write(messages.shares.data_ptr<float>());
     training = announce();
     const std::string downContext = training ? fmt::format("step {}", step) : s.stopContext;
     if (overlap) {

@@ -47,7 +47,7 @@ StepLink::StepLink(comm::Communicator& comm, const config::TrainConfig& cfg, con
   if (cfg.compressWeights != "none") {
     codec::validateSpec(cfg.compressWeights, true, "compress-weights");
     downCodec_ = codec::makeCodec(cfg.compressWeights, shapes, seed, "compress-weights");
-    capacity = std::max(capacity, downCodec_->maxFrameBytes() + sizeof(StepHeader) + messages.serverBuffers.numel() * sizeof(float));
+    capacity = std::max(capacity, downCodec_->maxFrameBytes() + sizeof(StepHeader) + messages.downTail.numel() * sizeof(float));
   }
   if (upEncoder_ || downCodec_) inbox_.resize(capacity);  // raw messages are received in place
 }
@@ -91,18 +91,18 @@ void StepLink::decodeUp(const char* payload, std::size_t size, float* up) {
 void StepLink::encodeDown() {
   const auto start = Clock::now();
   downPayload_.assign(reinterpret_cast<const char*>(messages_.down.data()), sizeof(StepHeader));
-  downPayload_.append(reinterpret_cast<const char*>(messages_.serverBuffers.data_ptr<float>()),
-                      messages_.serverBuffers.numel() * sizeof(float));
+  downPayload_.append(reinterpret_cast<const char*>(messages_.downTail.data_ptr<float>()),
+                      messages_.downTail.numel() * sizeof(float));
   downCodec_->encode(messages_.weights.data_ptr<float>(), downPayload_);
   traffic_.codecSeconds += secondsSince(start);
 }
 
 void StepLink::decodeDown(const char* payload, std::size_t size) {
   const auto start = Clock::now();
-  const std::size_t fixed = sizeof(StepHeader) + messages_.serverBuffers.numel() * sizeof(float);
+  const std::size_t fixed = sizeof(StepHeader) + messages_.downTail.numel() * sizeof(float);
   if (size < fixed) throw CodecError(fmt::format("weights payload of {} bytes is shorter than its fixed part", size));
   std::memcpy(messages_.down.data(), payload, sizeof(StepHeader));
-  std::memcpy(messages_.serverBuffers.data_ptr<float>(), payload + sizeof(StepHeader), fixed - sizeof(StepHeader));
+  std::memcpy(messages_.downTail.data_ptr<float>(), payload + sizeof(StepHeader), fixed - sizeof(StepHeader));
   downCodec_->decode(payload + fixed, size - fixed, messages_.weights.data_ptr<float>());
   const double seconds = secondsSince(start);
   traffic_.codecSeconds += seconds;
@@ -159,8 +159,8 @@ void StepLink::startWeightsDown(const Bucket& bucket, const std::string& context
 }
 
 void StepLink::startDownTail(const std::string& context) {
-  started_.push_back(comm_.startBroadcast(messages_.serverBuffers.data_ptr<float>(),
-                                          messages_.serverBuffers.numel() * sizeof(float), 0, context));
+  started_.push_back(comm_.startBroadcast(messages_.downTail.data_ptr<float>(),
+                                          messages_.downTail.numel() * sizeof(float), 0, context));
   started_.push_back(comm_.startBroadcast(messages_.down.data(), sizeof(StepHeader), 0, context));
 }
 

@@ -3,7 +3,7 @@
 // floats straight from and into StepMessages (no copies; the sum done by MPI), or, under
 // --compress / --compress-weights, as codec payloads (runtime/codec):
 //   up:   [gradient frame][buffers + trailer, raw]  (sums are then made by the receiver)
-//   down: [header][buffers, raw][weights frame]
+//   down: [header][buffers and shares, raw][weights frame]
 // The buffers and the trailer stay exact: they are small, and the protocol reads them.
 #include <cstdint>
 #include <functional>

@@ -29,9 +29,13 @@ FloatBuffer::FloatBuffer(std::size_t size, bool pinned) : size_(size) {
 at::Tensor FloatBuffer::view(std::int64_t offset, std::int64_t count) const { return tensor_.narrow(0, offset, count); }
 
 StepMessages::StepMessages(std::int64_t n, std::int64_t m, int ranks, c10::Device device)
-    : down(kHeaderFloats + n + m, device.is_cuda()), up(n + m + trailerFloats(ranks), device.is_cuda()), ranks(ranks) {
+    : down(kHeaderFloats + n + m + ranks, device.is_cuda()),
+      up(n + m + trailerFloats(ranks), device.is_cuda()),
+      ranks(ranks) {
   weights = down.view(kHeaderFloats, n);
   serverBuffers = down.view(kHeaderFloats + n, m);
+  shares = down.view(kHeaderFloats + n + m, ranks);
+  downTail = down.view(kHeaderFloats + n, m + ranks);
   grad = up.view(0, n);
   workerBuffers = up.view(n, m);
   trailer = up.data() + n + m;

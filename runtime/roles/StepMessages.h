@@ -40,10 +40,12 @@ struct StepMessages {
   StepMessages(const StepMessages&) = delete;  // the views point into the vectors
   StepMessages& operator=(const StepMessages&) = delete;
 
-  FloatBuffer down;         // header, weights, buffers
+  FloatBuffer down;         // header, weights, buffers, shares
   FloatBuffer up;           // gradient, buffers, trailer
   at::Tensor weights;       // views into down (they keep its memory alive)
   at::Tensor serverBuffers;
+  at::Tensor shares;        // sync: the virtual shards each rank computes this step (one float per rank)
+  at::Tensor downTail;      // serverBuffers and shares, contiguous: what follows the weights
   at::Tensor grad;          // views into up
   at::Tensor workerBuffers;
   float* trailer;           // trailerFloats(ranks) floats at the end of up

@@ -2,7 +2,8 @@
 // The wire layout of one synchronous step (DESIGN.md, "The step protocol").
 //
 // Down (rank 0 -> all, one broadcast): a 32-byte StepHeader, the flat weights, then the
-// model's buffers (BatchNorm running statistics) as averaged by the server.
+// model's buffers (BatchNorm running statistics) as averaged by the server, then one float
+// per rank: how many of the step's virtual shards it computes (sync; --balance sets them).
 // Up (all -> rank 0, one sum-reduce): the flat gradient, each worker's multiplied by its
 // sample count; the worker's buffers after its forward pass; then trailerFloats(ranks)
 // floats of per-step accounting. The server's own contribution is all zeros, so after the
@@ -90,8 +91,8 @@ constexpr int kResumableExit = 3;
 
 // Bytes of the down and up messages of one step for a model of `parameters` parameter
 // and `buffers` buffer elements, in a world of `ranks` processes.
-constexpr std::size_t downBytes(std::size_t parameters, std::size_t buffers) {
-  return (kHeaderFloats + parameters + buffers) * sizeof(float);
+constexpr std::size_t downBytes(std::size_t parameters, std::size_t buffers, int ranks) {
+  return (kHeaderFloats + parameters + buffers + static_cast<std::size_t>(ranks)) * sizeof(float);
 }
 constexpr std::size_t upBytes(std::size_t parameters, std::size_t buffers, int ranks) {
   return (parameters + buffers + trailerFloats(ranks)) * sizeof(float);

@@ -166,7 +166,7 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
                      cfg.lrDecay == "cosine" ? ", then cosine to 0" : ", then constant", cfg.momentum,
                      cfg.nesterov ? " (Nesterov)" : "", cfg.weightDecay);
   out += fmt::format("  per step  server -> each worker {} bytes (weights{} + header); each worker -> server {} bytes (gradient{} + accounting)\n",
-                     downBytes(parameters, buffers), buffers ? " + BatchNorm buffers" : "",
+                     downBytes(parameters, buffers, ranks), buffers ? " + BatchNorm buffers" : "",
                      upBytes(parameters, buffers, ranks), buffers ? " + buffers" : "");
   std::string exchange = cfg.mode == "sync"      ? "one broadcast of the weights, one sum-reduce of the gradients"
                          : cfg.mode == "allreduce" ? "MPI_Allreduce of the gradients"

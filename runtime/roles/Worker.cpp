@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/roles/Balance.h"
 #include "runtime/roles/FlatParameters.h"
 #include "runtime/roles/LocalTrainer.h"
 #include "runtime/roles/StepLink.h"
@@ -20,6 +21,7 @@ void Worker::run() {
   const bool sync = cfg_.mode == "sync";
   auto useWeights = [&] {
     trainer.loadWeights();
+    if (cfg_.balance) trainer.assign(shardsOfRank(messages.shares.data_ptr<float>(), comm_.size(), comm_.rank()));
     return messages.header();
   };
   auto receiveWeights = [&](std::int64_t expected) {

@@ -36,7 +36,7 @@ check "dry-run: rank lines with role, host, device, shard" has "$plan" "rank 2 +
 check "dry-run: parameters" has "$plan" "model +lenet: 431080 parameters"
 check "dry-run: steps" has "$plan" "steps +60 updates \(20 per epoch x 3 epochs\)"
 # 431080 floats of weights + an 8-float header down; of gradient + 7 floats of accounting + 1 per rank up.
-check "dry-run: bytes per step" has "$plan" "server -> each worker 1724352 bytes .* each worker -> server 1724360 bytes"
+check "dry-run: bytes per step" has "$plan" "server -> each worker 1724364 bytes .* each worker -> server 1724360 bytes"
 check "dry-run: checkpoint schedule" has "$plan" "4 checkpoint\(s\) into .*: steps 15 30 45 and final 60"
 check "dry-run: lr plan" has "$plan" "lr +0.02 \(base 0.01 x 2 batches per update\), warm-up from 0.004 over 5 steps, then cosine to 0"
 check "dry-run: exchange" has "$plan" "exchange +one broadcast of the weights, one sum-reduce of the gradients; in 7 buckets of 256 KiB, gradients reduced during backward, weights broadcast as each bucket is updated"
