@@ -113,6 +113,8 @@ std::string describeVerdicts(const std::vector<std::string>& verdicts, const std
 
 int localRank() { return envInt("OMPI_COMM_WORLD_LOCAL_RANK", 0); }
 
+int launchedRank() { return envInt("OMPI_COMM_WORLD_RANK", 0); }
+
 int autoThreads() {
   int cores = static_cast<int>(std::thread::hardware_concurrency());
   int local = std::max(1, envInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1));

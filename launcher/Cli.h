@@ -54,5 +54,7 @@ int autoThreads();
 
 // This rank's index among the ranks on its host (0 outside mpirun).
 int localRank();
+// This process's rank as mpirun tells it before MPI_Init (0 without mpirun).
+int launchedRank();
 
 }  // namespace pstrain::launcher

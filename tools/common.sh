@@ -37,19 +37,23 @@ setup_dependencies() {
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
 }
 
-# Configures (Release, tests on, ccache when present) and builds everything. Extra
+# Configures (Release, tests on, ccache when present) and builds. `--target NAME` (any
+# number of them) builds only those targets and what they need, else everything; other
 # arguments go to cmake's configure step.
 build_project() {
   local jobs
   jobs=$(getconf _NPROCESSORS_ONLN 2>/dev/null || sysctl -n hw.ncpu)
-  local extra=()
+  local extra=() targets=()
+  while [ $# -gt 0 ]; do
+    if [ "$1" = --target ]; then targets+=(--target "$2"); shift 2; else extra+=("$1"); shift; fi
+  done
   if [ "$(uname)" = Darwin ]; then
     extra+=(-DCMAKE_PREFIX_PATH="$(brew --prefix pytorch)")
   fi
   export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
-  log "building in $BUILD_DIR"
-  cmake -S "$PSTRAIN_ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON "${extra[@]}" "$@" >/dev/null
-  cmake --build "$BUILD_DIR" -j"$jobs"
+  log "building ${targets[*]:-everything} in $BUILD_DIR"
+  cmake -S "$PSTRAIN_ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON ${extra[@]+"${extra[@]}"} >/dev/null
+  cmake --build "$BUILD_DIR" -j"$jobs" ${targets[@]+"${targets[@]}"}
 }
 
 # Flags every local mpirun needs: root is allowed in containers, and a laptop may run more

@@ -2,10 +2,14 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
 namespace pstrain::optim {
 
-void Sgd::step(at::Tensor& params, at::Tensor& grad, double lr) {
-  stepSlice(params, grad, lr, 0, params.numel());
+bool Sgd::step(at::Tensor& params, at::Tensor& grad, double lr, double gradDivisor) {
+  return stepSlice(params, grad, lr, 0, params.numel(), gradDivisor);
 }
 
 namespace {
@@ -14,34 +18,45 @@ namespace {
 // (the server's update, a CPU worker's in the peer modes), with the same operations in the
 // same order per element as the ATen path below, so both give the same values (up to the
 // fused multiply-adds a vectorised ATen kernel may use). One loop per variant, with no
-// branch inside, so that the compiler vectorises each.
-template <bool kDecay, bool kMomentum, bool kNesterov>
-void stepOnCpu(float* __restrict w, float* __restrict g, float* __restrict v, std::int64_t n, float lr,
-               float decay, float mu) {
+// branch inside, so that the compiler vectorises each. Returns whether every new weight is
+// finite: Inf and NaN are the floats whose exponent bits are all ones, and an integer
+// maximum of those bits vectorises with the rest.
+template <bool kDivide, bool kDecay, bool kMomentum, bool kNesterov>
+bool stepOnCpu(float* __restrict w, float* __restrict g, float* __restrict v, std::int64_t n, float lr,
+               float divisor, float decay, float mu) {
+  constexpr std::uint32_t kExponent = 0x7f800000u;
+  std::uint32_t largest = 0;
   for (std::int64_t i = 0; i < n; ++i) {
     float d = g[i];
+    if constexpr (kDivide) d = d / divisor;
     if constexpr (kDecay) d = d + decay * w[i];
     if constexpr (kMomentum) {
       const float m = v[i] * mu + d;
       v[i] = m;
       d = kNesterov ? d + mu * m : m;
     }
-    if constexpr (kDecay || kNesterov) g[i] = d;  // grad is scratch: as the ATen path leaves it
-    w[i] = w[i] + -lr * d;
+    if constexpr (kDivide || kDecay || kNesterov) g[i] = d;  // grad is scratch: as the ATen path leaves it
+    const float updated = w[i] + -lr * d;
+    w[i] = updated;
+    std::uint32_t bits;
+    std::memcpy(&bits, &updated, sizeof bits);
+    largest = std::max(largest, bits & kExponent);
   }
+  return largest != kExponent;
 }
 
-void stepOnCpu(float* w, float* g, float* v, std::int64_t n, float lr, const SgdOptions& o) {
+template <bool kDivide>
+bool stepOnCpu(float* w, float* g, float* v, std::int64_t n, float lr, float divisor, const SgdOptions& o) {
   const float decay = static_cast<float>(o.weightDecay), mu = static_cast<float>(o.momentum);
   const bool momentum = v != nullptr;
   if (decay != 0) {
-    if (!momentum) return stepOnCpu<true, false, false>(w, g, v, n, lr, decay, mu);
-    if (o.nesterov) return stepOnCpu<true, true, true>(w, g, v, n, lr, decay, mu);
-    return stepOnCpu<true, true, false>(w, g, v, n, lr, decay, mu);
+    if (!momentum) return stepOnCpu<kDivide, true, false, false>(w, g, v, n, lr, divisor, decay, mu);
+    if (o.nesterov) return stepOnCpu<kDivide, true, true, true>(w, g, v, n, lr, divisor, decay, mu);
+    return stepOnCpu<kDivide, true, true, false>(w, g, v, n, lr, divisor, decay, mu);
   }
-  if (!momentum) return stepOnCpu<false, false, false>(w, g, v, n, lr, decay, mu);
-  if (o.nesterov) return stepOnCpu<false, true, true>(w, g, v, n, lr, decay, mu);
-  stepOnCpu<false, true, false>(w, g, v, n, lr, decay, mu);
+  if (!momentum) return stepOnCpu<kDivide, false, false, false>(w, g, v, n, lr, divisor, decay, mu);
+  if (o.nesterov) return stepOnCpu<kDivide, false, true, true>(w, g, v, n, lr, divisor, decay, mu);
+  return stepOnCpu<kDivide, false, true, false>(w, g, v, n, lr, divisor, decay, mu);
 }
 
 bool onCpuInOnePass(const at::Tensor& t) {
@@ -50,7 +65,8 @@ bool onCpuInOnePass(const at::Tensor& t) {
 
 }  // namespace
 
-void Sgd::stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t offset, std::int64_t total) {
+bool Sgd::stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t offset, std::int64_t total,
+                    double gradDivisor) {
   const std::int64_t n = params.numel();
   if (options_.momentum != 0 && !momentum_.defined()) {
     // A zero buffer times momentum plus the first gradient is that gradient, exactly: the
@@ -59,10 +75,14 @@ void Sgd::stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t 
   }
   at::Tensor momentum = options_.momentum != 0 ? momentum_.narrow(0, offset, n) : at::Tensor();
   if (onCpuInOnePass(params) && onCpuInOnePass(grad)) {
-    stepOnCpu(params.data_ptr<float>(), grad.data_ptr<float>(), momentum.defined() ? momentum.data_ptr<float>() : nullptr,
-              n, static_cast<float>(lr), options_);
-    return;
+    float* w = params.data_ptr<float>();
+    float* g = grad.data_ptr<float>();
+    float* v = momentum.defined() ? momentum.data_ptr<float>() : nullptr;
+    const float lrf = static_cast<float>(lr), divisor = static_cast<float>(gradDivisor);
+    return gradDivisor != 1 ? stepOnCpu<true>(w, g, v, n, lrf, divisor, options_)
+                          : stepOnCpu<false>(w, g, v, n, lrf, divisor, options_);
   }
+  if (gradDivisor != 1) grad.div_(gradDivisor);
   if (options_.weightDecay != 0) grad.add_(params, options_.weightDecay);
   const at::Tensor* update = &grad;
   if (momentum.defined()) {
@@ -74,6 +94,7 @@ void Sgd::stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t 
     }
   }
   params.add_(*update, -lr);
+  return at::isfinite(params).all().item<bool>();
 }
 
 }  // namespace pstrain::optim

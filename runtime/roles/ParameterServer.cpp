@@ -142,12 +142,9 @@ void runSync(ServerState& s) {
       const double samples = static_cast<double>(s.shards * s.sampler.batchSizeAt(step));
       s.link.reduceUpInBuckets(buckets, [&](const Bucket& b, at::Tensor& grad) {
         timed([&] {
-          if (!allFinite(grad)) {
-            throw Error(fmt::format("step {}: the summed gradient of the workers is not finite; lower --lr, or "
-                                    "--skip-nonfinite to drop such steps (the last good checkpoint is kept)", step));
+          if (!s.sgd.stepSlice(messages.weights.narrow(0, b.begin, b.end - b.begin), grad, lr, b.begin, n, samples)) {
+            throw nonFiniteUpdate(step, s.cfg);
           }
-          grad.div_(samples);
-          s.sgd.stepSlice(messages.weights.narrow(0, b.begin, b.end - b.begin), grad, lr, b.begin, n);
         });
       }, context);
       if (!sameCount(messages.trailer[kSamples], samples)) {

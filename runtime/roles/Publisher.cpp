@@ -2,6 +2,7 @@
 
 #include "runtime/roles/StepProtocol.h"
 #include "runtime/roles/TrainDir.h"
+#include "runtime/metrics/Startup.h"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -86,6 +87,7 @@ bool Publisher::timeToStop() const {
 }
 
 void Publisher::record(std::int64_t step, double lr, const StepStats& stats) {
+  if (step == firstStep_) metrics::Startup::process().firstStepDone();
   add(window_, stats);
   ++windowSteps_;
   lastLr_ = lr;

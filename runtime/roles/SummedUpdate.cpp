@@ -33,23 +33,25 @@ bool applySummedUpdate(StepMessages& messages, optim::Sgd& sgd, double lr, int c
   const double samples = trailer[kSamples];
   if (!(std::isfinite(samples) && samples > 0)) throw Error(fmt::format("step {}: the workers sent {} samples", step, samples));
   // Workers stop the job themselves on a non-finite loss unless --skip-nonfinite; an
-  // overflow can still appear only in the sum.
-  const bool finite = trailer[kNonFinite] == 0 && std::isfinite(trailer[kLossSum]) &&
-                      allFinite(messages.grad);
-  if (!finite) {
-    if (!cfg.skipNonfinite) {
-      throw Error(fmt::format("step {}: the summed gradient of the workers is not finite; lower --lr, or "
-                              "--skip-nonfinite to drop such steps (the last good checkpoint is kept)", step));
-    }
+  // overflow can still appear only in the sum. Skipping needs the check before the update;
+  // otherwise the update's own pass is the check (the job stops on a failed one).
+  const bool finiteLoss = trailer[kNonFinite] == 0 && std::isfinite(trailer[kLossSum]);
+  if (cfg.skipNonfinite && !(finiteLoss && allFinite(messages.grad))) {
     std::cout << fmt::format("pstrain: step {}: non-finite loss or gradient ({} worker(s) reported one); "
                              "update skipped (--skip-nonfinite)", step, trailer[kNonFinite])
               << std::endl;
     return false;
   }
-  messages.grad.div_(samples);
-  sgd.step(messages.weights, messages.grad, lr);
+  if (!finiteLoss || !sgd.step(messages.weights, messages.grad, lr, samples)) throw nonFiniteUpdate(step, cfg);
   averageBuffers(messages, contributors, model);
   return true;
+}
+
+Error nonFiniteUpdate(std::int64_t step, const config::TrainConfig& cfg) {
+  return Error(fmt::format("step {}: the summed gradient of the workers is not finite{}; lower --lr{} "
+                           "(the last good checkpoint is kept)",
+                           step, cfg.skipNonfinite ? " (the weights overflowed)" : "",
+                           cfg.skipNonfinite ? "" : ", or --skip-nonfinite to drop such steps"));
 }
 
 StepStats summedStats(const StepMessages& messages, int contributors) {

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "models/Registry.h"
+#include "runtime/Errors.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/optim/Sgd.h"
 #include "runtime/roles/Publisher.h"
@@ -19,6 +20,9 @@ namespace pstrain::roles {
 // cfg.skipNonfinite; throws Error naming `step` when it is not finite otherwise.
 bool applySummedUpdate(StepMessages& messages, optim::Sgd& sgd, double lr, int contributors, models::Net& model,
                        const config::TrainConfig& cfg, std::int64_t step);
+
+// The error that stops the job at `step` when its update is not finite.
+Error nonFiniteUpdate(std::int64_t step, const config::TrainConfig& cfg);
 
 // The accounting in the trailer of messages.up, summed over `contributors` workers: loss
 // and samples as sums, compute and data-wait times as the contributors' mean, and the

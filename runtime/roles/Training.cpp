@@ -20,6 +20,7 @@
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/codec/Codec.h"
 #include "runtime/metrics/Json.h"
+#include "runtime/metrics/Startup.h"
 #include "runtime/roles/FlatParameters.h"
 #include "runtime/roles/Handshake.h"
 #include "runtime/roles/TrainDir.h"
@@ -204,7 +205,8 @@ std::string isoTime() {
 
 void writeRunJson(const config::TrainConfig& cfg, const RunInfo& info,
                   const std::vector<std::map<std::string, std::string>>& facts,
-                  std::int64_t trainSamples, std::int64_t parameters, std::int64_t firstStep) {
+                  std::int64_t trainSamples, std::int64_t parameters, std::int64_t firstStep,
+                  const std::string& startup) {
   metrics::JsonObject config;
   for (const auto& [key, value] : cfg.sharedFields()) config.add(key, value);
   config.add("data-dir", cfg.dataDir).add("train-dir", cfg.trainDir);
@@ -216,6 +218,8 @@ void writeRunJson(const config::TrainConfig& cfg, const RunInfo& info,
     rank.add("rank", static_cast<std::int64_t>(r)).add("role", r == 0 ? "server" : "worker");
     rank.add("host", facts[r].at("info.host")).add("device", facts[r].at("info.device"));
     rank.add("torch", facts[r].at("info.torch")).add("threads", facts[r].at("info.threads"));
+    rank.add("mpi_yield_when_idle", facts[r].at("info.yield-when-idle"));
+    if (!startup.empty()) rank.addRaw("startup_s", facts[r].at("info.startup"));
     ranks += (r ? "," : "") + rank.str();
   }
   ranks += "]";
@@ -226,6 +230,8 @@ void writeRunJson(const config::TrainConfig& cfg, const RunInfo& info,
   run.add("train_samples", trainSamples).add("parameters", parameters).add("first_step", firstStep);
   run.add("torch_version", TORCH_VERSION).add("mpi_library", info.mpiLibrary);
   run.add("command", info.commandLine);
+  // Rank 0's start-up to its first step (the workers' phases, to the handshake, are theirs).
+  if (!startup.empty()) run.addRaw("startup_s", startup);
   run.addRaw("config", config.str()).addRaw("ranks", ranks);
   checkpoint::atomicWrite((fs::path(cfg.trainDir) / "run.json").string(), run.str() + "\n");
 }
@@ -291,7 +297,10 @@ void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, model
   mine.emplace_back("info.device", device.str());
   mine.emplace_back("info.torch", TORCH_VERSION);
   mine.emplace_back("info.threads", std::to_string(at::get_num_threads()));
+  mine.emplace_back("info.yield-when-idle", info.yieldWhenIdle);
+  mine.emplace_back("info.startup", metrics::Startup::process().json());
   auto facts = handshake(comm, mine);
+  metrics::Startup::process().mark("handshake");
 
   std::int64_t trainSamples = 0;
   for (const auto& rank : facts) {
@@ -304,8 +313,16 @@ void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, model
   }
   if (server) {
     trainDir->begin();
+    const std::int64_t parameters = models::parameterCount(model), firstStep = resume ? resume->step : 0;
+    // run.json again once the first step is done, with the start-up's times.
+    metrics::Startup::process().afterFirstStep([&] {
+      writeRunJson(run, info, facts, trainSamples, parameters, firstStep, metrics::Startup::process().json());
+    });
+    struct Disarm {
+      ~Disarm() { metrics::Startup::process().afterFirstStep(nullptr); }
+    } disarm;  // the hook refers to this scope
     try {
-      writeRunJson(run, info, facts, trainSamples, models::parameterCount(model), resume ? resume->step : 0);
+      writeRunJson(run, info, facts, trainSamples, parameters, firstStep, "");
       if (peers) {
         runPeers(comm, run, model, *train, device, resume ? &*resume : nullptr);
       } else {

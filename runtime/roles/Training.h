@@ -14,6 +14,7 @@ namespace pstrain::roles {
 struct RunInfo {
   std::string mpiLibrary = "none";  // recorded in run.json
   std::string commandLine;
+  std::string yieldWhenIdle = "default";  // Open MPI's mpi_yield_when_idle, and who set it
 };
 
 // The start-up checks (world size, handshake), then the roles of cfg.mode: ParameterServer

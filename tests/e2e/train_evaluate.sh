@@ -29,6 +29,21 @@ for field in '"step":150' '"loss":' '"lr":' '"samples_per_s":' '"compute_s":' '"
   tail -1 "$run/metrics.jsonl" | grep -q "$field" || fail "metrics.jsonl lacks $field"
 done
 grep -q '"world_size":3' "$run/run.json" || fail "run.json lacks world_size"
+# The start-up's phases, rank 0's to its first step and each rank's to the handshake, and
+# mpi_yield_when_idle as pstrain chose it (3 ranks: on a host with fewer cores it is on).
+python3 - "$run/run.json" <<'PY' || fail "run.json: start-up times or mpi_yield_when_idle missing or wrong"
+import json, os, sys
+run = json.load(open(sys.argv[1]))
+phases = run["startup_s"]
+for name in ("load", "mpi_init", "command_line", "model", "handshake", "first_step"):
+    assert 0 <= phases[name] < 60, (name, phases)
+assert abs(phases["total"] - sum(v for k, v in phases.items() if k != "total")) < 1e-6, phases
+assert 0 < phases["total"] < 120, phases
+for rank in run["ranks"]:
+    assert "data" in rank["startup_s"] or rank["rank"] == 0, rank
+    expected = "1 (set by pstrain" if 3 > os.cpu_count() else "default"
+    assert rank["mpi_yield_when_idle"].startswith(expected), rank
+PY
 accuracy=$(tail -1 "$run/eval.csv" | cut -d, -f5)
 python3 -c "import sys; sys.exit(0 if float('$accuracy') > 0.70 else 1)" || fail "accuracy $accuracy after 150 steps"
 

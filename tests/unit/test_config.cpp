@@ -6,6 +6,7 @@
 #include "runtime/config/TrainConfig.h"
 #include "runtime/metrics/Json.h"
 #include "runtime/metrics/Progress.h"
+#include "runtime/metrics/Startup.h"
 #include "runtime/roles/StepProtocol.h"
 
 #include <limits>
@@ -113,6 +114,42 @@ TEST(Metrics, ProgressLine) {
 
 // Every number a run takes is bounded and finite, with the flag named (no overflowing cast
 // of a huge --timeout, no epochs x steps that wraps negative, no NaN that slips past "> 0").
+// run.json's start-up record: phases in the order marked, a total that is their sum, and
+// the first-step hook run once per arming.
+TEST(Metrics, StartupPhasesAndTheFirstStepHook) {
+  metrics::Startup& startup = metrics::Startup::process();
+#ifdef __linux__
+  ASSERT_FALSE(startup.phases().empty());
+  EXPECT_EQ(startup.phases().front().first, "load");  // not under mpirun: no "launch"
+#endif
+  const std::size_t before = startup.phases().size();
+  startup.mark("first");
+  startup.mark("second");
+  int calls = 0;
+  startup.afterFirstStep([&] { ++calls; });
+  startup.firstStepDone();
+  startup.firstStepDone();
+  EXPECT_EQ(calls, 1);
+  const auto phases = startup.phases();
+  ASSERT_EQ(phases.size(), before + 3);
+  EXPECT_EQ(phases[before].first, "first");
+  EXPECT_EQ(phases[before + 1].first, "second");
+  EXPECT_EQ(phases[before + 2].first, "first_step");
+  double sum = 0;
+  for (const auto& [name, seconds] : phases) {
+    EXPECT_GE(seconds, 0) << name;
+    sum += seconds;
+  }
+  const std::string json = startup.json();
+  EXPECT_NE(json.find("\"second\":"), std::string::npos) << json;
+  const double total = std::stod(json.substr(json.find("\"total\":") + 8));
+  EXPECT_NEAR(total, sum, 1e-9) << json;
+  startup.afterFirstStep([&] { ++calls; });  // armed again: a new run
+  startup.firstStepDone();
+  EXPECT_EQ(calls, 2);
+  startup.afterFirstStep(nullptr);
+}
+
 TEST(Cli, NumbersAreBoundedAndFinite) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> bad = {
       {{"--timeout", "inf"}, "--timeout"},          {{"--timeout", "1e300"}, "--timeout"},

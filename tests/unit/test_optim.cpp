@@ -121,6 +121,41 @@ TEST(Sgd, SlicesEqualTheWholeBuffer) {
   }
 }
 
+// The server's update in one pass: the gradient divided by the sample count in the same
+// loop gives exactly the values of dividing first, and the step itself tells whether its
+// gradient was finite (a non-finite value anywhere, the loop's tail included).
+TEST(Sgd, FusedDivisionAndFiniteCheck) {
+  for (bool nesterov : {false, true}) {
+    for (double decay : {0.0, 1e-3}) {
+      torch::manual_seed(7);
+      at::Tensor fused = torch::randn({1003}), separate = fused.clone();
+      optim::Sgd a({0.9, decay, nesterov}), b({0.9, decay, nesterov});
+      for (int step = 0; step < 3; ++step) {
+        at::Tensor grad = torch::randn({1003}) * 64;
+        at::Tensor g1 = grad.clone(), g2 = grad.clone();
+        EXPECT_TRUE(a.step(fused, g1, 0.1, 64.0));
+        g2.div_(64.0);
+        EXPECT_TRUE(b.step(separate, g2, 0.1));
+      }
+      EXPECT_TRUE(fused.equal(separate)) << "nesterov " << nesterov << " decay " << decay;
+    }
+  }
+  for (float bad : {INFINITY, -INFINITY, NAN}) {
+    for (std::int64_t at : {0, 517, 1002}) {
+      for (double lr : {0.1, 0.0}) {  // lr 0 too: 0 x Inf is NaN
+        at::Tensor weights = torch::randn({1003}), grad = torch::randn({1003});
+        grad[at] = bad;
+        optim::Sgd sgd({0.9, 0, false});
+        EXPECT_FALSE(sgd.step(weights, grad, lr, 2.0)) << bad << " at " << at << " lr " << lr;
+      }
+    }
+  }
+  // An update that overflows the weights fails as well.
+  at::Tensor big = torch::full({10}, std::numeric_limits<float>::max()), push = torch::full({10}, -1.0f);
+  optim::Sgd plain({0, 0, false});
+  EXPECT_FALSE(plain.step(big, push, std::numeric_limits<float>::max()));
+}
+
 // The server's check of a summed gradient: finite extremes pass, one Inf or NaN anywhere
 // (including the vectorised loop's tail) fails.
 TEST(AllFinite, FindsAnyInfOrNanAndPassesFiniteExtremes) {

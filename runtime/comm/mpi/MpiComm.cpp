@@ -39,8 +39,8 @@ void check(int rc, const std::string& what) {
 // heard every rank (so that a ring will come). The server waiting for a step's first
 // gradient bucket, through the workers' forward and most of backward, then wakes about 10
 // times instead of 20 (LeNet, 1 worker).
-// With more ranks than cores, the spins rely on Open MPI's mpi_yield_when_idle (on under
-// --oversubscribe): each idle MPI_Test then yields the core to a rank that computes.
+// With more ranks than cores, the spins rely on Open MPI's mpi_yield_when_idle (which
+// MpiSession sets there): each idle MPI_Test then yields the core to a rank that computes.
 template <typename Done>
 void pollUntil(Done done, double timeoutSeconds, const std::string& what, MpiComm::Patience patience) {
   using Clock = std::chrono::steady_clock;
@@ -404,10 +404,33 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   // instead of under 1). A binomial tree moves a buffer in a few rounds. The environment
   // (or an mpirun --mca) still wins: setenv does not overwrite.
   ::setenv("OMPI_MCA_coll_libnbc_ireduce_algorithm", "2", 0);
+  yieldWhenIdle() = chooseYieldWhenIdle();
   // SERIALIZED, not FUNNELED: with --overlap on a GPU, a worker's gradient hooks start
   // reductions from autograd's device thread while the main thread waits inside backward()
   // (tests/gpu proves which thread runs them). Calls never overlap, so this level suffices.
   check(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &threadLevel()), "MPI_Init_thread");
+}
+
+// More ranks on this host than it has cores: a rank that spins in an MPI call takes the
+// core of one that computes, so an MPI call that finds nothing to do must yield it (Open
+// MPI's mpi_yield_when_idle). Open MPI turns that on only where a host has more ranks than
+// hostfile slots, which says nothing about cores; it tells every rank its host's rank count
+// before MPI_Init, so pstrain decides here. The user's own setting (environment, or
+// mpirun --mca, which arrives as the same variable) wins.
+std::string MpiSession::chooseYieldWhenIdle() {
+  constexpr const char* kVariable = "OMPI_MCA_mpi_yield_when_idle";
+  if (const char* set = std::getenv(kVariable)) return fmt::format("{} (set by the user)", set);
+  const char* localSize = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const unsigned cores = std::thread::hardware_concurrency();
+  const long ranks = localSize ? std::strtol(localSize, nullptr, 10) : 0;
+  if (cores == 0 || ranks <= static_cast<long>(cores)) return "default";
+  ::setenv(kVariable, "1", 1);
+  return fmt::format("1 (set by pstrain: {} ranks on {} cores)", ranks, cores);
+}
+
+std::string& MpiSession::yieldWhenIdle() {
+  static std::string choice = "default";
+  return choice;
 }
 
 int& MpiSession::threadLevel() {

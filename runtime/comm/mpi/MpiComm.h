@@ -86,9 +86,13 @@ class MpiSession {
   // Whether the library granted MPI_THREAD_SERIALIZED or more: any thread may call MPI, one
   // at a time. Overlap on a GPU needs it (see LocalTrainer::streamGradients).
   static bool callableFromAnyThread();
+  // Open MPI's mpi_yield_when_idle on this rank, and who chose it (recorded in run.json).
+  static std::string yieldWhenIdleSetting() { return yieldWhenIdle(); }
 
  private:
   static int& threadLevel();  // as MPI_Init_thread provided it
+  static std::string chooseYieldWhenIdle();  // before MPI_Init: may set the variable
+  static std::string& yieldWhenIdle();
 };
 
 }  // namespace pstrain::comm
