@@ -189,6 +189,8 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     ("straggle", "testing: RANK:MS makes rank RANK sleep MS ms after each batch (per virtual shard it computes)", str(""))
     ("config", "read flags from FILE (key = value lines); command-line flags override it", str(""))
     ("dry-run", "check config, data, model, devices and world size on every rank, print the plan, train nothing", flag())
+    ("probe", "time a few steps on every worker, the links to rank 0 and the codecs; predict samples/s for 1..N "
+              "workers per mode and codec, recommend one, write probe.json in the train dir; train nothing", flag())
     ("version", "print versions and exit")
     ("h,help", "print this help");
   // clang-format on
@@ -255,6 +257,7 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     c.trainDir = r["train-dir"].as<std::string>();
     c.overwrite = r["overwrite"].as<bool>();
     c.dryRun = r["dry-run"].as<bool>();
+    c.probe = r["probe"].as<bool>();
     c.resume = r["resume"].as<bool>();
     c.skipNonfinite = r["skip-nonfinite"].as<bool>();
     c.injectNan = r["inject-nan"].as<std::string>();

@@ -63,6 +63,7 @@ void TrainConfig::validate() const {
   requireOneOf("error-feedback", errorFeedback, {"auto", "on", "off"});
   requireOneOf("overlap", overlap, {"on", "off"});
   require(bucketKb >= 1 && bucketKb <= (1 << 20), fmt::format("--bucket-kb must be in [1, {}] (1 GiB; got {})", 1 << 20, bucketKb));
+  require(!(probe && dryRun), "--probe and --dry-run: choose one (the probe checks the same things, then times them)");
   require(mode != "gossip" || (compress == "none" && compressWeights == "none"),
           "--mode gossip reads peers' weights one-sidedly: --compress and --compress-weights do not apply");
   require(mode != "allreduce" || compressWeights == "none",

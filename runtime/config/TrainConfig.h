@@ -41,6 +41,7 @@ struct TrainConfig {
   std::string trainDir = "runs/pstrain";
   bool overwrite = false;              // replace an earlier run in trainDir
   bool dryRun = false;                 // check everything on every rank, print the plan, stop
+  bool probe = false;                  // time steps, links and codecs; predict; write probe.json; train nothing
   bool resume = false;                 // continue from the newest valid checkpoint in trainDir
   bool skipNonfinite = false;          // drop (and count) a step with a non-finite loss/gradient
   std::string injectNan;               // testing: "RANK:STEP" makes that worker's loss NaN

@@ -18,6 +18,12 @@ std::vector<std::int64_t> offsetsOf(const std::vector<at::Tensor>& parameters) {
 
 }  // namespace
 
+codec::Shapes parameterShapes(const torch::nn::Module& module) {
+  codec::Shapes shapes;
+  for (const auto& p : module.parameters()) shapes.push_back(p.sizes().vec());
+  return shapes;
+}
+
 std::vector<at::Tensor> parameterViews(const torch::nn::Module& module, const at::Tensor& flat) {
   const auto parameters = module.parameters();
   const auto offsets = offsetsOf(parameters);

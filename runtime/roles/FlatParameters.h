@@ -5,6 +5,8 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
+#include "runtime/codec/Codec.h"
+
 #include <cstdint>
 #include <vector>
 
@@ -14,6 +16,9 @@ namespace pstrain::roles {
 // the parameter, in module.parameters() order: the layout, in one place. Throws Error when
 // `flat` is not exactly that big.
 std::vector<at::Tensor> parameterViews(const torch::nn::Module& module, const at::Tensor& flat);
+
+// The parameters' shapes, in the same order: what a codec of the flat buffer needs.
+codec::Shapes parameterShapes(const torch::nn::Module& module);
 
 // Rebinds every parameter of `module` to its slice of `flat` (1-D float, one element per
 // parameter element, on the module's device), copying the current values in first.

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "runtime/Errors.h"
+#include "runtime/roles/FlatParameters.h"
 
 namespace pstrain::roles {
 namespace {
@@ -14,12 +15,6 @@ using Clock = std::chrono::steady_clock;
 
 double secondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-codec::Shapes shapesOf(const models::Net& model) {
-  codec::Shapes shapes;
-  for (const auto& p : model.parameters()) shapes.push_back(p.sizes().vec());
-  return shapes;
 }
 
 // A payload of any size from `root` to every rank: its length, then its bytes.
@@ -35,7 +30,7 @@ void broadcastPayload(comm::Communicator& comm, std::string& payload, int root, 
 StepLink::StepLink(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model,
                    StepMessages& messages, std::uint64_t seed)
     : comm_(comm), messages_(messages) {
-  const codec::Shapes shapes = shapesOf(model);
+  const codec::Shapes shapes = parameterShapes(model);
   std::size_t capacity = messages.upBytes();
   if (cfg.compress != "none") {
     const bool feedback = codec::errorFeedbackOn(cfg.errorFeedback, cfg.compress);

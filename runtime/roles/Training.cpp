@@ -27,6 +27,7 @@
 #include "runtime/roles/Loss.h"
 #include "runtime/roles/ParameterServer.h"
 #include "runtime/roles/PeerTraining.h"
+#include "runtime/roles/Probe.h"
 #include "runtime/roles/Worker.h"
 
 namespace pstrain::roles {
@@ -283,6 +284,7 @@ void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, model
   Facts mine = cfg.sharedFields();
   mine.emplace_back("protocol", kProtocolVersion);
   mine.emplace_back("dry-run", cfg.dryRun ? "true" : "false");
+  mine.emplace_back("probe", cfg.probe ? "true" : "false");
   mine.emplace_back("resume", cfg.resume ? "true" : "false");
   mine.emplace_back("skip-nonfinite", cfg.skipNonfinite ? "true" : "false");
   mine.emplace_back("parameters", models::parameterSignature(model));
@@ -311,6 +313,7 @@ void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, model
     if (server) printPlan(run, facts, trainSamples, model, trainDirState);
     return;
   }
+  if (cfg.probe) return runProbe(comm, run, model, train, device);
   if (server) {
     trainDir->begin();
     const std::int64_t parameters = models::parameterCount(model), firstStep = resume ? resume->step : 0;

@@ -1,0 +1,132 @@
+#include "runtime/roles/CostModel.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace pstrain::roles {
+namespace {
+
+struct Links {  // the first n workers' links
+  double worstLatency = 0, slowestBandwidth = 0, serverBandwidth = 0;
+};
+
+Links linksOf(const ProbeMeasurements& m, int n) {
+  Links l;
+  l.slowestBandwidth = m.bytesPerSecond[0];
+  for (int i = 0; i < n; ++i) {
+    l.worstLatency = std::max(l.worstLatency, m.latencySeconds[i]);
+    l.slowestBandwidth = std::min(l.slowestBandwidth, m.bytesPerSecond[i]);
+    l.serverBandwidth = std::max(l.serverBandwidth, m.bytesPerSecond[i]);  // the server's own link
+  }
+  return l;
+}
+
+double message(double bytes, double latency, double bandwidth) { return latency + bytes / bandwidth; }
+
+// The k-th smallest of the first n batch times (k from 1).
+double kthFastest(const ProbeMeasurements& m, int n, int k) {
+  std::vector<double> times(m.computeSeconds.begin(), m.computeSeconds.begin() + n);
+  std::nth_element(times.begin(), times.begin() + (k - 1), times.end());
+  return times[static_cast<std::size_t>(k - 1)];
+}
+
+double stepSeconds(const std::string& mode, const CodecCost& grad, const CodecCost& weights, bool raw,
+                   const ProbeMeasurements& m, int n, double& samplesPerStep) {
+  const Links l = linksOf(m, n);
+  samplesPerStep = n * m.batchSamples;
+  const double slowest = kthFastest(m, n, n);
+  if (mode == "sync") {
+    const double rounds = std::ceil(std::log2(n + 1.0));
+    const double down = weights.encodeSeconds + rounds * message(weights.bytes, l.worstLatency, l.slowestBandwidth) +
+                        weights.decodeSeconds;
+    const double up = raw ? rounds * message(grad.bytes, l.worstLatency, l.slowestBandwidth)
+                          : grad.encodeSeconds + n * message(grad.bytes, l.worstLatency, l.serverBandwidth) +
+                                n * grad.decodeSeconds;
+    return slowest + up + m.updateSeconds + down;
+  }
+  if (mode == "backup") {
+    const int k = std::max(1, n - 1);
+    samplesPerStep = k * m.batchSamples;
+    return kthFastest(m, n, k) + grad.encodeSeconds + k * message(grad.bytes, l.worstLatency, l.serverBandwidth) +
+           k * grad.decodeSeconds + m.updateSeconds + weights.encodeSeconds +
+           k * message(weights.bytes, l.worstLatency, l.serverBandwidth) + weights.decodeSeconds;
+  }
+  if (mode == "async") {
+    // Samples per second: each worker's own cycle, unless the server is the bottleneck.
+    double rate = 0;
+    for (int i = 0; i < n; ++i) {
+      const double cycle = m.computeSeconds[i] + grad.encodeSeconds + message(grad.bytes, m.latencySeconds[i], m.bytesPerSecond[i]) +
+                           grad.decodeSeconds + m.updateSeconds + weights.encodeSeconds +
+                           message(weights.bytes, m.latencySeconds[i], m.bytesPerSecond[i]) + weights.decodeSeconds;
+      rate += m.batchSamples / cycle;
+    }
+    const double serverPerGradient = (grad.bytes + weights.bytes) / l.serverBandwidth + grad.decodeSeconds +
+                                     m.updateSeconds + weights.encodeSeconds;
+    rate = std::min(rate, m.batchSamples / serverPerGradient);
+    samplesPerStep = m.batchSamples;  // one gradient per update
+    return m.batchSamples / rate;
+  }
+  if (mode == "allreduce") {
+    const double exchange = n == 1 ? 0
+                            : raw  ? 2.0 * (n - 1) * l.worstLatency + 2.0 * (n - 1) / n * grad.bytes / l.slowestBandwidth
+                                   : grad.encodeSeconds + (n - 1) * (message(grad.bytes, l.worstLatency, l.slowestBandwidth) +
+                                                                     grad.decodeSeconds);
+    return slowest + exchange + m.updateSeconds;
+  }
+  throw std::invalid_argument("cost model: unknown mode " + mode);
+}
+
+}  // namespace
+
+std::vector<Prediction> predict(const ProbeMeasurements& m) {
+  const int workers = static_cast<int>(m.computeSeconds.size());
+  if (workers == 0 || m.latencySeconds.size() != m.computeSeconds.size() ||
+      m.bytesPerSecond.size() != m.computeSeconds.size() || !m.gradientCodecs.count("none") ||
+      !m.weightCodecs.count("none")) {
+    throw std::invalid_argument("cost model: incomplete measurements");
+  }
+  const double fastest = *std::min_element(m.computeSeconds.begin(), m.computeSeconds.end());
+  const double alone = m.batchSamples / fastest;
+  std::vector<Prediction> out;
+  for (int n = 1; n <= workers; ++n) {
+    for (const std::string mode : {"sync", "backup", "async", "allreduce"}) {
+      for (const auto& [gradSpec, grad] : m.gradientCodecs) {
+        for (const auto& [weightSpec, weights] : m.weightCodecs) {
+          if (mode == "allreduce" && weightSpec != "none") continue;
+          const CodecCost none;  // allreduce sends no weights
+          double samples = 0;
+          const double step = stepSeconds(mode, grad, mode == "allreduce" ? none : weights, gradSpec == "none", m, n,
+                                          samples);
+          Prediction p{mode, gradSpec, mode == "allreduce" ? "-" : weightSpec, n, step, samples / step, 0};
+          p.efficiency = p.samplesPerSecond / (n * alone);
+          out.push_back(p);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+const Prediction& best(const std::vector<Prediction>& predictions, int workers) {
+  const Prediction* top = nullptr;
+  for (const auto& p : predictions) {
+    if (p.workers == workers && (!top || p.samplesPerSecond > top->samplesPerSecond)) top = &p;
+  }
+  if (!top) throw std::invalid_argument(fmt::format("cost model: no prediction for {} workers", workers));
+  return *top;
+}
+
+std::string recommendation(const Prediction& p, const ProbeMeasurements& m) {
+  const double fastest = *std::min_element(m.computeSeconds.begin(), m.computeSeconds.end());
+  const double alone = m.batchSamples / fastest;
+  auto named = [](const std::string& spec) { return spec == "none" ? std::string("uncompressed") : spec; };
+  std::string codecs = p.mode == "allreduce" ? named(p.gradientCodec) + " gradients"
+                                             : named(p.weightCodec) + " weights + " + named(p.gradientCodec) + " gradients";
+  return fmt::format("{} with {} workers, {}: {:.1f}x one worker ({:.0f} samples/s)", p.mode, p.workers, codecs,
+                     p.samplesPerSecond / alone, p.samplesPerSecond);
+}
+
+}  // namespace pstrain::roles

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# pstrain --probe under a real mpirun: it writes a well-formed probe.json and trains
+# nothing; a slowed worker lowers the sync prediction and turns the recommendation to a mode
+# that tolerates it; bad flags fail as they would for a real run.
+# Usage: probe.sh PSTRAIN PSEVAL MPIRUN SCRATCH
+set -uo pipefail
+pstrain=$1 mpirun=$3 scratch=$4
+rm -rf "$scratch" && mkdir -p "$scratch"
+failures=0 passed=0
+check() {  # check NAME CONDITION-COMMAND...
+  local name=$1; shift
+  if "$@"; then echo "ok   $name"; passed=$((passed + 1)); else echo "FAIL $name"; failures=$((failures + 1)); fi
+}
+job=(--model lenet --dataset synthetic --synthetic-size 2000 --batch-size 32 --threads 1)
+
+out=$(timeout 300 "$mpirun" -np 3 "$pstrain" "${job[@]}" --probe --train-dir "$scratch/even" 2>&1); rc=$?
+echo "$out"
+check "probe exits 0" test $rc -eq 0
+check "probe prints a recommendation" grep -qE "recommendation: (sync|backup|async|allreduce) with 2 workers, .*x one worker" <<<"$out"
+check "probe trains nothing" bash -c "[ ! -e '$scratch/even/ckpt' ] && [ ! -e '$scratch/even/metrics.jsonl' ] && [ ! -e '$scratch/even/trained_model.pt' ]"
+check "probe.json is well-formed and complete" python3 - "$scratch/even/probe.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["model"] == "lenet" and p["batch_size"] == 32, p
+m = p["measured"]
+assert m["ranks"] == [1, 2] and len(m["compute_s"]) == 2 and all(0 < c < 10 for c in m["compute_s"]), m
+assert all(b > 0 for b in m["bytes_per_s"]) and all(l >= 0 for l in m["latency_s"]) and m["update_s"] > 0, m
+assert set(m["gradient_codecs"]) == {"none", "fp16", "topk:0.01", "powersgd:4"}, m
+assert m["gradient_codecs"]["topk:0.01"]["bytes"] < m["gradient_codecs"]["fp16"]["bytes"] < m["gradient_codecs"]["none"]["bytes"]
+keys = {(x["mode"], x["codec"], x["workers"]) for x in p["predictions"]}
+for mode in ("sync", "backup", "async", "allreduce"):
+    for codec in ("none", "fp16", "topk:0.01", "powersgd:4"):
+        for workers in (1, 2):
+            assert (mode, codec, workers) in keys, (mode, codec, workers)
+for x in p["predictions"]:
+    assert x["samples_per_s"] > 0 and 0 < x["efficiency"] <= 1.5 and x["step_s"] > 0, x
+assert "x one worker" in p["recommendation"], p
+PY
+
+# One worker 300 ms slower per batch: sync waits for it, backup and async need not.
+out=$(timeout 300 "$mpirun" -np 3 "$pstrain" "${job[@]}" --probe --straggle 2:300 --train-dir "$scratch/slow" 2>&1); rc=$?
+echo "$out"
+check "probe with a straggler exits 0" test $rc -eq 0
+check "a straggler lowers the sync prediction and the recommendation tolerates it" python3 - "$scratch/even/probe.json" "$scratch/slow/probe.json" <<'PY'
+import json, sys
+even, slow = (json.load(open(f)) for f in sys.argv[1:3])
+sync = lambda p: max(x["samples_per_s"] for x in p["predictions"] if x["mode"] == "sync" and x["workers"] == 2)
+assert sync(slow) < 0.5 * sync(even), (sync(even), sync(slow))
+assert slow["recommendation"].split()[0] in ("backup", "async"), slow["recommendation"]
+PY
+
+# Bad flags fail as a real run's would (exit 2, the same message), and --dry-run with it too.
+expect_error() {  # expect_error NAME PATTERN ARGS...
+  local name=$1 pattern=$2; shift 2
+  local out rc
+  out=$(timeout 60 "$mpirun" -np 3 "$pstrain" "${job[@]}" --train-dir "$scratch/bad" "$@" 2>&1); rc=$?
+  check "$name (exit $rc)" bash -c "[ $rc -eq 2 ] && grep -qE -- '$pattern' <<<\"\$0\"" "$out"
+}
+expect_error "probe with an unknown mode" "--mode" --probe --mode nonsense
+expect_error "probe with --dry-run" "--probe and --dry-run" --probe --dry-run
+expect_error "probe with a codec that does not exist" "compress" --probe --compress zip9
+out=$(timeout 60 "$mpirun" -np 3 "$pstrain" --probe --dataset fashion-mnist --data-dir "$scratch/nowhere" \
+      --train-dir "$scratch/bad" 2>&1); rc=$?
+check "probe with a missing dataset fails (exit $rc)" bash -c "[ $rc -ne 0 ] && grep -q 'nowhere' <<<\"\$0\"" "$out"
+check "failed probes write no probe.json" test ! -e "$scratch/bad/probe.json"
+
+echo "$passed passed, $failures failed"
+[ "$failures" -eq 0 ]

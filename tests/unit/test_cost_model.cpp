@@ -1,0 +1,98 @@
+// The cost model of pstrain --probe (runtime/roles/CostModel.h): its arithmetic on
+// measurements whose answers can be worked out by hand.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "runtime/roles/CostModel.h"
+
+using namespace pstrain::roles;
+
+namespace {
+
+// Two or more workers, 100 ms per batch of 32, 1 ms latency, 1 MB/s-scale links; a 1 MB
+// model; "half" halves the bytes at no cost; "tiny" sends 1% of them.
+ProbeMeasurements measurements(int workers, double bytesPerSecond) {
+  ProbeMeasurements m;
+  m.batchSamples = 32;
+  m.computeSeconds.assign(static_cast<std::size_t>(workers), 0.1);
+  m.latencySeconds.assign(static_cast<std::size_t>(workers), 0.001);
+  m.bytesPerSecond.assign(static_cast<std::size_t>(workers), bytesPerSecond);
+  m.updateSeconds = 0.002;
+  m.gradientCodecs["none"] = {1e6, 0, 0};
+  m.gradientCodecs["tiny"] = {1e4, 0.004, 0.001};
+  m.weightCodecs["none"] = {1e6, 0, 0};
+  m.weightCodecs["half"] = {5e5, 0.001, 0.001};
+  return m;
+}
+
+const Prediction& find(const std::vector<Prediction>& all, const std::string& mode, const std::string& grad,
+                       const std::string& weights, int workers) {
+  for (const auto& p : all) {
+    if (p.mode == mode && p.gradientCodec == grad && p.weightCodec == weights && p.workers == workers) return p;
+  }
+  throw std::runtime_error("no such prediction");
+}
+
+}  // namespace
+
+TEST(CostModel, SyncIsTheSlowestBatchPlusTreeExchangeAndUpdate) {
+  const auto all = predict(measurements(3, 1e8));
+  // 3 workers + server: ceil(log2 4) = 2 rounds each way, each 1 ms + 1e6 / 1e8 s = 11 ms.
+  const Prediction& p = find(all, "sync", "none", "none", 3);
+  EXPECT_NEAR(p.stepSeconds, 0.1 + 2 * 0.011 + 0.002 + 2 * 0.011, 1e-12);
+  EXPECT_NEAR(p.samplesPerSecond, 96 / p.stepSeconds, 1e-9);
+  EXPECT_NEAR(p.efficiency, p.samplesPerSecond / (3 * 320.0), 1e-12);
+  // One worker: one round each way.
+  EXPECT_NEAR(find(all, "sync", "none", "none", 1).stepSeconds, 0.1 + 0.011 + 0.002 + 0.011, 1e-12);
+  // A gradient codec gathers: 3 payloads through the server's link, each decoded there.
+  const Prediction& c = find(all, "sync", "tiny", "half", 3);
+  EXPECT_NEAR(c.stepSeconds, 0.1 + 0.004 + 3 * (0.001 + 1e-4) + 3 * 0.001 + 0.002 + 0.001 + 2 * (0.001 + 5e-3) + 0.001,
+              1e-12);
+}
+
+TEST(CostModel, BackupWaitsForTheFastestKAndAllreduceRingsTheGradient) {
+  ProbeMeasurements m = measurements(4, 1e8);
+  m.computeSeconds = {0.1, 0.1, 0.1, 1.0};  // one straggler
+  const auto all = predict(m);
+  // Backup: k = 3 of 4, the 3rd fastest batch (0.1), 3 messages each way through the server.
+  const Prediction& b = find(all, "backup", "none", "none", 4);
+  EXPECT_NEAR(b.stepSeconds, 0.1 + 3 * 0.011 + 0.002 + 3 * 0.011, 1e-12);
+  EXPECT_NEAR(b.samplesPerSecond, 96 / b.stepSeconds, 1e-9);
+  // Sync waits for the straggler.
+  EXPECT_GT(find(all, "sync", "none", "none", 4).stepSeconds, 1.0);
+  // Allreduce, 4 ranks: 2 x 3 latencies + 2 x 3/4 of the gradient over the link.
+  const Prediction& a = find(all, "allreduce", "none", "-", 4);
+  EXPECT_NEAR(a.stepSeconds, 1.0 + 6 * 0.001 + 1.5 * 0.01 + 0.002, 1e-12);
+  // Async: every worker at its own pace; the server keeps up here.
+  const Prediction& async = find(all, "async", "none", "none", 4);
+  const double fast = 32 / (0.1 + 2 * 0.011 + 0.002), slow = 32 / (1.0 + 2 * 0.011 + 0.002);
+  EXPECT_NEAR(async.samplesPerSecond, 3 * fast + slow, 1e-6);
+  // The straggler makes a mode that tolerates it the fastest.
+  const Prediction& top = best(all, 4);
+  EXPECT_TRUE(top.mode == "backup" || top.mode == "async") << top.mode;
+  EXPECT_NE(recommendation(top, m).find(top.mode + " with 4 workers"), std::string::npos);
+}
+
+TEST(CostModel, SlowLinksMakeTheSparseCodecWinAndTheServerLinkCapsAsync) {
+  const ProbeMeasurements m = measurements(2, 1e6);  // 1 MB/s: a 1 MB message takes a second
+  const auto all = predict(m);
+  EXPECT_EQ(best(all, 2).gradientCodec, "tiny");
+  // The parameter server's best: the smaller messages both ways.
+  const Prediction* sync = nullptr;
+  for (const auto& p : all) {
+    if (p.mode == "sync" && p.workers == 2 && (!sync || p.samplesPerSecond > sync->samplesPerSecond)) sync = &p;
+  }
+  EXPECT_NE(recommendation(*sync, m).find("sync with 2 workers, half weights + tiny gradients"), std::string::npos)
+      << recommendation(*sync, m);
+  // Async, uncompressed: each gradient costs the server 2 MB of its link, about 2 s.
+  const Prediction& async = find(all, "async", "none", "none", 2);
+  EXPECT_NEAR(async.samplesPerSecond, 32 / (2e6 / 1e6 + 0.002), 1e-9);
+}
+
+TEST(CostModel, RejectsIncompleteMeasurements) {
+  ProbeMeasurements m = measurements(2, 1e8);
+  m.latencySeconds.pop_back();
+  EXPECT_THROW(predict(m), std::invalid_argument);
+  EXPECT_THROW(predict(ProbeMeasurements{}), std::invalid_argument);
+}
