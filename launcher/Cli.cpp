@@ -187,6 +187,8 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     ("bucket-kb", "overlap: gradient bucket size in KiB", i64(d.bucketKb))
     ("max-seconds", "stop training after this many seconds and write the final files (0: no limit)", dbl(d.maxSeconds))
     ("straggle", "testing: RANK:MS makes rank RANK sleep MS ms after each batch (per virtual shard it computes)", str(""))
+    ("simulate-compute", "benchmarks of the protocol at scale: every computing rank sleeps MS ms per batch instead of "
+                         "forward/backward and sends a random gradient of the model's size (learns nothing)", dbl(d.simulateComputeMs))
     ("config", "read flags from FILE (key = value lines); command-line flags override it", str(""))
     ("dry-run", "check config, data, model, devices and world size on every rank, print the plan, train nothing", flag())
     ("probe", "time a few steps on every worker, the links to rank 0 and the codecs; predict samples/s for 1..N "
@@ -235,6 +237,7 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     c.overlap = r["overlap"].as<std::string>();
     c.bucketKb = r["bucket-kb"].as<std::int64_t>();
     c.straggle = r["straggle"].as<std::string>();
+    c.simulateComputeMs = r["simulate-compute"].as<double>();
     c.model = r["model"].as<std::string>();
     c.dataset = r["dataset"].as<std::string>();
     c.loss = r["loss"].as<std::string>();

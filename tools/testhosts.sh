@@ -7,7 +7,8 @@
 # Source it, then:
 #   testhosts_up DIR N        creates N hosts (needs root and iproute2); DIR gets hostfile, agent
 #   testhosts_mpirun DIR NP MPIRUN ARGS...   mpirun from the first host over them (TCP on the subnet)
-#   testhosts_limit RATE      shapes every host's egress with tc tbf (for example 100mbit)
+#   testhosts_limit RATE      shapes every host's link both ways with tc tbf (for example
+#                             100mbit), as a switch port of that speed would
 #   testhosts_clear           kills every process on them (daemons and ranks a lost job left)
 #   testhosts_down            removes them (callers: trap it on EXIT)
 # Sets TESTHOSTS_NS (namespace names), TESTHOSTS_ADDR (addresses), TESTHOSTS_LINK (each
@@ -30,16 +31,36 @@ testhosts_clear() {
 }
 
 testhosts_down() {
-  local n i
+  local n i t2 t3
   testhosts_clear
+  if [ -n "$testhosts_neigh" ]; then
+    read -r t2 t3 <<< "$testhosts_neigh"
+    sysctl -qw net.ipv4.neigh.default.gc_thresh2="$t2" net.ipv4.neigh.default.gc_thresh3="$t3" || true
+  fi
+  testhosts_neigh=
   for n in "${TESTHOSTS_NS[@]}"; do ip netns del "$n" 2>/dev/null || true; done
   for ((i = 0; i < ${#TESTHOSTS_NS[@]}; i++)); do rm -rf "$(testhosts_tmpdir "$i")"; done
   ip link del "$testhosts_bridge" 2>/dev/null || true
   TESTHOSTS_NS=() TESTHOSTS_ADDR=() TESTHOSTS_LINK=()
 }
 
+# The kernel's ARP table is one for all namespaces (1024 entries by default): N hosts that
+# all talk to each other need N (N - 1), and past it connections fail with EAGAIN (Open
+# MPI: "failed to TCP connect to a peer"; 33 hosts took 45-115 s to start instead of 3-5).
+# testhosts_up raises the limit while its hosts live; a real host needs one entry per peer.
+testhosts_neigh=
+testhosts_make_room() {
+  local needed=$(($1 * $1 + 512)) t2 t3
+  t2=$(sysctl -n net.ipv4.neigh.default.gc_thresh2 2>/dev/null) || return 0
+  t3=$(sysctl -n net.ipv4.neigh.default.gc_thresh3 2>/dev/null) || return 0
+  [ "$t3" -lt "$needed" ] || return 0
+  testhosts_neigh="$t2 $t3"
+  sysctl -qw net.ipv4.neigh.default.gc_thresh2="$needed" net.ipv4.neigh.default.gc_thresh3="$needed" || true
+}
+
 testhosts_up() {
   local dir=$1 count=$2 i
+  testhosts_make_room "$count"
   ip link add "$testhosts_bridge" type bridge && ip link set "$testhosts_bridge" up || return 1
   for ((i = 0; i < count; i++)); do
     TESTHOSTS_NS+=("pst${testhosts_tag}$i")
@@ -68,10 +89,13 @@ testhosts_up() {
   chmod +x "$dir/agent"
 }
 
+# Both ways: what a host sends (its end of the veth) and what it receives (the bridge's
+# end), so that N hosts sending to one share its link, as they would share a real one.
 testhosts_limit() {
   local i
   for ((i = 0; i < ${#TESTHOSTS_NS[@]}; i++)); do
     ip netns exec "${TESTHOSTS_NS[$i]}" tc qdisc replace dev "${TESTHOSTS_LINK[$i]}" root tbf rate "$1" burst 256kb latency 50ms
+    tc qdisc replace dev "h$testhosts_tag$i" root tbf rate "$1" burst 256kb latency 50ms
   done
 }
 

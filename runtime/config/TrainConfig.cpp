@@ -58,6 +58,8 @@ void TrainConfig::validate() const {
   require(std::isfinite(peerTimeoutMs) && peerTimeoutMs > 0 && peerTimeoutMs <= kMaxSeconds * 1000,
           fmt::format("--peer-timeout-ms must be a positive number of at most {} (got {})", kMaxSeconds * 1000, peerTimeoutMs));
   straggler();
+  require(std::isfinite(simulateComputeMs) && simulateComputeMs >= 0 && simulateComputeMs <= 3.6e6,
+          fmt::format("--simulate-compute must be 0 (off) or milliseconds up to 3600000 (got {})", simulateComputeMs));
   require(std::isfinite(maxSeconds) && maxSeconds >= 0 && maxSeconds <= kMaxSeconds,
           fmt::format("--max-seconds must be 0 (no limit) or a number of seconds up to {} (got {})", kMaxSeconds, maxSeconds));
   requireOneOf("error-feedback", errorFeedback, {"auto", "on", "off"});
@@ -167,7 +169,7 @@ std::int64_t TrainConfig::updatesPerEpoch(std::int64_t batchesPerEpoch, int work
 }
 
 std::vector<std::pair<std::string, std::string>> TrainConfig::sharedFields() const {
-  return {
+  std::vector<std::pair<std::string, std::string>> fields = {
       {"mode", mode},
       {"aggregate", mode == "backup" ? std::to_string(aggregate) : "-"},
       {"max-staleness", mode == "async" ? std::to_string(maxStaleness) : "-"},
@@ -199,6 +201,9 @@ std::vector<std::pair<std::string, std::string>> TrainConfig::sharedFields() con
       {"checkpoint-every", std::to_string(checkpointEvery)},
       {"seed", std::to_string(seed)},
   };
+  // Only when on, so that fingerprints of runs from before the flag stay what they were.
+  if (simulateComputeMs > 0) fields.emplace_back("simulate-compute", canonicalNumber(simulateComputeMs));
+  return fields;
 }
 
 std::string TrainConfig::fingerprint() const {

@@ -64,6 +64,7 @@ struct TrainConfig {
   double divergenceThreshold = 0;      // gossip: below this loss, damp the averaging (0: off)
   double peerTimeoutMs = 100;          // gossip: a slower read makes the peer less likely
   std::string straggle;                // testing: "RANK:MS" makes that rank sleep MS ms per batch
+  double simulateComputeMs = 0;        // benchmarks: workers sleep this long per batch instead of computing
 
   // Compression (runtime/codec).
   std::string compress = "none";       // gradients: none | zlib[:L] | fp16 | bf16 | int8 | topk:R | randomk:R | powersgd:R

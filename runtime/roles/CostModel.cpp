@@ -71,7 +71,7 @@ double stepSeconds(const std::string& mode, const CodecCost& grad, const CodecCo
   }
   if (mode == "allreduce") {
     const double exchange = n == 1 ? 0
-                            : raw  ? 2.0 * (n - 1) * l.worstLatency + 2.0 * (n - 1) / n * grad.bytes / l.slowestBandwidth
+                            : raw  ? 2.0 * std::ceil(std::log2(n)) * l.worstLatency + 2.0 * (n - 1) / n * grad.bytes / l.slowestBandwidth
                                    : grad.encodeSeconds + (n - 1) * (message(grad.bytes, l.worstLatency, l.slowestBandwidth) +
                                                                      grad.decodeSeconds);
     return slowest + exchange + m.updateSeconds;

@@ -12,9 +12,10 @@
 //              weight messages out through the server's link + the update; k x b per step
 //   async      each worker on its own cycle (batch + its messages both ways), as long as
 //              the server's link and update keep up with all of them
-//   allreduce  slowest batch + a ring all-reduce (2 (n - 1) / n of the gradient over the
-//              slowest link, 2 (n - 1) latencies) + the update, on every rank; with a codec
-//              an all-gather of the payloads (n - 1 of them per rank)
+//   allreduce  slowest batch + Rabenseifner's all-reduce (a reduce-scatter and an
+//              all-gather: 2 (n - 1) / n of the gradient over the slowest link, 2 ceil(log2 n)
+//              latencies) + the update, on every rank; with a codec an all-gather of the
+//              payloads (n - 1 of them per rank)
 // Codecs add their encode time on the sender and decode time on each receiver. Overlap of
 // the reduction with backward is not credited (the prediction errs slow where the links
 // are slow). Torch-free.

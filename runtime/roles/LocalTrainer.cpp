@@ -68,6 +68,7 @@ LocalTrainer::LocalTrainer(const config::TrainConfig& cfg, models::Net& model, c
   if (nan.rank == rank) nanBatch_ = nan.step;
   const auto straggler = cfg.straggler();
   if (straggler.rank == rank) straggleMs_ = straggler.milliseconds;
+  simulatedSeconds_ = cfg.simulateComputeMs / 1000;
 }
 
 // The parameters stay views of weights_, whose memory they keep alive.
@@ -138,6 +139,29 @@ void LocalTrainer::computeGradient(std::int64_t batch, std::int64_t version) {
   const auto micro = prefetcher_->take(batch, shards_, &dataWait);
   // Every virtual shard's batch of a step has the same size (ShardSampler::batchSizeAt).
   const float count = static_cast<float>(micro.front().second.size(0));
+  float lossValue = simulatedSeconds_ > 0 ? simulateBatches(batch, count, micro.size()) : forwardBackward(batch, micro, count);
+  const bool injectNan = batch == nanBatch_;  // --inject-nan, for the fault tests
+  if (injectNan) lossValue = NAN;
+  if (!std::isfinite(lossValue) && !cfg_.skipNonfinite) {
+    throw Error(fmt::format("step {}: the loss of this worker's batch is {}; lower --lr, or --skip-nonfinite "
+                            "to drop such steps (the last good checkpoint is kept)", version, lossValue));
+  }
+  if (straggleMs_ > 0) {  // --straggle, for testing the modes against a slow worker: per micro-batch
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(straggleMs_ * static_cast<double>(micro.size())));
+  }
+  float* trailer = messages_.trailer;
+  trailer[kLossSum] = lossValue * count * static_cast<float>(micro.size());
+  trailer[kSamples] = count * static_cast<float>(micro.size());
+  // Only this rank's slot: the allreduce mode left the last step's sum in the others.
+  std::fill(trailer + kComputeSeconds, trailer + trailerFloats(messages_.ranks), 0.0f);
+  trailer[kComputeSeconds + rank_] = std::chrono::duration<float>(std::chrono::steady_clock::now() - start).count();
+  trailer[kNonFinite] = std::isfinite(lossValue) ? 0.0f : 1.0f;
+  trailer[kDataWaitSeconds] = static_cast<float>(dataWait);
+  trailer[kVersion] = static_cast<float>(version);
+  trailer[kStopRequest] = 0;
+}
+
+float LocalTrainer::forwardBackward(std::int64_t batch, const data::Prefetcher::Batches& micro, float count) {
   const bool streaming = !buckets_.empty();
   if (streaming) {
     scale_ = count;
@@ -180,34 +204,30 @@ void LocalTrainer::computeGradient(std::int64_t batch, std::int64_t version) {
       if (!handedOver_[i]) deliver(static_cast<int>(i), parameters[i].grad());
     }
     handOverReadyBuckets();
-  }
-  const bool injectNan = batch == nanBatch_;  // --inject-nan, for the fault tests
-  if (!streaming) {  // streamed: the hooks already wrote gradient x count into messages.grad
-    if (injectNan) grad_.fill_(NAN);  // (streaming: never with --skip-nonfinite)
+  } else {  // streamed: the hooks already wrote gradient x count into messages.grad
+    if (batch == nanBatch_) grad_.fill_(NAN);  // --inject-nan (streaming: never with --skip-nonfinite)
     grad_.mul_(count);
     if (!device_.is_cpu()) messages_.grad.copy_(grad_, /*non_blocking=*/true);
   }
   if (!device_.is_cpu()) messages_.workerBuffers.copy_(workerBuffers_, /*non_blocking=*/true);
   // On a device, the step's one wait: everything queued so far, the copies included, has run.
-  float lossValue = lossSum.item<float>() / static_cast<float>(micro.size());
-  if (injectNan) lossValue = NAN;
-  if (!std::isfinite(lossValue) && !cfg_.skipNonfinite) {
-    throw Error(fmt::format("step {}: the loss of this worker's batch is {}; lower --lr, or --skip-nonfinite "
-                            "to drop such steps (the last good checkpoint is kept)", version, lossValue));
+  return lossSum.item<float>() / static_cast<float>(micro.size());
+}
+
+float LocalTrainer::simulateBatches(std::int64_t batch, float count, std::size_t microBatches) {
+  const auto wake = std::chrono::steady_clock::now() +
+                    std::chrono::duration<double>(simulatedSeconds_ * static_cast<double>(microBatches));
+  torch::manual_seed(mix(cfg_.seed ^ 0x51u, static_cast<std::uint64_t>(batch), static_cast<std::uint64_t>(shards_.front())));
+  grad_.normal_(0, 1e-3).mul_(count * static_cast<float>(microBatches));
+  readBuffers(model_, device_.is_cpu() ? messages_.workerBuffers : workerBuffers_);
+  if (microBatches > 1) (device_.is_cpu() ? messages_.workerBuffers : workerBuffers_).mul_(static_cast<float>(microBatches));
+  if (!device_.is_cpu()) {
+    messages_.grad.copy_(grad_);
+    messages_.workerBuffers.copy_(workerBuffers_);
   }
-  if (straggleMs_ > 0) {  // --straggle, for testing the modes against a slow worker: per micro-batch
-    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(straggleMs_ * static_cast<double>(micro.size())));
-  }
-  float* trailer = messages_.trailer;
-  trailer[kLossSum] = lossValue * count * static_cast<float>(micro.size());
-  trailer[kSamples] = count * static_cast<float>(micro.size());
-  // Only this rank's slot: the allreduce mode left the last step's sum in the others.
-  std::fill(trailer + kComputeSeconds, trailer + trailerFloats(messages_.ranks), 0.0f);
-  trailer[kComputeSeconds + rank_] = std::chrono::duration<float>(std::chrono::steady_clock::now() - start).count();
-  trailer[kNonFinite] = std::isfinite(lossValue) ? 0.0f : 1.0f;
-  trailer[kDataWaitSeconds] = static_cast<float>(dataWait);
-  trailer[kVersion] = static_cast<float>(version);
-  trailer[kStopRequest] = 0;
+  std::this_thread::sleep_until(wake);
+  for (const Bucket& b : buckets_) ready_(b);  // streaming: the whole gradient at once, at the end
+  return 0;
 }
 
 }  // namespace pstrain::roles

@@ -44,7 +44,9 @@ class LocalTrainer {
   // message: the gradients summed (each times its sample count), the buffers summed over
   // the micro-batches, the trailer (kVersion `version`, this rank's kComputeSeconds slot
   // the time the call took, the other ranks' slots 0). A non-finite loss throws unless
-  // --skip-nonfinite, in which case the trailer says so.
+  // --skip-nonfinite, in which case the trailer says so. With --simulate-compute (benchmarks
+  // of the protocol at scale) it computes nothing: it sleeps that long per micro-batch and
+  // fills the up message with a random gradient of the model's size and a loss of 0.
   void computeGradient(std::int64_t batch, std::int64_t version);
 
   const data::ShardSampler& sampler() const { return sampler_; }
@@ -78,6 +80,11 @@ class LocalTrainer {
   std::unique_ptr<data::Prefetcher> prefetcher_;
   std::int64_t nanBatch_ = -1;
   double straggleMs_ = 0;
+  double simulatedSeconds_ = 0;  // --simulate-compute, per micro-batch
+
+  // computeGradient()'s two ways to fill the up message; both return the mean loss.
+  float forwardBackward(std::int64_t batch, const data::Prefetcher::Batches& micro, float count);
+  float simulateBatches(std::int64_t batch, float count, std::size_t microBatches);
 
   // streamGradients() state: the buckets, the buckets each parameter overlaps, parameters
   // still missing per bucket in this backward pass, the next bucket to hand over.

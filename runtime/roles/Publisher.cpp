@@ -76,7 +76,8 @@ Publisher::Publisher(const config::TrainConfig& cfg, const models::Net& model, c
       firstStep_(firstStep),
       log_((fs::path(cfg.trainDir) / "metrics.jsonl").string()),
       start_(now()),
-      windowStart_(start_) {}
+      windowStart_(start_),
+      windowCpuStart_(cpuNow()) {}
 
 double Publisher::elapsedSeconds() const { return now() - start_; }
 
@@ -132,6 +133,9 @@ void Publisher::writeLine(std::int64_t done) {
   line.add("raw_bytes_received", static_cast<std::int64_t>(std::llround(window_.rawBytesUp / steps)));
   line.add("elapsed_s", progress.elapsedSeconds);
   line.add("skipped_nonfinite", skipped_);
+  const double cpu = cpuNow();
+  line.add("rank0_cpu_s", (cpu - windowCpuStart_) / steps);  // all of rank 0's threads, per step
+  windowCpuStart_ = cpu;
   line.add("rank0_peak_rss_mib", peakRssMib());  // does the server fit next to a worker?
   if (extras_) extras_(line);
   log_.write(line);

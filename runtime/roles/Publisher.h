@@ -78,6 +78,7 @@ class Publisher {
   metrics::JsonLines log_;
   double start_;  // steady clock seconds
   double windowStart_;
+  double windowCpuStart_;  // rank 0's process CPU seconds at windowStart_
   std::int64_t windowSteps_ = 0;
   std::int64_t skipped_ = 0;
   double lastLr_ = 0;

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # pstrain --probe under a real mpirun: it writes a well-formed probe.json and trains
 # nothing; a slowed worker lowers the sync prediction and turns the recommendation to a mode
-# that tolerates it; bad flags fail as they would for a real run.
+# that tolerates it; bad flags fail as they would for a real run. And the compute stand-in
+# of the scaling benchmark (--simulate-compute): its batches take the time asked, in the
+# streamed (sync, overlap) and whole-message (backup) paths, and the probe measures them.
 # Usage: probe.sh PSTRAIN PSEVAL MPIRUN SCRATCH
 set -uo pipefail
 pstrain=$1 mpirun=$3 scratch=$4
@@ -49,6 +51,29 @@ assert sync(slow) < 0.5 * sync(even), (sync(even), sync(slow))
 assert slow["recommendation"].split()[0] in ("backup", "async"), slow["recommendation"]
 PY
 
+# The compute stand-in: 60 ms per batch, a random gradient of the model's size, loss 0.
+for mode in sync backup; do
+  out=$(timeout 300 "$mpirun" -np 3 "$pstrain" "${job[@]}" --simulate-compute 60 --mode $mode --steps 12 \
+        --log-every 4 --checkpoint-every 0 --train-dir "$scratch/sim-$mode" 2>&1); rc=$?
+  check "--simulate-compute, $mode: exits 0 (exit $rc)" test $rc -eq 0
+  check "--simulate-compute, $mode: 60 ms batches, loss 0, rank 0's CPU recorded" python3 - "$scratch/sim-$mode" <<'PY'
+import json, sys
+d = sys.argv[1]
+lines = [json.loads(l) for l in open(f"{d}/metrics.jsonl")]
+assert len(lines) == 3 and all(0.055 < l["compute_s"] < 0.3 and l["loss"] == 0 for l in lines), lines
+assert all(l["rank0_cpu_s"] > 0 for l in lines), lines
+assert float(json.load(open(f"{d}/run.json"))["config"]["simulate-compute"]) == 60
+PY
+done
+out=$(timeout 300 "$mpirun" -np 3 "$pstrain" "${job[@]}" --simulate-compute 60 --probe --train-dir "$scratch/sim-probe" 2>&1); rc=$?
+check "--probe with --simulate-compute measures the stand-in's batches (exit $rc)" python3 - "$scratch/sim-probe/probe.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert all(0.055 < c < 0.3 for c in p["measured"]["compute_s"]), p["measured"]
+sync2 = [x for x in p["predictions"] if (x["mode"], x["codec"], x["weights_codec"], x["workers"]) == ("sync", "none", "none", 2)]
+assert len(sync2) == 1 and sync2[0]["step_s"] > 0.06, sync2
+PY
+
 # Bad flags fail as a real run's would (exit 2, the same message), and --dry-run with it too.
 expect_error() {  # expect_error NAME PATTERN ARGS...
   local name=$1 pattern=$2; shift 2
@@ -59,6 +84,7 @@ expect_error() {  # expect_error NAME PATTERN ARGS...
 expect_error "probe with an unknown mode" "--mode" --probe --mode nonsense
 expect_error "probe with --dry-run" "--probe and --dry-run" --probe --dry-run
 expect_error "probe with a codec that does not exist" "compress" --probe --compress zip9
+expect_error "a negative --simulate-compute" "--simulate-compute" --simulate-compute -5
 out=$(timeout 60 "$mpirun" -np 3 "$pstrain" --probe --dataset fashion-mnist --data-dir "$scratch/nowhere" \
       --train-dir "$scratch/bad" 2>&1); rc=$?
 check "probe with a missing dataset fails (exit $rc)" bash -c "[ $rc -ne 0 ] && grep -q 'nowhere' <<<\"\$0\"" "$out"

@@ -84,6 +84,12 @@ TEST(Config, FingerprintFollowsSharedFieldsOnly) {
   b.lr = 0.02;
   EXPECT_NE(a.fingerprint(), b.fingerprint());
   EXPECT_EQ(a.fingerprint().size(), 16u);
+  // --simulate-compute joins the fingerprint only when on: earlier runs keep theirs.
+  config::TrainConfig c = a;
+  EXPECT_EQ(c.sharedFields().size(), a.sharedFields().size());
+  c.simulateComputeMs = 100;
+  EXPECT_NE(c.fingerprint(), a.fingerprint());
+  EXPECT_EQ(c.sharedFields().back(), std::make_pair(std::string("simulate-compute"), config::canonicalNumber(100)));
 }
 
 TEST(Config, CanonicalNumbersRoundTrip) {
@@ -158,7 +164,8 @@ TEST(Cli, NumbersAreBoundedAndFinite) {
       {{"--synthetic-size", "1000000000000"}, "--synthetic-size"}, {{"--bucket-kb", "9999999999"}, "--bucket-kb"},
       {{"--threads", "100000"}, "--threads"},       {{"--batch-size", "100000000"}, "--batch-size"},
       {{"--peer-timeout-ms", "nan"}, "--peer-timeout-ms"}, {{"--divergence-threshold", "inf"}, "--divergence-threshold"},
-      {{"--checkpoint-every", "9000000000000000000"}, "--checkpoint-every"}, {{"--doorbell", "maybe"}, "--doorbell"}};
+      {{"--checkpoint-every", "9000000000000000000"}, "--checkpoint-every"}, {{"--doorbell", "maybe"}, "--doorbell"},
+      {{"--simulate-compute", "-1"}, "--simulate-compute"}, {{"--simulate-compute", "nan"}, "--simulate-compute"}};
   for (const auto& [args, flag] : bad) {
     const std::string error = parseError(args);
     EXPECT_NE(error.find(flag), std::string::npos) << args[0] << " " << args[1] << ": " << error;

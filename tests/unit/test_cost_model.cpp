@@ -61,9 +61,9 @@ TEST(CostModel, BackupWaitsForTheFastestKAndAllreduceRingsTheGradient) {
   EXPECT_NEAR(b.samplesPerSecond, 96 / b.stepSeconds, 1e-9);
   // Sync waits for the straggler.
   EXPECT_GT(find(all, "sync", "none", "none", 4).stepSeconds, 1.0);
-  // Allreduce, 4 ranks: 2 x 3 latencies + 2 x 3/4 of the gradient over the link.
+  // Allreduce, 4 ranks: 2 x log2(4) latencies + 2 x 3/4 of the gradient over the link.
   const Prediction& a = find(all, "allreduce", "none", "-", 4);
-  EXPECT_NEAR(a.stepSeconds, 1.0 + 6 * 0.001 + 1.5 * 0.01 + 0.002, 1e-12);
+  EXPECT_NEAR(a.stepSeconds, 1.0 + 4 * 0.001 + 1.5 * 0.01 + 0.002, 1e-12);
   // Async: every worker at its own pace; the server keeps up here.
   const Prediction& async = find(all, "async", "none", "none", 4);
   const double fast = 32 / (0.1 + 2 * 0.011 + 0.002), slow = 32 / (1.0 + 2 * 0.011 + 0.002);
