@@ -153,6 +153,13 @@ void MpiComm::connectDoorbell(bool enabled) {
 
 void MpiComm::wake(Flow flow, int root) {
   if (!doorbell_) return;
+  if (flow == Flow::UpTree) {
+    // The parent of this rank in the binomial tree rooted at `root` (libnbc's reduction
+    // tree, ireduce_algorithm 2): the relative rank with its lowest set bit cleared.
+    const int relative = (rank_ - root + size_) % size_;
+    if (relative != 0) doorbell_->ring(((relative & (relative - 1)) + root) % size_);
+    return;
+  }
   for (int r = 0; r < size_; ++r) {
     const bool receives = flow == Flow::ToRoot ? r == root : flow == Flow::FromRoot ? rank_ == root : true;
     if (r != rank_ && receives) doorbell_->ring(r);
@@ -180,7 +187,7 @@ void MpiComm::reduceSum(float* data, std::size_t count, int root, const std::str
     MPI_Request request;
     const float* send = rank_ == root ? zeros(n) : data + offset;
     check(MPI_Ireduce(send, data + offset, n, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD, &request), "reduce at " + context);
-    wake(Flow::ToRoot, root);
+    wake(Flow::UpTree, root);
     waitFor(request, timeoutSeconds(), "reduce at " + context, patience());
     offset += n;
   } while (offset < count);
@@ -204,7 +211,7 @@ std::size_t MpiComm::startReduceSum(float* data, std::size_t count, int root, co
   const float* send = rank_ == root ? zeros(count) : data;
   check(MPI_Ireduce(send, data, intCount(count, started->what), MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD,
                     &started->request), started->what);
-  wake(Flow::ToRoot, root);
+  wake(Flow::UpTree, root);
   started_.push_back(std::move(started));
   return started_.size() - 1;
 }
