@@ -131,6 +131,11 @@ void Doorbell::encodeRing(std::uint64_t token, std::uint32_t rank, unsigned char
   for (int i = 0; i < 4; ++i) out[8 + i] = static_cast<unsigned char>(rank >> (24 - 8 * i));
 }
 
+int Doorbell::treeParent(int rank, int root, int ranks) {
+  const int relative = (rank - root + ranks) % ranks;
+  return relative == 0 ? -1 : ((relative & (relative - 1)) + root) % ranks;
+}
+
 std::optional<std::uint32_t> Doorbell::parseRing(const void* bytes, std::size_t size, std::uint64_t token,
                                                   std::size_t ranks) {
   if (size != kRingBytes) return std::nullopt;

@@ -63,6 +63,10 @@ class Doorbell {
   static std::optional<std::uint32_t> parseRing(const void* bytes, std::size_t size, std::uint64_t token,
                                                 std::size_t ranks);
   static constexpr int kMaxDrain = 64;  // datagrams read per sleep()
+  // Whom a rank rings when it posts its part of a reduction: its parent in the binomial
+  // tree rooted at `root` among `ranks` (the relative rank with its lowest set bit
+  // cleared, as libnbc's binomial reduce sends); -1 for the root itself.
+  static int treeParent(int rank, int root, int ranks);
 
  private:
   int socket_ = -1;

@@ -55,6 +55,17 @@ double cpuSeconds() {
 
 }  // namespace
 
+TEST(Doorbell, ReductionsRingTheirParentInTheBinomialTree) {
+  // Root 0 of 8: 1, 2, 4 send to the root; 3 to 2; 5 and 6 to 4; 7 to 6.
+  const std::vector<int> parents = {-1, 0, 0, 2, 0, 4, 4, 6};
+  for (int r = 0; r < 8; ++r) EXPECT_EQ(Doorbell::treeParent(r, 0, 8), parents[r]) << r;
+  // Root 3 of 5: the same tree over relative ranks (rank 3 + relative, mod 5).
+  EXPECT_EQ(Doorbell::treeParent(3, 3, 5), -1);
+  EXPECT_EQ(Doorbell::treeParent(4, 3, 5), 3);  // relative 1
+  EXPECT_EQ(Doorbell::treeParent(1, 3, 5), 0);  // relative 3 -> 2, rank 0
+  EXPECT_EQ(Doorbell::treeParent(2, 3, 5), 3);  // relative 4 -> 0
+}
+
 TEST(Doorbell, AddressIsAPortAndIpv4Addresses) {
   Doorbell bell;
   std::istringstream in(bell.address());

@@ -153,13 +153,7 @@ void MpiComm::connectDoorbell(bool enabled) {
 
 void MpiComm::wake(Flow flow, int root) {
   if (!doorbell_) return;
-  if (flow == Flow::UpTree) {
-    // The parent of this rank in the binomial tree rooted at `root` (libnbc's reduction
-    // tree, ireduce_algorithm 2): the relative rank with its lowest set bit cleared.
-    const int relative = (rank_ - root + size_) % size_;
-    if (relative != 0) doorbell_->ring(((relative & (relative - 1)) + root) % size_);
-    return;
-  }
+  if (flow == Flow::UpTree) return doorbell_->ring(Doorbell::treeParent(rank_, root, size_));  // root: -1, none
   for (int r = 0; r < size_; ++r) {
     const bool receives = flow == Flow::ToRoot ? r == root : flow == Flow::FromRoot ? rank_ == root : true;
     if (r != rank_ && receives) doorbell_->ring(r);
