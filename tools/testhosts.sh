@@ -46,7 +46,7 @@ testhosts_down() {
 
 # The kernel's ARP table is one for all namespaces (1024 entries by default): N hosts that
 # all talk to each other need N (N - 1), and past it connections fail with EAGAIN (Open
-# MPI: "failed to TCP connect to a peer"; 33 hosts took 45-115 s to start instead of 3-5).
+# MPI: "failed to TCP connect to a peer"; 33 hosts took 44-114 s to start instead of 9-11).
 # testhosts_up raises the limit while its hosts live; a real host needs one entry per peer.
 testhosts_neigh=
 testhosts_make_room() {
