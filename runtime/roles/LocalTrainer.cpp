@@ -219,8 +219,9 @@ float LocalTrainer::simulateBatches(std::int64_t batch, float count, std::size_t
                     std::chrono::duration<double>(simulatedSeconds_ * static_cast<double>(microBatches));
   torch::manual_seed(mix(cfg_.seed ^ 0x51u, static_cast<std::uint64_t>(batch), static_cast<std::uint64_t>(shards_.front())));
   grad_.normal_(0, 1e-3).mul_(count * static_cast<float>(microBatches));
-  readBuffers(model_, device_.is_cpu() ? messages_.workerBuffers : workerBuffers_);
-  if (microBatches > 1) (device_.is_cpu() ? messages_.workerBuffers : workerBuffers_).mul_(static_cast<float>(microBatches));
+  at::Tensor& summedBuffers = device_.is_cpu() ? messages_.workerBuffers : workerBuffers_;
+  readBuffers(model_, summedBuffers);
+  if (microBatches > 1) summedBuffers.mul_(static_cast<float>(microBatches));
   if (!device_.is_cpu()) {
     messages_.grad.copy_(grad_);
     messages_.workerBuffers.copy_(workerBuffers_);

@@ -408,7 +408,7 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   // The all-reduce likewise: its default for a model-sized buffer was a binomial reduce and
   // broadcast, log N whole-buffer hops each way; Rabenseifner's (reduce-scatter, then
   // all-gather) moves about two buffers per rank in all. Measured between 1 Gbit/s test
-  // hosts, 100 ms batches, LeNet: 32 ranks 387 -> 204 ms per step, 4 ranks 184 -> 136 ms;
+  // hosts, 100 ms batches, LeNet: 32 ranks 387 -> 200 ms per step, 4 ranks 184 -> 136 ms;
   // the same on one host.
   ::setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", 0);
   // Between hosts (TCP), a message above btl_tcp_eager_limit (64 KiB) waits for the
@@ -416,7 +416,7 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   // MPI call: with waitFor()'s sleeps every hop of a tree collective stalls for pauses. At
   // 512 KiB a gradient bucket (256 KiB, --bucket-kb) goes out at once, as one fragment
   // (measured on 1 Gbit/s test hosts, 100 ms batches, sync: 8 workers 292 -> 207 ms per
-  // step, 32 workers 459 -> 271 ms). Larger limits slowed the point-to-point modes, whose
+  // step, 32 workers 459 -> 270 ms). Larger limits slowed the point-to-point modes, whose
   // whole-model messages then all arrive at the server's link at once.
   for (const char* name : {"OMPI_MCA_btl_tcp_eager_limit", "OMPI_MCA_btl_tcp_rndv_eager_limit",
                            "OMPI_MCA_btl_tcp_max_send_size"}) {
