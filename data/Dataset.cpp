@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <random>
 
@@ -258,16 +259,21 @@ at::Tensor cropAndFlip(const at::Tensor& images, std::uint64_t seed) {
 
 }  // namespace
 
+std::string dataRoot() {
+  const char* root = std::getenv("PSTRAIN_DATA_DIR");
+  return root && *root ? root : "/usr/share/datasets";
+}
+
 std::vector<DatasetInfo> datasetList() {
+  const std::string root = dataRoot();
   return {
       {"fashion-mnist", "Fashion-MNIST, 60000/10000 grey images (IDX, gzipped or not)", {1, 28, 28}, 10,
-       "/usr/share/datasets/fashion-mnist"},
-      {"mnist", "MNIST digits, 60000/10000 grey images (IDX, gzipped or not)", {1, 28, 28}, 10,
-       "/usr/share/datasets/mnist"},
+       root + "/fashion-mnist"},
+      {"mnist", "MNIST digits, 60000/10000 grey images (IDX, gzipped or not)", {1, 28, 28}, 10, root + "/mnist"},
       {"cifar10", "CIFAR-10, 50000/10000 colour images (binary version), crop+flip augmentation", {3, 32, 32}, 10,
-       "/usr/share/datasets/cifar-10-batches-bin"},
+       root + "/cifar-10-batches-bin"},
       {"cifar100", "CIFAR-100 fine labels, 50000/10000 colour images (binary version), crop+flip", {3, 32, 32}, 100,
-       "/usr/share/datasets/cifar-100-binary"},
+       root + "/cifar-100-binary"},
       {"synthetic", "deterministic 10-class grey images, --synthetic-size training samples", {1, 28, 28}, 10, ""},
       {"synthetic-cifar", "deterministic 10-class colour images, --synthetic-size samples, crop+flip", {3, 32, 32}, 10, ""},
   };

@@ -18,8 +18,12 @@ struct DatasetInfo {
   std::string description;
   std::vector<std::int64_t> shape;  // of one sample: C, H, W for images
   int classes;             // 0: regression (float targets)
-  std::string defaultDir;  // where it is looked for without --data-dir ("" : needs no files)
+  std::string defaultDir;  // where it is looked for without --data-dir (in dataRoot(); "": needs no files)
 };
+
+// Where the built-in datasets' folders are: $PSTRAIN_DATA_DIR, else /usr/share/datasets
+// (Debian's dataset packages).
+std::string dataRoot();
 
 std::vector<DatasetInfo> datasetList();
 

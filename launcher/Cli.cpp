@@ -140,7 +140,7 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     ("model", "model: mlp, convnet, lenet, resnet20..110, resnet18..152, vgg11..19 (see --list-models), or a TorchScript file of your own (a path, or a name ending in .pt/.pth)", str(d.model))
     ("dataset", "dataset: fashion-mnist, mnist, cifar10, cifar100, synthetic, synthetic-cifar (see --list-datasets), or a NumPy .npz file (x_train, y_train, x_test, y_test)", str(d.dataset))
     ("loss", "auto | cross-entropy (on logits) | nll (on log-probabilities) | mse (float targets); auto: nll for the zoo, cross-entropy for a model file", str(d.loss))
-    ("data-dir", "dataset folder (default: /usr/share/datasets/<dataset>)", str(d.dataDir))
+    ("data-dir", "dataset folder (default: the dataset's folder in $PSTRAIN_DATA_DIR, else in /usr/share/datasets; see --list-datasets)", str(d.dataDir))
     ("synthetic-size", "training samples of the synthetic datasets", i64(d.syntheticSize))
     ("list-models", "print the models and exit")
     ("list-datasets", "print the datasets and exit");
@@ -304,7 +304,7 @@ EvalCommand parseEvalCommand(int argc, char** argv) {
   options.add_options()
     ("train-dir", "the run's directory (required)", cxxopts::value<std::string>())
     ("follow", "keep waiting for new checkpoints until trained_model.pt appears")
-    ("data-dir", "dataset folder (default: /usr/share/datasets/<dataset>)", cxxopts::value<std::string>()->default_value(""))
+    ("data-dir", "dataset folder (default: the dataset's folder in $PSTRAIN_DATA_DIR, else in /usr/share/datasets)", cxxopts::value<std::string>()->default_value(""))
     ("model", "a model file's TorchScript in place of the path the checkpoints record (if it moved)", cxxopts::value<std::string>()->default_value(""))
     ("device", "cpu | mps | cuda | auto", cxxopts::value<std::string>()->default_value(d.device))
     ("poll-seconds", "with --follow: seconds between looks", cxxopts::value<double>()->default_value("2"))

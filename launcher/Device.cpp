@@ -4,10 +4,6 @@
 #include <torch/version.h>
 #include <ATen/Context.h>
 
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
-
 #include "runtime/Errors.h"
 
 namespace pstrain::launcher {
@@ -22,6 +18,12 @@ bool mpsAvailable() {
 }
 
 }  // namespace
+
+bool deviceAvailable(c10::DeviceType type) {
+  if (type == c10::kCUDA) return torch::cuda::is_available();
+  if (type == c10::kMPS) return mpsAvailable();
+  return type == c10::kCPU;
+}
 
 c10::Device chooseDevice(const std::string& wanted, int localRank) {
   const bool mps = mpsAvailable();
@@ -41,15 +43,6 @@ c10::Device chooseDevice(const std::string& wanted, int localRank) {
   if (mps) return c10::Device(c10::kMPS);
   if (cuda) return cudaDevice();
   return c10::Device(c10::kCPU);
-}
-
-void keepFreedMemoryForReuse() {
-#if defined(__GLIBC__)
-  // The largest mmap threshold glibc accepts on 64-bit: blocks below it come from the heap.
-  // Freed memory at the top of the heap goes back to the kernel only past 256 MiB.
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
-  mallopt(M_TRIM_THRESHOLD, 256 << 20);
-#endif
 }
 
 }  // namespace pstrain::launcher

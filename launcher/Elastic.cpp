@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "runtime/Errors.h"
+#include "runtime/Portable.h"
 #include "runtime/metrics/Json.h"
 #include "runtime/metrics/JsonLines.h"
 
@@ -125,7 +126,7 @@ std::int64_t newestCheckpointStep(const std::string& trainDir) {
 CommandResult runCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout, bool captureOutput) {
   CommandResult result;
   int pipeFds[2] = {-1, -1};
-  if (::pipe2(pipeFds, O_CLOEXEC) != 0) return result;
+  if (!portable::closeOnExecPipe(pipeFds)) return result;
   const pid_t child = ::fork();
   if (child < 0) {
     ::close(pipeFds[0]);

@@ -1,5 +1,6 @@
 // pstrain: one SPMD binary; rank 0 is the parameter server, ranks 1..N the workers.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -17,6 +18,7 @@
 #include "launcher/Device.h"
 #include "models/Registry.h"
 #include "runtime/Errors.h"
+#include "runtime/Portable.h"
 #include "runtime/comm/mpi/MpiComm.h"
 #include "runtime/metrics/Startup.h"
 #include "runtime/roles/StepProtocol.h"
@@ -176,7 +178,7 @@ int main(int argc, char** argv) {
       // the prefetch is there exactly when this rank computes).
       train = prefetched.valid() ? prefetched.get()
                                  : data::loadDataset(cfg.dataset, cfg.dataDir, data::Split::Train, cfg.syntheticSize);
-      launcher::keepFreedMemoryForReuse();  // after loading: its big temporaries go back at once
+      portable::keepFreedMemoryForReuse();  // after loading: its big temporaries go back at once
       startup.mark("data");
     }
     roles::RunInfo info{comm::MpiSession::libraryVersion(), command, comm::MpiSession::yieldWhenIdleSetting()};

@@ -1,31 +1,126 @@
-# Shared by the tools/ scripts: installs what is missing, configures and builds.
-# Source it; it defines setup_dependencies, build_project, mpirun_flags and print_help.
-set -euo pipefail
+# Shared by the tools/ scripts and the test scripts: source it (it only defines functions
+# and variables; each script sets its own shell options). It holds
+#   - the platform shim: the one place where Linux (GNU tools) and macOS (bash 3.2, BSD
+#     tools, no timeout/nproc/sha256sum, Homebrew) differ for scripts;
+#   - setup_dependencies, build_project, mpirun_flags and print_help.
+# Keep to what bash 3.2 accepts (tools/portability lints it): no associative arrays, no
+# ${x,,}, no mapfile, and an array that may be empty expands as ${a[@]+"${a[@]}"} under set -u.
 
 PSTRAIN_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$PSTRAIN_ROOT/build}
 
 DEBIAN_PACKAGES=(g++ cmake ccache libtorch-dev libopenmpi-dev openmpi-bin libcxxopts-dev libfmt-dev
                  zlib1g-dev libgtest-dev dataset-fashion-mnist python3-torch python3-numpy gnuplot-nox
-                 clang libclang-rt-14-dev iproute2)
+                 clang libclang-rt-14-dev libc++-dev libc++abi-dev shellcheck lsof iproute2)
 BREW_PACKAGES=(cmake ccache pytorch open-mpi fmt cxxopts googletest gnuplot)
 
 log() { printf '==> %s\n' "$*" >&2; }
 
-# Prints the comment block that heads script $1 (after the shebang): its --help.
-print_help() { sed -n '2,/^[^#]/{/^#/p}' "$1"; }
+# --- platform shim -----------------------------------------------------------------------
+
+is_macos() { [ "$(uname)" = Darwin ]; }
+
+cpu_count() { getconf _NPROCESSORS_ONLN 2>/dev/null || sysctl -n hw.ncpu; }
+
+# file_size FILE: its size in bytes (GNU stat -c %s, BSD stat -f %z: wc -c is on both).
+file_size() { wc -c < "$1" | tr -d ' '; }
+
+# sha256_of FILE...: "DIGEST  FILE" lines (sha256sum is missing before macOS 15; shasum is there).
+sha256_of() {
+  if command -v sha256sum >/dev/null 2>&1; then sha256sum "$@"; else shasum -a 256 "$@"; fi  # shim
+}
+
+# with_timeout SECONDS COMMAND...: COMMAND, stopped (its whole process group: SIGTERM,
+# then SIGKILL 2 s later) after SECONDS; exit status 124 then, as GNU timeout's. SIGTERM,
+# SIGINT, SIGHUP and SIGUSR1 sent to it go on to COMMAND. GNU timeout where there is one
+# (coreutils' gtimeout on macOS), else perl (on every Mac).
+with_timeout() {
+  if command -v timeout >/dev/null 2>&1; then timeout "$@"; return; fi  # shim
+  if command -v gtimeout >/dev/null 2>&1; then gtimeout "$@"; return; fi
+  perl -e '
+    my $seconds = shift;
+    my $child = fork();
+    die "with_timeout: fork: $!\n" unless defined $child;
+    if ($child == 0) { setpgrp(0, 0); exec { $ARGV[0] } @ARGV or exit 127; }
+    for my $signal (qw(TERM INT HUP USR1)) { $SIG{$signal} = sub { kill $signal, $child; }; }
+    $SIG{ALRM} = sub {
+      kill "TERM", -$child;
+      for (1 .. 20) { last if waitpid($child, 1) == $child; select(undef, undef, undef, 0.1); }  # 1: WNOHANG
+      kill "KILL", -$child;
+      exit 124;
+    };
+    alarm $seconds;
+    while (waitpid($child, 0) != $child) {}
+    exit(($? & 127) ? 128 + ($? & 127) : $? >> 8);' "$@"
+}
+
+# now_seconds: seconds since the epoch, to the microsecond (GNU date has +%N, BSD's not).
+now_seconds() { perl -MTime::HiRes=time -e 'printf "%.6f\n", time'; }
+
+# rank_pid DIR RANK: the pid of rank RANK of the job training into DIR (its run.json), while
+# it runs; nothing otherwise.
+rank_pid() {
+  local pid
+  pid=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["ranks"][int(sys.argv[2])]["pid"])' \
+        "$1/run.json" 2>/dev/null) || return 0
+  if kill -0 "$pid" 2>/dev/null; then echo "$pid"; fi
+}
+# pids_of NAMES ARG: the pids of running processes whose program is one of NAMES (a regex:
+# 'mpirun|mpiexec|orterun|prterun') and one of whose arguments is ARG (ps: Linux and macOS).
+pids_of() {
+  ps -A -ww -o pid= -o args= | awk -v names="^($1)\$" -v arg="$2" '
+    { program = $2; sub(".*/", "", program); if (program !~ names) next
+      for (i = 3; i <= NF; i++) if ($i == arg) { print $1; next } }'
+}
+# The python that has torch (tests, tools): PSTRAIN_PYTHON, else Homebrew's pytorch's python
+# on macOS, else Debian's /usr/bin/python3 (package python3-torch).
+if [ -z "${PSTRAIN_PYTHON:-}" ]; then
+  if is_macos && command -v brew >/dev/null 2>&1; then
+    PSTRAIN_PYTHON="$(brew --prefix pytorch 2>/dev/null)/libexec/bin/python"
+  else
+    PSTRAIN_PYTHON=/usr/bin/python3
+  fi
+fi
+# Where the datasets' folders are (fashion-mnist/, mnist/, ...): pstrain and pseval read it
+# too. Debian's packages put them in /usr/share/datasets; macOS's system volume is read-only.
+if [ -z "${PSTRAIN_DATA_DIR:-}" ]; then
+  if is_macos; then PSTRAIN_DATA_DIR=$HOME/data; else PSTRAIN_DATA_DIR=/usr/share/datasets; fi
+fi
+export PSTRAIN_PYTHON PSTRAIN_DATA_DIR
+# macOS's $TMPDIR (/var/folders/...) is too long for the Unix sockets of Open MPI's session
+# directories.
+if is_macos; then export TMPDIR=/tmp; fi
+
+# Prints the comment block that heads script $1 (after the shebang): its --help. (BSD sed
+# wants the ';' before '}'.)
+print_help() { sed -n '2,/^[^#]/{/^#/p;}' "$1"; }
+
+# Flags every local mpirun needs: root is allowed in containers, and a laptop may run more
+# ranks than it has cores (Open MPI 5 spells that --map-by :OVERSUBSCRIBE).
+mpirun_flags() {
+  local flags
+  case "$(mpirun --version 2>/dev/null | head -n 1)" in
+    *" "[5-9].*) flags="--map-by :OVERSUBSCRIBE" ;;
+    *) flags=--oversubscribe ;;
+  esac
+  [ "$(id -u)" -ne 0 ] || flags="$flags --allow-run-as-root"
+  echo "$flags"
+}
+
+# --- set-up and build --------------------------------------------------------------------
 
 # Installs the build and test dependencies that are missing (Debian/Ubuntu: apt-get, as
-# root or through sudo; macOS: Homebrew). Does nothing when all are present.
+# root or through sudo; macOS: Homebrew, and Fashion-MNIST into $PSTRAIN_DATA_DIR). Does
+# nothing when all are present.
 setup_dependencies() {
-  if [ "$(uname)" = Darwin ]; then
+  local missing=() p
+  if is_macos; then
     command -v brew >/dev/null || { log "install Homebrew first: https://brew.sh"; exit 1; }
-    local missing=()
     for p in "${BREW_PACKAGES[@]}"; do brew list --formula "$p" >/dev/null 2>&1 || missing+=("$p"); done
-    [ ${#missing[@]} -eq 0 ] || { log "brew install ${missing[*]}"; brew install "${missing[@]}"; }
+    if [ ${#missing[@]} -gt 0 ]; then log "brew install ${missing[*]}"; brew install ${missing[@]+"${missing[@]}"}; fi
+    "$PSTRAIN_ROOT/tools/get-data" fashion-mnist "$PSTRAIN_DATA_DIR/fashion-mnist" >&2
     return
   fi
-  local missing=()
   for p in "${DEBIAN_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
@@ -33,33 +128,23 @@ setup_dependencies() {
   local sudo=()
   [ "$(id -u)" -eq 0 ] || sudo=(sudo)
   log "installing ${missing[*]}"
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+  ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get update -q
+  ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get install -y -q ${missing[@]+"${missing[@]}"}
 }
 
 # Configures (Release, tests on, ccache when present) and builds. `--target NAME` (any
 # number of them) builds only those targets and what they need, else everything; other
 # arguments go to cmake's configure step.
 build_project() {
-  local jobs
-  jobs=$(getconf _NPROCESSORS_ONLN 2>/dev/null || sysctl -n hw.ncpu)
   local extra=() targets=()
   while [ $# -gt 0 ]; do
     if [ "$1" = --target ]; then targets+=(--target "$2"); shift 2; else extra+=("$1"); shift; fi
   done
-  if [ "$(uname)" = Darwin ]; then
+  if is_macos; then
     extra+=(-DCMAKE_PREFIX_PATH="$(brew --prefix pytorch)")
   fi
   export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
   log "building ${targets[*]:-everything} in $BUILD_DIR"
   cmake -S "$PSTRAIN_ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON ${extra[@]+"${extra[@]}"} >/dev/null
-  cmake --build "$BUILD_DIR" -j"$jobs" ${targets[@]+"${targets[@]}"}
-}
-
-# Flags every local mpirun needs: root is allowed in containers, and a laptop may run more
-# ranks than it has cores.
-mpirun_flags() {
-  local flags=(--oversubscribe)
-  [ "$(id -u)" -ne 0 ] || flags+=(--allow-run-as-root)
-  echo "${flags[@]}"
+  cmake --build "$BUILD_DIR" -j"$(cpu_count)" ${targets[@]+"${targets[@]}"}
 }

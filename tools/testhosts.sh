@@ -25,7 +25,7 @@ testhosts_tmpdir() { echo "/tmp/pst${testhosts_tag}h$1"; }  # testhosts_tmpdir I
 
 testhosts_clear() {
   local n p
-  for n in "${TESTHOSTS_NS[@]}"; do
+  for n in ${TESTHOSTS_NS[@]+"${TESTHOSTS_NS[@]}"}; do
     for p in $(ip netns pids "$n" 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
   done
 }
@@ -38,7 +38,7 @@ testhosts_down() {
     sysctl -qw net.ipv4.neigh.default.gc_thresh2="$t2" net.ipv4.neigh.default.gc_thresh3="$t3" || true
   fi
   testhosts_neigh=
-  for n in "${TESTHOSTS_NS[@]}"; do ip netns del "$n" 2>/dev/null || true; done
+  for n in ${TESTHOSTS_NS[@]+"${TESTHOSTS_NS[@]}"}; do ip netns del "$n" 2>/dev/null || true; done
   for ((i = 0; i < ${#TESTHOSTS_NS[@]}; i++)); do rm -rf "$(testhosts_tmpdir "$i")"; done
   ip link del "$testhosts_bridge" 2>/dev/null || true
   TESTHOSTS_NS=() TESTHOSTS_ADDR=() TESTHOSTS_LINK=()
@@ -75,7 +75,7 @@ testhosts_up() {
     ip netns exec "${TESTHOSTS_NS[$i]}" ip link set "n$testhosts_tag$i" up
     mkdir -p "$(testhosts_tmpdir "$i")"
   done
-  printf '%s slots=1\n' "${TESTHOSTS_ADDR[@]}" > "$dir/hostfile"
+  printf '%s slots=1\n' ${TESTHOSTS_ADDR[@]+"${TESTHOSTS_ADDR[@]}"} > "$dir/hostfile"
   {
     echo '#!/bin/bash'
     echo '# plm_rsh_agent: "agent HOST COMMAND..." runs COMMAND on HOST, i.e. in its namespace.'

@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "runtime/Errors.h"
+#include "runtime/Portable.h"
 #include "runtime/checkpoint/ArchiveCheck.h"
 
 namespace pstrain::checkpoint {
@@ -152,11 +153,7 @@ class AtomicFile {
   }
 
   void commit() {
-#ifdef __APPLE__
-    bool synced = ::fcntl(fd_, F_FULLFSYNC) == 0;  // macOS's fsync leaves the data in the drive's cache
-#else
-    bool synced = ::fsync(fd_) == 0;
-#endif
+    bool synced = portable::syncToDisk(fd_);
     bool closed = ::close(fd_) == 0;
     fd_ = -1;
     if (!synced || !closed || ::rename(temp_.c_str(), target_.c_str()) != 0) {

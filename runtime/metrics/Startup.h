@@ -2,9 +2,9 @@
 // Where a rank's start-up time goes, from its launcher's start to the first training step
 // (run.json "startup"): named phases in order, each lasting from the end of the one before.
 //   launch   the launcher's start (the parent process: mpirun, or its daemon on another
-//            host) to this process's; Linux only, under mpirun only
+//            host) to this process's; under mpirun only
 //   load     process start to main(): loading libtorch and MPI, static initialisers
-//            (Linux only: the process's start time comes from /proc)
+//            (Linux and macOS: where the system tells a process's start time, Portable.h)
 // then the phases main() and the roles mark: mpi_init, command_line, model, data,
 // handshake, first_step.
 #include <functional>

@@ -7,8 +7,6 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include <sys/resource.h>
-
 #include <chrono>
 #include <ctime>
 #include <cmath>
@@ -17,6 +15,7 @@
 #include <map>
 
 #include "runtime/Errors.h"
+#include "runtime/Portable.h"
 #include "runtime/metrics/Progress.h"
 #include "runtime/roles/FlatParameters.h"
 
@@ -29,17 +28,6 @@ double cpuNow() {
   timespec t{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
-// This process's peak resident memory so far, MiB (ru_maxrss is KiB on Linux, bytes on macOS).
-double peakRssMib() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-#if defined(__APPLE__)
-  return static_cast<double>(usage.ru_maxrss) / (1 << 20);
-#else
-  return static_cast<double>(usage.ru_maxrss) / 1024;
-#endif
 }
 
 double now() {
@@ -136,7 +124,7 @@ void Publisher::writeLine(std::int64_t done) {
   const double cpu = cpuNow();
   line.add("rank0_cpu_s", (cpu - windowCpuStart_) / steps);  // all of rank 0's threads, per step
   windowCpuStart_ = cpu;
-  line.add("rank0_peak_rss_mib", peakRssMib());  // does the server fit next to a worker?
+  line.add("rank0_peak_rss_mib", portable::peakRssMib());  // does the server fit next to a worker?
   if (extras_) extras_(line);
   log_.write(line);
   std::cout << metrics::progressLine(progress) << std::endl;

@@ -36,13 +36,15 @@ StepLink::StepLink(comm::Communicator& comm, const config::TrainConfig& cfg, con
     const bool feedback = codec::errorFeedbackOn(cfg.errorFeedback, cfg.compress);
     upEncoder_ = std::make_unique<codec::ErrorFeedbackEncoder>(
         codec::makeCodec(cfg.compress, shapes, seed, "compress", feedback), feedback);
-    capacity = std::max(capacity, upEncoder_->codec().maxFrameBytes() + (messages.up.size() - messages.grad.numel()) * sizeof(float));
+    capacity = std::max(capacity, upEncoder_->codec().maxFrameBytes() +
+                                       (messages.up.size() - static_cast<std::size_t>(messages.grad.numel())) * sizeof(float));
     decoded_.resize(messages.grad.numel());
   }
   if (cfg.compressWeights != "none") {
     codec::validateSpec(cfg.compressWeights, true, "compress-weights");
     downCodec_ = codec::makeCodec(cfg.compressWeights, shapes, seed, "compress-weights");
-    capacity = std::max(capacity, downCodec_->maxFrameBytes() + sizeof(StepHeader) + messages.downTail.numel() * sizeof(float));
+    capacity = std::max(capacity, downCodec_->maxFrameBytes() + sizeof(StepHeader) +
+                                       static_cast<std::size_t>(messages.downTail.numel()) * sizeof(float));
   }
   if (upEncoder_ || downCodec_) inbox_.resize(capacity);  // raw messages are received in place
 }

@@ -217,7 +217,8 @@ void writeRunJson(const config::TrainConfig& cfg, const RunInfo& info,
   for (std::size_t r = 0; r < facts.size(); ++r) {
     metrics::JsonObject rank;
     rank.add("rank", static_cast<std::int64_t>(r)).add("role", r == 0 ? "server" : "worker");
-    rank.add("host", facts[r].at("info.host")).add("device", facts[r].at("info.device"));
+    rank.add("host", facts[r].at("info.host")).add("pid", static_cast<std::int64_t>(std::stoll(facts[r].at("info.pid"))));
+    rank.add("device", facts[r].at("info.device"));
     rank.add("torch", facts[r].at("info.torch")).add("threads", facts[r].at("info.threads"));
     rank.add("mpi_yield_when_idle", facts[r].at("info.yield-when-idle"));
     if (!startup.empty()) rank.addRaw("startup_s", facts[r].at("info.startup"));
@@ -296,6 +297,7 @@ void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, model
   mine.emplace_back("dataset-file", train ? train->fileIdentity : "");
   mine.emplace_back("info.dataset-file", cfg.dataset);
   mine.emplace_back("info.host", comm.hostName());
+  mine.emplace_back("info.pid", std::to_string(::getpid()));
   mine.emplace_back("info.device", device.str());
   mine.emplace_back("info.torch", TORCH_VERSION);
   mine.emplace_back("info.threads", std::to_string(at::get_num_threads()));

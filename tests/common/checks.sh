@@ -1,5 +1,7 @@
 # Helpers of the test scripts; source it. Each check prints "ok   NAME" or "FAIL NAME";
-# checks_done prints the count and fails when any check did.
+# checks_done prints the count and fails when any check did. It brings tools/common.sh's
+# platform shim (with_timeout, file_size, sha256_of, PSTRAIN_PYTHON, PSTRAIN_DATA_DIR).
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")/../../tools" && pwd)/common.sh"
 failures=0 passed=0
 check() {  # check NAME COMMAND...
   local name=$1; shift
@@ -36,7 +38,7 @@ final_accuracy() {
 }
 # max_weight_diff A.pt B.pt: the largest |a - b| over the tensors of two state dicts (PyTorch).
 max_weight_diff() {
-  "${PSTRAIN_PYTHON:-/usr/bin/python3}" - "$1" "$2" <<'PY'
+  "$PSTRAIN_PYTHON" - "$1" "$2" <<'PY'
 import sys, torch
 a, b = torch.load(sys.argv[1], weights_only=True), torch.load(sys.argv[2], weights_only=True)
 assert a.keys() == b.keys(), "different tensors"

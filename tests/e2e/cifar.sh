@@ -3,6 +3,7 @@
 # pseval; then a truncated batch file must stop the job with a message naming it.
 # Usage: cifar.sh PSTRAIN PSEVAL MPIRUN SCRATCH
 set -euo pipefail
+source "$(dirname "$0")/../common/checks.sh"
 pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
 rm -rf "$scratch" && mkdir -p "$scratch/cifar-10-batches-bin"
 fail() { echo "FAIL: $*"; exit 1; }
@@ -22,13 +23,13 @@ for b in range(1, 6):
 write("test_batch.bin", 40)
 PY
 run="$scratch/run"
-timeout 240 "$mpirun" -np 3 "$pstrain" --model resnet20 --dataset cifar10 --data-dir "$data" --batch-size 8 \
+with_timeout 240 "$mpirun" -np 3 "$pstrain" --device cpu --model resnet20 --dataset cifar10 --data-dir "$data" --batch-size 8 \
   --steps 8 --checkpoint-every 4 --log-every 4 --lr 0.05 --train-dir "$run" --overwrite | tee "$scratch/pstrain.log"
 grep -q "step 8/8" "$scratch/pstrain.log" || fail "no final progress line"
 grep -q '"data_wait_s":' "$run/metrics.jsonl" || fail "metrics.jsonl lacks data_wait_s"
 "$pseval" --train-dir "$run" --data-dir "$data" | tee "$scratch/pseval.log"
 [ "$(tail -n +2 "$run/eval.csv" | cut -d, -f1,3 | tr '\n' ' ')" = "4,40 8,40 " ] || fail "eval.csv: $(cat "$run/eval.csv")"
-"${PSTRAIN_PYTHON:-/usr/bin/python3}" - "$run/ckpt/step-00000008.pt" <<'PY'
+"$PSTRAIN_PYTHON" - "$run/ckpt/step-00000008.pt" <<'PY'
 import sys, torch
 ckpt = torch.load(sys.argv[1], weights_only=True)
 assert ckpt["__meta__"]["model"] == "resnet20", ckpt["__meta__"]
@@ -39,7 +40,7 @@ PY
 
 # A truncated batch file stops every rank with a message naming it.
 head -c 50000 "$data/data_batch_2.bin" > "$scratch/short" && mv "$scratch/short" "$data/data_batch_2.bin"
-if out=$(timeout 60 "$mpirun" -np 3 "$pstrain" --model resnet20 --dataset cifar10 --data-dir "$data" --steps 2 \
+if out=$(with_timeout 60 "$mpirun" -np 3 "$pstrain" --model resnet20 --dataset cifar10 --data-dir "$data" --steps 2 \
          --train-dir "$scratch/run2" 2>&1); then fail "a truncated CIFAR file was accepted"; fi
 grep -qE "rank [12]: .*data_batch_2.bin: 50000 bytes is not a whole number of 3073-byte CIFAR-10 records" <<<"$out" \
   || fail "unclear message for a truncated file: $out"

@@ -6,7 +6,7 @@
 # the run completes and no step goes missing.
 # Usage: elastic_netns.sh PSTRAIN PSEVAL MPIRUN SCRATCH
 set -uo pipefail
-pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
+pstrain=$1 mpirun=$3 scratch=$4
 pstrain_run=$(dirname "$pstrain")/pstrain-run
 source "$(dirname "$0")/../../tools/testhosts.sh"
 if ! testhosts_available; then
@@ -28,7 +28,7 @@ exec ip netns exec ${ns[0]} env TMPDIR=$(testhosts_tmpdir 0) $mpirun --mca plm_r
 EOF
 chmod +x "$scratch/mpirun"
 
-timeout 400 "$pstrain_run" --hostfile "$scratch/hostfile" --mpirun "$scratch/mpirun" --probe-timeout 8 \
+with_timeout 400 "$pstrain_run" --hostfile "$scratch/hostfile" --mpirun "$scratch/mpirun" --probe-timeout 8 \
   --discovery-interval 3 -- --model mlp --dataset synthetic --steps 900 --batch-size 32 --straggle 1:15 \
   --checkpoint-every 25 --log-every 1 --timeout 60 --threads 1 --train-dir "$scratch/run" > "$scratch/run.log" 2>&1 &
 supervisor=$!

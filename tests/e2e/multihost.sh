@@ -7,7 +7,7 @@
 # within the timeout, and --resume (link restored) must finish the run.
 # Usage: multihost.sh PSTRAIN PSEVAL MPIRUN SCRATCH
 set -uo pipefail
-pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
+pstrain=$1 mpirun=$3 scratch=$4
 source "$(dirname "$0")/../../tools/testhosts.sh"
 if ! testhosts_available; then
   echo "SKIP multihost: needs root and 'ip netns' (iproute2) to create test hosts"; exit 0
@@ -25,7 +25,8 @@ job() {  # job DIR [flags...]: mpirun from the first host over all three
 }
 runjob() {  # runjob LOG DIR [flags...]: job under a timeout, in a child shell
   local log=$1; shift
-  timeout 180 bash -c "source '$(dirname "$0")/../../tools/testhosts.sh'; $(declare -f job); $(declare -p TESTHOSTS_NS testhosts_tag scratch mpirun pstrain); job $(printf '%q ' "$@")" > "$log" 2>&1
+  # shellcheck disable=SC2154  # testhosts_tag: set by testhosts.sh
+  with_timeout 180 bash -c "source '$(dirname "$0")/../../tools/testhosts.sh'; $(declare -f job); $(declare -p TESTHOSTS_NS testhosts_tag scratch mpirun pstrain); job $(printf '%q ' "$@")" > "$log" 2>&1
 }
 
 # launch LOG DIR [flags...]: starts runjob in the background ($runner) and returns once a

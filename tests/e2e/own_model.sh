@@ -15,15 +15,15 @@ set -uo pipefail
 pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
 here=$(cd "$(dirname "$0")" && pwd)
 tools=$here/../../tools
-python=${PSTRAIN_PYTHON:-/usr/bin/python3}
-data=/usr/share/datasets/fashion-mnist
-rm -rf "$scratch" && mkdir -p "$scratch" && cd "$scratch" || exit 1
 source "$here/../common/checks.sh"
+python=$PSTRAIN_PYTHON
+data=$PSTRAIN_DATA_DIR/fashion-mnist
+rm -rf "$scratch" && mkdir -p "$scratch" && cd "$scratch" || exit 1
 [ -f "$data/t10k-images-idx3-ubyte.gz" ] || { echo "Fashion-MNIST missing in $data (apt-get install dataset-fashion-mnist)"; exit 1; }
 has() { grep -qE -- "$2" "$1"; }
 run() {  # run NP DIR [flags...]: a job with the example model on the subset
   local np=$1 dir=$2; shift 2
-  run_logged "$dir" timeout 240 "$mpirun" -np "$np" "$pstrain" --model cnn.pt --dataset small.npz --batch-size 32 \
+  run_logged "$dir" with_timeout 240 "$mpirun" -np "$np" "$pstrain" --device cpu --model cnn.pt --dataset small.npz --batch-size 32 \
     --lr 0.05 --threads 1 --log-every 15 --checkpoint-every 0 --timeout 60 --train-dir "$dir" "$@"
 }
 first_last_loss() { metric "$1" "f\"{lines[0]['loss']} {last['loss']}\""; }
@@ -69,10 +69,10 @@ model = pstrain_models.build("lenet")
 model.load_state_dict(torch.load("zoo/lenet.pt", weights_only=True))  # the zoo's initial weights at seed 1
 torch.jit.script(model).save("lenet-script.pt")
 PY
-same=(--dataset synthetic --synthetic-size 600 --batch-size 16 --lr 0.02 --momentum 0.9 --weight-decay 1e-4
+same=(--device cpu --dataset synthetic --synthetic-size 600 --batch-size 16 --lr 0.02 --momentum 0.9 --weight-decay 1e-4
       --steps 20 --threads 1 --checkpoint-every 0 --log-every 10)
-run_logged zoo-run timeout 120 "$mpirun" -np 3 "$pstrain" --model lenet "${same[@]}" --train-dir zoo-run
-run_logged file-run timeout 120 "$mpirun" -np 3 "$pstrain" --model lenet-script.pt --loss nll "${same[@]}" --train-dir file-run
+run_logged zoo-run with_timeout 120 "$mpirun" -np 3 "$pstrain" --model lenet "${same[@]}" --train-dir zoo-run
+run_logged file-run with_timeout 120 "$mpirun" -np 3 "$pstrain" --model lenet-script.pt --loss nll "${same[@]}" --train-dir file-run
 diff=$(max_weight_diff zoo-run/trained_model.pt file-run/trained_model.pt)
 echo "     zoo LeNet vs scripted LeNet after 20 steps: max abs diff $diff"
 check "equivalence: the scripted LeNet ends with the zoo LeNet's weights (<= 1e-5)" ge 1e-5 "$diff"
@@ -93,7 +93,7 @@ done
 # --- 4. --resume of a file model ----------------------------------------------------------
 resumable=(--steps 60 --checkpoint-every 10)
 run 3 resume-reference "${resumable[@]}"
-timeout 240 "$mpirun" -np 3 "$pstrain" --model cnn.pt --dataset small.npz --batch-size 32 --lr 0.05 --threads 1 \
+with_timeout 240 "$mpirun" -np 3 "$pstrain" --device cpu --model cnn.pt --dataset small.npz --batch-size 32 --lr 0.05 --threads 1 \
   --log-every 15 --timeout 60 --train-dir resumed "${resumable[@]}" --straggle 1:50 > resumed.log 2>&1 &
 job=$!
 for _ in $(seq 600); do [ -e resumed/ckpt/step-00000020.ok ] && break; sleep 0.1; done
@@ -113,7 +113,7 @@ np.savez("regression.npz", x_train=x[:1000], y_train=(x[:1000] @ w), x_test=x[10
 torch.manual_seed(0)
 torch.jit.script(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))).save("mlp.pt")
 PY
-run_logged regression timeout 120 "$mpirun" -np 3 "$pstrain" --model mlp.pt --dataset regression.npz --loss mse \
+run_logged regression with_timeout 120 "$mpirun" -np 3 "$pstrain" --device cpu --model mlp.pt --dataset regression.npz --loss mse \
   --batch-size 25 --lr 0.02 --steps 100 --threads 1 --log-every 25 --checkpoint-every 50 --train-dir regression
 read -r first last <<< "$(first_last_loss regression)"
 "$pseval" --train-dir regression > regression.eval.log 2>&1
@@ -125,7 +125,7 @@ check "mse: pseval reports the test loss, no accuracy" bash -c "grep -q 'test lo
 fails_with() {  # fails_with NAME PATTERN [pstrain flags...]: exits non-zero within 60 s, saying PATTERN
   local name=$1 pattern=$2; shift 2
   local out=$scratch/bad.out
-  timeout 60 "$mpirun" -np 3 "$pstrain" --threads 1 --steps 5 --train-dir "$scratch/bad-run" --overwrite "$@" > "$out" 2>&1
+  with_timeout 60 "$mpirun" -np 3 "$pstrain" --threads 1 --steps 5 --train-dir "$scratch/bad-run" --overwrite "$@" > "$out" 2>&1
   local rc=$?
   if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qE -- "$pattern" "$out"; then
     echo "ok   $name: $(grep -E -- "$pattern" "$out" | head -1 | cut -c1-220)"; passed=$((passed + 1))
@@ -174,11 +174,11 @@ fails_with "mse on class labels" "--loss mse needs float targets" --model cnn.pt
 # Ranks holding different files under one relative path (as hosts with different copies).
 mkdir -p a b && cp cnn.pt a/net.pt && cp other.pt b/net.pt && cp small.npz a/ && cp small.npz b/
 out=$scratch/bad.out
-timeout 60 "$mpirun" -np 1 -wdir "$scratch/a" "$pstrain" --model net.pt --dataset small.npz --train-dir "$scratch/x" \
+with_timeout 60 "$mpirun" -np 1 -wdir "$scratch/a" "$pstrain" --model net.pt --dataset small.npz --train-dir "$scratch/x" \
   : -np 2 -wdir "$scratch/b" "$pstrain" --model net.pt --dataset small.npz --train-dir "$scratch/x" > "$out" 2>&1
 rc=$?
 check "ranks with different model files: stopped, naming both files" \
   bash -c "[ $rc -ne 0 ] && grep -qE \"ranks disagree on 'model-file': 'crc32 [0-9a-f]+, [0-9]+ bytes' \(net.pt\) on rank 0 but 'crc32 [0-9a-f]+, [0-9]+ bytes' \(net.pt\) on rank 1\" '$out'"
-left=$(for p in $(pgrep -x pstrain); do readlink "/proc/$p/cwd" | grep -q "^$scratch" && echo "$p"; done)
+left=$(pids_of pstrain "$scratch/x")
 check "nothing left running" test -z "$left"
 checks_done

@@ -3,9 +3,10 @@
 # loaded into PyTorch, and the evaluator's handling of damaged checkpoints.
 # Usage: train_evaluate.sh PSTRAIN PSEVAL MPIRUN SCRATCH
 set -euo pipefail
+source "$(dirname "$0")/../common/checks.sh"
 pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
 here=$(cd "$(dirname "$0")" && pwd)
-data=/usr/share/datasets/fashion-mnist
+data=$PSTRAIN_DATA_DIR/fashion-mnist
 [ -f "$data/t10k-images-idx3-ubyte.gz" ] || { echo "Fashion-MNIST missing in $data (apt-get install dataset-fashion-mnist)"; exit 1; }
 rm -rf "$scratch" && mkdir -p "$scratch"
 run="$scratch/run"
@@ -13,10 +14,10 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 # 1. Train with the evaluator following along.
 mkdir -p "$run"
-timeout 200 "$pseval" --train-dir "$run" --follow --poll-seconds 0.5 --idle-timeout 120 \
+with_timeout 200 "$pseval" --train-dir "$run" --follow --poll-seconds 0.5 --idle-timeout 120 \
   --predictions "$scratch/predictions.txt" > "$scratch/pseval.log" 2>&1 &
 follower=$!
-timeout 200 "$mpirun" -np 3 "$pstrain" --model lenet --steps 150 --checkpoint-every 50 --log-every 25 \
+with_timeout 200 "$mpirun" -np 3 "$pstrain" --model lenet --steps 150 --checkpoint-every 50 --log-every 25 \
   --lr 0.02 --train-dir "$run" --overwrite | tee "$scratch/pstrain.log"
 wait $follower || { cat "$scratch/pseval.log"; fail "pseval --follow failed"; }
 cat "$scratch/pseval.log"
@@ -52,13 +53,13 @@ python3 -c "import sys; sys.exit(0 if float('$accuracy') > 0.70 else 1)" || fail
 [ "$(wc -l < "$run/eval.csv")" -eq 4 ] || fail "a second pseval evaluated checkpoints again"
 
 # 3. PyTorch loads trained_model.pt into the twin module and predicts exactly as pseval did.
-"${PSTRAIN_PYTHON:-/usr/bin/python3}" "$here/check_interop.py" lenet "$run/trained_model.pt" "$data" "$scratch/predictions.txt"
+"$PSTRAIN_PYTHON" "$here/check_interop.py" lenet "$run/trained_model.pt" "$data" "$scratch/predictions.txt"
 
 # 4. Damaged checkpoints are reported and skipped; the good one is still evaluated.
 damaged="$scratch/damaged"
 mkdir -p "$damaged/ckpt" && cp "$run"/ckpt/* "$damaged/ckpt/"
-printf '\x00\x01\x02' | dd of="$damaged/ckpt/step-00000050.pt" bs=1 seek=100000 conv=notrunc status=none
-truncate -s 1000 "$damaged/ckpt/step-00000100.pt"
+printf '\x00\x01\x02' | dd of="$damaged/ckpt/step-00000050.pt" bs=1 seek=100000 conv=notrunc 2>/dev/null
+head -c 1000 "$damaged/ckpt/step-00000100.pt" > "$scratch/cut" && mv "$scratch/cut" "$damaged/ckpt/step-00000100.pt"
 echo "garbage" > "$damaged/ckpt/step-00000200.pt" && echo "garbage" > "$damaged/ckpt/step-00000200.ok"
 out=$("$pseval" --train-dir "$damaged" 2>&1) || fail "pseval crashed on damaged checkpoints: $out"
 echo "$out"

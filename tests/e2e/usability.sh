@@ -3,14 +3,10 @@
 # configs it must reject), --config files with command-line overrides, tools/plot and
 # pseval --plot on a real short run. Usage: usability.sh PSTRAIN PSEVAL MPIRUN SCRATCH
 set -uo pipefail
+source "$(dirname "$0")/../common/checks.sh"
 pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
 root=$(cd "$(dirname "$0")/../.." && pwd)
 rm -rf "$scratch" && mkdir -p "$scratch"
-failures=0 passed=0
-check() {  # check NAME CONDITION-COMMAND...
-  local name=$1; shift
-  if "$@"; then echo "ok   $name"; passed=$((passed + 1)); else echo "FAIL $name"; failures=$((failures + 1)); fi
-}
 has() { grep -qE -- "$2" <<<"$1"; }
 
 # --list-models / --list-datasets / --help (no mpirun needed: a singleton run).
@@ -26,7 +22,7 @@ check "help: every flag with a default shows it" has "$help" "--batch-size arg +
 check "help: --config and --dry-run" bash -c "grep -q -- '--config' <<<\"\$0\" && grep -q -- '--dry-run' <<<\"\$0\"" "$help"
 
 # --dry-run: the plan, and nothing written.
-plan=$(timeout 60 "$mpirun" -np 3 "$pstrain" --dataset synthetic --synthetic-size 1000 --batch-size 25 \
+plan=$(with_timeout 60 "$mpirun" -np 3 "$pstrain" --dataset synthetic --synthetic-size 1000 --batch-size 25 \
        --epochs 3 --checkpoint-every 15 --warmup-steps 5 --lr-decay cosine --train-dir "$scratch/dry" --dry-run 2>&1)
 rc=$?
 echo "$plan"
@@ -42,13 +38,13 @@ check "dry-run: lr plan" has "$plan" "lr +0.02 \(base 0.01 x 2 batches per updat
 check "dry-run: exchange" has "$plan" "exchange +one broadcast of the weights, one sum-reduce of the gradients; in 7 buckets of 256 KiB, gradients reduced during backward, weights broadcast as each bucket is updated"
 check "dry-run writes nothing" test ! -e "$scratch/dry"
 
-out=$(timeout 60 "$mpirun" -np 3 "$pstrain" --data-dir "$scratch/nowhere" --dry-run --train-dir "$scratch/dry" 2>&1); rc=$?
+out=$(with_timeout 60 "$mpirun" -np 3 "$pstrain" --data-dir "$scratch/nowhere" --dry-run --train-dir "$scratch/dry" 2>&1); rc=$?
 check "dry-run rejects a missing dataset" bash -c "[ $rc -ne 0 ] && grep -q 'not found' <<<\"\$0\"" "$out"
-out=$(timeout 60 "$mpirun" -np 3 "$pstrain" --dataset synthetic --dry-run --train-dir /proc/nope/run 2>&1); rc=$?
+out=$(with_timeout 60 "$mpirun" -np 3 "$pstrain" --dataset synthetic --dry-run --train-dir /dev/null/nope/run 2>&1); rc=$?
 check "dry-run rejects an unwritable train dir" bash -c "[ $rc -ne 0 ] && grep -q 'not writable' <<<\"\$0\"" "$out"
-out=$(timeout 60 "$mpirun" -np 1 "$pstrain" --dataset synthetic --dry-run : -np 1 "$pstrain" --dataset synthetic --dry-run --batch-size 8 2>&1); rc=$?
+out=$(with_timeout 60 "$mpirun" -np 1 "$pstrain" --dataset synthetic --dry-run : -np 1 "$pstrain" --dataset synthetic --dry-run --batch-size 8 2>&1); rc=$?
 check "dry-run rejects ranks that disagree" bash -c "[ $rc -ne 0 ] && grep -q \"ranks disagree on 'batch-size'\" <<<\"\$0\"" "$out"
-out=$(timeout 60 "$mpirun" -np 3 "$pstrain" --dataset synthetic --dry-run --lr-scaling quadratic 2>&1); rc=$?
+out=$(with_timeout 60 "$mpirun" -np 3 "$pstrain" --dataset synthetic --dry-run --lr-scaling quadratic 2>&1); rc=$?
 check "dry-run rejects a nonsense value" bash -c "[ $rc -eq 2 ] && grep -q -- '--lr-scaling' <<<\"\$0\"" "$out"
 
 # --config FILE, with a command-line override; then a real short run with pseval and plots.
@@ -65,17 +61,17 @@ checkpoint-every = 20
 log-every = 10
 train-dir = $scratch/run
 CONF
-out=$(timeout 120 "$mpirun" -np 3 "$pstrain" --config "$scratch/run.conf" --lr 0.03 2>&1); rc=$?
+out=$(with_timeout 120 "$mpirun" -np 3 "$pstrain" --config "$scratch/run.conf" --lr 0.03 2>&1); rc=$?
 echo "$out" | tail -3
 check "config-file run succeeds" test $rc -eq 0
 runjson=$(cat "$scratch/run/run.json" 2>/dev/null)
 check "config file values apply" bash -c "grep -q '\"model\":\"mlp\"' <<<\"\$0\" && grep -q '\"nesterov\":\"true\"' <<<\"\$0\" && grep -q '\"batch-size\":\"20\"' <<<\"\$0\"" "$runjson"
 check "command line overrides the config file" has "$runjson" '"lr":"0.03"'
 echo "colour = blue" > "$scratch/bad.conf"
-out=$(timeout 60 "$mpirun" -np 3 "$pstrain" --config "$scratch/bad.conf" 2>&1); rc=$?
+out=$(with_timeout 60 "$mpirun" -np 3 "$pstrain" --config "$scratch/bad.conf" 2>&1); rc=$?
 check "config file with an unknown key is rejected" bash -c "[ $rc -eq 2 ] && grep -q 'bad.conf: .*colour' <<<\"\$0\"" "$out"
 echo "lr 0.1" > "$scratch/bad2.conf"
-out=$(timeout 60 "$mpirun" -np 3 "$pstrain" --config "$scratch/bad2.conf" 2>&1); rc=$?
+out=$(with_timeout 60 "$mpirun" -np 3 "$pstrain" --config "$scratch/bad2.conf" 2>&1); rc=$?
 check "config file with a malformed line names the line" bash -c "[ $rc -eq 2 ] && grep -q 'bad2.conf:1: expected' <<<\"\$0\"" "$out"
 
 "$pseval" --train-dir "$scratch/run" --plot > "$scratch/pseval.log" 2>&1; rc=$?
@@ -83,7 +79,7 @@ cat "$scratch/pseval.log"
 check "pseval --plot succeeds" test $rc -eq 0
 for png in loss lr throughput accuracy; do
   f="$scratch/run/plots/$png.png"
-  check "plots/$png.png is a non-empty PNG" bash -c "[ \$(stat -c %s '$f' 2>/dev/null || echo 0) -gt 5000 ] && [ \"\$(head -c 8 '$f' | od -An -tx1 | tr -d ' \n')\" = 89504e470d0a1a0a ]"
+  check "plots/$png.png is a non-empty PNG" bash -c "[ \$(wc -c < '$f' 2>/dev/null || echo 0) -gt 5000 ] && [ \"\$(head -c 8 '$f' | od -An -tx1 | tr -d ' \n')\" = 89504e470d0a1a0a ]"
 done
 rm -rf "$scratch/run/plots"
 "$root/tools/plot" "$scratch/run" > /dev/null; rc=$?
@@ -91,5 +87,4 @@ check "tools/plot alone renders the four plots" bash -c "[ $rc -eq 0 ] && [ \$(l
 out=$("$root/tools/plot" "$scratch/nothing-here" 2>&1); rc=$?
 check "tools/plot on a non-run says so" bash -c "[ $rc -ne 0 ] && grep -q 'metrics.jsonl not found' <<<\"\$0\"" "$out"
 
-echo "$passed passed, $failures failed"
-[ $failures -eq 0 ]
+checks_done

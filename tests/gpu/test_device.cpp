@@ -1,12 +1,13 @@
-// The worker's device path on a GPU (CUDA here; MPS shares the code). Every test skips
-// where no CUDA device is visible, so CI (no GPU) reports them skipped; ctest label "gpu".
+// The worker's device path on an accelerator, built twice: gpu_tests (CUDA, ctest label
+// "gpu") and mps_tests (Apple's GPU, label "mps"), by PSTRAIN_TEST_DEVICE. Every test skips
+// where that device is absent, so CI (neither) reports them skipped.
 #include <gtest/gtest.h>
-#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <thread>
 
 #include "data/Dataset.h"
+#include "launcher/Device.h"
 #include "models/Registry.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/roles/FlatParameters.h"
@@ -17,10 +18,13 @@ using namespace pstrain;
 
 namespace {
 
-#define SKIP_WITHOUT_CUDA() \
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device visible"
+#ifndef PSTRAIN_TEST_DEVICE
+#error "PSTRAIN_TEST_DEVICE names the device under test: \"cuda\" or \"mps\""
+#endif
+const c10::Device kDevice(PSTRAIN_TEST_DEVICE);
 
-const c10::Device kCuda(c10::kCUDA, 0);
+#define SKIP_WITHOUT_DEVICE() \
+  if (!launcher::deviceAvailable(kDevice.type())) GTEST_SKIP() << "no " << kDevice << " device here"
 
 // The up message of one worker step of `model` on batch 0 of synthetic data, computed on
 // `device`, with the gradient handed over at the end of backward or bucket by bucket
@@ -74,9 +78,10 @@ double relativeDiff(const std::vector<float>& a, const std::vector<float>& b) {
 // The hazard of --overlap on a GPU: autograd calls a CUDA leaf's hooks on its own device
 // thread, not on the thread that called backward() (which waits meanwhile); a CPU leaf's
 // on the calling thread. Hence MPI_THREAD_SERIALIZED (MpiSession).
-TEST(Gpu, AutogradRunsCudaHooksOnItsDeviceThread) {
-  SKIP_WITHOUT_CUDA();
-  for (const c10::Device device : {c10::Device(c10::kCPU), kCuda}) {
+TEST(Device, AutogradRunsCudaHooksOnItsDeviceThread) {
+  SKIP_WITHOUT_DEVICE();
+  if (!kDevice.is_cuda()) GTEST_SKIP() << "CUDA's autograd device thread";
+  for (const c10::Device device : {c10::Device(c10::kCPU), kDevice}) {
     auto leaf = torch::ones({4}, torch::TensorOptions().device(device).requires_grad(true));
     std::thread::id hookThread;
     leaf.register_hook([&](const at::Tensor& g) { hookThread = std::this_thread::get_id(); });
@@ -89,49 +94,51 @@ TEST(Gpu, AutogradRunsCudaHooksOnItsDeviceThread) {
   }
 }
 
-// A worker on the GPU fills the up message as one on the CPU does (gradient x batch size,
-// then the buffers), with the gradient streamed in buckets from the device thread during
-// backward or copied out after it.
-TEST(Gpu, WorkerStepOnCudaEqualsTheCpuStep) {
-  SKIP_WITHOUT_CUDA();
+// A worker on the device fills the up message as one on the CPU does (gradient x batch
+// size, then the buffers), with the gradient streamed in buckets during backward (on
+// CUDA's device thread) or copied out after it.
+TEST(Device, WorkerStepEqualsTheCpuStep) {
+  SKIP_WITHOUT_DEVICE();
   at::globalContext().setAllowTF32CuDNN(false);
   for (const char* model : {"lenet", "resnet20"}) {
     const auto cpu = workerStep(model, c10::Device(c10::kCPU), false);
     std::vector<std::thread::id> threads;
-    const auto streamed = workerStep(model, kCuda, true, &threads);
-    const auto collected = workerStep(model, kCuda, false);
+    const auto streamed = workerStep(model, kDevice, true, &threads);
+    const auto collected = workerStep(model, kDevice, false);
     // float32 sums in another order (cuDNN's, the CPU's); BatchNorm's backward over 16
     // samples amplifies them (measured on an H100: lenet 6.8e-5, resnet20 1.2e-3).
     const double vsCpu = relativeDiff(cpu, collected), vsStreamed = relativeDiff(collected, streamed);
-    std::printf("%s: up message on cuda vs cpu: relative diff %.3g; streamed vs collected: %.3g\n", model, vsCpu,
-                vsStreamed);
+    std::printf("%s: up message on %s vs cpu: relative diff %.3g; streamed vs collected: %.3g\n", model,
+                kDevice.str().c_str(), vsCpu, vsStreamed);
     EXPECT_LE(vsCpu, 5e-3) << model;
     EXPECT_LE(vsStreamed, 1e-6) << model;
     ASSERT_FALSE(threads.empty());
-    EXPECT_NE(threads.front(), std::this_thread::get_id()) << model << ": buckets handed over on the calling thread";
+    if (kDevice.is_cuda()) {
+      EXPECT_NE(threads.front(), std::this_thread::get_id()) << model << ": buckets handed over on the calling thread";
+    }
   }
 }
 
 // BatchNorm statistics travel as floats: read from and written into device buffers.
-TEST(Gpu, BatchNormBuffersRoundTripThroughHostFloats) {
-  SKIP_WITHOUT_CUDA();
+TEST(Device, BatchNormBuffersRoundTripThroughHostFloats) {
+  SKIP_WITHOUT_DEVICE();
   torch::manual_seed(5);
   auto net = models::makeModel("resnet20");
-  net->to(kCuda);
+  net->to(kDevice);
   net->train();
   {
     torch::NoGradGuard noGrad;
-    net->forward(torch::randn({8, 3, 32, 32}, torch::TensorOptions().device(kCuda)));
+    net->forward(torch::randn({8, 3, 32, 32}, torch::TensorOptions().device(kDevice)));
   }
   const std::int64_t m = roles::bufferCount(*net);
   at::Tensor host = torch::empty({m});
   roles::readBuffers(*net, host);
   auto other = models::makeModel("resnet20");
-  other->to(kCuda);
+  other->to(kDevice);
   roles::writeBuffers(*other, host);
   auto mine = other->named_buffers();
   for (const auto& item : net->named_buffers()) {
-    EXPECT_TRUE(mine[item.key()].device().is_cuda());
+    EXPECT_EQ(mine[item.key()].device().type(), kDevice.type());
     EXPECT_TRUE(torch::equal(mine[item.key()], item.value())) << item.key();
   }
 }

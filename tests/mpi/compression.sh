@@ -9,7 +9,7 @@ rm -rf "$scratch" && mkdir -p "$scratch"
 source "$(dirname "$0")/../common/checks.sh"
 train() {  # train NP DIR [flags...]
   local np=$1 dir=$2; shift 2
-  run_logged "$dir" timeout 240 "$mpirun" -np "$np" "$pstrain" --model mlp --dataset synthetic --batch-size 32 \
+  run_logged "$dir" with_timeout 240 "$mpirun" -np "$np" "$pstrain" --device cpu --model mlp --dataset synthetic --batch-size 32 \
     --lr 0.02 --steps 150 --log-every 50 --checkpoint-every 0 --timeout 60 --train-dir "$dir" "$@"
 }
 accuracy() { final_accuracy "$pseval" "$1"; }
@@ -42,10 +42,10 @@ train 3 "$scratch/allreduce-int8" --mode allreduce --compress int8
 acc=$(accuracy "$scratch/allreduce-int8")
 check "allreduce: int8 gradients learn (accuracy $acc% >= 90%)" ge "$acc" 90
 
-timeout 60 "$mpirun" -np 3 "$pstrain" --compress topk:3 --dataset synthetic --train-dir "$scratch/bad" > "$scratch/bad.log" 2>&1
+with_timeout 60 "$mpirun" -np 3 "$pstrain" --compress topk:3 --dataset synthetic --train-dir "$scratch/bad" > "$scratch/bad.log" 2>&1
 rc=$?
 check "a bad codec spec is refused (exit $rc): $(head -1 "$scratch/bad.log")" grep -q "topk:3.*RATIO in (0, 1\]" "$scratch/bad.log"
-timeout 60 "$mpirun" -np 3 "$pstrain" --compress-weights topk:0.1 --dataset synthetic --train-dir "$scratch/bad2" > "$scratch/bad2.log" 2>&1
+with_timeout 60 "$mpirun" -np 3 "$pstrain" --compress-weights topk:0.1 --dataset synthetic --train-dir "$scratch/bad2" > "$scratch/bad2.log" 2>&1
 check "sparse weights are refused: $(head -1 "$scratch/bad2.log")" grep -q "sparsified weights make no sense" "$scratch/bad2.log"
 
 checks_done

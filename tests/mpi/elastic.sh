@@ -35,15 +35,15 @@ PY
 }
 
 # --- 1. 2 -> 1 -> 3 workers with 6 virtual shards, under mpirun ------------------------
-job=(--model lenet --dataset synthetic --synthetic-size 1200 --batch-size 8 --virtual-shards 6 --steps 60
+job=(--device cpu --model lenet --dataset synthetic --synthetic-size 1200 --batch-size 8 --virtual-shards 6 --steps 60
      --lr 0.02 --momentum 0.9 --weight-decay 1e-4 --checkpoint-every 5 --log-every 1 --threads 1 --timeout 60
      --straggle 1:20)
-run_logged whole timeout 300 "$mpirun" -np 3 "$pstrain" "${job[@]}" --train-dir "$scratch/whole"
+run_logged whole with_timeout 300 "$mpirun" -np 3 "$pstrain" "${job[@]}" --train-dir "$scratch/whole"
 "$mpirun" -np 3 "$pstrain" "${job[@]}" --train-dir "$scratch/elastic" > part1.log 2>&1 &
 stop_after "$scratch/elastic" 10; wait $!; rc1=$?
 "$mpirun" -np 2 "$pstrain" "${job[@]}" --train-dir "$scratch/elastic" --resume > part2.log 2>&1 &
 stop_after "$scratch/elastic" 30; wait $!; rc2=$?
-run_logged part3 timeout 300 "$mpirun" -np 4 "$pstrain" "${job[@]}" --train-dir "$scratch/elastic" --resume
+run_logged part3 with_timeout 300 "$mpirun" -np 4 "$pstrain" "${job[@]}" --train-dir "$scratch/elastic" --resume
 check "SIGUSR1: the job checkpoints, stops and exits 3 (twice)" test "$rc1$rc2" = 33
 check "SIGUSR1: it says where it stopped" has part1.log "stopped on request at step [0-9]+ of 60"
 diff=$(max_weight_diff whole/trained_model.pt elastic/trained_model.pt)
@@ -54,18 +54,15 @@ check "virtual shards: every step logged once (none lost, none repeated)" steps_
 # --- 2. pstrain-run: a worker killed, one slot fewer offered -----------------------------
 echo 3 > slots
 printf '#!/bin/sh\necho "localhost:$(cat %s/slots)"\n' "$scratch" > discover.sh && chmod +x discover.sh
-data=(--model lenet --batch-size 32 --steps 240 --lr 0.02 --checkpoint-every 20 --log-every 1 --threads 1 --timeout 60)
-run_logged reference timeout 300 "$mpirun" -np 3 "$pstrain" "${data[@]}" --train-dir "$scratch/reference"
+data=(--device cpu --model lenet --batch-size 32 --steps 240 --lr 0.02 --checkpoint-every 20 --log-every 1 --threads 1 --timeout 60)
+run_logged reference with_timeout 300 "$mpirun" -np 3 "$pstrain" "${data[@]}" --train-dir "$scratch/reference"
 "$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" --discovery-interval 1 \
   -- "${data[@]}" --train-dir "$scratch/killed" > killed.log 2>&1 &
 supervisor=$!
 wait_for killed/ckpt/step-00000040.ok
 echo 2 > slots
-for p in $(pgrep -x pstrain); do
-  if tr '\0' '\n' < /proc/$p/cmdline | grep -qx "$scratch/killed" && tr '\0' '\n' < /proc/$p/environ | grep -qx OMPI_COMM_WORLD_RANK=2; then
-    kill -9 "$p"
-  fi
-done
+victim=$(rank_pid "$scratch/killed" 2)
+[ -n "$victim" ] && kill -9 "$victim"
 wait $supervisor; rc=$?
 grep '^pstrain-run' killed.log | sed 's/^/     /'
 events=$(python3 -c "import json,sys; print(' '.join(f\"{e['event']}:{e['world_size']}\" for e in map(json.loads, open('killed/elastic.jsonl'))))")
@@ -103,11 +100,11 @@ check "regrow: the uninterrupted run's weights (<= 1e-5)" ge 1e-5 "$diff"
 # this LeNet's weights drift apart chaotically on some CPUs, 4.9e-5 after 30 steps where
 # 2 workers and 3 differed by 1.1e-3; at 0.003, 1.5e-8 and 4.7e-7. A lost or repeated
 # shard changes the gradient itself, not only its rounding.)
-balanced=(--model lenet --dataset synthetic --synthetic-size 1200 --batch-size 8 --virtual-shards 12 --steps 30
+balanced=(--device cpu --model lenet --dataset synthetic --synthetic-size 1200 --batch-size 8 --virtual-shards 12 --steps 30
           --lr 0.003 --warmup-steps 5 --lr-decay cosine --weight-decay 1e-4 --momentum 0.9 --checkpoint-every 0
           --log-every 10 --threads 1 --straggle 3:15)
-run_logged plain timeout 300 "$mpirun" -np 4 "$pstrain" "${balanced[@]}" --train-dir "$scratch/plain"
-run_logged balanced timeout 300 "$mpirun" -np 4 "$pstrain" "${balanced[@]}" --balance --train-dir "$scratch/balanced"
+run_logged plain with_timeout 300 "$mpirun" -np 4 "$pstrain" "${balanced[@]}" --train-dir "$scratch/plain"
+run_logged balanced with_timeout 300 "$mpirun" -np 4 "$pstrain" "${balanced[@]}" --balance --train-dir "$scratch/balanced"
 shares=$(metric balanced "last['virtual_shards_by_worker']")
 rates=$(metric plain "lines[-1]['samples_per_s']")/$(metric balanced "lines[-1]['samples_per_s']")
 diff=$(max_weight_diff plain/trained_model.pt balanced/trained_model.pt)

@@ -11,11 +11,11 @@ source "$(dirname "$0")/../common/checks.sh"
 has() { grep -qE -- "$2" "$1"; }
 train() {  # train DIR [flags...]: the run every case uses (synthetic data, fast)
   local dir=$1; shift
-  timeout 120 "$mpirun" -np 3 "$pstrain" --model mlp --dataset synthetic --steps 300 --batch-size 32 \
+  with_timeout 120 "$mpirun" -np 3 "$pstrain" --device cpu --model mlp --dataset synthetic --steps 300 --batch-size 32 \
     --lr 0.02 --lr-decay cosine --warmup-steps 20 --checkpoint-every 20 --log-every 50 --train-dir "$dir" "$@"
 }
 same_weights() {  # same_weights A.pt B.pt: max |a - b| <= 1e-6 over every tensor
-  "${PSTRAIN_PYTHON:-/usr/bin/python3}" - "$1" "$2" <<'PY'
+  "$PSTRAIN_PYTHON" - "$1" "$2" <<'PY'
 import sys, torch
 a, b = torch.load(sys.argv[1], weights_only=True), torch.load(sys.argv[2], weights_only=True)
 assert a.keys() == b.keys()
@@ -23,12 +23,6 @@ diff = max((a[k] - b[k]).abs().max().item() for k in a)
 print(f"     max |uninterrupted - resumed| = {diff:.3g}")
 sys.exit(0 if diff <= 1e-6 else 1)
 PY
-}
-rank_pid() {  # rank_pid DIR RANK: the pid of pstrain rank RANK training into DIR
-  for p in $(pgrep -x pstrain); do
-    if tr '\0' '\n' < /proc/$p/cmdline 2>/dev/null | grep -qx "$1" &&
-       tr '\0' '\n' < /proc/$p/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then echo "$p"; return; fi
-  done
 }
 wait_for() {  # wait_for FILE: up to 60 s
   for _ in $(seq 600); do [ -e "$1" ] && return 0; sleep 0.1; done; return 1
@@ -53,7 +47,7 @@ check "killed worker: every rank gone within 30 s (took ${took} s)" test $took -
 check "killed worker: mpirun names the lost rank" has "$scratch/killed.log" "process rank 2 .* exited on signal 9"
 check "killed worker: the others say at which step they stopped" has "$scratch/killed.log" "pstrain: rank 0: stopped by signal 15 at step [0-9]+"
 check "killed worker: no pstrain process left" test -z "$(rank_pid "$scratch/killed" 0)$(rank_pid "$scratch/killed" 1)"
-last=$(ls "$scratch/killed/ckpt" | grep -c '\.ok$')
+last=$(find "$scratch/killed/ckpt" -name '*.ok' | wc -l | tr -d ' ')
 "$pseval" --train-dir "$scratch/killed" > "$scratch/killed-eval.log" 2>&1
 check "killed worker: every published checkpoint is whole ($last evaluated)" \
   bash -c "! grep -q skipping '$scratch/killed-eval.log' && [ \$(tail -n +2 '$scratch/killed/eval.csv' | wc -l) -eq $last ]"
@@ -61,7 +55,7 @@ check "killed worker: every published checkpoint is whole ($last evaluated)" \
 # 2. Corrupt the newest checkpoint, then resume: the previous one is used, and the result
 #    equals the uninterrupted run.
 newest=$(ls "$scratch/killed/ckpt"/*.pt | tail -1)
-printf 'garbage' | dd of="$newest" bs=1 seek=1000 conv=notrunc status=none
+printf 'garbage' | dd of="$newest" bs=1 seek=1000 conv=notrunc 2>/dev/null
 train "$scratch/killed" --resume > "$scratch/resumed.log" 2>&1
 check "resume: completes" test -f "$scratch/killed/trained_model.pt"
 check "resume: the corrupt newest checkpoint is reported and skipped" has "$scratch/resumed.log" "resume: skipping step [0-9]+: .*checksum"
@@ -74,15 +68,13 @@ train "$scratch/term" > "$scratch/term.log" 2>&1 &
 job=$!
 wait_for "$scratch/term/ckpt/step-00000040.ok"
 sleep 0.3
-for p in $(pgrep -x 'mpiexec|mpirun|orterun'); do
-  tr '\0' '\n' < /proc/$p/cmdline | grep -qx "$scratch/term" && kill -TERM "$p"
-done
+for p in $(pids_of 'mpiexec|mpirun|orterun|prterun' "$scratch/term"); do kill -TERM "$p"; done
 wait $job; rc=$?
 sleep 1
 # mpirun stops its output forwarding first, so the ranks' own last words may not show here.
 check "SIGTERM: the job ends non-zero" test $rc -ne 0
 check "SIGTERM: no pstrain process left" test -z "$(rank_pid "$scratch/term" 0)$(rank_pid "$scratch/term" 1)$(rank_pid "$scratch/term" 2)"
-published=$(ls "$scratch/term/ckpt" | grep -c '\.ok$')
+published=$(find "$scratch/term/ckpt" -name '*.ok' | wc -l | tr -d ' ')
 "$pseval" --train-dir "$scratch/term" > "$scratch/term-eval.log" 2>&1
 check "SIGTERM: all $published published checkpoints are whole" \
   bash -c "! grep -q skipping '$scratch/term-eval.log' && [ \$(tail -n +2 '$scratch/term/eval.csv' | wc -l) -eq $published ]"
@@ -102,9 +94,9 @@ check "--skip-nonfinite: counted in metrics.jsonl" has "$scratch/skip/metrics.js
 
 # 5. Resuming with another model's checkpoints, and --resume with --overwrite.
 out="$scratch/other.log"
-timeout 60 "$mpirun" -np 3 "$pstrain" --model convnet --dataset synthetic --steps 10 --train-dir "$scratch/reference" --resume > "$out" 2>&1; rc=$?
+with_timeout 60 "$mpirun" -np 3 "$pstrain" --model convnet --dataset synthetic --steps 10 --train-dir "$scratch/reference" --resume > "$out" 2>&1; rc=$?
 check "resume with another model: refused" bash -c "[ $rc -ne 0 ] && grep -q 'a checkpoint of mlp on synthetic, but this run trains convnet' '$out'"
-timeout 60 "$mpirun" -np 3 "$pstrain" --dataset synthetic --train-dir "$scratch/x" --resume --overwrite > "$out" 2>&1; rc=$?
+with_timeout 60 "$mpirun" -np 3 "$pstrain" --dataset synthetic --train-dir "$scratch/x" --resume --overwrite > "$out" 2>&1; rc=$?
 check "--resume with --overwrite: refused" bash -c "[ $rc -eq 2 ] && grep -q 'choose one' '$out'"
 train "$scratch/fresh" --resume > "$out" 2>&1; rc=$?
 check "--resume in an empty dir: starts at step 0" bash -c "[ $rc -eq 0 ] && grep -q 'no valid checkpoint' '$out'"

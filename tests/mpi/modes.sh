@@ -11,7 +11,7 @@ rm -rf "$scratch" && mkdir -p "$scratch"
 source "$(dirname "$0")/../common/checks.sh"
 train() {  # train NP DIR [flags...]
   local np=$1 dir=$2; shift 2
-  run_logged "$dir" timeout 240 "$mpirun" -np "$np" "$pstrain" --model mlp --batch-size 32 --lr 0.02 --log-every 20 \
+  run_logged "$dir" with_timeout 240 "$mpirun" -np "$np" "$pstrain" --device cpu --model mlp --batch-size 32 --lr 0.02 --log-every 20 \
     --checkpoint-every 0 --timeout 60 --train-dir "$dir" "$@"
 }
 accuracy() { final_accuracy "$pseval" "$1"; }

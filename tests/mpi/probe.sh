@@ -6,16 +6,12 @@
 # streamed (sync, overlap) and whole-message (backup) paths, and the probe measures them.
 # Usage: probe.sh PSTRAIN PSEVAL MPIRUN SCRATCH
 set -uo pipefail
+source "$(dirname "$0")/../common/checks.sh"
 pstrain=$1 mpirun=$3 scratch=$4
 rm -rf "$scratch" && mkdir -p "$scratch"
-failures=0 passed=0
-check() {  # check NAME CONDITION-COMMAND...
-  local name=$1; shift
-  if "$@"; then echo "ok   $name"; passed=$((passed + 1)); else echo "FAIL $name"; failures=$((failures + 1)); fi
-}
 job=(--model lenet --dataset synthetic --synthetic-size 2000 --batch-size 32 --threads 1)
 
-out=$(timeout 300 "$mpirun" -np 3 "$pstrain" "${job[@]}" --probe --train-dir "$scratch/even" 2>&1); rc=$?
+out=$(with_timeout 300 "$mpirun" -np 3 "$pstrain" "${job[@]}" --probe --train-dir "$scratch/even" 2>&1); rc=$?
 echo "$out"
 check "probe exits 0" test $rc -eq 0
 check "probe prints a recommendation" grep -qE "recommendation: (sync|backup|async|allreduce) with 2 workers, .*x one worker" <<<"$out"
@@ -40,7 +36,7 @@ assert "x one worker" in p["recommendation"], p
 PY
 
 # One worker 300 ms slower per batch: sync waits for it, backup and async need not.
-out=$(timeout 300 "$mpirun" -np 3 "$pstrain" "${job[@]}" --probe --straggle 2:300 --train-dir "$scratch/slow" 2>&1); rc=$?
+out=$(with_timeout 300 "$mpirun" -np 3 "$pstrain" "${job[@]}" --probe --straggle 2:300 --train-dir "$scratch/slow" 2>&1); rc=$?
 echo "$out"
 check "probe with a straggler exits 0" test $rc -eq 0
 check "a straggler lowers the sync prediction and the recommendation tolerates it" python3 - "$scratch/even/probe.json" "$scratch/slow/probe.json" <<'PY'
@@ -53,7 +49,7 @@ PY
 
 # The compute stand-in: 60 ms per batch, a random gradient of the model's size, loss 0.
 for mode in sync backup; do
-  out=$(timeout 300 "$mpirun" -np 3 "$pstrain" "${job[@]}" --simulate-compute 60 --mode $mode --steps 12 \
+  out=$(with_timeout 300 "$mpirun" -np 3 "$pstrain" "${job[@]}" --simulate-compute 60 --mode $mode --steps 12 \
         --log-every 4 --checkpoint-every 0 --train-dir "$scratch/sim-$mode" 2>&1); rc=$?
   check "--simulate-compute, $mode: exits 0 (exit $rc)" test $rc -eq 0
   check "--simulate-compute, $mode: 60 ms batches, loss 0, rank 0's CPU recorded" python3 - "$scratch/sim-$mode" <<'PY'
@@ -65,7 +61,7 @@ assert all(l["rank0_cpu_s"] > 0 for l in lines), lines
 assert float(json.load(open(f"{d}/run.json"))["config"]["simulate-compute"]) == 60
 PY
 done
-out=$(timeout 300 "$mpirun" -np 3 "$pstrain" "${job[@]}" --simulate-compute 60 --probe --train-dir "$scratch/sim-probe" 2>&1); rc=$?
+out=$(with_timeout 300 "$mpirun" -np 3 "$pstrain" "${job[@]}" --simulate-compute 60 --probe --train-dir "$scratch/sim-probe" 2>&1); rc=$?
 check "--probe with --simulate-compute measures the stand-in's batches (exit $rc)" python3 - "$scratch/sim-probe/probe.json" <<'PY'
 import json, sys
 p = json.load(open(sys.argv[1]))
@@ -78,17 +74,16 @@ PY
 expect_error() {  # expect_error NAME PATTERN ARGS...
   local name=$1 pattern=$2; shift 2
   local out rc
-  out=$(timeout 60 "$mpirun" -np 3 "$pstrain" "${job[@]}" --train-dir "$scratch/bad" "$@" 2>&1); rc=$?
+  out=$(with_timeout 60 "$mpirun" -np 3 "$pstrain" "${job[@]}" --train-dir "$scratch/bad" "$@" 2>&1); rc=$?
   check "$name (exit $rc)" bash -c "[ $rc -eq 2 ] && grep -qE -- '$pattern' <<<\"\$0\"" "$out"
 }
 expect_error "probe with an unknown mode" "--mode" --probe --mode nonsense
 expect_error "probe with --dry-run" "--probe and --dry-run" --probe --dry-run
 expect_error "probe with a codec that does not exist" "compress" --probe --compress zip9
 expect_error "a negative --simulate-compute" "--simulate-compute" --simulate-compute -5
-out=$(timeout 60 "$mpirun" -np 3 "$pstrain" --probe --dataset fashion-mnist --data-dir "$scratch/nowhere" \
+out=$(with_timeout 60 "$mpirun" -np 3 "$pstrain" --probe --dataset fashion-mnist --data-dir "$scratch/nowhere" \
       --train-dir "$scratch/bad" 2>&1); rc=$?
 check "probe with a missing dataset fails (exit $rc)" bash -c "[ $rc -ne 0 ] && grep -q 'nowhere' <<<\"\$0\"" "$out"
 check "failed probes write no probe.json" test ! -e "$scratch/bad/probe.json"
 
-echo "$passed passed, $failures failed"
-[ "$failures" -eq 0 ]
+checks_done

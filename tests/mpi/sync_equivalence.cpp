@@ -2,15 +2,16 @@
 // the weights of one process training at batch 2b on the union of the same samples (on the
 // CPU), with the exchange overlapping backward (buckets) and without (one reduction of the
 // whole gradient). Rank 0 checks and sets the exit code. argv[1]: a scratch directory;
-// argv[2]: the workers' device (default cpu; with cuda the tolerance is 1e-4 instead of
-// 1e-5, TF32 is off, and the exit code is 77, "skipped", where no GPU is visible).
-#include <torch/cuda.h>
+// argv[2]: the workers' device (default cpu; on cuda or mps the tolerance is 1e-4 instead
+// of 1e-5, TF32 is off, and the exit code is 77, "skipped", where the device is absent:
+// ctest runs it as gpu.sync_equivalence and mps.sync_equivalence).
 #include <torch/torch.h>
 
 #include <cstdio>
 #include <iostream>
 #include <string>
 
+#include "launcher/Device.h"
 #include "runtime/comm/mpi/MpiComm.h"
 #include "runtime/roles/Training.h"
 #include "tests/common/Reference.h"
@@ -26,8 +27,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const c10::Device device(argc > 2 ? argv[2] : "cpu");
-  if (device.is_cuda() && !torch::cuda::is_available()) {
-    if (comm.rank() == 0) std::printf("skipped: no CUDA device\n");
+  if (!launcher::deviceAvailable(device.type())) {
+    if (comm.rank() == 0) std::printf("skipped: no %s device\n", device.str().c_str());
     return 77;
   }
   // Exact float32 convolutions on the GPU: with TF32 (PyTorch's default for cuDNN) a step

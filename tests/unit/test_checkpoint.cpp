@@ -167,7 +167,7 @@ TEST_F(Checkpoints, ACheckpointOfAnotherModelIsRefused) {
 }
 
 TEST_F(Checkpoints, UnwritableDirectoryIsAClearError) {
-  EXPECT_THROW(checkpoint::publish("/proc/pstrain-cannot-write-here", sample(1)), CheckpointError);
+  EXPECT_THROW(checkpoint::publish("/dev/null/pstrain-cannot-write-here", sample(1)), CheckpointError);
 }
 
 TEST_F(Checkpoints, PlainStateDictRoundTrip) {

@@ -23,6 +23,7 @@
 #include "data/Dataset.h"
 #include "launcher/Device.h"
 #include "models/Registry.h"
+#include "runtime/Portable.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/optim/Sgd.h"
 #include "runtime/roles/DeviceSync.h"
@@ -90,7 +91,7 @@ int main(int argc, char** argv) {
   }
   const c10::Device device = launcher::chooseDevice(deviceName, 0);
   torch::set_num_threads(std::atoi(argv[1]));
-  launcher::keepFreedMemoryForReuse();  // as pstrain's workers do
+  portable::keepFreedMemoryForReuse();  // as pstrain's workers do
   const std::int64_t batch = std::atoll(argv[2]);
   const int steps = std::atoi(argv[3]);
   for (int i = 4; i < argc; ++i) {

@@ -1,0 +1,113 @@
+#include "runtime/Portable.h"
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#elif defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
+
+namespace pstrain::portable {
+
+#if defined(__linux__)
+std::optional<double> processStartSeconds(long pid) {
+  // Field 22 of /proc/PID/stat, in clock ticks since boot. The command name (field 2) may
+  // hold spaces and parentheses: fields are counted from its closing one.
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream fields(stat.substr(close + 1));
+  std::string field;
+  for (int index = 3; index <= 22 && fields >> field; ++index) {
+    if (index == 22) return std::strtod(field.c_str(), nullptr) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  }
+  return std::nullopt;
+}
+
+double startClockSeconds() {
+  timespec now{};
+  ::clock_gettime(CLOCK_BOOTTIME, &now);
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9;
+}
+#elif defined(__APPLE__)
+std::optional<double> processStartSeconds(long pid) {
+  int query[4] = {CTL_KERN, KERN_PROC, KERN_PROC_PID, static_cast<int>(pid)};
+  kinfo_proc info{};
+  std::size_t size = sizeof info;
+  if (::sysctl(query, 4, &info, &size, nullptr, 0) != 0 || size == 0) return std::nullopt;
+  const timeval& started = info.kp_proc.p_starttime;
+  return static_cast<double>(started.tv_sec) + static_cast<double>(started.tv_usec) * 1e-6;
+}
+
+double startClockSeconds() {
+  timeval now{};
+  ::gettimeofday(&now, nullptr);
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_usec) * 1e-6;
+}
+#else
+// Other systems: no start times (run.json then lacks the "launch" and "load" phases).
+std::optional<double> processStartSeconds(long) { return std::nullopt; }
+double startClockSeconds() { return 0; }
+#endif
+
+double peakRssMib() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+#if defined(__APPLE__)
+  return static_cast<double>(usage.ru_maxrss) / (1 << 20);  // bytes
+#else
+  return static_cast<double>(usage.ru_maxrss) / 1024;  // KiB (Linux, the BSDs)
+#endif
+}
+
+bool syncToDisk(int fd) {
+#if defined(__APPLE__)
+  if (::fcntl(fd, F_FULLFSYNC) == 0) return true;
+  if (errno != ENOTSUP && errno != EINVAL) return false;  // refused by the file system: fsync is what it offers
+#endif
+  return ::fsync(fd) == 0;
+}
+
+void keepFreedMemoryForReuse() {
+#if defined(__GLIBC__)
+  // The largest mmap threshold glibc accepts on 64-bit: blocks below it come from the heap.
+  // Freed memory at the top of the heap goes back to the kernel only past 256 MiB.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
+#else
+  // Other C libraries (macOS's) have no such knobs: their allocators keep what they see fit.
+#endif
+}
+
+bool closeOnExecPipe(int fds[2]) {
+#if defined(__linux__)
+  return ::pipe2(fds, O_CLOEXEC) == 0;
+#else
+  if (::pipe(fds) != 0) return false;
+  for (int i = 0; i < 2; ++i) {
+    if (::fcntl(fds[i], F_SETFD, FD_CLOEXEC) != 0) {
+      const int error = errno;
+      ::close(fds[0]);
+      ::close(fds[1]);
+      errno = error;
+      return false;
+    }
+  }
+  return true;
+#endif
+}
+
+}  // namespace pstrain::portable

@@ -1,0 +1,36 @@
+#pragma once
+// What differs between Linux and macOS (DESIGN.md, "Platforms"), in one place: every call
+// that only one of them has lives in Portable.cpp, behind `__linux__` or `__APPLE__` with a
+// portable path beside it (the portability check's lint enforces it). Torch-free.
+#include <optional>
+
+namespace pstrain::portable {
+
+// When process `pid` started, in seconds on the clock of startClockSeconds() (Linux: since
+// boot, 10 ms resolution; macOS: since the epoch, 1 µs), if the system tells.
+std::optional<double> processStartSeconds(long pid);
+double startClockSeconds();
+
+// This process's peak resident memory so far, MiB (getrusage's ru_maxrss is KiB on Linux
+// and bytes on macOS).
+double peakRssMib();
+
+// Makes what was written to `fd` durable. macOS's fsync leaves the data in the drive's
+// cache, so there F_FULLFSYNC first; a file system that refuses it (SMB shares: ENOTSUP)
+// gets fsync. Returns false, with errno set, when the data may not be on disk.
+bool syncToDisk(int fd);
+
+// Makes the C library keep the memory a training step frees for the next step. glibc's
+// malloc otherwise serves many activation-sized blocks (from 128 KiB) with mmap and returns
+// them with munmap, so every step faults the same pages in again: about 10% of a ResNet-20
+// step on the CPU (tools/bench (1)). Call once in a process that computes, after loading its
+// data (whose big temporaries should go back to the kernel) and before the first step; a
+// server does not (it would only keep pages it never reuses). A no-op where the C library
+// is not glibc (macOS's allocator keeps freed regions by itself).
+void keepFreedMemoryForReuse();
+
+// pipe(2) with both ends close-on-exec (Linux's pipe2(O_CLOEXEC); elsewhere pipe and
+// fcntl: the caller must not fork from another thread in between). Returns false with errno.
+bool closeOnExecPipe(int fds[2]);
+
+}  // namespace pstrain::portable
