@@ -54,16 +54,27 @@ with_timeout() {
     exit(($? & 127) ? 128 + ($? & 127) : $? >> 8);' "$@"
 }
 
+# stop_job PID: SIGTERM to a job started in the background as `with_timeout ... &`: the
+# subshell that $! names, and its child (the timeout wrapper, which passes it on).
+stop_job() {
+  pkill -TERM -P "$1" 2>/dev/null
+  kill -TERM "$1" 2>/dev/null
+  return 0
+}
+
 # now_seconds: seconds since the epoch, to the microsecond (GNU date has +%N, BSD's not).
 now_seconds() { perl -MTime::HiRes=time -e 'printf "%.6f\n", time'; }
 
 # rank_pid DIR RANK: the pid of rank RANK of the job training into DIR (its run.json), while
-# it runs; nothing otherwise.
+# it runs; nothing otherwise (a zombie does not run).
 rank_pid() {
   local pid
   pid=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["ranks"][int(sys.argv[2])]["pid"])' \
-        "$1/run.json" 2>/dev/null) || return 0
-  if kill -0 "$pid" 2>/dev/null; then echo "$pid"; fi
+        "$1/run.json" "$2" 2>/dev/null) || return 0
+  case "$(ps -o stat= -p "$pid" 2>/dev/null)" in
+    ""|Z*) ;;  # gone, or a zombie nobody reaped yet
+    *) echo "$pid" ;;
+  esac
 }
 # pids_of NAMES ARG: the pids of running processes whose program is one of NAMES (a regex:
 # 'mpirun|mpiexec|orterun|prterun') and one of whose arguments is ARG (ps: Linux and macOS).

@@ -97,7 +97,7 @@ with_timeout 240 "$mpirun" -np 3 "$pstrain" --device cpu --model cnn.pt --datase
   --log-every 15 --timeout 60 --train-dir resumed "${resumable[@]}" --straggle 1:50 > resumed.log 2>&1 &
 job=$!
 for _ in $(seq 600); do [ -e resumed/ckpt/step-00000020.ok ] && break; sleep 0.1; done
-kill -TERM $job; wait $job
+stop_job $job; wait $job
 run 3 resumed "${resumable[@]}" --resume
 diff=$(max_weight_diff resume-reference/trained_model.pt resumed/trained_model.pt)
 echo "     stopped after step 20, resumed: max abs diff $diff"

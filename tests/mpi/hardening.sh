@@ -93,7 +93,7 @@ first=$!
 for _ in $(seq 300); do [ -e busy/run.json ] && break; sleep 0.1; done
 with_timeout 60 "$mpirun" -np 3 "$pstrain" --model lenet "${common[@]}" --steps 10 --train-dir "$scratch/busy" --overwrite > second.log 2>&1
 check "a second job on the same train dir: refused" has second.log "another pstrain job is using it \(pid [0-9]+\)"
-kill -TERM $first 2>/dev/null; wait $first
+stop_job $first; wait $first
 mkdir -p shared && chmod 0777 shared
 with_timeout 60 "$mpirun" -np 3 "$pstrain" --model lenet "${common[@]}" --steps 10 --train-dir "$scratch/shared" > shared.log 2>&1
 check "a train dir that others can write: refused" has shared.log "other users can write it .*mode 0777"
