@@ -5,26 +5,17 @@
 #include <string>
 #include <vector>
 
+#include "runtime/config/Flags.h"
 #include "runtime/config/TrainConfig.h"
 
 namespace pstrain::launcher {
 
-struct TrainCommand {
-  config::TrainConfig cfg;
-  std::string helpText;  // set when --help was given: print it and exit 0
-  bool version = false;
-  bool listModels = false;
-  bool listDatasets = false;
-};
+using TrainCommand = config::TrainFlags;
 
-// Throws ConfigError on unknown flags, bad values or stray arguments. `--config FILE` reads
-// flags from FILE first ("key = value" lines, keys as the flags without "--", "#" starts a
-// comment); flags on the command line override them.
+// pstrain's command line (config::parseTrainFlags), and the names in it that a registry
+// knows: models, datasets and codecs, and a zoo model's input against a built-in dataset's.
+// Throws ConfigError on unknown flags, bad values or stray arguments.
 TrainCommand parseTrainCommand(int argc, char** argv);
-
-// The flags that a config file stands for, as "--key=value" arguments. Throws ConfigError
-// naming the file and line of a malformed line.
-std::vector<std::string> configFileArguments(const std::string& path);
 
 // One line per distinct error of the ranks' start-up `verdicts` (indexed by rank; empty: no
 // error), each as PREFIX + message + SUFFIX, naming the ranks unless every rank says it.

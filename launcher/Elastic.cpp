@@ -20,8 +20,14 @@
 #include <sstream>
 #include <thread>
 
+#include "launcher/OptionValues.h"
 #include "runtime/Errors.h"
+#include "runtime/Stop.h"
+#include "runtime/Text.h"
+#include "runtime/config/Flags.h"
+#include "runtime/metrics/Clock.h"
 #include "runtime/Portable.h"
+#include "runtime/rundir/RunFiles.h"
 #include "runtime/metrics/Json.h"
 #include "runtime/metrics/JsonLines.h"
 
@@ -29,37 +35,12 @@ namespace pstrain::launcher {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
+using metrics::Clock;
+using metrics::secondsSince;
 
-constexpr int kConfigErrorExit = 2;  // pstrain: "your flags are wrong", never retried
-constexpr int kResumableExit = 3;    // pstrain: stopped at a checkpoint on request (SIGUSR1)
-
-std::string trim(const std::string& s) {
-  const auto first = s.find_first_not_of(" \t\r");
-  return first == std::string::npos ? "" : s.substr(first, s.find_last_not_of(" \t\r") - first + 1);
-}
-
-std::string isoTime() {
-  std::time_t now = std::time(nullptr);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  return text;
-}
-
-double secondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 std::atomic<int> gStopSignal{0};  // SIGINT/SIGTERM to pstrain-run: stop the job, relaunch nothing
 extern "C" void onStopSignal(int signal) { gStopSignal = signal; }
-
-// The value of pstrain's flag `name` in `args` ("--name V" or "--name=V"), or "".
-std::string flagValue(const std::vector<std::string>& args, const std::string& name) {
-  std::string value;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--" + name && i + 1 < args.size()) value = args[i + 1];
-    if (args[i].rfind("--" + name + "=", 0) == 0) value = args[i].substr(name.size() + 3);
-  }
-  return value;
-}
 
 }  // namespace
 
@@ -112,38 +93,43 @@ std::string describeHosts(const std::vector<Host>& hosts) {
 }
 
 std::int64_t newestCheckpointStep(const std::string& trainDir) {
-  std::int64_t newest = 0;
-  std::error_code ec;
-  static const std::regex name(R"(step-(\d{8,})\.ok)");
-  for (const auto& entry : fs::directory_iterator(fs::path(trainDir) / "ckpt", ec)) {
-    std::smatch m;
-    const std::string file = entry.path().filename().string();
-    if (std::regex_match(file, m, name)) newest = std::max<std::int64_t>(newest, std::stoll(m[1]));
-  }
-  return newest;
+  const auto published = rundir::listPublished(rundir::pathOf(trainDir, rundir::kCheckpoints));
+  return published.empty() ? 0 : published.back().step;
 }
+
+namespace {
+
+// Starts `argv` (PATH searched) as a child process: in a process group of its own when
+// `ownGroup` (so that a timeout can kill whatever it started), with its standard output on
+// `stdoutFd` unless that is -1. Returns its pid, or -1 when it could not fork; a child that
+// cannot run the command exits 127.
+pid_t spawn(const std::vector<std::string>& argv, bool ownGroup, int stdoutFd) {
+  std::vector<char*> args;  // made before the fork: the child only calls what is async-signal-safe
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    if (ownGroup) ::setpgid(0, 0);
+    if (stdoutFd >= 0) ::dup2(stdoutFd, STDOUT_FILENO);
+    ::execvp(args[0], args.data());
+    ::_exit(127);
+  }
+  if (child > 0 && ownGroup) ::setpgid(child, child);  // either side may run first
+  return child;
+}
+
+}  // namespace
 
 CommandResult runCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout, bool captureOutput) {
   CommandResult result;
   int pipeFds[2] = {-1, -1};
   if (!portable::closeOnExecPipe(pipeFds)) return result;
-  const pid_t child = ::fork();
+  const pid_t child = spawn(argv, true, captureOutput ? pipeFds[1] : -1);
+  ::close(pipeFds[1]);
   if (child < 0) {
     ::close(pipeFds[0]);
-    ::close(pipeFds[1]);
     return result;
   }
-  if (child == 0) {
-    ::setpgid(0, 0);  // its own group: a timeout kills whatever it started
-    if (captureOutput) ::dup2(pipeFds[1], STDOUT_FILENO);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    ::_exit(127);
-  }
-  ::setpgid(child, child);
-  ::close(pipeFds[1]);
   const auto deadline = Clock::now() + timeout;
   char buffer[4096];
   for (bool open = true; open;) {
@@ -178,6 +164,7 @@ CommandResult runCommand(const std::vector<std::string>& argv, std::chrono::mill
 }
 
 ElasticOptions parseElasticCommand(int argc, char** argv) {
+  const ElasticOptions d;  // defaults
   ElasticOptions o;
   // Everything after "--" is pstrain's.
   int split = argc;
@@ -198,17 +185,17 @@ ElasticOptions parseElasticCommand(int argc, char** argv) {
   options.set_width(100);
   // clang-format off
   options.add_options()
-    ("hostfile", "the hosts (Open MPI hostfile); each is probed with a short launch to find those that answer", cxxopts::value<std::string>()->default_value(""))
-    ("host-discovery-script", "an executable printing one host:slots line per available host (Horovod's convention)", cxxopts::value<std::string>()->default_value(""))
-    ("np", "the most ranks to start, server included (0: every slot offered)", cxxopts::value<int>()->default_value("0"))
-    ("min-workers", "fewer workers than this: wait for hosts (then give up)", cxxopts::value<int>()->default_value("1"))
-    ("max-restarts", "relaunches after failures before giving up", cxxopts::value<int>()->default_value("10"))
-    ("discovery-interval", "seconds between asking for hosts while the job runs", cxxopts::value<double>()->default_value("5"))
-    ("wait-for-hosts", "seconds to wait for --min-workers before giving up", cxxopts::value<double>()->default_value("600"))
-    ("probe-timeout", "seconds one probe launch of a hostfile's host may take", cxxopts::value<double>()->default_value("15"))
-    ("mpirun", "the mpirun to run", cxxopts::value<std::string>()->default_value("mpirun"))
+    ("hostfile", "the hosts (Open MPI hostfile); each is probed with a short launch to find those that answer", defaulted(d.hostfile))
+    ("host-discovery-script", "an executable printing one host:slots line per available host (Horovod's convention)", defaulted(d.discoveryScript))
+    ("np", "the most ranks to start, server included (0: every slot offered)", defaulted(d.maxRanks))
+    ("min-workers", "fewer workers than this: wait for hosts (then give up)", defaulted(d.minWorkers))
+    ("max-restarts", "relaunches after failures before giving up", defaulted(d.maxRestarts))
+    ("discovery-interval", "seconds between asking for hosts while the job runs", defaulted(d.discoveryIntervalSeconds))
+    ("wait-for-hosts", "seconds to wait for --min-workers before giving up", defaulted(d.waitForHostsSeconds))
+    ("probe-timeout", "seconds one probe launch of a hostfile's host may take", defaulted(d.probeTimeoutSeconds))
+    ("mpirun", "the mpirun to run", defaulted(d.mpirun))
     ("mpirun-arg", "an argument for mpirun (repeat it: --mpirun-arg=--mca --mpirun-arg=btl_tcp_if_include --mpirun-arg=en0)", cxxopts::value<std::vector<std::string>>())
-    ("pstrain", "the pstrain binary (default: the one next to pstrain-run)", cxxopts::value<std::string>()->default_value(""))
+    ("pstrain", "the pstrain binary (default: the one next to pstrain-run)", defaulted(d.pstrain))
     ("h,help", "print this help");
   // clang-format on
   cxxopts::ParseResult r;
@@ -247,6 +234,11 @@ ElasticOptions parseElasticCommand(int argc, char** argv) {
     if (!(s > 0 && s <= 30 * 86400.0)) throw ConfigError("the seconds of --discovery-interval, --wait-for-hosts and --probe-timeout must be positive");
   }
   if (o.pstrainArgs.empty()) throw ConfigError("give pstrain's arguments after -- (at least --train-dir)");
+  try {
+    config::parseTrainFlags(o.pstrainArgs);  // pstrain's own verdict on them, --config included
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("pstrain's flags (after --): {}", e.what()));
+  }
   return o;
 }
 
@@ -254,19 +246,13 @@ namespace {
 
 class Supervisor {
  public:
-  explicit Supervisor(const ElasticOptions& o) : o_(o) {
-    trainDir_ = flagValue(o.pstrainArgs, "train-dir");
-    if (trainDir_.empty()) trainDir_ = "runs/pstrain";
-    const std::string mode = flagValue(o.pstrainArgs, "mode");
-    peers_ = mode == "allreduce" || mode == "gossip";
-    // Sync and allreduce deal each step to a fixed number of virtual shards: never more
-    // workers than those (--virtual-shards, else the first launch's workers).
-    sharded_ = mode.empty() || mode == "sync" || mode == "allreduce";
-    const std::string shards = flagValue(o.pstrainArgs, "virtual-shards");
-    if (!shards.empty()) maxWorkers_ = std::atoi(shards.c_str());
+  explicit Supervisor(const ElasticOptions& o) : o_(o), job_(config::parseTrainFlags(o.pstrainArgs).cfg) {
+    // Sharded modes deal each step to a fixed number of virtual shards: never more workers
+    // than those (--virtual-shards, else the first launch's workers).
+    maxWorkers_ = job_.virtualShards;
     std::error_code ec;
-    fs::create_directories(trainDir_, ec);
-    events_ = std::make_unique<metrics::JsonLines>((fs::path(trainDir_) / "elastic.jsonl").string());
+    fs::create_directories(job_.trainDir, ec);
+    events_ = std::make_unique<metrics::JsonLines>(rundir::pathOf(job_.trainDir, rundir::kElastic));
   }
 
   int run() {
@@ -281,8 +267,8 @@ class Supervisor {
         return lastFailure;
       }
       const int workers = workersFor(hosts);
-      if (first && sharded_ && maxWorkers_ == 0) maxWorkers_ = workers;
-      const int ranks = peers_ ? workers : workers + 1;
+      if (first && job_.modeInfo().sharded && maxWorkers_ == 0) maxWorkers_ = workers;
+      const int ranks = job_.modeInfo().peers() ? workers : workers + 1;
       event("launch", ranks, hosts, "", failedAt != Clock::time_point{} ? secondsSince(failedAt) : -1);
       const int code = launch(hosts, ranks, !first);
       first = false;
@@ -322,7 +308,7 @@ class Supervisor {
     int slots = 0;
     for (const auto& h : hosts) slots += h.slots;
     if (o_.maxRanks > 0) slots = std::min(slots, o_.maxRanks);
-    int workers = peers_ ? slots : slots - 1;
+    int workers = job_.modeInfo().peers() ? slots : slots - 1;
     if (maxWorkers_ > 0) workers = std::min(workers, maxWorkers_);
     return std::max(workers, 0);
   }
@@ -399,17 +385,9 @@ class Supervisor {
       argv.push_back(a);
     }
     if (resume) argv.push_back("--resume");
-    const pid_t child = ::fork();
+    const pid_t child = spawn(argv, false, -1);
     if (child < 0) throw Error("cannot start mpirun");
-    if (child == 0) {
-      std::vector<char*> args;
-      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      ::execvp(args[0], args.data());
-      std::cerr << "pstrain-run: cannot run " << argv[0] << std::endl;
-      ::_exit(127);
-    }
-    const int workers = peers_ ? ranks : ranks - 1;
+    const int workers = job_.modeInfo().peers() ? ranks : ranks - 1;
     auto nextLook = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                        std::chrono::duration<double>(o_.discoveryIntervalSeconds));
     bool forwarded = false;
@@ -443,9 +421,9 @@ class Supervisor {
   // failure that this launch follows.
   void event(const std::string& name, int worldSize, const std::vector<Host>& hosts, const std::string& reason,
              double sinceFailure = -1) {
-    const std::int64_t step = newestCheckpointStep(trainDir_);
+    const std::int64_t step = newestCheckpointStep(job_.trainDir);
     metrics::JsonObject line;
-    line.add("time", isoTime()).add("event", name).add("world_size", worldSize);
+    line.add("time", metrics::isoTime()).add("event", name).add("world_size", worldSize);
     line.add("hosts", describeHosts(hosts)).add("step", step);
     if (!reason.empty()) line.add("reason", reason);
     if (sinceFailure >= 0) line.add("seconds_since_failure", sinceFailure);
@@ -455,8 +433,7 @@ class Supervisor {
   }
 
   const ElasticOptions& o_;
-  std::string trainDir_;
-  bool peers_ = false, sharded_ = true;
+  const config::TrainConfig job_;  // pstrain's flags, --config included
   int maxWorkers_ = 0;
   bool regrowing_ = false;
   std::unique_ptr<metrics::JsonLines> events_;

@@ -51,7 +51,7 @@ class Evaluator {
   // Evaluates every published checkpoint not seen yet; returns how many it evaluated.
   int pass() {
     int evaluated = 0;
-    for (const auto& published : checkpoint::listPublished((dir_ / "ckpt").string())) {
+    for (const auto& published : rundir::listPublished((dir_ / "ckpt").string())) {
       if (done_.count(published.step) || skipped_.count(published.step)) continue;
       // A checkpoint can fail its check while pstrain republishes it (after a resume, the
       // old marker goes before the new file arrives): look again before giving up on it.
@@ -79,7 +79,7 @@ class Evaluator {
   std::size_t seen() const { return done_.size(); }
 
  private:
-  void evaluateOne(const checkpoint::Published& published) {
+  void evaluateOne(const rundir::Published& published) {
     checkpoint::Checkpoint ckpt = checkpoint::read(published);
     const data::Dataset& test = testSet(ckpt);
     auto model = models::makeModel(modelOf(ckpt), test.classes);
@@ -115,7 +115,7 @@ class Evaluator {
     return it->second;
   }
 
-  void record(const checkpoint::Checkpoint& ckpt, const checkpoint::Published& published,
+  void record(const checkpoint::Checkpoint& ckpt, const rundir::Published& published,
               const roles::EvalResult& r) {
     fs::path csvPath = dir_ / "eval.csv";
     bool fresh = !fs::exists(csvPath);

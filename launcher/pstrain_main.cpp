@@ -19,9 +19,10 @@
 #include "models/Registry.h"
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
+#include "runtime/Stop.h"
 #include "runtime/comm/mpi/MpiComm.h"
 #include "runtime/metrics/Startup.h"
-#include "runtime/roles/StepProtocol.h"
+#include "runtime/probe/Probe.h"
 #include "runtime/roles/Training.h"
 
 namespace {
@@ -48,6 +49,15 @@ void printDatasets() {
   }
   fmt::print("{:<16} {:<8} {:>7}  {}\n", "FILE.npz", "any", "any",
              "a NumPy .npz of your own: x_train, y_train, x_test, y_test (np.savez; README: \"Your own model and data\")");
+}
+
+// One line per mode, in the table's columns (tools/bench-* read it).
+void printModes() {
+  fmt::print("{:<10} {:<7} {:<13} {:<8} {}\n", "mode", "ranks", "exchange", "sharded", "description");
+  for (const auto& mode : config::modes()) {
+    fmt::print("{:<10} {:<7} {:<13} {:<8} {}\n", mode.name, mode.peers() ? "peers" : "server", config::nameOf(mode.exchange),
+               mode.sharded ? "yes" : "no", mode.help);
+  }
 }
 
 int gRank = -1;
@@ -82,7 +92,7 @@ extern "C" void onTerminate(int signal) {
   p = appendText(p, ": stopped by signal ");
   p = appendNumber(p, signal);
   p = appendText(p, " at step ");
-  p = appendNumber(p, roles::currentStep().load());
+  p = appendNumber(p, currentStep().load());
   p = appendText(p, " (the job was interrupted, or another rank failed)\n");
   ssize_t ignored = ::write(STDERR_FILENO, line, static_cast<std::size_t>(p - line));
   (void)ignored;
@@ -91,7 +101,7 @@ extern "C" void onTerminate(int signal) {
 
 // SIGUSR1 (mpirun forwards it to every rank): checkpoint at the next step and exit with a
 // resumable status (pstrain-run's way to take hosts back).
-extern "C" void onStopRequest(int) { roles::stopRequested() = true; }
+extern "C" void onStopRequest(int) { stopRequested() = true; }
 
 std::string commandLine(int argc, char** argv) {
   std::string line;
@@ -116,10 +126,10 @@ int main(int argc, char** argv) {
   }
   const config::TrainConfig& cfg = cli.cfg;
   const bool training = parseError.empty() && cli.helpText.empty() && !cli.version && !cli.listModels &&
-                        !cli.listDatasets;
+                        !cli.listDatasets && !cli.listModes;
   // (std::async's future waits for its thread when destroyed: an early return does too.)
   std::future<data::Dataset> prefetched;
-  if (training && roles::computesGradients(cfg, launcher::launchedRank())) {
+  if (training && config::computesGradients(cfg.mode, launcher::launchedRank())) {
     prefetched = std::async(std::launch::async, [&cfg] {
       return data::loadDataset(cfg.dataset, cfg.dataDir, data::Split::Train, cfg.syntheticSize);
     });
@@ -139,7 +149,7 @@ int main(int argc, char** argv) {
     const auto verdicts = comm.allGather(parseError, "start-up (command lines)");
     if (std::any_of(verdicts.begin(), verdicts.end(), [](const std::string& v) { return !v.empty(); })) {
       if (rank == 0) launcher::printErrorLine(launcher::describeVerdicts(verdicts, "pstrain: error: ", " (see pstrain --help)"));
-      return 2;
+      return kConfigErrorExit;
     }
   } catch (const std::exception& e) {
     launcher::printErrorLine(fmt::format("pstrain: rank {}: {}", rank, e.what()));
@@ -152,13 +162,14 @@ int main(int argc, char** argv) {
     }
     if (cli.listModels) printModels();
     if (cli.listDatasets) printDatasets();
+    if (cli.listModes) printModes();
   }
   if (!training) return 0;
 
   try {
     comm.connectDoorbell(cfg.doorbell == "on");
     startup.mark("command_line");
-    const bool computes = roles::computesGradients(cfg, rank);
+    const bool computes = config::computesGradients(cfg.mode, rank);
     torch::set_num_threads(!computes ? 1 : (cfg.threads > 0 ? cfg.threads : launcher::autoThreads()));
     // A server never computes: it keeps the weights on the CPU next to the network.
     c10::Device device = computes ? launcher::chooseDevice(cfg.device, launcher::localRank()) : c10::Device(c10::kCPU);
@@ -182,13 +193,17 @@ int main(int argc, char** argv) {
       startup.mark("data");
     }
     roles::RunInfo info{comm::MpiSession::libraryVersion(), command, comm::MpiSession::yieldWhenIdleSetting()};
-    roles::runTraining(comm, cfg, *model, train ? &*train : nullptr, device, info);
+    if (cfg.probe) {
+      probe::runProbe(comm, cfg, *model, train ? &*train : nullptr, device, info);
+    } else {
+      roles::runTraining(comm, cfg, *model, train ? &*train : nullptr, device, info);
+    }
   } catch (const CollectiveConfigError& e) {
     if (rank == 0) launcher::printErrorLine(fmt::format("pstrain: error: {}", e.what()));
-    return 2;
+    return kConfigErrorExit;
   } catch (const std::exception& e) {
     launcher::printErrorLine(fmt::format("pstrain: rank {}: {}", rank, e.what()));
     comm::MpiSession::abortJob(1);
   }
-  return roles::stoppedOnRequest() ? roles::kResumableExit : 0;
+  return stoppedOnRequest() ? kResumableExit : 0;
 }

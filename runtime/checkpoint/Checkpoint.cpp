@@ -1,26 +1,24 @@
 #include "runtime/checkpoint/Checkpoint.h"
 
 #include <fcntl.h>
-#include <ftw.h>
 #include <fmt/format.h>
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/torch.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <sstream>
 
 #include "runtime/Errors.h"
-#include "runtime/Portable.h"
 #include "runtime/checkpoint/ArchiveCheck.h"
+#include "runtime/rundir/AtomicFile.h"
+#include "runtime/rundir/RunFiles.h"
 
 namespace pstrain::checkpoint {
 namespace {
@@ -50,18 +48,6 @@ TensorList tensorList(const c10::IValue& value, const std::string& path, const s
   return list;
 }
 
-// The CRC-32 of `crc`'s bytes followed by `size` more (crc 0: none before).
-std::uint32_t crc32Of(std::uint32_t crc, const char* data, std::size_t size) {
-  uLong value = crc;
-  std::size_t offset = 0;
-  while (offset < size) {
-    uInt n = static_cast<uInt>(std::min<std::size_t>(size - offset, 1u << 30));
-    value = crc32(value, reinterpret_cast<const Bytef*>(data + offset), n);
-    offset += n;
-  }
-  return static_cast<std::uint32_t>(value);
-}
-
 std::string readFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw CheckpointError(fmt::format("{}: cannot open", path));
@@ -69,16 +55,6 @@ std::string readFile(const std::string& path) {
   out << in.rdbuf();
   return out.str();
 }
-
-void syncDirectory(const fs::path& dir) {
-  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-}
-
-std::string stepName(std::int64_t step) { return fmt::format("step-{:08d}", step); }
 
 // A read adapter that never reads past the end of its bytes. torch::pickle_load's own
 // in-memory reader copies whatever range the zip directory names, so a crafted or damaged
@@ -113,67 +89,6 @@ c10::IValue unpickle(const std::string& bytes, const std::string& path) {
   }
 }
 
-// A file written under a temporary name, fsync'd and renamed into place by commit():
-// readers see the old file or the whole new one, never a part. Counts the bytes and their
-// CRC-32 on the way (for the .ok marker). Not committed: the temporary is removed.
-class AtomicFile {
- public:
-  explicit AtomicFile(std::string path) : target_(std::move(path)) {
-    temp_ = target_;
-    temp_ += fmt::format(".tmp{}", ::getpid());
-    // A new file, never one that exists (a link planted there would redirect the write); a
-    // leftover of a killed process with the same pid is removed (unlink removes a link,
-    // never what it points to) and the create tried once more.
-    const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
-    fd_ = ::open(temp_.c_str(), flags, 0644);
-    if (fd_ < 0 && errno == EEXIST && ::unlink(temp_.c_str()) == 0) fd_ = ::open(temp_.c_str(), flags, 0644);
-    if (fd_ < 0) {
-      throw CheckpointError(fmt::format("{}: cannot create ({}); is the directory writable?", temp_.string(),
-                                        std::strerror(errno)));
-    }
-  }
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
-  ~AtomicFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(temp_.c_str());
-  }
-
-  void write(const void* data, std::size_t bytes) {
-    const char* p = static_cast<const char*>(data);
-    crc_ = crc32Of(crc_, p, bytes);
-    size_ += bytes;
-    while (bytes > 0) {
-      ssize_t n = ::write(fd_, p, bytes);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) throw CheckpointError(fmt::format("{}: write failed ({})", temp_.string(), std::strerror(errno)));
-      p += n;
-      bytes -= static_cast<std::size_t>(n);
-    }
-  }
-
-  void commit() {
-    bool synced = portable::syncToDisk(fd_);
-    bool closed = ::close(fd_) == 0;
-    fd_ = -1;
-    if (!synced || !closed || ::rename(temp_.c_str(), target_.c_str()) != 0) {
-      throw CheckpointError(fmt::format("{}: could not be saved ({})", target_.string(), std::strerror(errno)));
-    }
-    committed_ = true;
-    syncDirectory(target_.parent_path());
-  }
-
-  std::size_t size() const { return size_; }
-  std::uint32_t crc32() const { return crc_; }
-
- private:
-  fs::path target_, temp_;
-  int fd_ = -1;
-  bool committed_ = false;
-  std::size_t size_ = 0;
-  std::uint32_t crc_ = 0;
-};
-
 struct Written {
   std::size_t bytes;
   std::uint32_t crc32;
@@ -192,7 +107,7 @@ Written writePickle(const std::string& path, const c10::IValue& value) {
   pickler.protocol();
   pickler.pushIValue(value);
   pickler.stop();
-  AtomicFile file(path);
+  rundir::AtomicFile file(path);
   std::exception_ptr failure;  // an error must not unwind through the zip writer's C code
   try {
     caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, std::size_t size) -> std::size_t {
@@ -217,22 +132,6 @@ Written writePickle(const std::string& path, const c10::IValue& value) {
 
 }  // namespace
 
-void atomicWrite(const std::string& path, const std::string& bytes) {
-  AtomicFile file(path);
-  file.write(bytes.data(), bytes.size());
-  file.commit();
-}
-
-void removeTree(const std::string& path) {
-  struct stat info;
-  if (::lstat(path.c_str(), &info) != 0 && errno == ENOENT) return;
-  // Children before their directory (FTW_DEPTH), links as links (FTW_PHYS).
-  const int rc = ::nftw(path.c_str(), [](const char* entry, const struct stat*, int, struct FTW*) {
-    return ::remove(entry) == 0 || errno == ENOENT ? 0 : -1;
-  }, 16, FTW_DEPTH | FTW_PHYS);
-  if (rc != 0) throw CheckpointError(fmt::format("{}: cannot remove ({})", path, std::strerror(errno)));
-}
-
 std::string publish(const std::string& dir, const Checkpoint& ckpt) {
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -256,31 +155,15 @@ std::string publish(const std::string& dir, const Checkpoint& ckpt) {
   top.insert("model", tensorDict(ckpt.modelState));
   top.insert("optimizer", optimizer);
   top.insert("__meta__", meta);
-  fs::path base = fs::path(dir) / stepName(ckpt.step);
+  fs::path base = fs::path(dir) / rundir::checkpointName(ckpt.step);
   std::string ptPath = base.string() + ".pt";
   // Republishing a step (after a resume): its old marker goes first, so that no reader
   // pairs it with the new file while that is renamed into place.
-  if (::unlink((base.string() + ".ok").c_str()) == 0) syncDirectory(dir);
+  if (::unlink((base.string() + ".ok").c_str()) == 0) rundir::syncDirectory(dir);
   const Written pt = writePickle(ptPath, top);
-  atomicWrite(base.string() + ".ok",
+  rundir::atomicWrite(base.string() + ".ok",
               fmt::format("pstrain-checkpoint {}\nbytes {}\ncrc32 {:08x}\n", kFormat, pt.bytes, pt.crc32));
   return ptPath;
-}
-
-std::vector<Published> listPublished(const std::string& dir) {
-  std::vector<Published> found;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec)) return found;
-  static const std::regex name(R"(step-(\d{8,})\.ok)");
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    std::smatch m;
-    std::string file = entry.path().filename().string();
-    if (!std::regex_match(file, m, name)) continue;
-    std::int64_t step = std::stoll(m[1]);
-    found.push_back({step, (fs::path(dir) / (stepName(step) + ".pt")).string()});
-  }
-  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
-  return found;
 }
 
 namespace {
@@ -291,7 +174,7 @@ Checkpoint decode(const c10::IValue& top, const std::string& path);
 
 }  // namespace
 
-Checkpoint read(const Published& published) {
+Checkpoint read(const rundir::Published& published) {
   const std::string& path = published.path;
   std::string okPath = path.substr(0, path.size() - 3) + ".ok";
   std::string marker = readFile(okPath);
@@ -307,7 +190,7 @@ Checkpoint read(const Published& published) {
     throw CheckpointError(fmt::format("{}: {} bytes, but {} were published (truncated or replaced)",
                                       path, bytes.size(), expectedBytes));
   }
-  if (crc32Of(0, bytes.data(), bytes.size()) != expectedCrc) {
+  if (rundir::crc32Of(0, bytes.data(), bytes.size()) != expectedCrc) {
     throw CheckpointError(fmt::format("{}: checksum mismatch (the file is corrupt)", path));
   }
   c10::IValue top = unpickle(bytes, path);

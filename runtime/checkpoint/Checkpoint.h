@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/rundir/RunFiles.h"
+
 namespace pstrain::checkpoint {
 
 using TensorList = std::vector<std::pair<std::string, at::Tensor>>;
@@ -35,34 +37,15 @@ struct Checkpoint {
   TensorList momentum;     // per-parameter momentum buffers; empty without momentum
 };
 
-struct Published {
-  std::int64_t step;
-  std::string path;  // the .pt
-};
-
 // Publishes `ckpt` into `dir` (created if needed) and returns the .pt path.
 std::string publish(const std::string& dir, const Checkpoint& ckpt);
 
-// Published checkpoints in `dir`, oldest first; none if `dir` does not exist.
-std::vector<Published> listPublished(const std::string& dir);
-
 // Verifies size and CRC against the marker, unpickles and checks the structure.
 // Throws CheckpointError naming the file on any problem.
-Checkpoint read(const Published& published);
+Checkpoint read(const rundir::Published& published);
 
 // Writes a plain state_dict (loadable by module.load_state_dict in PyTorch) atomically.
 void writeStateDict(const std::string& path, const TensorList& state);
 TensorList readStateDict(const std::string& path);
-
-// Writes `bytes` to `path` via a temporary file, fsync and rename: readers see the old
-// file or the whole new one, never a part.
-void atomicWrite(const std::string& path, const std::string& bytes);
-
-// Removes `path` and, if it is a directory, everything below it (symbolic links are removed,
-// not followed); nothing if it does not exist. Throws CheckpointError naming what could not
-// be removed. Not std::filesystem::remove_all: PyTorch's Linux builds export their own copy
-// of it from libtorch.so, which the program may call instead, and with PyTorch 2.11 that
-// copy crashes (a call through a null pointer).
-void removeTree(const std::string& path);
 
 }  // namespace pstrain::checkpoint

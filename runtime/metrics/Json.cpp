@@ -58,4 +58,22 @@ JsonObject& JsonObject::addRaw(const std::string& name, const std::string& json)
   return *this;
 }
 
+std::string jsonRawArray(const std::vector<std::string>& items) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < items.size(); ++i) out += (i ? "," : "") + items[i];
+  return out + "]";
+}
+
+std::string jsonArray(const std::vector<double>& values) {
+  std::vector<std::string> items;
+  for (double v : values) items.push_back(std::isfinite(v) ? fmt::format("{:.9g}", v) : "null");
+  return jsonRawArray(items);
+}
+
+std::string jsonArray(const std::vector<int>& values) {
+  std::vector<std::string> items;
+  for (int v : values) items.push_back(std::to_string(v));
+  return jsonRawArray(items);
+}
+
 }  // namespace pstrain::metrics

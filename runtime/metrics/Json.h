@@ -2,7 +2,10 @@
 // A one-line JSON object writer for run.json, metrics.jsonl, eval.jsonl and .ok markers.
 // Keys keep insertion order; non-finite numbers become null (JSON has no NaN).
 #include <cstdint>
+#include <map>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 namespace pstrain::metrics {
 
@@ -25,5 +28,20 @@ class JsonObject {
 };
 
 std::string jsonQuote(const std::string& text);
+
+// JSON arrays: of numbers (non-finite ones as null), of already-serialised values (objects),
+// and {"key": count, ...} of a map's entries.
+std::string jsonArray(const std::vector<double>& values);
+std::string jsonArray(const std::vector<int>& values);
+std::string jsonRawArray(const std::vector<std::string>& items);
+template <typename Key>
+std::string jsonCounts(const std::map<Key, std::int64_t>& counts) {
+  JsonObject object;
+  for (const auto& [key, count] : counts) {
+    if constexpr (std::is_same_v<Key, std::string>) object.add(key, count);
+    else object.add(std::to_string(key), count);
+  }
+  return object.str();
+}
 
 }  // namespace pstrain::metrics

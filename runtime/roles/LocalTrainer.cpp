@@ -10,10 +10,12 @@
 
 #include "runtime/Errors.h"
 #include "runtime/roles/DeviceSync.h"
-#include "runtime/roles/FlatParameters.h"
+#include "runtime/protocol/FlatParameters.h"
 #include "runtime/roles/Loss.h"
 
 namespace pstrain::roles {
+
+using namespace protocol;
 namespace {
 
 // splitmix64: a well-mixed 64-bit value from a few inputs, for per-batch augmentation seeds.

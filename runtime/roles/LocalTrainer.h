@@ -17,8 +17,8 @@
 #include "data/ShardSampler.h"
 #include "models/Registry.h"
 #include "runtime/config/TrainConfig.h"
-#include "runtime/roles/FlatParameters.h"
-#include "runtime/roles/StepMessages.h"
+#include "runtime/protocol/FlatParameters.h"
+#include "runtime/protocol/StepMessages.h"
 
 namespace pstrain::roles {
 
@@ -30,7 +30,7 @@ class LocalTrainer {
   // `worker` of `workers`, computes the micro-batches of its share (virtualShardsOf).
   // `rank` selects the testing flags (--inject-nan, --straggle) meant for this process.
   LocalTrainer(const config::TrainConfig& cfg, models::Net& model, const data::Dataset& train,
-               c10::Device device, StepMessages& messages, int worker, int workers, int rank);
+               c10::Device device, protocol::StepMessages& messages, int worker, int workers, int rank);
   ~LocalTrainer();  // the model keeps its parameters (views that keep the weights alive), not gradients
   LocalTrainer(const LocalTrainer&) = delete;
   LocalTrainer& operator=(const LocalTrainer&) = delete;
@@ -61,13 +61,13 @@ class LocalTrainer {
   // every model in the zoo). On a GPU (CUDA, MPS) autograd calls `ready` on its own device
   // thread while the thread that called computeGradient() waits inside backward: whatever
   // `ready` calls must allow that, one thread at a time (MPI_THREAD_SERIALIZED).
-  void streamGradients(std::int64_t bucketBytes, std::function<void(const Bucket&)> ready);
+  void streamGradients(std::int64_t bucketBytes, std::function<void(const protocol::Bucket&)> ready);
 
  private:
   const config::TrainConfig& cfg_;
   models::Net& model_;
   c10::Device device_;
-  StepMessages& messages_;
+  protocol::StepMessages& messages_;
   data::ShardSampler sampler_;
   const int rank_;  // of the world: which trailer slot holds this rank's batch time
   std::vector<int> shards_;  // this worker's virtual shards
@@ -88,7 +88,7 @@ class LocalTrainer {
 
   // streamGradients() state: the buckets, the buckets each parameter overlaps, parameters
   // still missing per bucket in this backward pass, the next bucket to hand over.
-  std::vector<Bucket> buckets_;
+  std::vector<protocol::Bucket> buckets_;
   std::vector<std::vector<int>> bucketsOf_;
   std::vector<at::Tensor> slots_;  // each parameter's view of messages.grad
   std::vector<at::Tensor> parameters_;  // the model's, in order (handles to the same tensors)
@@ -97,7 +97,7 @@ class LocalTrainer {
   std::size_t nextReady_ = 0;
   float scale_ = 1;  // a micro-batch's sample count, for gradient x count
   bool lastMicroBatch_ = true;  // the hooks hand gradients over in the last only
-  std::function<void(const Bucket&)> ready_;
+  std::function<void(const protocol::Bucket&)> ready_;
   void onGradient(int parameter, const at::Tensor& gradient);
   // Writes `gradient` (undefined: zero) x scale_ into the parameter's slot, final once the
   // device has run what was queued: its buckets miss one parameter less.

@@ -3,124 +3,99 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include <chrono>
 #include <cmath>
 #include <iostream>
 #include <optional>
 #include <random>
 
-#include "data/ShardSampler.h"
 #include "runtime/Errors.h"
-#include "runtime/optim/LrSchedule.h"
-#include "runtime/optim/Sgd.h"
-#include "runtime/roles/FlatParameters.h"
+#include "runtime/Stop.h"
+#include "runtime/metrics/Clock.h"
+#include "runtime/protocol/FlatParameters.h"
+#include "runtime/protocol/StepMessages.h"
 #include "runtime/roles/LocalTrainer.h"
-#include "runtime/roles/Publisher.h"
-#include "runtime/roles/StepLink.h"
-#include "runtime/roles/StepMessages.h"
-#include "runtime/roles/SummedUpdate.h"
+#include "runtime/roles/UpdateState.h"
 
 namespace pstrain::roles {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using namespace protocol;
+using metrics::Clock;
+using metrics::secondsSince;
 
-double secondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
+// Rank 0's starting point, told to every rank before anything else: the step it resumes at
+// and whether it has a momentum buffer to hand out.
+struct Start {
+  std::int64_t step = 0;
+  std::int64_t momentum = 0;
+};
+
+Start agreeOnStart(comm::Communicator& comm, const checkpoint::Checkpoint* resumeFrom) {
+  Start start;
+  if (comm.rank() == 0 && resumeFrom) start = {resumeFrom->step, resumeFrom->momentum.empty() ? 0 : 1};
+  comm.broadcast(&start, sizeof start, 0, "start");
+  return start;
 }
 
-// Everything one peer rank trains with. Rank 0's weights, buffers, step and momentum are
-// broadcast at the start, so every rank begins from the same state (and from the
-// checkpoint after a resume).
-struct Peer {
+// One peer rank: rank 0's weights, buffers and momentum are broadcast at the start, so every
+// rank begins from the same state (and from the checkpoint after a resume).
+struct Peer : UpdateState {
   Peer(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model, const data::Dataset& train,
-       c10::Device device, const checkpoint::Checkpoint* resumeFrom)
-      : comm(comm),
-        cfg(cfg),
-        model(model),
-        size(comm.size()),
-        shards(cfg.virtualShards > 0 ? cfg.virtualShards : size),
-        messages(models::parameterCount(model), bufferCount(model), comm.size(), device),
-        link(comm, cfg, model, messages, cfg.seed * 7919u + static_cast<std::uint64_t>(comm.rank())),
-        updatesPerEpoch(data::ShardSampler(train.size(), shards, cfg.batchSize, cfg.seed).stepsPerEpoch()),
-        total(config::totalSteps(cfg, updatesPerEpoch)),
-        sgd({cfg.momentum, cfg.weightDecay, cfg.nesterov}) {
+       c10::Device device, const checkpoint::Checkpoint* resumeFrom, Start start)
+      : UpdateState(comm, cfg, model, train.size(), start.step, device,
+                    cfg.seed * 7919u + static_cast<std::uint64_t>(comm.rank())) {
     trainer.emplace(cfg, model, train, device, messages, comm.rank(), comm.size(), comm.rank());
-    std::int64_t hasMomentum = 0;
     if (comm.rank() == 0) {
       readBuffers(model, messages.serverBuffers);
-      if (resumeFrom) {
-        restoreMomentum(sgd, model, *resumeFrom);
-        hasMomentum = sgd.momentumBuffer().defined() ? 1 : 0;
-      }
-      messages.setHeader({resumeFrom ? resumeFrom->step : 0, 0, Control::Train, 0, hasMomentum});
+      if (resumeFrom) restoreMomentum(sgd, model, *resumeFrom);
     }
     comm.broadcast(messages.down.data(), messages.downBytes(), 0, "start");
-    const StepHeader header = messages.header();
-    firstStep = header.step;
-    if (header.reserved) {
+    if (start.momentum) {
       at::Tensor momentum = comm.rank() == 0 ? sgd.momentumBuffer() : torch::empty_like(messages.weights);
       comm.broadcast(momentum.data_ptr(), momentum.numel() * sizeof(float), 0, "start (momentum)");
       sgd.setMomentumBuffer(momentum);
     }
     trainer->loadWeights();
-    if (comm.rank() == 0) publisher.emplace(cfg, model, sgd, updatesPerEpoch, total, firstStep);
   }
-
-  comm::Communicator& comm;
-  const config::TrainConfig& cfg;
-  models::Net& model;
-  const int size;
-  const int shards;  // virtual shards of a step's global batch (allreduce; gossip: one per rank)
-  StepMessages messages;
-  StepLink link;
-  const std::int64_t updatesPerEpoch;
-  const std::int64_t total;
-  std::int64_t firstStep = 0;
-  optim::Sgd sgd;
+  // After `done` steps: the model keeps its parameters (without gradients), rank 0 writes
+  // the final files (the mode's counters, read by the publisher's extras, are still alive).
+  void finish(std::int64_t done) {
+    trainer.reset();
+    if (publisher) publisher->finish(done);
+  }
   std::optional<LocalTrainer> trainer;  // reset when training ends
-  std::optional<Publisher> publisher;    // rank 0
 };
-
-// After `done` steps: the model keeps its parameters (without gradients), rank 0 writes the
-// final files.
-// The mode's counters (read by the publisher's extras) are still alive here.
-void finish(Peer& p, std::int64_t done) {
-  p.trainer.reset();
-  if (p.publisher) p.publisher->finish(done);
-}
 
 void runAllreduce(Peer& p) {
   StepMessages& messages = p.messages;
   std::int64_t step = p.firstStep;
   while (step < p.total) {
     currentStep() = step;
-    const double lr = optim::learningRate(p.cfg, p.cfg.batchesPerUpdate(p.shards), step, p.total);
+    const double lr = p.lr(step);
     auto exchangeStart = Clock::now();
     p.trainer->computeGradient(step, step);
     // Rank 0 alone decides when time is up; the sum tells everyone in the same step.
     if (p.publisher && p.publisher->timeToStop()) messages.trailer[kStopRequest] = 1;
     p.link.allReduceUp(fmt::format("step {}", step));
-    StepStats stats = summedStats(messages, p.size);
+    // Every rank's codec time is in its own traffic; the summed trailer's would count it twice.
+    messages.trailer[kCodecSeconds] = 0;
+    StepStats stats = p.stats(p.computing);
     stats.exchangeSeconds = secondsSince(exchangeStart);
-    const StepLink::Traffic traffic = p.link.take();
-    stats.bytesUp = traffic.bytesUp;
-    stats.rawBytesUp = traffic.rawBytesUp;
-    stats.codecSeconds = traffic.codecSeconds;
     const bool stop = messages.trailer[kStopRequest] > 0;
     auto updateStart = Clock::now();
-    stats.applied = applySummedUpdate(messages, p.sgd, lr, p.shards, p.model, p.cfg, step);
+    stats.applied = p.update.apply(lr, p.shards, step);
     p.trainer->loadWeights();
     stats.updateSeconds = secondsSince(updateStart);
     if (p.publisher) p.publisher->record(step, lr, stats);
     ++step;
     if (stop) break;
   }
-  finish(p, step);
+  p.finish(step);
 }
 
-// The gossip state a rank exposes: weights, buffers, clock, loss, and the samples this rank
-// itself trained on (not averaged; read by rank 0 at the end for the run's throughput).
+// The gossip state a rank exposes in its window: weights, buffers, clock, loss, and the
+// samples this rank itself trained on (not averaged; read by rank 0 at the end for the run's
+// throughput).
 struct GossipState {
   explicit GossipState(const StepMessages& m)
       : parameters(m.weights.numel()), buffers(m.serverBuffers.numel()), values(parameters + buffers + 3) {}
@@ -129,140 +104,182 @@ struct GossipState {
   float& clock() { return values[parameters + buffers]; }
   float& loss() { return values[parameters + buffers + 1]; }
   float& ownSamples() { return values[parameters + buffers + 2]; }
+  float clock() const { return values[parameters + buffers]; }
+  float loss() const { return values[parameters + buffers + 1]; }
   at::Tensor weights() { return torch::from_blob(values.data(), {static_cast<std::int64_t>(parameters)}); }
   at::Tensor buffersTensor() {
     return torch::from_blob(values.data() + parameters, {static_cast<std::int64_t>(buffers)});
   }
 };
 
+// A gossip rank's averaging with its peers: which peer to read (peers are picked with a
+// probability proportional to a score that a slow read halves and a timely one restores,
+// so a peer behind a slow link is asked less often), how far to move toward it, and the
+// counters of the metrics lines.
+class Gossip {
+ public:
+  explicit Gossip(Peer& p)
+      : p_(p),
+        rank_(p.comm.rank()),
+        interpolation_(p.cfg.gossipInterpolation()),
+        window_(p.comm.exposeWindow(GossipState(p.messages).values.size(), "gossip start")),
+        mine_(p.messages),
+        peer_(p.messages),
+        random_(p.cfg.seed * 1000003u + static_cast<std::uint64_t>(rank_)),
+        score_(p.comm.size(), 1.0) {
+    score_[rank_] = 0;
+    publish();
+    if (p.publisher) p.publisher->setExtras([this](metrics::JsonObject& line) { addTo(line); });
+  }
+
+  // After this rank's own update of `stats.samples` samples.
+  void trained(const StepStats& stats) {
+    mine_.clock() += static_cast<float>(stats.samples);
+    mine_.ownSamples() += static_cast<float>(stats.samples);
+    mine_.loss() = static_cast<float>(stats.lossSum / stats.samples);
+    publish();
+  }
+
+  // With --fetch-probability: reads a peer and moves toward it.
+  void maybeAverage(const std::string& context) {
+    if (p_.comm.size() < 2 || uniform_(random_) >= p_.cfg.fetchProbability) return;
+    std::discrete_distribution<int> pick(score_.begin(), score_.end());
+    const int other = pick(random_);
+    const auto readStart = Clock::now();
+    window_->read(other, peer_.values.data(), context);
+    if (secondsSince(readStart) * 1e3 > p_.cfg.peerTimeoutMs) {
+      ++slowReads_;
+      score_[other] = std::max(0.01, score_[other] * 0.5);
+    } else {
+      score_[other] = std::min(1.0, score_[other] * 1.25);
+    }
+    const double f = pull();
+    if (!std::isfinite(f) || !std::isfinite(peer_.loss())) return;
+    StepMessages& m = p_.messages;
+    m.weights.mul_(1 - f).add_(peer_.weights(), f);
+    m.serverBuffers.mul_(1 - f).add_(peer_.buffersTensor(), f);
+    mine_.clock() = static_cast<float>((1 - f) * mine_.clock() + f * peer_.clock());
+    writeBuffers(p_.model, m.serverBuffers);
+    publish();
+    ++reads_;
+    sumF_ += f;
+  }
+
+  // Rank 0, at a logged step: how far the models are apart (rank 0 against one peer, in
+  // turn), relative to its norm.
+  void measureDistance(std::int64_t step, const std::string& context) {
+    const int other = 1 + static_cast<int>(((step + 1) / p_.cfg.logEvery) % (p_.comm.size() - 1));
+    window_->read(other, peer_.values.data(), context);
+    peerDistance_ = (p_.messages.weights - peer_.weights()).norm().item<double>() /
+                    std::max(1e-12, p_.messages.weights.norm().item<double>());
+  }
+
+  // Once every rank is done (ranks stop at their own pace under --max-seconds or a stop
+  // request): rank 0 adds up the samples each one trained on, for an honest throughput.
+  void close() {
+    const std::string context = "the end of gossip training";
+    p_.comm.barrier(context);
+    if (rank_ == 0) {
+      samplesAllRanks_ = mine_.ownSamples();
+      for (int other = 1; other < p_.comm.size(); ++other) {
+        window_->read(other, peer_.values.data(), context);
+        samplesAllRanks_ += peer_.ownSamples();
+      }
+      std::cout << fmt::format("pstrain: gossip: {} samples trained by all ranks, {} by rank 0", samplesAllRanks_,
+                               mine_.ownSamples()) << std::endl;
+    }
+    window_->close(context);
+  }
+
+ private:
+  // How far to move toward the peer just read: --interpolation, damped below
+  // --divergence-threshold.
+  double pull() const {
+    const GossipState& mine = mine_;
+    const GossipState& peer = peer_;
+    double f = interpolation_.value;
+    if (interpolation_.kind == config::TrainConfig::Interpolation::Clock) {
+      f = peer.clock() / std::max(1e-9, double(mine.clock()) + peer.clock());
+    } else if (interpolation_.kind == config::TrainConfig::Interpolation::Loss) {
+      f = mine.loss() / std::max(1e-12, double(mine.loss()) + peer.loss());
+    }
+    if (p_.cfg.divergenceThreshold > 0 && mine.loss() < p_.cfg.divergenceThreshold) {
+      f *= mine.loss() / p_.cfg.divergenceThreshold;
+    }
+    return f;
+  }
+
+  void publish() {
+    mine_.weights().copy_(p_.messages.weights);
+    mine_.buffersTensor().copy_(p_.messages.serverBuffers);
+    window_->publish(mine_.values.data());
+  }
+
+  void addTo(metrics::JsonObject& line) {
+    line.add("gossip_reads", reads_).add("gossip_slow_reads", slowReads_);
+    line.add("gossip_mean_f", reads_ ? sumF_ / reads_ : NAN).add("peer_distance", peerDistance_);
+    line.add("clock", static_cast<double>(mine_.clock()));
+    if (std::isfinite(samplesAllRanks_)) line.add("samples_all_ranks", samplesAllRanks_);
+    reads_ = slowReads_ = 0;
+    sumF_ = 0;
+  }
+
+  Peer& p_;
+  const int rank_;
+  const config::TrainConfig::Interpolation interpolation_;
+  std::unique_ptr<comm::Window> window_;
+  GossipState mine_, peer_;
+  std::mt19937_64 random_;
+  std::uniform_real_distribution<double> uniform_{0.0, 1.0};
+  std::vector<double> score_;
+  std::int64_t reads_ = 0, slowReads_ = 0;
+  double sumF_ = 0, peerDistance_ = NAN, samplesAllRanks_ = NAN;
+};
+
 void runGossip(Peer& p) {
-  StepMessages& messages = p.messages;
-  const int rank = p.comm.rank();
-  const auto interpolation = p.cfg.gossipInterpolation();
-  auto window = p.comm.exposeWindow(GossipState(messages).values.size(), "gossip start");
-  GossipState mine(messages), peer(messages);
-  auto publish = [&] {
-    mine.weights().copy_(messages.weights);
-    mine.buffersTensor().copy_(messages.serverBuffers);
-    window->publish(mine.values.data());
-  };
-  publish();
-
-  // Peers are picked with probability proportional to a score that a slow read halves and
-  // a timely one restores, so a peer behind a slow link is asked less often.
-  std::mt19937_64 random(p.cfg.seed * 1000003u + static_cast<std::uint64_t>(rank));
-  std::uniform_real_distribution<double> uniform(0.0, 1.0);
-  std::vector<double> score(p.size, 1.0);
-  score[rank] = 0;
-  auto pickPeer = [&] {
-    std::discrete_distribution<int> pick(score.begin(), score.end());
-    return pick(random);
-  };
-  std::int64_t reads = 0, slowReads = 0;
-  double sumF = 0, peerDistance = NAN, samplesAllRanks = NAN;
-  auto extras = [&](metrics::JsonObject& line) {
-    line.add("gossip_reads", reads).add("gossip_slow_reads", slowReads);
-    line.add("gossip_mean_f", reads ? sumF / reads : NAN).add("peer_distance", peerDistance);
-    line.add("clock", static_cast<double>(mine.clock()));
-    if (std::isfinite(samplesAllRanks)) line.add("samples_all_ranks", samplesAllRanks);
-    reads = slowReads = 0;
-    sumF = 0;
-  };
-  if (p.publisher) p.publisher->setExtras(extras);
-
+  Gossip gossip(p);
   const auto start = Clock::now();
   std::int64_t step = p.firstStep;
   for (; step < p.total; ++step) {
     if (stopRequested() || (p.cfg.maxSeconds > 0 && secondsSince(start) >= p.cfg.maxSeconds)) break;
     currentStep() = step;
     const std::string context = fmt::format("step {}", step);
-    const double lr = optim::learningRate(p.cfg, p.cfg.batchesPerUpdate(p.size), step, p.total);
-    auto stepStart = Clock::now();
+    const double lr = p.lr(step);
+    const auto stepStart = Clock::now();
     p.trainer->computeGradient(step, step);
-    StepStats stats = summedStats(messages, 1);  // this rank's own
-    // Alone, a rank's update is a sum over one contributor.
-    stats.applied = applySummedUpdate(messages, p.sgd, lr, 1, p.model, p.cfg, step);
-    mine.clock() += static_cast<float>(stats.samples);
-    mine.ownSamples() += static_cast<float>(stats.samples);
-    mine.loss() = static_cast<float>(stats.lossSum / stats.samples);
-    publish();
-
-    const bool logStep = rank == 0 && ((step + 1) % p.cfg.logEvery == 0 || step + 1 == p.total);
-    if (p.size > 1 && uniform(random) < p.cfg.fetchProbability) {
-      const int other = pickPeer();
-      auto readStart = Clock::now();
-      window->read(other, peer.values.data(), context);
-      const double readMs = secondsSince(readStart) * 1e3;
-      if (readMs > p.cfg.peerTimeoutMs) {
-        ++slowReads;
-        score[other] = std::max(0.01, score[other] * 0.5);
-      } else {
-        score[other] = std::min(1.0, score[other] * 1.25);
-      }
-      double f = interpolation.value;
-      if (interpolation.kind == config::TrainConfig::Interpolation::Clock) {
-        f = peer.clock() / std::max(1e-9, double(mine.clock()) + peer.clock());
-      } else if (interpolation.kind == config::TrainConfig::Interpolation::Loss) {
-        f = mine.loss() / std::max(1e-12, double(mine.loss()) + peer.loss());
-      }
-      if (p.cfg.divergenceThreshold > 0 && mine.loss() < p.cfg.divergenceThreshold) {
-        f *= mine.loss() / p.cfg.divergenceThreshold;
-      }
-      if (std::isfinite(f) && std::isfinite(peer.loss())) {
-        messages.weights.mul_(1 - f).add_(peer.weights(), f);
-        messages.serverBuffers.mul_(1 - f).add_(peer.buffersTensor(), f);
-        mine.clock() = static_cast<float>((1 - f) * mine.clock() + f * peer.clock());
-        writeBuffers(p.model, messages.serverBuffers);
-        publish();
-        ++reads;
-        sumF += f;
-      }
-    }
-    if (logStep && p.size > 1) {
-      // How far apart the models are: rank 0 against one peer (in turn), relative to its norm.
-      const int other = 1 + static_cast<int>(((step + 1) / p.cfg.logEvery) % (p.size - 1));
-      window->read(other, peer.values.data(), context);
-      peerDistance = (messages.weights - peer.weights()).norm().item<double>() /
-                     std::max(1e-12, messages.weights.norm().item<double>());
+    StepStats stats = p.stats(1);  // this rank's own: alone, an update is a sum over one contributor
+    stats.applied = p.update.apply(lr, 1, step);
+    gossip.trained(stats);
+    gossip.maybeAverage(context);
+    if (p.publisher && p.comm.size() > 1 && ((step + 1) % p.cfg.logEvery == 0 || step + 1 == p.total)) {
+      gossip.measureDistance(step, context);
     }
     p.trainer->loadWeights();
     stats.exchangeSeconds = secondsSince(stepStart);
     if (p.publisher) p.publisher->record(step, lr, stats);
   }
-  // Every rank is done (ranks stop at their own pace under --max-seconds or a stop
-  // request): rank 0 adds up the
-  // samples each one trained on, for an honest throughput.
-  p.comm.barrier("the end of gossip training");
-  if (rank == 0) {
-    samplesAllRanks = mine.ownSamples();
-    for (int other = 1; other < p.size; ++other) {
-      window->read(other, peer.values.data(), "the end of gossip training");
-      samplesAllRanks += peer.ownSamples();
-    }
-    std::cout << fmt::format("pstrain: gossip: {} samples trained by all ranks, {} by rank 0", samplesAllRanks,
-                             mine.ownSamples()) << std::endl;
-  }
-  window->close("the end of gossip training");
-  finish(p, step);
+  gossip.close();
+  p.finish(step);
 }
 
 }  // namespace
 
 void runPeers(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
               const data::Dataset& train, c10::Device device, const checkpoint::Checkpoint* resumeFrom) {
-  Peer peer(comm, cfg, model, train, device, resumeFrom);
+  Peer peer(comm, cfg, model, train, device, resumeFrom, agreeOnStart(comm, resumeFrom));
+  const config::ModeInfo& mode = cfg.modeInfo();
   if (comm.rank() == 0) {
     std::cout << fmt::format("pstrain: {} mode, {} ranks (all compute), {} steps ({} per epoch), model {} ({} "
                              "parameters), {} train samples, batch {} per rank{}",
-                             cfg.mode, peer.size, peer.total, peer.updatesPerEpoch, cfg.model,
+                             mode.name, comm.size(), peer.total, peer.updatesPerEpoch, cfg.model,
                              peer.messages.weights.numel(), train.size(), cfg.batchSize,
                              peer.firstStep ? fmt::format("; resuming at step {}", peer.firstStep) : "")
               << std::endl;
   }
-  if (cfg.mode == "gossip") {
-    runGossip(peer);
-  } else {
-    runAllreduce(peer);
+  switch (mode.exchange) {
+    case config::Exchange::AllReduce: return runAllreduce(peer);
+    case config::Exchange::Gossip: return runGossip(peer);
+    default: throw ConfigError(fmt::format("--mode {} is not a peer mode", mode.name));
   }
 }
 

@@ -1,8 +1,12 @@
+#include "runtime/Stop.h"
+#include "runtime/rundir/AtomicFile.h"
 #include "runtime/roles/Publisher.h"
 
-#include "runtime/roles/StepProtocol.h"
-#include "runtime/roles/TrainDir.h"
+#include "runtime/protocol/StepProtocol.h"
+#include "runtime/rundir/TrainDir.h"
+#include "runtime/metrics/Clock.h"
 #include "runtime/metrics/Startup.h"
+#include "runtime/rundir/RunFiles.h"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -17,22 +21,14 @@
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
 #include "runtime/metrics/Progress.h"
-#include "runtime/roles/FlatParameters.h"
+#include "runtime/protocol/FlatParameters.h"
 
 namespace pstrain::roles {
+
+using namespace protocol;
 namespace {
 
 namespace fs = std::filesystem;
-
-double cpuNow() {
-  timespec t{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 void add(StepStats& sum, const StepStats& s) {
   if (s.applied) {
@@ -62,14 +58,12 @@ Publisher::Publisher(const config::TrainConfig& cfg, const models::Net& model, c
       updatesPerEpoch_(std::max<std::int64_t>(1, updatesPerEpoch)),
       total_(totalSteps),
       firstStep_(firstStep),
-      log_((fs::path(cfg.trainDir) / "metrics.jsonl").string()),
-      start_(now()),
+      log_(rundir::pathOf(cfg.trainDir, rundir::kMetrics)),
+      start_(metrics::steadySeconds()),
       windowStart_(start_),
-      windowCpuStart_(cpuNow()) {}
+      windowCpuStart_(metrics::processCpuSeconds()) {}
 
-double Publisher::elapsedSeconds() const { return now() - start_; }
-
-double Publisher::processCpuSeconds() { return cpuNow(); }
+double Publisher::elapsedSeconds() const { return metrics::steadySeconds() - start_; }
 
 bool Publisher::timeToStop() const {
   return stopRequested() || (cfg_.maxSeconds > 0 && elapsedSeconds() >= cfg_.maxSeconds);
@@ -84,13 +78,13 @@ void Publisher::record(std::int64_t step, double lr, const StepStats& stats) {
   const std::int64_t done = step + 1;
   if (done % cfg_.logEvery == 0 || done == total_) writeLine(done);
   if (cfg_.checkpointEvery > 0 && done % cfg_.checkpointEvery == 0 && done != total_) {
-    checkpoint::publish((fs::path(cfg_.trainDir) / "ckpt").string(), snapshot(done));
-    discardSetAside(cfg_.trainDir);  // the earlier run this one replaces goes now
+    checkpoint::publish(rundir::pathOf(cfg_.trainDir, rundir::kCheckpoints), snapshot(done));
+    rundir::discardSetAside(cfg_.trainDir);  // the earlier run this one replaces goes now
   }
 }
 
 void Publisher::writeLine(std::int64_t done) {
-  const double wall = now() - windowStart_;
+  const double wall = metrics::steadySeconds() - windowStart_;
   const double steps = static_cast<double>(windowSteps_);
   metrics::StepProgress progress;
   progress.step = done;
@@ -121,7 +115,7 @@ void Publisher::writeLine(std::int64_t done) {
   line.add("raw_bytes_received", static_cast<std::int64_t>(std::llround(window_.rawBytesUp / steps)));
   line.add("elapsed_s", progress.elapsedSeconds);
   line.add("skipped_nonfinite", skipped_);
-  const double cpu = cpuNow();
+  const double cpu = metrics::processCpuSeconds();
   line.add("rank0_cpu_s", (cpu - windowCpuStart_) / steps);  // all of rank 0's threads, per step
   windowCpuStart_ = cpu;
   line.add("rank0_peak_rss_mib", portable::peakRssMib());  // does the server fit next to a worker?
@@ -130,29 +124,29 @@ void Publisher::writeLine(std::int64_t done) {
   std::cout << metrics::progressLine(progress) << std::endl;
   window_ = StepStats();
   windowSteps_ = 0;
-  windowStart_ = now();
+  windowStart_ = metrics::steadySeconds();
 }
 
 void Publisher::finish(std::int64_t stepsDone) {
   if (windowSteps_ > 0) writeLine(stepsDone);
-  const fs::path dir(cfg_.trainDir);
-  auto path = checkpoint::publish((dir / "ckpt").string(), snapshot(stepsDone));
-  discardSetAside(cfg_.trainDir);
+  auto path = checkpoint::publish(rundir::pathOf(cfg_.trainDir, rundir::kCheckpoints), snapshot(stepsDone));
+  rundir::discardSetAside(cfg_.trainDir);
   if (stopRequested() && stepsDone < total_) {
     stoppedOnRequest() = true;
     std::cout << fmt::format("pstrain: stopped on request at step {} of {}; checkpoint {}; --resume continues",
                              stepsDone, total_, path) << std::endl;
     return;
   }
-  checkpoint::writeStateDict((dir / "trained_model.pt").string(), models::stateDict(model_));
+  const std::string weights = rundir::pathOf(cfg_.trainDir, rundir::kTrainedModel);
+  const std::string scripted = rundir::pathOf(cfg_.trainDir, rundir::kTrainedScript);
+  checkpoint::writeStateDict(weights, models::stateDict(model_));
   // A model of the user's, as TorchScript with the trained weights: torch.jit.load runs it.
   const std::string script = model_.torchScriptArchive();
-  if (!script.empty()) checkpoint::atomicWrite((dir / "trained_model.torchscript.pt").string(), script);
+  if (!script.empty()) rundir::atomicWrite(scripted, script);
   std::cout << fmt::format("pstrain: done in {}{}; final checkpoint {}, weights {}{}",
                            metrics::formatDuration(elapsedSeconds()),
                            stepsDone < total_ ? fmt::format(" (--max-seconds: {} of {} steps)", stepsDone, total_) : "",
-                           path, (dir / "trained_model.pt").string(),
-                           script.empty() ? "" : " and " + (dir / "trained_model.torchscript.pt").string())
+                           path, weights, script.empty() ? "" : " and " + scripted)
             << std::endl;
 }
 
@@ -175,21 +169,6 @@ checkpoint::Checkpoint Publisher::snapshot(std::int64_t stepsDone) const {
     for (const auto& item : model_.named_parameters()) ckpt.momentum.emplace_back(item.key(), views[i++]);
   }
   return ckpt;
-}
-
-void restoreMomentum(optim::Sgd& sgd, const models::Net& model, const checkpoint::Checkpoint& ckpt) {
-  if (ckpt.momentum.empty()) return;
-  std::map<std::string, at::Tensor> saved(ckpt.momentum.begin(), ckpt.momentum.end());
-  std::vector<at::Tensor> parts;
-  for (const auto& item : model.named_parameters()) {
-    auto it = saved.find(item.key());
-    if (it == saved.end() || it->second.numel() != item.value().numel()) {
-      throw CheckpointError(fmt::format("step {} checkpoint: no momentum buffer of the right size for '{}'",
-                                        ckpt.step, item.key()));
-    }
-    parts.push_back(it->second.flatten().to(torch::kFloat32));
-  }
-  sgd.setMomentumBuffer(torch::cat(parts));
 }
 
 }  // namespace pstrain::roles

@@ -12,28 +12,9 @@
 #include "runtime/metrics/Json.h"
 #include "runtime/metrics/JsonLines.h"
 #include "runtime/optim/Sgd.h"
+#include "runtime/roles/StepStats.h"
 
 namespace pstrain::roles {
-
-// The accounting of one optimizer update.
-struct StepStats {
-  double lossSum = 0;          // summed over the samples of the update
-  double samples = 0;
-  double computeSeconds = 0;   // data wait + forward + backward, mean over the batches of the update
-  double slowestComputeSeconds = 0;  // the same, of the slowest batch: the rest of a sync exchange is communication
-  double dataWaitSeconds = 0;  // mean over the batches, waiting for the batch
-  // Rank 0: sending and waiting for the messages of the update. In sync mode the whole
-  // period from one step's weights out to the next's (the workers' batches, the messages,
-  // what the server overlaps with them) less an update that runs alone.
-  double exchangeSeconds = 0;
-  double updateSeconds = 0;    // rank 0: averaging and the optimizer step
-  double codecSeconds = 0;     // rank 0 encoding and decoding, plus the workers' mean
-  double exchangeCpuSeconds = 0;  // rank 0's CPU time (all threads) during exchangeSeconds, less the update's
-  // Bytes of one message each way (server -> one worker, one worker -> server; in the peer
-  // modes one rank's share), as sent and before encoding.
-  double bytesDown = 0, rawBytesDown = 0, bytesUp = 0, rawBytesUp = 0;
-  bool applied = true;         // false: a non-finite update that --skip-nonfinite dropped
-};
 
 class Publisher {
  public:
@@ -44,8 +25,6 @@ class Publisher {
 
   std::int64_t epochOf(std::int64_t step) const { return step / updatesPerEpoch_; }
   double elapsedSeconds() const;  // since construction
-  // CPU time of this process so far (every thread), for StepStats::exchangeCpuSeconds.
-  static double processCpuSeconds();
   // True once --max-seconds has passed, or a stop was requested (stopRequested()).
   bool timeToStop() const;
 
@@ -85,9 +64,5 @@ class Publisher {
   StepStats window_;  // sums over the window
   std::function<void(metrics::JsonObject&)> extras_;
 };
-
-// Gives `sgd` the momentum buffer saved in `ckpt` (flat, in model.parameters() order);
-// throws CheckpointError when it does not fit the model.
-void restoreMomentum(optim::Sgd& sgd, const models::Net& model, const checkpoint::Checkpoint& ckpt);
 
 }  // namespace pstrain::roles

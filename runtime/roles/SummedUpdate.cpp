@@ -8,10 +8,11 @@
 #include <cstring>
 #include <iostream>
 
-#include "runtime/Errors.h"
-#include "runtime/roles/FlatParameters.h"
+#include "runtime/protocol/StepProtocol.h"
 
 namespace pstrain::roles {
+
+using namespace protocol;
 
 bool allFinite(const at::Tensor& values) {
   const float* p = values.data_ptr<float>();
@@ -27,31 +28,52 @@ bool allFinite(const at::Tensor& values) {
   return largest != kExponent;
 }
 
-bool applySummedUpdate(StepMessages& messages, optim::Sgd& sgd, double lr, int contributors, models::Net& model,
-                       const config::TrainConfig& cfg, std::int64_t step) {
-  const float* trailer = messages.trailer;
+bool SummedUpdate::apply(double lr, int contributors, std::int64_t step) {
+  const float* trailer = messages_.trailer;
   const double samples = trailer[kSamples];
   if (!(std::isfinite(samples) && samples > 0)) throw Error(fmt::format("step {}: the workers sent {} samples", step, samples));
   // Workers stop the job themselves on a non-finite loss unless --skip-nonfinite; an
   // overflow can still appear only in the sum. Skipping needs the check before the update;
   // otherwise the update's own pass is the check (the job stops on a failed one).
   const bool finiteLoss = trailer[kNonFinite] == 0 && std::isfinite(trailer[kLossSum]);
-  if (cfg.skipNonfinite && !(finiteLoss && allFinite(messages.grad))) {
+  if (cfg_.skipNonfinite && !(finiteLoss && allFinite(messages_.grad))) {
     std::cout << fmt::format("pstrain: step {}: non-finite loss or gradient ({} worker(s) reported one); "
                              "update skipped (--skip-nonfinite)", step, trailer[kNonFinite])
               << std::endl;
     return false;
   }
-  if (!finiteLoss || !sgd.step(messages.weights, messages.grad, lr, samples)) throw nonFiniteUpdate(step, cfg);
-  averageBuffers(messages, contributors, model);
+  if (!finiteLoss || !sgd_.step(messages_.weights, messages_.grad, lr, samples)) throw nonFinite(step);
+  averageBuffers(contributors);
   return true;
 }
 
-Error nonFiniteUpdate(std::int64_t step, const config::TrainConfig& cfg) {
+void SummedUpdate::applyBucket(const Bucket& bucket, at::Tensor& grad, double lr, double samples, std::int64_t step) {
+  const std::int64_t n = messages_.weights.numel();
+  if (!sgd_.stepSlice(messages_.weights.narrow(0, bucket.begin, bucket.end - bucket.begin), grad, lr, bucket.begin, n,
+                      samples)) {
+    throw nonFinite(step);
+  }
+}
+
+void SummedUpdate::finish(double samples, int contributors, std::int64_t step) {
+  if (!sameCount(messages_.trailer[kSamples], samples)) {
+    throw Error(fmt::format("step {}: the workers sent {} samples, their shards hold {}", step,
+                            messages_.trailer[kSamples], samples));
+  }
+  averageBuffers(contributors);
+}
+
+void SummedUpdate::averageBuffers(int contributors) {
+  if (messages_.serverBuffers.numel() == 0) return;
+  messages_.serverBuffers.copy_(messages_.workerBuffers).div_(contributors);
+  writeBuffers(model_, messages_.serverBuffers);
+}
+
+Error SummedUpdate::nonFinite(std::int64_t step) const {
   return Error(fmt::format("step {}: the summed gradient of the workers is not finite{}; lower --lr{} "
                            "(the last good checkpoint is kept)",
-                           step, cfg.skipNonfinite ? " (the weights overflowed)" : "",
-                           cfg.skipNonfinite ? "" : ", or --skip-nonfinite to drop such steps"));
+                           step, cfg_.skipNonfinite ? " (the weights overflowed)" : "",
+                           cfg_.skipNonfinite ? "" : ", or --skip-nonfinite to drop such steps"));
 }
 
 StepStats summedStats(const StepMessages& messages, int contributors) {
@@ -67,12 +89,6 @@ StepStats summedStats(const StepMessages& messages, int contributors) {
   s.dataWaitSeconds = trailer[kDataWaitSeconds] / contributors;
   s.codecSeconds = trailer[kCodecSeconds] / contributors;
   return s;
-}
-
-void averageBuffers(StepMessages& messages, int contributors, models::Net& model) {
-  if (messages.serverBuffers.numel() == 0) return;
-  messages.serverBuffers.copy_(messages.workerBuffers).div_(contributors);
-  writeBuffers(model, messages.serverBuffers);
 }
 
 }  // namespace pstrain::roles

@@ -1,40 +1,60 @@
 #pragma once
-// The optimizer update from a summed up message (StepProtocol.h), written once for the
-// server of every mode and for every rank of the allreduce mode.
+// The optimizer update from summed up messages (protocol/StepProtocol.h), written once for
+// the server of every mode, for every rank of the allreduce and gossip modes, and for the
+// sync server that updates each gradient bucket as it arrives (--overlap).
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 
 #include "models/Registry.h"
 #include "runtime/Errors.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/optim/Sgd.h"
-#include "runtime/roles/Publisher.h"
-#include "runtime/roles/StepMessages.h"
+#include "runtime/protocol/FlatParameters.h"
+#include "runtime/protocol/StepMessages.h"
+#include "runtime/roles/StepStats.h"
 
 namespace pstrain::roles {
 
-// messages.up holds the sum of up messages over `contributors` micro-batches (a worker's
-// up message sums those of its virtual shards). Steps messages.weights with the gradient
-// of the mean loss over trailer[kSamples] samples, and sets messages.serverBuffers (and
-// `model`'s buffers) to the micro-batches' mean buffers.
-// Returns false, changing nothing, when the loss or gradient is not finite and
-// cfg.skipNonfinite; throws Error naming `step` when it is not finite otherwise.
-bool applySummedUpdate(StepMessages& messages, optim::Sgd& sgd, double lr, int contributors, models::Net& model,
-                       const config::TrainConfig& cfg, std::int64_t step);
+// Steps messages.weights (and `model`'s buffers) from messages.up, which holds the sum of the
+// up messages of `contributors` micro-batches (a worker's up message sums those of its
+// virtual shards). All references must outlive the object; one object serves a whole run.
+class SummedUpdate {
+ public:
+  SummedUpdate(const config::TrainConfig& cfg, optim::Sgd& sgd, models::Net& model, protocol::StepMessages& messages)
+      : cfg_(cfg), sgd_(sgd), model_(model), messages_(messages) {}
 
-// The error that stops the job at `step` when its update is not finite.
-Error nonFiniteUpdate(std::int64_t step, const config::TrainConfig& cfg);
+  // Steps the weights with the gradient of the mean loss over trailer[kSamples] samples, and
+  // sets messages.serverBuffers (and the model's buffers) to the micro-batches' mean
+  // buffers. Returns false, changing nothing, when the loss or gradient is not finite and
+  // --skip-nonfinite; throws Error naming `step` when it is not finite otherwise.
+  bool apply(double lr, int contributors, std::int64_t step);
+
+  // The same in pieces, for a step whose sample count is known beforehand (`samples`): each
+  // bucket's summed gradient `grad` (scratch, left unspecified) as soon as it is there, then
+  // finish() once the rest of the up message is: it checks the sample count and averages the
+  // buffers. A step over every bucket equals apply(). Not under --skip-nonfinite.
+  void applyBucket(const protocol::Bucket& bucket, at::Tensor& grad, double lr, double samples, std::int64_t step);
+  void finish(double samples, int contributors, std::int64_t step);
+
+ private:
+  // messages.serverBuffers and the model's buffers: the mean of the summed ones.
+  void averageBuffers(int contributors);
+  Error nonFinite(std::int64_t step) const;
+
+  const config::TrainConfig& cfg_;
+  optim::Sgd& sgd_;
+  models::Net& model_;
+  protocol::StepMessages& messages_;
+};
 
 // The accounting in the trailer of messages.up, summed over `contributors` workers: loss
 // and samples as sums, compute and data-wait times as the contributors' mean, and the
 // slowest contributor's compute time.
-StepStats summedStats(const StepMessages& messages, int contributors);
+StepStats summedStats(const protocol::StepMessages& messages, int contributors);
 
 // Whether every value of a contiguous float tensor is finite. One pass, no temporary
 // tensor (torch::isfinite(t).all() allocates two).
 bool allFinite(const at::Tensor& values);
-
-// The BatchNorm part alone: messages.serverBuffers and `model`'s buffers become the mean of
-// the `contributors` micro-batches' buffers summed in messages.up.
-void averageBuffers(StepMessages& messages, int contributors, models::Net& model);
 
 }  // namespace pstrain::roles

@@ -3,54 +3,34 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 #include <torch/version.h>
-
-#include <chrono>
-#include <ctime>
-#include <filesystem>
-#include <optional>
-
 #include <unistd.h>
 
 #include <iostream>
+#include <optional>
 
 #include "data/ShardSampler.h"
 #include "runtime/Errors.h"
-#include "runtime/optim/LrSchedule.h"
-#include "runtime/roles/StepProtocol.h"
-#include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/codec/Codec.h"
+#include "runtime/config/Flags.h"
+#include "runtime/metrics/Clock.h"
 #include "runtime/metrics/Json.h"
 #include "runtime/metrics/Startup.h"
-#include "runtime/roles/FlatParameters.h"
-#include "runtime/roles/Handshake.h"
-#include "runtime/roles/TrainDir.h"
+#include "runtime/optim/LrSchedule.h"
+#include "runtime/protocol/FlatParameters.h"
+#include "runtime/protocol/Handshake.h"
+#include "runtime/protocol/StepProtocol.h"
 #include "runtime/roles/Loss.h"
 #include "runtime/roles/ParameterServer.h"
 #include "runtime/roles/PeerTraining.h"
-#include "runtime/roles/Probe.h"
 #include "runtime/roles/Worker.h"
+#include "runtime/rundir/AtomicFile.h"
+#include "runtime/rundir/RunFiles.h"
 
 namespace pstrain::roles {
 
-std::atomic<std::int64_t>& currentStep() {
-  static std::atomic<std::int64_t> step{-1};
-  return step;
-}
-
-std::atomic<bool>& stopRequested() {
-  static std::atomic<bool> requested{false};
-  static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
-  return requested;
-}
-
-std::atomic<bool>& stoppedOnRequest() {
-  static std::atomic<bool> stopped{false};
-  return stopped;
-}
+using namespace protocol;
 
 namespace {
-
-namespace fs = std::filesystem;
 
 constexpr const char* kProtocolVersion = "2";
 
@@ -58,8 +38,8 @@ constexpr const char* kProtocolVersion = "2";
 // (and reporting) damaged ones; none if there is none. A checkpoint of another model or
 // dataset is an error, not something to skip.
 std::optional<checkpoint::Checkpoint> resumePoint(const config::TrainConfig& cfg) {
-  const std::string dir = (fs::path(cfg.trainDir) / "ckpt").string();
-  auto published = checkpoint::listPublished(dir);
+  const std::string dir = rundir::pathOf(cfg.trainDir, rundir::kCheckpoints);
+  auto published = rundir::listPublished(dir);
   for (auto it = published.rbegin(); it != published.rend(); ++it) {
     checkpoint::Checkpoint ckpt;
     try {
@@ -83,19 +63,19 @@ std::optional<checkpoint::Checkpoint> resumePoint(const config::TrainConfig& cfg
 // The virtual shards of the run (TrainConfig::virtualShards), decided on rank 0: --virtual-
 // shards, else the checkpoint's on --resume, else one per computing rank. A resume that
 // would change them or the batch size (so the data order, the global batch and the lr) is
-// refused without --reshard. Modes other than sync and allreduce deal the data to their
+// refused without --reshard. Modes that are not sharded (Mode.h) deal the data to their
 // workers: one shard each, re-dealt when their number changed.
 int resolveVirtualShards(const config::TrainConfig& cfg, int computing, const checkpoint::Checkpoint* resume) {
   const int before = resume ? static_cast<int>(resume->virtualShards) : 0;
-  if (cfg.mode != "sync" && cfg.mode != "allreduce") {
+  if (!cfg.modeInfo().sharded) {
     if (cfg.virtualShards > 0 && cfg.virtualShards != computing) {
       throw ConfigError(fmt::format("--mode {} deals the data to its {} computing ranks: --virtual-shards applies to "
-                                    "sync and allreduce only", cfg.mode, computing));
+                                    "sync and allreduce only", cfg.modeInfo().name, computing));
     }
     if (before > 0 && before != computing) {
       std::cout << fmt::format("pstrain: resume: --mode {} re-deals the data to {} computing ranks (it had {}); "
                                "per-worker state (error-feedback residuals, gossip replicas) starts afresh",
-                               cfg.mode, computing, before) << std::endl;
+                               cfg.modeInfo().name, computing, before) << std::endl;
     }
     return computing;
   }
@@ -130,17 +110,18 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
   const std::int64_t parameters = models::parameterCount(model);
   const std::int64_t buffers = bufferCount(model);
   const int ranks = static_cast<int>(facts.size());
-  const int workers = cfg.computeRanks(ranks);
-  const bool peers = workers == ranks;
+  const config::ModeInfo& mode = cfg.modeInfo();
+  const int workers = config::computeRanks(cfg.mode, ranks);
+  const bool peers = mode.peers();
   const int shards = cfg.virtualShards;  // resolved
   const data::ShardSampler sampler(trainSamples, shards, cfg.batchSize, cfg.seed);
   const std::int64_t updatesPerEpoch = cfg.updatesPerEpoch(sampler.stepsPerEpoch(), workers);
   const std::int64_t total = config::totalSteps(cfg, updatesPerEpoch);
   std::string out = "pstrain dry run: every rank checked its config, data, model and device; nothing trained.\n";
   out += peers ? fmt::format("  world     {} ranks, all computing ({} mode; rank 0 also writes the run's files)\n",
-                             ranks, cfg.mode)
+                             ranks, mode.name)
                : fmt::format("  world     {} ranks: 1 parameter server + {} worker(s) ({} mode)\n", ranks, workers,
-                             cfg.mode);
+                             mode.name);
   for (int r = 0; r < ranks; ++r) {
     const bool computes = peers || r > 0;
     const int index = peers ? r : r - 1;
@@ -170,10 +151,7 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
   out += fmt::format("  per step  server -> each worker {} bytes (weights{} + header); each worker -> server {} bytes (gradient{} + accounting)\n",
                      downBytes(parameters, buffers, ranks), buffers ? " + BatchNorm buffers" : "",
                      upBytes(parameters, buffers, ranks), buffers ? " + buffers" : "");
-  std::string exchange = cfg.mode == "sync"      ? "one broadcast of the weights, one sum-reduce of the gradients"
-                         : cfg.mode == "allreduce" ? "MPI_Allreduce of the gradients"
-                         : cfg.mode == "gossip"    ? "one-sided reads of a peer's weights"
-                                                   : "point to point, each worker at its own pace";
+  std::string exchange = mode.plan;
   if (cfg.overlapping()) {
     exchange += fmt::format("; in {} buckets of {} KiB, gradients reduced during backward, weights broadcast "
                             "as each bucket is updated",
@@ -197,100 +175,66 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
   std::cout << out << std::flush;
 }
 
-std::string isoTime() {
-  std::time_t now = std::time(nullptr);
-  char text[32];
-  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
-  return text;
-}
-
 void writeRunJson(const config::TrainConfig& cfg, const RunInfo& info,
                   const std::vector<std::map<std::string, std::string>>& facts,
                   std::int64_t trainSamples, std::int64_t parameters, std::int64_t firstStep,
                   const std::string& startup) {
   metrics::JsonObject config;
-  for (const auto& [key, value] : cfg.sharedFields()) config.add(key, value);
-  config.add("data-dir", cfg.dataDir).add("train-dir", cfg.trainDir);
-  config.add("log-every", cfg.logEvery).add("threads", cfg.threads).add("device", cfg.device);
-  config.add("timeout", cfg.timeoutSeconds);
-  std::string ranks = "[";
+  for (const auto& [key, value] : config::allFields(cfg)) config.add(key, value);
+  const bool peers = cfg.modeInfo().peers();
+  std::vector<std::string> ranks;
   for (std::size_t r = 0; r < facts.size(); ++r) {
     metrics::JsonObject rank;
-    rank.add("rank", static_cast<std::int64_t>(r)).add("role", r == 0 ? "server" : "worker");
+    rank.add("rank", static_cast<std::int64_t>(r)).add("role", peers ? "peer" : r == 0 ? "server" : "worker");
     rank.add("host", facts[r].at("info.host")).add("pid", static_cast<std::int64_t>(std::stoll(facts[r].at("info.pid"))));
     rank.add("device", facts[r].at("info.device"));
     rank.add("torch", facts[r].at("info.torch")).add("threads", facts[r].at("info.threads"));
     rank.add("mpi_yield_when_idle", facts[r].at("info.yield-when-idle"));
     if (!startup.empty()) rank.addRaw("startup_s", facts[r].at("info.startup"));
-    ranks += (r ? "," : "") + rank.str();
+    ranks.push_back(rank.str());
   }
-  ranks += "]";
   metrics::JsonObject run;
-  run.add("fingerprint", cfg.fingerprint()).add("start_time", isoTime());
+  run.add("fingerprint", cfg.fingerprint()).add("start_time", metrics::isoTime());
   run.add("world_size", static_cast<std::int64_t>(facts.size()));
-  run.add("workers", static_cast<std::int64_t>(facts.size() - 1));
+  run.add("workers", config::computeRanks(cfg.mode, static_cast<int>(facts.size())));
   run.add("train_samples", trainSamples).add("parameters", parameters).add("first_step", firstStep);
   run.add("torch_version", TORCH_VERSION).add("mpi_library", info.mpiLibrary);
   run.add("command", info.commandLine);
   // Rank 0's start-up to its first step (the workers' phases, to the handshake, are theirs).
   if (!startup.empty()) run.addRaw("startup_s", startup);
-  run.addRaw("config", config.str()).addRaw("ranks", ranks);
-  checkpoint::atomicWrite((fs::path(cfg.trainDir) / "run.json").string(), run.str() + "\n");
+  run.addRaw("config", config.str()).addRaw("ranks", metrics::jsonRawArray(ranks));
+  rundir::atomicWrite(rundir::pathOf(cfg.trainDir, rundir::kRunJson), run.str() + "\n");
 }
 
 }  // namespace
 
-bool computesGradients(const config::TrainConfig& cfg, int rank) {
-  return rank != 0 || cfg.mode == "allreduce" || cfg.mode == "gossip";
-}
+namespace {
 
-void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
-                 const data::Dataset* train, c10::Device device, const RunInfo& info) {
-  const bool peers = cfg.computeRanks(comm.size()) == comm.size();
-  if (cfg.mode == "gossip" && comm.size() < 2) {
-    throw CollectiveConfigError("gossip averages with peers: start 2 or more ranks (mpirun -np 2 ...)");
+// Refuses a world that cfg's mode cannot run in, the same on every rank.
+void checkWorld(const config::TrainConfig& cfg, int size) {
+  const config::ModeInfo& mode = cfg.modeInfo();
+  if (mode.exchange == config::Exchange::Gossip && size < 2) {
+    throw CollectiveConfigError(fmt::format("{} averages with peers: start 2 or more ranks (mpirun -np 2 ...)", mode.name));
   }
-  if (!peers && comm.size() < 2) {
+  if (!mode.peers() && size < 2) {
     throw CollectiveConfigError(fmt::format(
         "--mode {} needs a parameter server and at least one worker: start 2 or more ranks "
-        "(mpirun -np 3 ... for 2 workers), or use --mode allreduce on one rank", cfg.mode));
+        "(mpirun -np 3 ... for 2 workers), or use --mode allreduce on one rank", mode.name));
   }
-  if (cfg.mode == "backup" && cfg.aggregate > comm.size() - 1) {
-    throw CollectiveConfigError(fmt::format("--aggregate {} is more than the {} worker(s)", cfg.aggregate,
-                                            comm.size() - 1));
+  if (mode.quorum == config::Quorum::Aggregate && cfg.aggregate > size - 1) {
+    throw CollectiveConfigError(fmt::format("--aggregate {} is more than the {} worker(s)", cfg.aggregate, size - 1));
   }
-  comm.setTimeoutSeconds(cfg.timeoutSeconds);
-  const bool server = comm.rank() == 0;
-  std::optional<TrainDir> trainDir;
-  if (server) trainDir.emplace(cfg);
-  std::string trainDirState = server ? trainDir->state() : "";
-  std::optional<checkpoint::Checkpoint> resume;
-  if (server && cfg.resume) resume = resumePoint(cfg);
-  // The run's configuration with its virtual shards decided (rank 0's, told in the handshake).
-  config::TrainConfig run = cfg;
-  if (server) run.virtualShards = resolveVirtualShards(cfg, cfg.computeRanks(comm.size()), resume ? &*resume : nullptr);
-  if (resume) {
-    if (resume->fingerprint != run.fingerprint()) {
-      std::cout << "pstrain: resume: the configuration differs from the one that wrote step " << resume->step
-                << " (fingerprint " << resume->fingerprint << ", now " << run.fingerprint()
-                << "); continuing with the new one" << std::endl;
-    }
-    models::loadStateDict(model, resume->modelState, fmt::format("step {} checkpoint", resume->step));
-    if (cfg.dryRun) trainDirState += fmt::format("; resuming at step {}", resume->step);
-  }
+}
 
-  // A model of the user's must fit the data before anything is waited for (--dry-run too).
-  if (train) checkModelFitsData(model, cfg.model, *train, cfg.lossFunction(), device);
-
-  Facts mine = cfg.sharedFields();
+// This rank's facts for the handshake: the flags the ranks must agree on, what must match
+// (protocol, parameters, data, files of the user's) and what is only recorded ("info.").
+Facts factsOf(comm::Communicator& comm, const config::TrainConfig& cfg, const config::TrainConfig& run,
+              const models::Net& model, const data::Dataset* train, c10::Device device, const RunInfo& info) {
+  Facts mine = config::agreedFields(cfg);
   mine.emplace_back("protocol", kProtocolVersion);
-  mine.emplace_back("dry-run", cfg.dryRun ? "true" : "false");
-  mine.emplace_back("probe", cfg.probe ? "true" : "false");
-  mine.emplace_back("resume", cfg.resume ? "true" : "false");
-  mine.emplace_back("skip-nonfinite", cfg.skipNonfinite ? "true" : "false");
   mine.emplace_back("parameters", models::parameterSignature(model));
   mine.emplace_back("train-samples", train ? std::to_string(train->size()) : "");
-  mine.emplace_back("resolved-virtual-shards", server ? std::to_string(run.virtualShards) : "");
+  mine.emplace_back("resolved-virtual-shards", comm.rank() == 0 ? std::to_string(run.virtualShards) : "");
   // Files of the user's: the same contents on every rank, whatever their paths.
   mine.emplace_back("model-file", model.fileIdentity());
   mine.emplace_back("info.model-file", cfg.model);
@@ -303,45 +247,81 @@ void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, model
   mine.emplace_back("info.threads", std::to_string(at::get_num_threads()));
   mine.emplace_back("info.yield-when-idle", info.yieldWhenIdle);
   mine.emplace_back("info.startup", metrics::Startup::process().json());
-  auto facts = handshake(comm, mine);
-  metrics::Startup::process().mark("handshake");
+  return mine;
+}
 
-  std::int64_t trainSamples = 0;
-  for (const auto& rank : facts) {
-    if (!rank.at("train-samples").empty()) trainSamples = std::stoll(rank.at("train-samples"));
+// The run itself, after the start-up: rank 0 holds the train dir and writes run.json (again
+// after the first step, with the start-up's times); a failure before the first checkpoint
+// gives the earlier run's files back.
+void trainInRoles(comm::Communicator& comm, StartedRun& started, models::Net& model, const data::Dataset* train,
+           c10::Device device, const RunInfo& info) {
+  const config::TrainConfig& run = started.run;
+  const checkpoint::Checkpoint* resume = started.resume ? &*started.resume : nullptr;
+  auto roles = [&] {
+    if (run.modeInfo().peers()) return runPeers(comm, run, model, *train, device, resume);
+    if (comm.rank() == 0) return runServer(comm, run, model, started.trainSamples, resume);
+    runWorker(comm, run, model, *train, device);
+  };
+  if (comm.rank() != 0) return roles();
+  started.trainDir->begin();
+  const std::int64_t parameters = models::parameterCount(model), firstStep = resume ? resume->step : 0;
+  metrics::Startup::process().afterFirstStep([&] {
+    writeRunJson(run, info, started.facts, started.trainSamples, parameters, firstStep,
+                 metrics::Startup::process().json());
+  });
+  struct Disarm {
+    ~Disarm() { metrics::Startup::process().afterFirstStep(nullptr); }
+  } disarm;  // the hook refers to this scope
+  try {
+    writeRunJson(run, info, started.facts, started.trainSamples, parameters, firstStep, "");
+    roles();
+  } catch (...) {
+    started.trainDir->restore();  // no-op once the first checkpoint made the earlier run's files go
+    throw;
   }
-  run.virtualShards = std::stoi(facts[0].at("resolved-virtual-shards"));
-  if (cfg.dryRun) {
-    if (server) printPlan(run, facts, trainSamples, model, trainDirState);
-    return;
+}
+
+}  // namespace
+
+StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
+                    const data::Dataset* train, c10::Device device, const RunInfo& info) {
+  checkWorld(cfg, comm.size());
+  comm.setTimeoutSeconds(cfg.timeoutSeconds);
+  StartedRun started;
+  started.run = cfg;  // with its virtual shards decided (rank 0's, told in the handshake)
+  if (comm.rank() == 0) {
+    started.trainDir = std::make_unique<rundir::TrainDir>(cfg);
+    if (cfg.resume) started.resume = resumePoint(cfg);
+    const checkpoint::Checkpoint* resume = started.resume ? &*started.resume : nullptr;
+    started.run.virtualShards = resolveVirtualShards(cfg, config::computeRanks(cfg.mode, comm.size()), resume);
   }
-  if (cfg.probe) return runProbe(comm, run, model, train, device);
-  if (server) {
-    trainDir->begin();
-    const std::int64_t parameters = models::parameterCount(model), firstStep = resume ? resume->step : 0;
-    // run.json again once the first step is done, with the start-up's times.
-    metrics::Startup::process().afterFirstStep([&] {
-      writeRunJson(run, info, facts, trainSamples, parameters, firstStep, metrics::Startup::process().json());
-    });
-    struct Disarm {
-      ~Disarm() { metrics::Startup::process().afterFirstStep(nullptr); }
-    } disarm;  // the hook refers to this scope
-    try {
-      writeRunJson(run, info, facts, trainSamples, parameters, firstStep, "");
-      if (peers) {
-        runPeers(comm, run, model, *train, device, resume ? &*resume : nullptr);
-      } else {
-        ParameterServer(comm, run, model, trainSamples, resume ? &*resume : nullptr).run();
-      }
-    } catch (...) {
-      trainDir->restore();  // no-op once the first checkpoint made the earlier run's files go
-      throw;
+  if (started.resume) {
+    if (started.resume->fingerprint != started.run.fingerprint()) {
+      std::cout << "pstrain: resume: the configuration differs from the one that wrote step " << started.resume->step
+                << " (fingerprint " << started.resume->fingerprint << ", now " << started.run.fingerprint()
+                << "); continuing with the new one" << std::endl;
     }
-  } else if (peers) {
-    runPeers(comm, run, model, *train, device, resume ? &*resume : nullptr);
-  } else {
-    Worker(comm, run, model, *train, device).run();
+    models::loadStateDict(model, started.resume->modelState, fmt::format("step {} checkpoint", started.resume->step));
   }
+  // A model of the user's must fit the data before anything is waited for (--dry-run too).
+  if (train) checkModelFitsData(model, cfg.model, *train, cfg.lossFunction(), device);
+  started.facts = handshake(comm, factsOf(comm, cfg, started.run, model, train, device, info));
+  metrics::Startup::process().mark("handshake");
+  for (const auto& rank : started.facts) {
+    if (!rank.at("train-samples").empty()) started.trainSamples = std::stoll(rank.at("train-samples"));
+  }
+  started.run.virtualShards = std::stoi(started.facts[0].at("resolved-virtual-shards"));
+  return started;
+}
+
+void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
+                 const data::Dataset* train, c10::Device device, const RunInfo& info) {
+  StartedRun started = startRun(comm, cfg, model, train, device, info);
+  if (!cfg.dryRun) return trainInRoles(comm, started, model, train, device, info);
+  if (comm.rank() != 0) return;
+  std::string trainDirState = started.trainDir->state();
+  if (started.resume) trainDirState += fmt::format("; resuming at step {}", started.resume->step);
+  printPlan(started.run, started.facts, started.trainSamples, model, trainDirState);
 }
 
 }  // namespace pstrain::roles

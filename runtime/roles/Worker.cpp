@@ -2,31 +2,31 @@
 
 #include <fmt/format.h>
 
+#include "runtime/Stop.h"
+#include "runtime/protocol/FlatParameters.h"
+#include "runtime/protocol/StepLink.h"
+#include "runtime/protocol/StepMessages.h"
 #include "runtime/roles/Balance.h"
-#include "runtime/roles/FlatParameters.h"
 #include "runtime/roles/LocalTrainer.h"
-#include "runtime/roles/StepLink.h"
-#include "runtime/roles/StepMessages.h"
 
 namespace pstrain::roles {
 
-Worker::Worker(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
-               const data::Dataset& train, c10::Device device)
-    : comm_(comm), cfg_(cfg), model_(model), train_(train), device_(device) {}
+using namespace protocol;
 
-void Worker::run() {
-  StepMessages messages(models::parameterCount(model_), bufferCount(model_), comm_.size(), device_);
-  LocalTrainer trainer(cfg_, model_, train_, device_, messages, comm_.rank() - 1, comm_.size() - 1, comm_.rank());
-  StepLink link(comm_, cfg_, model_, messages, cfg_.seed * 7919u + static_cast<std::uint64_t>(comm_.rank()));
-  const bool sync = cfg_.mode == "sync";
+void runWorker(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
+               const data::Dataset& train, c10::Device device) {
+  StepMessages messages(models::parameterCount(model), bufferCount(model), comm.size(), device);
+  LocalTrainer trainer(cfg, model, train, device, messages, comm.rank() - 1, comm.size() - 1, comm.rank());
+  StepLink link(comm, cfg, model, messages, cfg.seed * 7919u + static_cast<std::uint64_t>(comm.rank()));
+  const bool collective = cfg.modeInfo().exchange == config::Exchange::Collective;
   auto useWeights = [&] {
     trainer.loadWeights();
-    if (cfg_.balance) trainer.assign(shardsOfRank(messages.shares.data_ptr<float>(), comm_.size(), comm_.rank()));
+    if (cfg.balance) trainer.assign(shardsOfRank(messages.shares.data_ptr<float>(), comm.size(), comm.rank()));
     return messages.header();
   };
   auto receiveWeights = [&](std::int64_t expected) {
     const std::string context = fmt::format("step {}", expected);
-    if (sync) {
+    if (collective) {
       link.broadcastDown(context);
     } else {
       link.receiveDown(context);
@@ -34,20 +34,20 @@ void Worker::run() {
     return useWeights();
   };
   std::string context;
-  const bool overlap = cfg_.overlapping();
+  const bool overlap = cfg.overlapping();
   if (overlap) {
-    trainer.streamGradients(cfg_.bucketKb * 1024, [&](const Bucket& bucket) { link.startBucket(bucket, context); });
+    trainer.streamGradients(cfg.bucketKb * 1024, [&](const Bucket& bucket) { link.startBucket(bucket, context); });
   }
   std::int64_t batch = 0;
   for (StepHeader header = receiveWeights(0); header.control != Control::Stop;) {
     currentStep() = header.step;
     context = fmt::format("step {}", header.step);
-    trainer.computeGradient(sync ? header.step : batch, header.step);
+    trainer.computeGradient(collective ? header.step : batch, header.step);
     if (overlap) {
       link.finishStep(context);  // the next down message comes with it
       header = useWeights();
     } else {
-      if (sync) {
+      if (collective) {
         link.reduceUp(context);
       } else {
         link.sendUp(context);

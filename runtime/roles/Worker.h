@@ -1,8 +1,8 @@
 #pragma once
 // Ranks 1..N of the server modes: receive weights, compute the gradient on this worker's
-// next batch, send it back; until the server says stop. In sync mode the batch is the
-// step's; in backup and async modes each worker walks its own shard at its own pace (and
-// computes the same batch again when the server answers Retry).
+// next batch, send it back; until the server says stop. In the collective exchange (sync)
+// the batch is the step's; point to point (backup, async) each worker walks its own shard at
+// its own pace, and computes the same batch again when the server answers Retry.
 #include <c10/core/Device.h>
 
 #include "data/Dataset.h"
@@ -12,21 +12,9 @@
 
 namespace pstrain::roles {
 
-class Worker {
- public:
-  // `model` must already be on `device`. The worker's shard is rank - 1 of size - 1.
-  Worker(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
-         const data::Dataset& train, c10::Device device);
-
-  // Collective with ParameterServer::run() on rank 0.
-  void run();
-
- private:
-  comm::Communicator& comm_;
-  const config::TrainConfig& cfg_;
-  models::Net& model_;
-  const data::Dataset& train_;
-  c10::Device device_;
-};
+// `model` must already be on `device`; the worker's virtual shards are those of worker
+// rank - 1 of size - 1. Collective with runServer() on rank 0.
+void runWorker(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
+               const data::Dataset& train, c10::Device device);
 
 }  // namespace pstrain::roles

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <string>
 
+#include "runtime/rundir/AtomicFile.h"
 #include "runtime/checkpoint/Checkpoint.h"
 
 namespace pstrain::testsupport {
@@ -14,12 +15,12 @@ class ScratchDir {
   explicit ScratchDir(const std::string& name)
       : path_(std::filesystem::temp_directory_path() /
               ("pstrain-" + name + "-" + std::to_string(::getpid()))) {
-    checkpoint::removeTree(path_.string());
+    rundir::removeTree(path_.string());
     std::filesystem::create_directories(path_);
   }
   ~ScratchDir() {
     try {
-      checkpoint::removeTree(path_.string());
+      rundir::removeTree(path_.string());
     } catch (const std::exception&) {
     }
   }

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 
+#include "runtime/rundir/AtomicFile.h"
 #include "runtime/Errors.h"
 #include "runtime/checkpoint/Checkpoint.h"
 #include "tests/fuzz/FuzzFile.h"
@@ -17,10 +18,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   fs::create_directories(dir);
   const std::string bytes(reinterpret_cast<const char*>(data), size);
   const std::string pt = (dir / "step-00000001.pt").string(), ok = (dir / "step-00000001.ok").string();
-  pstrain::checkpoint::atomicWrite(pt, bytes);
+  pstrain::rundir::atomicWrite(pt, bytes);
   auto crc = crc32(0, reinterpret_cast<const Bytef*>(data), static_cast<uInt>(size));
   for (const std::string& marker : {fmt::format("pstrain-checkpoint 1\nbytes {}\ncrc32 {:08x}\n", size, crc), bytes}) {
-    pstrain::checkpoint::atomicWrite(ok, marker);
+    pstrain::rundir::atomicWrite(ok, marker);
     try {
       pstrain::checkpoint::read({1, pt});
     } catch (const pstrain::CheckpointError&) {

@@ -5,20 +5,20 @@
 
 #include "runtime/Errors.h"
 #include "runtime/comm/Doorbell.h"
-#include "runtime/roles/Handshake.h"
-#include "runtime/roles/StepProtocol.h"
+#include "runtime/protocol/Handshake.h"
+#include "runtime/protocol/StepProtocol.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
-    auto header = pstrain::roles::parseStepHeader(data, size);
+    auto header = pstrain::protocol::parseStepHeader(data, size);
     if (header.step < 0) __builtin_trap();
   } catch (const pstrain::CommError&) {
   }
   try {
-    auto facts = pstrain::roles::decodeFacts(std::string(reinterpret_cast<const char*>(data), size), 1);
-    pstrain::roles::Facts list(facts.begin(), facts.end());
+    auto facts = pstrain::protocol::decodeFacts(std::string(reinterpret_cast<const char*>(data), size), 1);
+    pstrain::protocol::Facts list(facts.begin(), facts.end());
     // What decodes must encode back to something that decodes the same.
-    if (pstrain::roles::decodeFacts(pstrain::roles::encodeFacts(list), 1) != facts) __builtin_trap();
+    if (pstrain::protocol::decodeFacts(pstrain::protocol::encodeFacts(list), 1) != facts) __builtin_trap();
   } catch (const pstrain::CommError&) {
   }
   // A ring: accepted only with the token of the input's first 8 bytes and a rank below 16,
@@ -36,8 +36,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     float value;
     std::memcpy(&value, data, sizeof value);
     try {
-      const std::int64_t step = pstrain::roles::trailerVersion(value, 1);
-      if (step < 0 || step > pstrain::roles::kMaxVersionedSteps) __builtin_trap();
+      const std::int64_t step = pstrain::protocol::trailerVersion(value, 1);
+      if (step < 0 || step > pstrain::protocol::kMaxVersionedSteps) __builtin_trap();
     } catch (const pstrain::CommError&) {
     }
   }

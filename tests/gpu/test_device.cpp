@@ -10,9 +10,9 @@
 #include "launcher/Device.h"
 #include "models/Registry.h"
 #include "runtime/config/TrainConfig.h"
-#include "runtime/roles/FlatParameters.h"
+#include "runtime/protocol/FlatParameters.h"
 #include "runtime/roles/LocalTrainer.h"
-#include "runtime/roles/StepMessages.h"
+#include "runtime/protocol/StepMessages.h"
 
 using namespace pstrain;
 
@@ -40,11 +40,11 @@ std::vector<float> workerStep(const std::string& model, c10::Device device, bool
   torch::manual_seed(3);
   auto net = models::makeModel(model);
   net->to(device);
-  roles::StepMessages messages(models::parameterCount(*net), roles::bufferCount(*net), 2);
+  protocol::StepMessages messages(models::parameterCount(*net), protocol::bufferCount(*net), 2);
   roles::LocalTrainer trainer(cfg, *net, train, device, messages, 0, 1, 1);
   std::vector<std::int64_t> handedOver;
   if (streamed) {
-    trainer.streamGradients(64 * 1024, [&](const roles::Bucket& bucket) {
+    trainer.streamGradients(64 * 1024, [&](const protocol::Bucket& bucket) {
       handedOver.push_back(bucket.begin);
       if (bucketThreads) bucketThreads->push_back(std::this_thread::get_id());
     });
@@ -52,7 +52,7 @@ std::vector<float> workerStep(const std::string& model, c10::Device device, bool
   trainer.loadWeights();
   trainer.computeGradient(0, 0);
   if (streamed) {
-    const auto buckets = roles::gradientBuckets(*net, 64 * 1024);
+    const auto buckets = protocol::gradientBuckets(*net, 64 * 1024);
     EXPECT_EQ(handedOver.size(), buckets.size());
     for (std::size_t b = 0; b < std::min(handedOver.size(), buckets.size()); ++b) {
       EXPECT_EQ(handedOver[b], buckets[b].begin) << "bucket " << b << " out of order";
@@ -130,12 +130,12 @@ TEST(Device, BatchNormBuffersRoundTripThroughHostFloats) {
     torch::NoGradGuard noGrad;
     net->forward(torch::randn({8, 3, 32, 32}, torch::TensorOptions().device(kDevice)));
   }
-  const std::int64_t m = roles::bufferCount(*net);
+  const std::int64_t m = protocol::bufferCount(*net);
   at::Tensor host = torch::empty({m});
-  roles::readBuffers(*net, host);
+  protocol::readBuffers(*net, host);
   auto other = models::makeModel("resnet20");
   other->to(kDevice);
-  roles::writeBuffers(*other, host);
+  protocol::writeBuffers(*other, host);
   auto mine = other->named_buffers();
   for (const auto& item : net->named_buffers()) {
     EXPECT_EQ(mine[item.key()].device().type(), kDevice.type());

@@ -26,7 +26,7 @@ checkpoint::TensorList trainOnThreads(const config::TrainConfig& cfg, int size, 
   }
   comm::InProcessWorld world(size);
   auto errors = runRanks(world, [&](int r) {
-    const bool data = roles::computesGradients(cfg, r);
+    const bool data = config::computesGradients(cfg.mode, r);
     roles::runTraining(world.rank(r), cfg, *nets[r], data ? &train : nullptr, c10::Device(c10::kCPU), {});
   });
   for (int r = 0; r < size; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
@@ -41,13 +41,13 @@ TEST(ModesThreads, AllreduceEqualsSyncOnTheSameSamples) {
   auto cfg = testsupport::smallSyntheticConfig(scratch.str() + "/sync");
   data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
   auto sync = trainOnThreads(cfg, 3, train);  // server + 2 workers
-  cfg.mode = "allreduce";
+  cfg.mode = config::Mode::Allreduce;
   cfg.trainDir = scratch.str() + "/allreduce";
   auto allreduce = trainOnThreads(cfg, 2, train);  // 2 peers on the same 2 shards
   const double diff = testsupport::maxAbsDiff(sync, allreduce);
   std::cout << "allreduce (2 ranks) vs sync (2 workers): max abs diff " << diff << std::endl;
   EXPECT_LE(diff, 1e-6);
-  EXPECT_EQ(checkpoint::listPublished(cfg.trainDir + "/ckpt").size(), 2u);
+  EXPECT_EQ(rundir::listPublished(cfg.trainDir + "/ckpt").size(), 2u);
 }
 
 TEST(ModesThreads, OverlappedBucketsGiveTheWeightsOfOneExchange) {
@@ -70,7 +70,7 @@ TEST(ModesThreads, AllreduceOnOneRankIsSingleProcessTraining) {
   torch::set_num_threads(1);
   testsupport::ScratchDir scratch("allreduce1");
   auto cfg = testsupport::smallSyntheticConfig(scratch.str());
-  cfg.mode = "allreduce";
+  cfg.mode = config::Mode::Allreduce;
   data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
   auto trained = trainOnThreads(cfg, 1, train);
   torch::manual_seed(cfg.seed);
@@ -83,18 +83,18 @@ TEST(ModesThreads, GossipTrainsEveryRankAndPublishesRankZeros) {
   torch::set_num_threads(1);
   testsupport::ScratchDir scratch("gossip");
   auto cfg = testsupport::smallSyntheticConfig(scratch.str());
-  cfg.mode = "gossip";
+  cfg.mode = config::Mode::Gossip;
   cfg.fetchProbability = 1;
   data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
   auto trained = trainOnThreads(cfg, 3, train);
   EXPECT_FALSE(trained.empty());
-  EXPECT_EQ(checkpoint::listPublished(cfg.trainDir + "/ckpt").back().step, cfg.steps);
+  EXPECT_EQ(rundir::listPublished(cfg.trainDir + "/ckpt").back().step, cfg.steps);
 }
 
 TEST(ModesThreads, BackupWithMoreGradientsThanWorkersIsAClearError) {
   testsupport::ScratchDir scratch("aggregate");
   auto cfg = testsupport::smallSyntheticConfig(scratch.str());
-  cfg.mode = "backup";
+  cfg.mode = config::Mode::Backup;
   cfg.aggregate = 3;
   data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
   std::vector<std::shared_ptr<models::Net>> nets;

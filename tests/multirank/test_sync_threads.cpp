@@ -50,7 +50,7 @@ TEST(SyncThreads, TwoWorkersEqualOneProcessOnTheUnion) {
   // The server's model holds the final weights after the run.
   EXPECT_LE(testsupport::maxAbsDiff(models::stateDict(*nets[0]), trained), 0.0);
   // Checkpoints at step 10 and the final step 20 were published.
-  auto published = checkpoint::listPublished(cfg.trainDir + "/ckpt");
+  auto published = rundir::listPublished(cfg.trainDir + "/ckpt");
   ASSERT_EQ(published.size(), 2u);
   EXPECT_EQ(published[0].step, 10);
   EXPECT_EQ(published[1].step, 20);
@@ -60,7 +60,7 @@ namespace {
 
 // Keeps `dir`'s checkpoints up to `step` only, as if the job had stopped there.
 void truncateRun(const std::filesystem::path& dir, std::int64_t step) {
-  for (const auto& p : checkpoint::listPublished((dir / "ckpt").string())) {
+  for (const auto& p : rundir::listPublished((dir / "ckpt").string())) {
     if (p.step <= step) continue;
     std::filesystem::remove(p.path);
     std::filesystem::remove(p.path.substr(0, p.path.size() - 3) + ".ok");
@@ -226,7 +226,7 @@ TEST(SyncThreads, BatchNormBuffersReachTheServerAndItsCheckpointEvaluatesLikeThe
   });
   for (int r = 0; r < 3; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
 
-  auto published = checkpoint::listPublished(cfg.trainDir + "/ckpt");
+  auto published = rundir::listPublished(cfg.trainDir + "/ckpt");
   ASSERT_EQ(published.size(), 1u);
   auto ckpt = checkpoint::read(published[0]);
   std::map<std::string, at::Tensor> state(ckpt.modelState.begin(), ckpt.modelState.end());

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "models/Registry.h"
+#include "runtime/rundir/AtomicFile.h"
 #include "runtime/Errors.h"
 #include "runtime/checkpoint/Checkpoint.h"
 #include "tests/common/ScratchDir.h"
@@ -44,7 +45,7 @@ TEST_F(Checkpoints, RoundTripKeepsEverything) {
   std::string path = checkpoint::publish(dir.string(), original);
   EXPECT_EQ(fs::path(path).filename(), "step-00000500.pt");
   EXPECT_TRUE(fs::exists(dir / "step-00000500.ok"));
-  auto listed = checkpoint::listPublished(dir.string());
+  auto listed = rundir::listPublished(dir.string());
   ASSERT_EQ(listed.size(), 1u);
   auto back = checkpoint::read(listed[0]);
   EXPECT_EQ(back.step, 500);
@@ -66,11 +67,11 @@ TEST_F(Checkpoints, UnpublishedFilesAreInvisibleAndOrderIsByStep) {
   checkpoint::publish(dir.string(), sample(20));
   checkpoint::publish(dir.string(), sample(3));
   std::ofstream(dir / "step-00000099.pt") << "half written";
-  auto listed = checkpoint::listPublished(dir.string());
+  auto listed = rundir::listPublished(dir.string());
   ASSERT_EQ(listed.size(), 2u);
   EXPECT_EQ(listed[0].step, 3);
   EXPECT_EQ(listed[1].step, 20);
-  EXPECT_TRUE(checkpoint::listPublished((dir / "nonexistent").string()).empty());
+  EXPECT_TRUE(rundir::listPublished((dir / "nonexistent").string()).empty());
 }
 
 TEST_F(Checkpoints, TruncatedAndFlippedFilesAreDetected) {
@@ -86,14 +87,14 @@ TEST_F(Checkpoints, TruncatedAndFlippedFilesAreDetected) {
     f.put(static_cast<char>(~byte));
   }
   try {
-    checkpoint::read(checkpoint::listPublished(dir.string())[0]);
+    checkpoint::read(rundir::listPublished(dir.string())[0]);
     FAIL();
   } catch (const CheckpointError& e) {
     EXPECT_NE(std::string(e.what()).find("checksum"), std::string::npos) << e.what();
   }
   fs::resize_file(path, size / 3);
   try {
-    checkpoint::read(checkpoint::listPublished(dir.string())[0]);
+    checkpoint::read(rundir::listPublished(dir.string())[0]);
     FAIL();
   } catch (const CheckpointError& e) {
     EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
@@ -102,12 +103,12 @@ TEST_F(Checkpoints, TruncatedAndFlippedFilesAreDetected) {
 
 TEST_F(Checkpoints, GarbageWithAMatchingMarkerIsNotAPickle) {
   std::string garbage(1000, 'x');
-  checkpoint::atomicWrite((dir / "step-00000001.pt").string(), garbage);
+  rundir::atomicWrite((dir / "step-00000001.pt").string(), garbage);
   auto crc = crc32(0, reinterpret_cast<const Bytef*>(garbage.data()), 1000);
-  checkpoint::atomicWrite((dir / "step-00000001.ok").string(),
+  rundir::atomicWrite((dir / "step-00000001.ok").string(),
                           fmt::format("pstrain-checkpoint 1\nbytes 1000\ncrc32 {:08x}\n", crc));
   try {
-    checkpoint::read(checkpoint::listPublished(dir.string())[0]);
+    checkpoint::read(rundir::listPublished(dir.string())[0]);
     FAIL();
   } catch (const CheckpointError& e) {
     EXPECT_NE(std::string(e.what()).find("not a valid checkpoint archive"), std::string::npos) << e.what();
@@ -141,7 +142,7 @@ TEST_F(Checkpoints, PicklesThatPopMoreThanTheStackHoldsAreRefused) {
       writer.writeEndOfFile();
     }
     const std::string path = (dir / "crafted.pt").string();
-    checkpoint::atomicWrite(path, archive);
+    rundir::atomicWrite(path, archive);
     try {
       checkpoint::readStateDict(path);
       ADD_FAILURE() << name << ": read";
@@ -156,7 +157,7 @@ TEST_F(Checkpoints, PicklesThatPopMoreThanTheStackHoldsAreRefused) {
 
 TEST_F(Checkpoints, ACheckpointOfAnotherModelIsRefused) {
   auto path = checkpoint::publish(dir.string(), sample(1));
-  auto back = checkpoint::read(checkpoint::listPublished(dir.string())[0]);
+  auto back = checkpoint::read(rundir::listPublished(dir.string())[0]);
   auto lenet = models::makeModel("lenet");
   try {
     models::loadStateDict(*lenet, back.modelState, path);
@@ -218,11 +219,11 @@ TEST_F(Checkpoints, RemoveTreeDeletesEverythingBelowButNotWhatLinksPointAt) {
   std::ofstream(dir / "kept") << "y";
   fs::create_symlink(dir / "kept", dir / "tree/a/link");
   fs::create_directory_symlink(dir, dir / "tree/loop");
-  checkpoint::removeTree((dir / "tree").string());
+  rundir::removeTree((dir / "tree").string());
   EXPECT_FALSE(fs::exists(dir / "tree"));
   EXPECT_TRUE(fs::exists(dir / "kept"));
-  checkpoint::removeTree((dir / "tree").string());  // gone already: nothing to do
+  rundir::removeTree((dir / "tree").string());  // gone already: nothing to do
   std::ofstream(dir / "single") << "z";
-  checkpoint::removeTree((dir / "single").string());
+  rundir::removeTree((dir / "single").string());
   EXPECT_FALSE(fs::exists(dir / "single"));
 }

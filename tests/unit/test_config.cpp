@@ -8,7 +8,7 @@
 #include "runtime/metrics/Json.h"
 #include "runtime/metrics/Progress.h"
 #include "runtime/metrics/Startup.h"
-#include "runtime/roles/StepProtocol.h"
+#include "runtime/protocol/StepProtocol.h"
 
 #include <unistd.h>
 
@@ -200,16 +200,16 @@ TEST(Cli, VerdictsNameTheRanksThatFailed) {
 
 // Numbers in a trailer come from the network: only a whole step number becomes one.
 TEST(Wire, TrailerNumbersAreCheckedBeforeUse) {
-  EXPECT_EQ(roles::trailerVersion(12.0f, 1), 12);
+  EXPECT_EQ(protocol::trailerVersion(12.0f, 1), 12);
   for (float bad : {-1.0f, 0.5f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
                     1e30f}) {
-    EXPECT_THROW(roles::trailerVersion(bad, 1), CommError) << bad;
+    EXPECT_THROW(protocol::trailerVersion(bad, 1), CommError) << bad;
   }
-  EXPECT_TRUE(roles::sameCount(64.0f, 64.0));
-  EXPECT_FALSE(roles::sameCount(63.0f, 64.0));
+  EXPECT_TRUE(protocol::sameCount(64.0f, 64.0));
+  EXPECT_FALSE(protocol::sameCount(63.0f, 64.0));
   // Above 2^24 a float sum of counts is rounded: 2^24 + 1 samples arrive as 2^24.
-  EXPECT_TRUE(roles::sameCount(static_cast<float>((1 << 24) + 1), (1 << 24) + 1.0));
-  EXPECT_FALSE(roles::sameCount(std::numeric_limits<float>::quiet_NaN(), 1.0));
+  EXPECT_TRUE(protocol::sameCount(static_cast<float>((1 << 24) + 1), (1 << 24) + 1.0));
+  EXPECT_FALSE(protocol::sameCount(std::numeric_limits<float>::quiet_NaN(), 1.0));
 }
 
 // pstrain-run's inputs: a discovery script's host:slots lines, an Open MPI hostfile.

@@ -1,12 +1,13 @@
-// The cost model of pstrain --probe (runtime/roles/CostModel.h): its arithmetic on
+// The cost model of pstrain --probe (runtime/probe/CostModel.h): its arithmetic on
 // measurements whose answers can be worked out by hand.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "runtime/roles/CostModel.h"
+#include "runtime/probe/CostModel.h"
 
-using namespace pstrain::roles;
+using namespace pstrain::probe;
+using pstrain::config::Mode;
 
 namespace {
 
@@ -26,7 +27,7 @@ ProbeMeasurements measurements(int workers, double bytesPerSecond) {
   return m;
 }
 
-const Prediction& find(const std::vector<Prediction>& all, const std::string& mode, const std::string& grad,
+const Prediction& find(const std::vector<Prediction>& all, Mode mode, const std::string& grad,
                        const std::string& weights, int workers) {
   for (const auto& p : all) {
     if (p.mode == mode && p.gradientCodec == grad && p.weightCodec == weights && p.workers == workers) return p;
@@ -39,14 +40,14 @@ const Prediction& find(const std::vector<Prediction>& all, const std::string& mo
 TEST(CostModel, SyncIsTheSlowestBatchPlusTreeExchangeAndUpdate) {
   const auto all = predict(measurements(3, 1e8));
   // 3 workers + server: ceil(log2 4) = 2 rounds each way, each 1 ms + 1e6 / 1e8 s = 11 ms.
-  const Prediction& p = find(all, "sync", "none", "none", 3);
+  const Prediction& p = find(all, Mode::Sync, "none", "none", 3);
   EXPECT_NEAR(p.stepSeconds, 0.1 + 2 * 0.011 + 0.002 + 2 * 0.011, 1e-12);
   EXPECT_NEAR(p.samplesPerSecond, 96 / p.stepSeconds, 1e-9);
   EXPECT_NEAR(p.efficiency, p.samplesPerSecond / (3 * 320.0), 1e-12);
   // One worker: one round each way.
-  EXPECT_NEAR(find(all, "sync", "none", "none", 1).stepSeconds, 0.1 + 0.011 + 0.002 + 0.011, 1e-12);
+  EXPECT_NEAR(find(all, Mode::Sync, "none", "none", 1).stepSeconds, 0.1 + 0.011 + 0.002 + 0.011, 1e-12);
   // A gradient codec gathers: 3 payloads through the server's link, each decoded there.
-  const Prediction& c = find(all, "sync", "tiny", "half", 3);
+  const Prediction& c = find(all, Mode::Sync, "tiny", "half", 3);
   EXPECT_NEAR(c.stepSeconds, 0.1 + 0.004 + 3 * (0.001 + 1e-4) + 3 * 0.001 + 0.002 + 0.001 + 2 * (0.001 + 5e-3) + 0.001,
               1e-12);
 }
@@ -56,22 +57,22 @@ TEST(CostModel, BackupWaitsForTheFastestKAndAllreduceRingsTheGradient) {
   m.computeSeconds = {0.1, 0.1, 0.1, 1.0};  // one straggler
   const auto all = predict(m);
   // Backup: k = 3 of 4, the 3rd fastest batch (0.1), 3 messages each way through the server.
-  const Prediction& b = find(all, "backup", "none", "none", 4);
+  const Prediction& b = find(all, Mode::Backup, "none", "none", 4);
   EXPECT_NEAR(b.stepSeconds, 0.1 + 3 * 0.011 + 0.002 + 3 * 0.011, 1e-12);
   EXPECT_NEAR(b.samplesPerSecond, 96 / b.stepSeconds, 1e-9);
   // Sync waits for the straggler.
-  EXPECT_GT(find(all, "sync", "none", "none", 4).stepSeconds, 1.0);
+  EXPECT_GT(find(all, Mode::Sync, "none", "none", 4).stepSeconds, 1.0);
   // Allreduce, 4 ranks: 2 x log2(4) latencies + 2 x 3/4 of the gradient over the link.
-  const Prediction& a = find(all, "allreduce", "none", "-", 4);
+  const Prediction& a = find(all, Mode::Allreduce, "none", "-", 4);
   EXPECT_NEAR(a.stepSeconds, 1.0 + 4 * 0.001 + 1.5 * 0.01 + 0.002, 1e-12);
   // Async: every worker at its own pace; the server keeps up here.
-  const Prediction& async = find(all, "async", "none", "none", 4);
+  const Prediction& async = find(all, Mode::Async, "none", "none", 4);
   const double fast = 32 / (0.1 + 2 * 0.011 + 0.002), slow = 32 / (1.0 + 2 * 0.011 + 0.002);
   EXPECT_NEAR(async.samplesPerSecond, 3 * fast + slow, 1e-6);
   // The straggler makes a mode that tolerates it the fastest.
   const Prediction& top = best(all, 4);
-  EXPECT_TRUE(top.mode == "backup" || top.mode == "async") << top.mode;
-  EXPECT_NE(recommendation(top, m).find(top.mode + " with 4 workers"), std::string::npos);
+  EXPECT_TRUE(top.mode == Mode::Backup || top.mode == Mode::Async) << pstrain::config::nameOf(top.mode);
+  EXPECT_NE(recommendation(top, m).find(std::string(pstrain::config::nameOf(top.mode)) + " with 4 workers"), std::string::npos);
 }
 
 TEST(CostModel, SlowLinksMakeTheSparseCodecWinAndTheServerLinkCapsAsync) {
@@ -81,12 +82,12 @@ TEST(CostModel, SlowLinksMakeTheSparseCodecWinAndTheServerLinkCapsAsync) {
   // The parameter server's best: the smaller messages both ways.
   const Prediction* sync = nullptr;
   for (const auto& p : all) {
-    if (p.mode == "sync" && p.workers == 2 && (!sync || p.samplesPerSecond > sync->samplesPerSecond)) sync = &p;
+    if (p.mode == Mode::Sync && p.workers == 2 && (!sync || p.samplesPerSecond > sync->samplesPerSecond)) sync = &p;
   }
   EXPECT_NE(recommendation(*sync, m).find("sync with 2 workers, half weights + tiny gradients"), std::string::npos)
       << recommendation(*sync, m);
   // Async, uncompressed: each gradient costs the server 2 MB of its link, about 2 s.
-  const Prediction& async = find(all, "async", "none", "none", 2);
+  const Prediction& async = find(all, Mode::Async, "none", "none", 2);
   EXPECT_NEAR(async.samplesPerSecond, 32 / (2e6 / 1e6 + 0.002), 1e-9);
 }
 

@@ -6,7 +6,7 @@
 
 #include "models/Registry.h"
 #include "runtime/Errors.h"
-#include "runtime/roles/FlatParameters.h"
+#include "runtime/protocol/FlatParameters.h"
 
 using namespace pstrain;
 
@@ -68,17 +68,17 @@ TEST(Models, BatchNormStatisticsAreBuffersNotParameters) {
   EXPECT_TRUE(buffers.count("layer3.2.bn2.running_var"));
   EXPECT_TRUE(buffers.count("layer1.0.bn1.num_batches_tracked"));
   // 19 BatchNorms over 688 channels: running mean and var per channel, one counter each.
-  EXPECT_EQ(roles::bufferCount(*model), 2 * 688 + 19);
+  EXPECT_EQ(protocol::bufferCount(*model), 2 * 688 + 19);
 }
 
 TEST(FlatParameters, BuffersRoundTripThroughAFlatFloatBuffer) {
   auto model = models::makeModel("resnet20");
   model->train();
   model->forward(torch::randn({4, 3, 32, 32}));  // moves the running statistics
-  at::Tensor flat = torch::empty({roles::bufferCount(*model)});
-  roles::readBuffers(*model, flat);
+  at::Tensor flat = torch::empty({protocol::bufferCount(*model)});
+  protocol::readBuffers(*model, flat);
   auto other = models::makeModel("resnet20");
-  roles::writeBuffers(*other, flat);
+  protocol::writeBuffers(*other, flat);
   auto a = model->named_buffers(), b = other->named_buffers();
   for (const auto& item : a) EXPECT_TRUE(item.value().equal(b[item.key()])) << item.key();
   EXPECT_EQ(b["bn1.num_batches_tracked"].item<std::int64_t>(), 1);
@@ -100,8 +100,8 @@ TEST(FlatParameters, ParametersAndGradientsLiveInTheFlatBuffers) {
   std::int64_t n = models::parameterCount(*model);
   at::Tensor weights = torch::zeros({n});
   at::Tensor grads = torch::zeros({n});
-  roles::bindParameters(*model, weights);
-  roles::bindGradients(*model, grads);
+  protocol::bindParameters(*model, weights);
+  protocol::bindGradients(*model, grads);
   EXPECT_TRUE(weights.narrow(0, 0, before.numel()).view(before.sizes()).equal(before));
   weights.fill_(0.5);
   EXPECT_EQ(model->parameters()[3][0].item<float>(), 0.5f);
@@ -109,7 +109,7 @@ TEST(FlatParameters, ParametersAndGradientsLiveInTheFlatBuffers) {
   weights.normal_();
   auto loss = torch::nll_loss(model->forward(torch::randn({3, 1, 28, 28})), torch::tensor({1, 2, 3}));
   loss.backward();
-  roles::collectGradients(*model, grads);
+  protocol::collectGradients(*model, grads);
   EXPECT_GT(grads.abs().sum().item<double>(), 0);
   auto p = model->parameters();
   EXPECT_EQ(p[0].grad().data_ptr(), grads.data_ptr()) << "backward did not accumulate in place";
@@ -118,7 +118,7 @@ TEST(FlatParameters, ParametersAndGradientsLiveInTheFlatBuffers) {
 TEST(FlatParameters, GradientBucketsCutTheBufferBackToFront) {
   auto model = models::makeModel("lenet");
   const std::int64_t n = models::parameterCount(*model);
-  auto buckets = roles::gradientBuckets(*model, 64 * 1024);
+  auto buckets = protocol::gradientBuckets(*model, 64 * 1024);
   ASSERT_GT(buckets.size(), 2u);
   EXPECT_EQ(buckets.front().end, n);  // the last parameters' gradients come first
   EXPECT_EQ(buckets.back().begin, 0);
@@ -141,5 +141,5 @@ TEST(FlatParameters, GradientBucketsCutTheBufferBackToFront) {
     }
     EXPECT_EQ(b.parameters, expected) << "bucket [" << b.begin << ", " << b.end << ")";
   }
-  EXPECT_EQ(roles::gradientBuckets(*model, std::int64_t(1) << 40).size(), 1u);  // one bucket: all of it
+  EXPECT_EQ(protocol::gradientBuckets(*model, std::int64_t(1) << 40).size(), 1u);  // one bucket: all of it
 }

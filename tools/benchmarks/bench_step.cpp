@@ -27,9 +27,9 @@
 #include "runtime/config/TrainConfig.h"
 #include "runtime/optim/Sgd.h"
 #include "runtime/roles/DeviceSync.h"
-#include "runtime/roles/FlatParameters.h"
+#include "runtime/protocol/FlatParameters.h"
 #include "runtime/roles/LocalTrainer.h"
-#include "runtime/roles/StepMessages.h"
+#include "runtime/protocol/StepMessages.h"
 
 using namespace pstrain;
 
@@ -65,9 +65,9 @@ double workerStep(const std::string& name, std::int64_t batch, int steps, c10::D
   torch::manual_seed(1);
   auto model = models::makeModel(name);
   model->to(device);
-  roles::StepMessages messages(models::parameterCount(*model), roles::bufferCount(*model), 2, device);
+  protocol::StepMessages messages(models::parameterCount(*model), protocol::bufferCount(*model), 2, device);
   roles::LocalTrainer trainer(cfg, *model, train, device, messages, 0, 1, 1);
-  if (overlap) trainer.streamGradients(cfg.bucketKb * 1024, [](const roles::Bucket&) {});
+  if (overlap) trainer.streamGradients(cfg.bucketKb * 1024, [](const protocol::Bucket&) {});
   std::int64_t step = 0;
   return millisecondsPerStep([&] {
     trainer.loadWeights();
@@ -116,14 +116,14 @@ int main(int argc, char** argv) {
     at::Tensor labels = torch::randint(0, 10, {batch}, options.dtype(torch::kLong));
     const std::int64_t n = models::parameterCount(*model);
     at::Tensor weights = torch::empty({n}, options), grad = torch::zeros({n}, options);
-    roles::bindParameters(*model, weights);
-    roles::bindGradients(*model, grad);
+    protocol::bindParameters(*model, weights);
+    protocol::bindGradients(*model, grad);
     optim::Sgd sgd({0.9, 0, false});
     model->train();
     auto trainingStep = [&] {
       grad.zero_();
       torch::nll_loss(model->forward(images), labels).backward();
-      roles::collectGradients(*model, grad);
+      protocol::collectGradients(*model, grad);
       sgd.step(weights, grad, 0.01);
     };
     print(name, millisecondsPerStep(trainingStep, steps, device), batch);
@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
     print(name + "/fwdbwd", millisecondsPerStep([&] {
       grad.zero_();
       torch::nll_loss(model->forward(images), labels).backward();
-      roles::collectGradients(*model, grad);
+      protocol::collectGradients(*model, grad);
     }, steps, device), batch);
     print(name + "/worker", workerStep(name, batch, steps, device, false), batch);
     print(name + "/worker-overlap", workerStep(name, batch, steps, device, true), batch);

@@ -1,4 +1,4 @@
-#include "runtime/roles/CostModel.h"
+#include "runtime/probe/CostModel.h"
 
 #include <fmt/format.h>
 
@@ -6,7 +6,7 @@
 #include <cmath>
 #include <stdexcept>
 
-namespace pstrain::roles {
+namespace pstrain::probe {
 namespace {
 
 struct Links {  // the first n workers' links
@@ -33,12 +33,14 @@ double kthFastest(const ProbeMeasurements& m, int n, int k) {
   return times[static_cast<std::size_t>(k - 1)];
 }
 
-double stepSeconds(const std::string& mode, const CodecCost& grad, const CodecCost& weights, bool raw,
+double stepSeconds(const config::ModeInfo& mode, const CodecCost& grad, const CodecCost& weights, bool raw,
                    const ProbeMeasurements& m, int n, double& samplesPerStep) {
+  using config::Exchange;
+  using config::Quorum;
   const Links l = linksOf(m, n);
   samplesPerStep = n * m.batchSamples;
   const double slowest = kthFastest(m, n, n);
-  if (mode == "sync") {
+  if (mode.exchange == Exchange::Collective) {
     const double rounds = std::ceil(std::log2(n + 1.0));
     const double down = weights.encodeSeconds + rounds * message(weights.bytes, l.worstLatency, l.slowestBandwidth) +
                         weights.decodeSeconds;
@@ -47,14 +49,14 @@ double stepSeconds(const std::string& mode, const CodecCost& grad, const CodecCo
                                 n * grad.decodeSeconds;
     return slowest + up + m.updateSeconds + down;
   }
-  if (mode == "backup") {
+  if (mode.exchange == Exchange::PointToPoint && mode.quorum == Quorum::Aggregate) {
     const int k = std::max(1, n - 1);
     samplesPerStep = k * m.batchSamples;
     return kthFastest(m, n, k) + grad.encodeSeconds + k * message(grad.bytes, l.worstLatency, l.serverBandwidth) +
            k * grad.decodeSeconds + m.updateSeconds + weights.encodeSeconds +
            k * message(weights.bytes, l.worstLatency, l.serverBandwidth) + weights.decodeSeconds;
   }
-  if (mode == "async") {
+  if (mode.exchange == Exchange::PointToPoint && mode.quorum == Quorum::One) {
     // Samples per second: each worker's own cycle, unless the server is the bottleneck.
     double rate = 0;
     for (int i = 0; i < n; ++i) {
@@ -69,17 +71,19 @@ double stepSeconds(const std::string& mode, const CodecCost& grad, const CodecCo
     samplesPerStep = m.batchSamples;  // one gradient per update
     return m.batchSamples / rate;
   }
-  if (mode == "allreduce") {
+  if (mode.exchange == Exchange::AllReduce) {
     const double exchange = n == 1 ? 0
                             : raw  ? 2.0 * std::ceil(std::log2(n)) * l.worstLatency + 2.0 * (n - 1) / n * grad.bytes / l.slowestBandwidth
                                    : grad.encodeSeconds + (n - 1) * (message(grad.bytes, l.worstLatency, l.slowestBandwidth) +
                                                                      grad.decodeSeconds);
     return slowest + exchange + m.updateSeconds;
   }
-  throw std::invalid_argument("cost model: unknown mode " + mode);
+  throw std::invalid_argument(std::string("cost model: no formula for mode ") + mode.name);
 }
 
 }  // namespace
+
+bool predictable(config::Mode mode) { return config::info(mode).exchange != config::Exchange::Gossip; }
 
 std::vector<Prediction> predict(const ProbeMeasurements& m) {
   const int workers = static_cast<int>(m.computeSeconds.size());
@@ -92,15 +96,15 @@ std::vector<Prediction> predict(const ProbeMeasurements& m) {
   const double alone = m.batchSamples / fastest;
   std::vector<Prediction> out;
   for (int n = 1; n <= workers; ++n) {
-    for (const std::string mode : {"sync", "backup", "async", "allreduce"}) {
+    for (const config::ModeInfo& mode : config::modes()) {
+      if (!predictable(mode.mode)) continue;
       for (const auto& [gradSpec, grad] : m.gradientCodecs) {
         for (const auto& [weightSpec, weights] : m.weightCodecs) {
-          if (mode == "allreduce" && weightSpec != "none") continue;
-          const CodecCost none;  // allreduce sends no weights
+          if (mode.peers() && weightSpec != "none") continue;
+          const CodecCost none;  // peers send no weights
           double samples = 0;
-          const double step = stepSeconds(mode, grad, mode == "allreduce" ? none : weights, gradSpec == "none", m, n,
-                                          samples);
-          Prediction p{mode, gradSpec, mode == "allreduce" ? "-" : weightSpec, n, step, samples / step, 0};
+          const double step = stepSeconds(mode, grad, mode.peers() ? none : weights, gradSpec == "none", m, n, samples);
+          Prediction p{mode.mode, gradSpec, mode.peers() ? "-" : weightSpec, n, step, samples / step, 0};
           p.efficiency = p.samplesPerSecond / (n * alone);
           out.push_back(p);
         }
@@ -123,10 +127,11 @@ std::string recommendation(const Prediction& p, const ProbeMeasurements& m) {
   const double fastest = *std::min_element(m.computeSeconds.begin(), m.computeSeconds.end());
   const double alone = m.batchSamples / fastest;
   auto named = [](const std::string& spec) { return spec == "none" ? std::string("uncompressed") : spec; };
-  std::string codecs = p.mode == "allreduce" ? named(p.gradientCodec) + " gradients"
-                                             : named(p.weightCodec) + " weights + " + named(p.gradientCodec) + " gradients";
-  return fmt::format("{} with {} workers, {}: {:.1f}x one worker ({:.0f} samples/s)", p.mode, p.workers, codecs,
+  std::string codecs = config::info(p.mode).peers()
+                           ? named(p.gradientCodec) + " gradients"
+                           : named(p.weightCodec) + " weights + " + named(p.gradientCodec) + " gradients";
+  return fmt::format("{} with {} workers, {}: {:.1f}x one worker ({:.0f} samples/s)", config::nameOf(p.mode), p.workers, codecs,
                      p.samplesPerSecond / alone, p.samplesPerSecond);
 }
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::probe

@@ -8,7 +8,7 @@
 
 #include "runtime/comm/Communicator.h"
 
-namespace pstrain::roles {
+namespace pstrain::protocol {
 
 using Facts = std::vector<std::pair<std::string, std::string>>;
 
@@ -25,4 +25,4 @@ std::vector<std::map<std::string, std::string>> handshake(comm::Communicator& co
 std::string encodeFacts(const Facts& facts);
 std::map<std::string, std::string> decodeFacts(const std::string& encoded, int rank);
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::protocol

@@ -11,11 +11,13 @@
 #include "models/Registry.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/config/TrainConfig.h"
+#include "runtime/roles/Training.h"
 
-namespace pstrain::roles {
+namespace pstrain::probe {
 
-// Collective over every rank of `comm`; `train` is null where the rank does not compute.
+// The real run's start-up checks (roles::startRun), then the probe. Collective over every
+// rank of `comm`; `train` is null where the rank does not compute.
 void runProbe(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
-              const data::Dataset* train, c10::Device device);
+              const data::Dataset* train, c10::Device device, const roles::RunInfo& info);
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::probe

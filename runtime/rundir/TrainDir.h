@@ -10,7 +10,7 @@
 
 #include "runtime/config/TrainConfig.h"
 
-namespace pstrain::roles {
+namespace pstrain::rundir {
 
 class TrainDir {
  public:
@@ -41,4 +41,4 @@ class TrainDir {
 // After a checkpoint of the new run is published: the files set aside go for good.
 void discardSetAside(const std::string& trainDir);
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::rundir

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace pstrain::roles {
+namespace pstrain::protocol {
 
 // Each parameter's slice of `flat` (1-D, one element per parameter element), shaped like
 // the parameter, in module.parameters() order: the layout, in one place. Throws Error when
@@ -55,4 +55,4 @@ void readBuffers(const torch::nn::Module& module, const at::Tensor& flat);
 // Sets every buffer from `flat`, converted to the buffer's dtype (counters are rounded).
 void writeBuffers(torch::nn::Module& module, const at::Tensor& flat);
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::protocol

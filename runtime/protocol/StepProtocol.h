@@ -20,11 +20,10 @@
 // up message, the server answers with a down message), the allreduce mode sums the up
 // message over every rank. The trailer's kVersion says which weights a gradient was
 // computed on (the step of the down message; exact in a float up to 2^24 steps).
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
-namespace pstrain::roles {
+namespace pstrain::protocol {
 
 enum class Control : std::int32_t {
   Train = 0,  // compute a gradient for `step` on the weights that follow
@@ -75,20 +74,6 @@ bool sameCount(double sent, double expected);
 // server can have sent (known control, non-negative step and epoch).
 StepHeader parseStepHeader(const void* bytes, std::size_t size);
 
-// The step this process is working on (-1 before the first), for diagnostics such as a
-// signal handler's last words; lock-free, so async-signal-safe to read.
-std::atomic<std::int64_t>& currentStep();
-
-// Set (from a signal handler: lock-free) when this process is asked to stop at the next step
-// with a checkpoint, to be resumed (SIGUSR1; pstrain-run uses it to take hosts back). Rank
-// 0 decides when: the server, or its stop request in the allreduce trailer; gossip ranks
-// each stop at their own next step.
-std::atomic<bool>& stopRequested();
-// Set by rank 0 when the run ended on such a request, before its last step: main() then
-// exits with kResumableExit.
-std::atomic<bool>& stoppedOnRequest();
-constexpr int kResumableExit = 3;
-
 // Bytes of the down and up messages of one step for a model of `parameters` parameter
 // and `buffers` buffer elements, in a world of `ranks` processes.
 constexpr std::size_t downBytes(std::size_t parameters, std::size_t buffers, int ranks) {
@@ -98,4 +83,4 @@ constexpr std::size_t upBytes(std::size_t parameters, std::size_t buffers, int r
   return (parameters + buffers + trailerFloats(ranks)) * sizeof(float);
 }
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::protocol

@@ -24,7 +24,9 @@
 #include <string>
 #include <vector>
 
-namespace pstrain::roles {
+#include "runtime/config/Mode.h"
+
+namespace pstrain::probe {
 
 struct CodecCost {
   double bytes = 0;          // one encoded message of the model's flat buffer
@@ -43,20 +45,25 @@ struct ProbeMeasurements {
 };
 
 struct Prediction {
-  std::string mode, gradientCodec, weightCodec;
+  config::Mode mode;
+  std::string gradientCodec, weightCodec;
   int workers = 0;
   double stepSeconds = 0;       // per update
   double samplesPerSecond = 0;
   double efficiency = 0;        // samplesPerSecond / (workers x the fastest worker alone)
 };
 
-// Every mode x codec pair for 1..computeSeconds.size() workers (the first n measured ones).
-// allreduce takes no weight codec; "none" must be among both codec maps.
+// Every mode that the model predicts (all but gossip, whose ranks average when they please)
+// x codec pair for 1..computeSeconds.size() workers (the first n measured ones). The peer
+// modes send no weights: their weight codec reads "-". "none" must be among both codec maps.
 std::vector<Prediction> predict(const ProbeMeasurements& m);
+
+// Whether predict() covers `mode`.
+bool predictable(config::Mode mode);
 
 // The fastest prediction for `workers`, and its line: "sync, fp16 weights + topk:0.01
 // gradients: 3.1x one worker (2650 samples/s)" ("none" reads "uncompressed").
 const Prediction& best(const std::vector<Prediction>& predictions, int workers);
 std::string recommendation(const Prediction& p, const ProbeMeasurements& m);
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::probe

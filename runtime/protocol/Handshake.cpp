@@ -1,4 +1,4 @@
-#include "runtime/roles/Handshake.h"
+#include "runtime/protocol/Handshake.h"
 
 #include <fmt/format.h>
 
@@ -6,7 +6,7 @@
 
 #include "runtime/Errors.h"
 
-namespace pstrain::roles {
+namespace pstrain::protocol {
 
 std::string encodeFacts(const Facts& facts) {
   std::string encoded;
@@ -63,4 +63,4 @@ std::vector<std::map<std::string, std::string>> handshake(comm::Communicator& co
   return facts;
 }
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::protocol

@@ -1,4 +1,4 @@
-#include "runtime/roles/StepLink.h"
+#include "runtime/protocol/StepLink.h"
 
 #include <fmt/format.h>
 
@@ -6,9 +6,9 @@
 #include <cstring>
 
 #include "runtime/Errors.h"
-#include "runtime/roles/FlatParameters.h"
+#include "runtime/protocol/FlatParameters.h"
 
-namespace pstrain::roles {
+namespace pstrain::protocol {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -302,4 +302,4 @@ int StepLink::receiveUp(float* up, const std::string& context) {
   return got.source;
 }
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::protocol

@@ -1,4 +1,5 @@
-#include "runtime/roles/TrainDir.h"
+#include "runtime/rundir/AtomicFile.h"
+#include "runtime/rundir/TrainDir.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -11,19 +12,14 @@
 #include <filesystem>
 
 #include "runtime/Errors.h"
-#include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/rundir/AtomicFile.h"
+#include "runtime/rundir/RunFiles.h"
 
-namespace pstrain::roles {
+namespace pstrain::rundir {
 namespace {
 
 namespace fs = std::filesystem;
 
-constexpr const char* kSetAside = ".replaced";
-// What a run leaves (its ckpt/ included); --overwrite sets all of it aside.
-const char* const kRunFiles[] = {"ckpt", "metrics.jsonl", "trained_model.pt", "trained_model.torchscript.pt",
-                                 "eval.csv", "eval.jsonl", "run.json"};
-// What --resume writes again at the end: until then the run is not finished.
-const char* const kFinalFiles[] = {"trained_model.pt", "trained_model.torchscript.pt"};
 
 }  // namespace
 
@@ -59,7 +55,7 @@ TrainDir::TrainDir(const config::TrainConfig& cfg) : cfg_(cfg) {
                                   "must be yours alone: chmod go-w it, or choose another --train-dir",
                                   cfg.trainDir, info.st_uid, info.st_mode & 07777));
   }
-  lock_ = ::open((dir / ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  lock_ = ::open((dir / kLock).c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (lock_ < 0) {
     throw ConfigError(fmt::format("{}: not writable: cannot open its .lock ({})", cfg.trainDir, std::strerror(errno)));
   }
@@ -80,14 +76,14 @@ TrainDir::TrainDir(const config::TrainConfig& cfg) : cfg_(cfg) {
                                   "--resume) set aside: move them back into {} to keep that run, or remove {}/{}",
                                   cfg.trainDir, kSetAside, cfg.trainDir, cfg.trainDir, kSetAside));
   }
-  earlierRun_ = fs::exists(dir / "run.json");
+  earlierRun_ = fs::exists(dir / kRunJson);
   if (earlierRun_ && !cfg.overwrite && !cfg.resume) {
     throw ConfigError(fmt::format(
         "{} already holds a run; --resume continues it, --overwrite replaces it, or choose another --train-dir",
         cfg.trainDir));
   }
   try {
-    checkpoint::atomicWrite((dir / ".write-test").string(), "ok\n");
+    atomicWrite((dir / ".write-test").string(), "ok\n");
   } catch (const CheckpointError& e) {
     throw ConfigError(fmt::format("{}: not writable ({})", cfg.trainDir, e.what()));
   }
@@ -105,23 +101,23 @@ TrainDir::~TrainDir() {
 void TrainDir::begin() {
   const fs::path dir(cfg_.trainDir);
   std::error_code ec;
-  auto setAside = [&](const char* name) {
+  auto setAside = [&](const std::string& name) {
     if (!fs::exists(dir / name)) return;
     fs::create_directories(dir / kSetAside, ec);
     fs::rename(dir / name, dir / kSetAside / name, ec);
     if (ec) throw Error(fmt::format("{}: cannot set {} aside ({})", cfg_.trainDir, name, ec.message()));
   };
   if (earlierRun_ && cfg_.overwrite) {
-    for (const char* name : kRunFiles) setAside(name);
+    for (const auto& name : runFiles()) setAside(name);
   } else if (cfg_.resume) {
-    for (const char* name : kFinalFiles) setAside(name);
+    for (const auto& name : finalFiles()) setAside(name);
     // Temporary files of a write that a killed job left behind.
-    for (const auto& entry : fs::directory_iterator(dir / "ckpt", ec)) {
+    for (const auto& entry : fs::directory_iterator(dir / kCheckpoints, ec)) {
       if (entry.path().filename().string().find(".tmp") != std::string::npos) fs::remove(entry.path(), ec);
     }
   }
-  fs::create_directories(dir / "ckpt", ec);
-  if (ec) throw Error(fmt::format("{}: cannot create ({})", (dir / "ckpt").string(), ec.message()));
+  fs::create_directories(dir / kCheckpoints, ec);
+  if (ec) throw Error(fmt::format("{}: cannot create ({})", (dir / kCheckpoints).string(), ec.message()));
 }
 
 void TrainDir::restore() {
@@ -130,7 +126,7 @@ void TrainDir::restore() {
   if (!fs::exists(aside)) return;
   for (const auto& entry : fs::directory_iterator(aside, ec)) {
     const fs::path back = dir / entry.path().filename();
-    checkpoint::removeTree(back.string());  // what the failed run wrote in its place
+    removeTree(back.string());  // what the failed run wrote in its place
     fs::rename(entry.path(), back, ec);
   }
   fs::remove(aside, ec);
@@ -138,7 +134,7 @@ void TrainDir::restore() {
 
 void discardSetAside(const std::string& trainDir) {
   const fs::path aside = fs::path(trainDir) / kSetAside;
-  if (fs::exists(aside)) checkpoint::removeTree(aside.string());
+  if (fs::exists(aside)) removeTree(aside.string());
 }
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::rundir

@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/roles/StepProtocol.h"
+#include "runtime/protocol/StepProtocol.h"
 
-namespace pstrain::roles {
+namespace pstrain::protocol {
 
 // A zeroed float array whose memory belongs to a tensor: the views cut from it (a model's
 // parameters) keep it alive after the FloatBuffer is gone, so no copy is needed to hand
@@ -57,4 +57,4 @@ struct StepMessages {
   std::size_t upBytes() const { return up.size() * sizeof(float); }
 };
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::protocol

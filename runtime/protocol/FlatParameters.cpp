@@ -1,11 +1,11 @@
-#include "runtime/roles/FlatParameters.h"
+#include "runtime/protocol/FlatParameters.h"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "runtime/Errors.h"
 
-namespace pstrain::roles {
+namespace pstrain::protocol {
 namespace {
 
 // The layout: where each parameter starts in the flat buffer (module.parameters() order,
@@ -108,4 +108,4 @@ void writeBuffers(torch::nn::Module& module, const at::Tensor& flat) {
   }
 }
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::protocol

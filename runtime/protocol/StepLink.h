@@ -15,10 +15,10 @@
 #include "runtime/codec/Codec.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/config/TrainConfig.h"
-#include "runtime/roles/FlatParameters.h"
-#include "runtime/roles/StepMessages.h"
+#include "runtime/protocol/FlatParameters.h"
+#include "runtime/protocol/StepMessages.h"
 
-namespace pstrain::roles {
+namespace pstrain::protocol {
 
 class StepLink {
  public:
@@ -96,4 +96,4 @@ class StepLink {
   double decodeSeconds_ = 0;  // weights decoded since the last up message
 };
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::protocol

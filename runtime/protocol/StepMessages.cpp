@@ -1,4 +1,4 @@
-#include "runtime/roles/StepMessages.h"
+#include "runtime/protocol/StepMessages.h"
 
 #include <torch/torch.h>
 
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <new>
 
-namespace pstrain::roles {
+namespace pstrain::protocol {
 
 FloatBuffer::FloatBuffer(std::size_t size, bool pinned) : size_(size) {
   if (pinned) {
@@ -43,4 +43,4 @@ StepMessages::StepMessages(std::int64_t n, std::int64_t m, int ranks, c10::Devic
 
 void StepMessages::setHeader(const StepHeader& header) { std::memcpy(down.data(), &header, sizeof header); }
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::protocol

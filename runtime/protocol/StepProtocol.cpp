@@ -1,4 +1,4 @@
-#include "runtime/roles/StepProtocol.h"
+#include "runtime/protocol/StepProtocol.h"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 
 #include "runtime/Errors.h"
 
-namespace pstrain::roles {
+namespace pstrain::protocol {
 
 StepHeader parseStepHeader(const void* bytes, std::size_t size) {
   StepHeader header;
@@ -34,4 +34,4 @@ bool sameCount(double sent, double expected) {
   return std::isfinite(sent) && std::abs(sent - expected) <= std::max(0.5, 1e-6 * expected);
 }
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::protocol

@@ -1,0 +1,439 @@
+#include "runtime/config/Flags.h"
+
+#include <cxxopts.hpp>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <variant>
+
+#include "runtime/Errors.h"
+#include "runtime/Text.h"
+
+namespace pstrain::config {
+namespace {
+
+using Member = std::variant<std::string TrainConfig::*, std::int64_t TrainConfig::*, int TrainConfig::*,
+                            double TrainConfig::*, bool TrainConfig::*, std::uint64_t TrainConfig::*,
+                            Mode TrainConfig::*>;
+
+// How an agreed flag reads for `cfg`: its canonical value, "-" where cfg's mode does not use
+// it, or nothing (left out, so that fingerprints from before the flag stay what they were).
+using Reading = std::optional<std::string> (*)(const TrainConfig& cfg, const std::string& canonical);
+
+struct Flag {
+  const char* name;
+  const char* group;
+  const char* help;
+  Member member;
+  Agreement agreement;
+  Reading reading;                    // null: the canonical value
+  void (*check)(const TrainConfig&);  // throws ConfigError naming the flag; null: any value
+};
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw ConfigError(message);
+}
+
+void requireOneOf(const char* flag, const std::string& value, const std::set<std::string>& allowed) {
+  if (allowed.count(value)) return;
+  std::string list;
+  for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+  throw ConfigError(fmt::format("--{} '{}' is not one of: {}", flag, value, list));
+}
+
+// A whole number in [low, high].
+template <typename T>
+void requireRange(const char* flag, T value, T low, T high, const char* what) {
+  require(value >= low && value <= high, fmt::format("--{} must be {} (got {})", flag, what, value));
+}
+
+// Readings of flags that only some modes (or datasets) use.
+std::optional<std::string> whenAggregating(const TrainConfig& c, const std::string& v) {
+  return c.modeInfo().quorum == Quorum::Aggregate ? v : "-";
+}
+std::optional<std::string> whenRetrying(const TrainConfig& c, const std::string& v) {
+  return c.modeInfo().stale == StalePolicy::RetryAfter ? v : "-";
+}
+std::optional<std::string> whenGossiping(const TrainConfig& c, const std::string& v) {
+  return c.modeInfo().exchange == Exchange::Gossip ? v : "-";
+}
+std::optional<std::string> whenSynthetic(const TrainConfig& c, const std::string& v) {
+  return c.dataset.rfind("synthetic", 0) == 0 ? v : "-";
+}
+std::optional<std::string> resolvedLoss(const TrainConfig& c, const std::string&) { return c.lossFunction(); }
+std::optional<std::string> onlyWhenOn(const TrainConfig& c, const std::string& v) {
+  return c.simulateComputeMs > 0 ? std::optional<std::string>(v) : std::nullopt;
+}
+
+// clang-format off
+const std::vector<Flag>& table() {
+  using A = Agreement;
+  static const std::vector<Flag> flags = {
+    // The rows marked Fingerprint are in the fingerprint's order: keep it (a checkpoint's
+    // fingerprint is compared when a run resumes). Others may go anywhere; --help shows the
+    // groups in kGroups' order, the flags of a group in this order.
+    {"mode", "Modes", "sync | backup | async | allreduce | gossip (pstrain --list-modes; README, \"Training modes\")",
+     &TrainConfig::mode, A::Fingerprint, nullptr, nullptr},
+    {"aggregate", "Modes", "backup: apply a step once K gradients are in, drop later ones (0: workers - 1)",
+     &TrainConfig::aggregate, A::Fingerprint, whenAggregating, [](const TrainConfig& c) {
+       require(c.aggregate >= 0, fmt::format("--aggregate must be 1 or more, or 0 for workers - 1 (got {})", c.aggregate)); }},
+    {"max-staleness", "Modes", "async: reject a gradient computed more than S updates ago; its worker recomputes (0: strict)",
+     &TrainConfig::maxStaleness, A::Fingerprint, whenRetrying, [](const TrainConfig& c) {
+       require(c.maxStaleness >= 0, fmt::format("--max-staleness must be 0 or more (got {})", c.maxStaleness));
+       require(c.maxStaleness <= kMaxSteps, fmt::format("--max-staleness must be at most {} (got {})", kMaxSteps, c.maxStaleness)); }},
+    {"fetch-probability", "Modes", "gossip: chance of averaging with a random peer after each batch",
+     &TrainConfig::fetchProbability, A::Fingerprint, whenGossiping, [](const TrainConfig& c) {
+       require(c.fetchProbability >= 0 && c.fetchProbability <= 1,
+               fmt::format("--fetch-probability must be in [0, 1] (got {})", c.fetchProbability)); }},
+    {"interpolation", "Modes", "gossip: constant:V | clock | loss (how far to move toward the peer)",
+     &TrainConfig::interpolation, A::Fingerprint, whenGossiping, [](const TrainConfig& c) { c.gossipInterpolation(); }},
+    {"divergence-threshold", "Modes", "gossip: below this loss, damp the averaging by loss / T (0: off)",
+     &TrainConfig::divergenceThreshold, A::Fingerprint, whenGossiping, [](const TrainConfig& c) {
+       require(std::isfinite(c.divergenceThreshold) && c.divergenceThreshold >= 0,
+               fmt::format("--divergence-threshold must be 0 (off) or a positive number (got {})", c.divergenceThreshold)); }},
+    {"peer-timeout-ms", "Modes", "gossip: a peer whose read takes longer is picked less often",
+     &TrainConfig::peerTimeoutMs, A::HostLocal, nullptr, [](const TrainConfig& c) {
+       require(std::isfinite(c.peerTimeoutMs) && c.peerTimeoutMs > 0 && c.peerTimeoutMs <= kMaxSeconds * 1000,
+               fmt::format("--peer-timeout-ms must be a positive number of at most {} (got {})", kMaxSeconds * 1000,
+                           c.peerTimeoutMs)); }},
+
+    {"compress", "Compression",
+     "gradients (worker -> server, allreduce): none, zlib[:LEVEL], fp16, bf16, int8, topk:RATIO, randomk:RATIO, powersgd:RANK",
+     &TrainConfig::compress, A::Fingerprint, nullptr, [](const TrainConfig& c) {
+       require(c.modeInfo().exchange != Exchange::Gossip || (c.compress == "none" && c.compressWeights == "none"),
+               fmt::format("--mode {} reads peers' weights one-sidedly: --compress and --compress-weights do not apply",
+                           c.modeInfo().name)); }},
+    {"compress-weights", "Compression", "weights (server -> worker): none, zlib[:LEVEL], fp16, bf16, int8",
+     &TrainConfig::compressWeights, A::Fingerprint, nullptr, [](const TrainConfig& c) {
+       require(!c.modeInfo().peers() || c.compressWeights == "none",
+               fmt::format("--mode {} sends no weights: --compress-weights does not apply (--compress does)",
+                           c.modeInfo().name)); }},
+    {"error-feedback", "Compression", "auto (on for topk, randomk, powersgd) | on | off: add what was not sent to the next gradient",
+     &TrainConfig::errorFeedback, A::Fingerprint, nullptr, [](const TrainConfig& c) {
+       requireOneOf("error-feedback", c.errorFeedback, {"auto", "on", "off"}); }},
+
+    {"train-dir", "Run", "where run.json, metrics.jsonl, ckpt/ and trained_model.pt go",
+     &TrainConfig::trainDir, A::HostLocal, nullptr, [](const TrainConfig& c) {
+       require(!c.trainDir.empty(), "--train-dir must not be empty"); }},
+    {"overwrite", "Run", "replace an earlier run in --train-dir",
+     &TrainConfig::overwrite, A::HostLocal, nullptr, [](const TrainConfig& c) {
+       require(!(c.resume && c.overwrite), "--resume continues the run in --train-dir, --overwrite replaces it: choose one"); }},
+    {"resume", "Run", "continue the run in --train-dir from its newest valid checkpoint (same result as an uninterrupted run)",
+     &TrainConfig::resume, A::Compared, nullptr, nullptr},
+    {"skip-nonfinite", "Run", "drop and count a step whose loss or averaged gradient is NaN/inf instead of stopping",
+     &TrainConfig::skipNonfinite, A::Compared, nullptr, nullptr},
+    {"inject-nan", "Run", "testing: RANK:STEP makes worker RANK's loss NaN at STEP",
+     &TrainConfig::injectNan, A::HostLocal, nullptr, [](const TrainConfig& c) { c.nanInjection(); }},
+    {"max-seconds", "Run", "stop training after this many seconds and write the final files (0: no limit)",
+     &TrainConfig::maxSeconds, A::Fingerprint, nullptr, [](const TrainConfig& c) {
+       require(std::isfinite(c.maxSeconds) && c.maxSeconds >= 0 && c.maxSeconds <= kMaxSeconds,
+               fmt::format("--max-seconds must be 0 (no limit) or a number of seconds up to {} (got {})", kMaxSeconds,
+                           c.maxSeconds)); }},
+    {"overlap", "Run", "sync: on | off: reduce gradient buckets while backward still runs, update each as it arrives",
+     &TrainConfig::overlap, A::Fingerprint, nullptr, [](const TrainConfig& c) {
+       requireOneOf("overlap", c.overlap, {"on", "off"}); }},
+    {"bucket-kb", "Run", "overlap: gradient bucket size in KiB",
+     &TrainConfig::bucketKb, A::Fingerprint, nullptr, [](const TrainConfig& c) {
+       require(c.bucketKb >= 1 && c.bucketKb <= (1 << 20),
+               fmt::format("--bucket-kb must be in [1, {}] (1 GiB; got {})", 1 << 20, c.bucketKb)); }},
+
+    {"model", "Model and data",
+     "model: mlp, convnet, lenet, resnet20..110, resnet18..152, vgg11..19 (see --list-models), or a TorchScript file of "
+     "your own (a path, or a name ending in .pt/.pth)", &TrainConfig::model, A::Fingerprint, nullptr, nullptr},
+    {"dataset", "Model and data",
+     "dataset: fashion-mnist, mnist, cifar10, cifar100, synthetic, synthetic-cifar (see --list-datasets), or a NumPy "
+     ".npz file (x_train, y_train, x_test, y_test)", &TrainConfig::dataset, A::Fingerprint, nullptr, nullptr},
+    {"loss", "Model and data",
+     "auto | cross-entropy (on logits) | nll (on log-probabilities) | mse (float targets); auto: nll for the zoo, "
+     "cross-entropy for a model file", &TrainConfig::loss, A::Fingerprint, resolvedLoss, [](const TrainConfig& c) {
+       requireOneOf("loss", c.loss, {"auto", "cross-entropy", "nll", "mse"});
+       require(c.loss != "mse" || isModelFile(c.model),
+               "--loss mse needs a model of your own (--model FILE): the zoo's models output class log-probabilities"); }},
+    {"data-dir", "Model and data",
+     "dataset folder (default: the dataset's folder in $PSTRAIN_DATA_DIR, else in /usr/share/datasets; see --list-datasets)",
+     &TrainConfig::dataDir, A::HostLocal, nullptr, nullptr},
+    {"synthetic-size", "Model and data", "training samples of the synthetic datasets",
+     &TrainConfig::syntheticSize, A::Fingerprint, whenSynthetic, [](const TrainConfig& c) {
+       require(c.syntheticSize > 0 && c.syntheticSize <= 5'000'000,
+               fmt::format("--synthetic-size must be in [1, 5000000] (got {})", c.syntheticSize)); }},
+
+    {"batch-size", "Optimization", "samples per worker (per virtual shard) per step",
+     &TrainConfig::batchSize, A::Fingerprint, nullptr, [](const TrainConfig& c) {
+       require(c.batchSize > 0 && c.batchSize <= 1'000'000, fmt::format("--batch-size must be in [1, 1000000] (got {})", c.batchSize)); }},
+    {"virtual-shards", "Optimization",
+     "sync, allreduce: deal each step's global batch to V virtual shards of --batch-size, whoever computes them, so "
+     "that the result does not depend on how many workers there are (0: the first launch's workers; --resume keeps the run's)",
+     &TrainConfig::virtualShards, A::Fingerprint, nullptr, [](const TrainConfig& c) {
+       require(c.virtualShards >= 0 && c.virtualShards <= 65536,
+               fmt::format("--virtual-shards must be 0 (the workers of the first launch) or up to 65536 (got {})", c.virtualShards)); }},
+    {"reshard", "Optimization",
+     "--resume may change the virtual shards or the batch size (the data order, global batch and lr change)",
+     &TrainConfig::reshard, A::HostLocal, nullptr, nullptr},
+    {"balance", "Optimization",
+     "sync: deal each step's virtual shards to the workers in proportion to their measured speed (same weights; hosts "
+     "of different speeds finish together)", &TrainConfig::balance, A::Fingerprint, nullptr, [](const TrainConfig& c) {
+       require(!c.balance || c.modeInfo().exchange == Exchange::Collective,
+               "--balance deals a sync step's virtual shards by speed: --mode sync only"); }},
+    {"lr", "Optimization", "base learning rate (one worker)",
+     &TrainConfig::lr, A::Fingerprint, nullptr, [](const TrainConfig& c) {
+       require(std::isfinite(c.lr) && c.lr > 0, fmt::format("--lr must be a positive number (got {})", c.lr)); }},
+    {"lr-scaling", "Optimization", "none | linear (lr x workers: the Linear Scaling Rule)",
+     &TrainConfig::lrScaling, A::Fingerprint, nullptr, [](const TrainConfig& c) {
+       requireOneOf("lr-scaling", c.lrScaling, {"none", "linear"}); }},
+    {"warmup-steps", "Optimization", "ramp the lr linearly up to its target over this many steps",
+     &TrainConfig::warmupSteps, A::Fingerprint, nullptr, [](const TrainConfig& c) {
+       require(c.warmupSteps >= 0 && c.warmupSteps <= kMaxSteps,
+               fmt::format("--warmup-steps must be in [0, {}] (got {})", kMaxSteps, c.warmupSteps)); }},
+    {"lr-decay", "Optimization", "none | cosine (after warm-up, half a cosine down to 0 at the last step)",
+     &TrainConfig::lrDecay, A::Fingerprint, nullptr, [](const TrainConfig& c) {
+       requireOneOf("lr-decay", c.lrDecay, {"none", "cosine"}); }},
+    {"momentum", "Optimization", "SGD momentum (torch.optim.SGD semantics)",
+     &TrainConfig::momentum, A::Fingerprint, nullptr, [](const TrainConfig& c) {
+       require(std::isfinite(c.momentum) && c.momentum >= 0 && c.momentum < 1,
+               fmt::format("--momentum must be in [0, 1) (got {})", c.momentum)); }},
+    {"nesterov", "Optimization", "Nesterov momentum",
+     &TrainConfig::nesterov, A::Fingerprint, nullptr, [](const TrainConfig& c) {
+       require(!c.nesterov || c.momentum > 0, "--nesterov needs a positive --momentum"); }},
+    {"weight-decay", "Optimization", "L2 penalty added to the gradient",
+     &TrainConfig::weightDecay, A::Fingerprint, nullptr, [](const TrainConfig& c) {
+       require(std::isfinite(c.weightDecay) && c.weightDecay >= 0,
+               fmt::format("--weight-decay must be 0 or more (got {})", c.weightDecay)); }},
+    {"steps", "Optimization", "optimizer steps (overrides --epochs when > 0)",
+     &TrainConfig::steps, A::Fingerprint, nullptr, [](const TrainConfig& c) {
+       require(c.steps >= 0 && c.steps <= kMaxSteps, fmt::format("--steps must be in [0, {}] (got {})", kMaxSteps, c.steps)); }},
+    {"epochs", "Optimization", "passes over the training set",
+     &TrainConfig::epochs, A::Fingerprint, nullptr, [](const TrainConfig& c) {
+       require(c.epochs >= 0 && c.epochs <= kMaxSteps, fmt::format("--epochs must be in [0, {}] (got {})", kMaxSteps, c.epochs));
+       require(c.steps > 0 || c.epochs > 0, "give a positive --steps or --epochs"); }},
+
+    {"checkpoint-every", "Run", "publish a checkpoint every N steps (0: only the final one)",
+     &TrainConfig::checkpointEvery, A::Fingerprint, nullptr, [](const TrainConfig& c) {
+       require(c.checkpointEvery >= 0 && c.checkpointEvery <= kMaxSteps,
+               fmt::format("--checkpoint-every must be 0 (final only) or up to {} (got {})", kMaxSteps, c.checkpointEvery)); }},
+    {"log-every", "Run", "progress line and metrics.jsonl record every N steps",
+     &TrainConfig::logEvery, A::HostLocal, nullptr, [](const TrainConfig& c) {
+       require(c.logEvery > 0 && c.logEvery <= kMaxSteps, fmt::format("--log-every must be in [1, {}] (got {})", kMaxSteps, c.logEvery)); }},
+    {"threads", "Run", "intra-op threads per rank (0: cores / ranks on the host)",
+     &TrainConfig::threads, A::HostLocal, nullptr, [](const TrainConfig& c) {
+       require(c.threads >= 0 && c.threads <= 1024, fmt::format("--threads must be 0 (auto) or up to 1024 (got {})", c.threads)); }},
+    {"device", "Run", "auto | cpu | mps | cuda (auto: MPS, else CUDA, else CPU)",
+     &TrainConfig::device, A::HostLocal, nullptr, [](const TrainConfig& c) {
+       requireOneOf("device", c.device, {"auto", "cpu", "mps", "cuda"}); }},
+    {"timeout", "Run", "seconds any rank waits for the others before giving up",
+     &TrainConfig::timeoutSeconds, A::HostLocal, nullptr, [](const TrainConfig& c) {
+       require(std::isfinite(c.timeoutSeconds) && c.timeoutSeconds > 0 && c.timeoutSeconds <= kMaxSeconds,
+               fmt::format("--timeout must be a positive number of seconds up to {} (30 days; got {})", kMaxSeconds,
+                           c.timeoutSeconds)); }},
+    {"doorbell", "Run", "on | off: UDP wake-up datagrams between ranks (a hint that shortens waits; trusted networks only)",
+     &TrainConfig::doorbell, A::HostLocal, nullptr, [](const TrainConfig& c) {
+       requireOneOf("doorbell", c.doorbell, {"on", "off"}); }},
+    {"straggle", "Run", "testing: RANK:MS makes rank RANK sleep MS ms after each batch (per virtual shard it computes)",
+     &TrainConfig::straggle, A::HostLocal, nullptr, [](const TrainConfig& c) { c.straggler(); }},
+    {"seed", "Optimization", "seed of weights and data order", &TrainConfig::seed, A::Fingerprint, nullptr, nullptr},
+    {"simulate-compute", "Run",
+     "benchmarks of the protocol at scale: every computing rank sleeps MS ms per batch instead of forward/backward "
+     "and sends a random gradient of the model's size (learns nothing)",
+     &TrainConfig::simulateComputeMs, A::Fingerprint, onlyWhenOn, [](const TrainConfig& c) {
+       require(std::isfinite(c.simulateComputeMs) && c.simulateComputeMs >= 0 && c.simulateComputeMs <= 3.6e6,
+               fmt::format("--simulate-compute must be 0 (off) or milliseconds up to 3600000 (got {})", c.simulateComputeMs)); }},
+    {"dry-run", "Run", "check config, data, model, devices and world size on every rank, print the plan, train nothing",
+     &TrainConfig::dryRun, A::Compared, nullptr, nullptr},
+    {"probe", "Run",
+     "time a few steps on every worker, the links to rank 0 and the codecs; predict samples/s for 1..N workers per "
+     "mode and codec, recommend one, write probe.json in the train dir; train nothing",
+     &TrainConfig::probe, A::Compared, nullptr, [](const TrainConfig& c) {
+       require(!(c.probe && c.dryRun), "--probe and --dry-run: choose one (the probe checks the same things, then times them)"); }},
+  };
+  return flags;
+}
+// clang-format on
+
+const char* const kGroups[] = {"Model and data", "Optimization", "Modes", "Compression", "Run"};
+
+std::string canonical(const TrainConfig& cfg, const Member& member) {
+  return std::visit(
+      [&](auto field) -> std::string {
+        const auto& value = cfg.*field;
+        using T = std::decay_t<decltype(value)>;
+        if constexpr (std::is_same_v<T, std::string>) return value;
+        else if constexpr (std::is_same_v<T, bool>) return value ? "true" : "false";
+        else if constexpr (std::is_same_v<T, double>) return canonicalNumber(value);
+        else if constexpr (std::is_same_v<T, Mode>) return nameOf(value);
+        else return std::to_string(value);
+      },
+      member);
+}
+
+// The cxxopts value of a row, with the default TrainConfig's value as its default.
+std::shared_ptr<cxxopts::Value> optionValue(const Member& member) {
+  static const TrainConfig defaults;
+  const std::string text = canonical(defaults, member);
+  return std::visit(
+      [&](auto field) -> std::shared_ptr<cxxopts::Value> {
+        using T = std::decay_t<decltype(defaults.*field)>;
+        if constexpr (std::is_same_v<T, Mode>) return cxxopts::value<std::string>()->default_value(text);
+        else return cxxopts::value<T>()->default_value(text);
+      },
+      member);
+}
+
+void readBack(const cxxopts::ParseResult& r, const Flag& flag, TrainConfig& cfg) {
+  std::visit(
+      [&](auto field) {
+        using T = std::decay_t<decltype(cfg.*field)>;
+        if constexpr (std::is_same_v<T, Mode>) cfg.*field = parseMode(r[flag.name].as<std::string>());
+        else cfg.*field = r[flag.name].as<T>();
+      },
+      flag.member);
+}
+
+cxxopts::Options makeOptions() {
+  cxxopts::Options options(
+      "pstrain",
+      "Data-parallel training with a parameter server. Launch with Open MPI:\n"
+      "  mpirun -np 3 pstrain --model lenet --epochs 2      (rank 0 server + 2 workers)\n"
+      "  mpirun --hostfile hostfiles/localhost -np 3 pstrain ...\n"
+      "Rank 0 keeps the weights and applies the averaged gradients; ranks 1..N train on disjoint\n"
+      "shards of the data. Checkpoints go to TRAIN_DIR/ckpt for pseval.\n");
+  options.set_width(100);
+  for (const char* group : kGroups) {
+    auto add = options.add_options(group);
+    for (const Flag& flag : table()) {
+      if (std::string(flag.group) == group) add(flag.name, flag.help, optionValue(flag.member));
+    }
+  }
+  options.add_options("Model and data")("list-models", "print the models and exit")("list-datasets",
+                                                                                    "print the datasets and exit");
+  options.add_options("Modes")("list-modes", "print the modes and exit");
+  options.add_options("Run")("config", "read flags from FILE (key = value lines); command-line flags override it",
+                             cxxopts::value<std::string>()->default_value(""))("version", "print versions and exit")(
+      "h,help", "print this help");
+  return options;
+}
+
+// The flag whose value is `value` in `args` ("--flag value" or "--flag=value"), for errors
+// that name the value only; empty if none.
+std::string flagOfValue(const std::vector<std::string>& args, const std::string& value) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    const auto eq = arg.find('=');
+    if (arg.rfind("--", 0) == 0 && eq != std::string::npos && arg.substr(eq + 1) == value) return arg.substr(0, eq);
+    if (arg == value && i > 0 && args[i - 1].rfind("--", 0) == 0) return args[i - 1];
+  }
+  return "";
+}
+
+cxxopts::ParseResult parse(cxxopts::Options& options, const std::vector<std::string>& args) {
+  std::vector<std::string> copy = {"pstrain"};
+  copy.insert(copy.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : copy) argv.push_back(a.data());
+  try {
+    auto result = options.parse(static_cast<int>(argv.size()), argv.data());
+    if (!result.unmatched().empty()) throw ConfigError(fmt::format("unexpected argument '{}'", result.unmatched().front()));
+    return result;
+  } catch (const cxxopts::exceptions::incorrect_argument_type& e) {
+    // cxxopts names the value ("Argument 'inf' failed to parse"): name the flag too.
+    const std::string what = e.what();
+    const auto open = what.find("\u2018"), close = what.find("\u2019");
+    const std::string value = open != std::string::npos && close != std::string::npos
+                                  ? what.substr(open + 3, close - open - 3) : "";
+    const std::string flag = flagOfValue(args, value);
+    throw ConfigError(flag.empty() ? what : fmt::format("{} {}: not a number in range (a finite number is needed)", flag, value));
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw ConfigError(e.what());
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> configFileArguments(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError(fmt::format("{}: cannot read the config file", path));
+  std::vector<std::string> args;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    line = trim(line.substr(0, line.find('#')));
+    if (line.empty()) continue;
+    const auto eq = line.find('=');
+    const std::string key = trim(line.substr(0, eq));
+    if (eq == std::string::npos || key.empty() || key.rfind("-", 0) == 0) {
+      throw ConfigError(fmt::format("{}:{}: expected 'key = value' (keys are flag names without --), got '{}'",
+                                    path, number, line));
+    }
+    if (key == "config") throw ConfigError(fmt::format("{}:{}: a config file cannot name another", path, number));
+    args.push_back("--" + key + "=" + trim(line.substr(eq + 1)));
+  }
+  return args;
+}
+
+TrainFlags parseTrainFlags(const std::vector<std::string>& args) {
+  cxxopts::Options options = makeOptions();
+  // Flags from --config FILE come first so that the command line overrides them.
+  std::vector<std::string> all = args;
+  const std::string configPath = parse(options, args)["config"].as<std::string>();
+  if (!configPath.empty()) {
+    const auto fromFile = configFileArguments(configPath);
+    try {
+      parse(options, fromFile);
+    } catch (const ConfigError& e) {
+      throw ConfigError(configPath + ": " + e.what());
+    }
+    all.insert(all.begin(), fromFile.begin(), fromFile.end());
+  }
+  const cxxopts::ParseResult r = parse(options, all);
+  TrainFlags flags;
+  if (r.count("help")) {
+    flags.helpText = options.help();
+    return flags;
+  }
+  flags.version = r.count("version") > 0;
+  flags.listModels = r.count("list-models") > 0;
+  flags.listDatasets = r.count("list-datasets") > 0;
+  flags.listModes = r.count("list-modes") > 0;
+  try {
+    for (const Flag& flag : table()) readBack(r, flag, flags.cfg);
+  } catch (const cxxopts::exceptions::exception& e) {
+    throw ConfigError(e.what());
+  }
+  flags.cfg.validate();
+  return flags;
+}
+
+void TrainConfig::validate() const {
+  for (const Flag& flag : table()) {
+    if (flag.check) flag.check(*this);
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> TrainConfig::sharedFields() const {
+  std::vector<std::pair<std::string, std::string>> fields;
+  for (const Flag& flag : table()) {
+    if (flag.agreement != Agreement::Fingerprint) continue;
+    const std::string value = canonical(*this, flag.member);
+    const auto reading = flag.reading ? flag.reading(*this, value) : std::optional<std::string>(value);
+    if (reading) fields.emplace_back(flag.name, *reading);
+  }
+  return fields;
+}
+
+std::vector<std::pair<std::string, std::string>> agreedFields(const TrainConfig& cfg) {
+  auto fields = cfg.sharedFields();
+  for (const Flag& flag : table()) {
+    if (flag.agreement == Agreement::Compared) fields.emplace_back(flag.name, canonical(cfg, flag.member));
+  }
+  return fields;
+}
+
+std::vector<std::pair<std::string, std::string>> allFields(const TrainConfig& cfg) {
+  auto fields = cfg.sharedFields();
+  for (const Flag& flag : table()) {
+    if (flag.agreement != Agreement::Fingerprint) fields.emplace_back(flag.name, canonical(cfg, flag.member));
+  }
+  return fields;
+}
+
+}  // namespace pstrain::config

@@ -1,0 +1,74 @@
+#pragma once
+// The training modes (--mode), one row each in one table (Mode.cpp): what every layer needs
+// to know of a mode is a column here, so that the code asks the table, never a mode's name.
+// Torch-free: the config, the roles, the probe's cost model, pstrain-run and the benches
+// (pstrain --list-modes) read it.
+//
+// A mode is a combination of an exchange (how the gradients meet the weights: the loop that
+// runs it, in roles/, and the formula that predicts it, in probe/CostModel) and its
+// parameters (quorum, stale gradients, virtual shards). A new mode built from an existing
+// exchange is one row; a new exchange is one loop and one cost formula more.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pstrain::config {
+
+enum class Mode { Sync, Backup, Async, Allreduce, Gossip };
+
+enum class Exchange {
+  Collective,    // a server and workers: a broadcast of the weights, a sum-reduce of the gradients
+  PointToPoint,  // a server and workers: each worker pushes its gradient, the server answers with weights
+  AllReduce,     // peers: every rank sums every rank's gradient and applies the same update
+  Gossip,        // peers: every rank trains alone and averages with a random peer now and then
+};
+
+// The worker batches behind one update.
+enum class Quorum {
+  AllShards,  // every virtual shard of the step (sync, allreduce)
+  Aggregate,  // the first --aggregate K gradients computed on the step's weights (0: workers - 1)
+  One,        // one batch (async; gossip: each rank's own)
+};
+
+// Point to point: a gradient computed on older weights than the server's.
+enum class StalePolicy {
+  None,        // cannot happen (collective and peer exchanges)
+  Drop,        // any: dropped and counted; its worker gets the newest weights (backup)
+  RetryAfter,  // more than --max-staleness updates old: its worker computes that batch again (async)
+};
+
+struct ModeInfo {
+  Mode mode;
+  const char* name;
+  Exchange exchange;
+  Quorum quorum;
+  StalePolicy stale;
+  bool sharded;         // a step's global batch is dealt to --virtual-shards, whoever computes them
+  bool updatePerBatch;  // every worker batch is an update: an epoch has workers x batches updates
+  const char* plan;     // the dry run's "exchange" line
+  const char* help;     // one line of --list-modes
+
+  // No server: every rank computes and rank 0 also writes the run's files.
+  bool peers() const { return exchange == Exchange::AllReduce || exchange == Exchange::Gossip; }
+  // Gradients carry the version of the weights they were computed on (a float: steps < 2^24).
+  bool versioned() const { return exchange == Exchange::PointToPoint; }
+};
+
+// Every mode, in --list-modes order.
+const std::vector<ModeInfo>& modes();
+const ModeInfo& info(Mode mode);
+const char* nameOf(Mode mode);
+// "collective", "point-to-point", "all-reduce", "gossip" (pstrain --list-modes).
+const char* nameOf(Exchange exchange);
+// The mode called `name`; throws ConfigError listing the names for any other.
+Mode parseMode(const std::string& name);
+
+// Ranks that compute gradients in a world of `worldSize`: all of them among peers, all but
+// the server otherwise; and whether `rank` is one.
+int computeRanks(Mode mode, int worldSize);
+bool computesGradients(Mode mode, int rank);
+
+// "sync, backup, async, allreduce, gossip".
+std::string modeNames();
+
+}  // namespace pstrain::config

@@ -1,0 +1,296 @@
+#include "runtime/probe/Probe.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstring>
+#include <iostream>
+#include <type_traits>
+
+#include "runtime/Errors.h"
+#include "runtime/codec/Codec.h"
+#include "runtime/metrics/Clock.h"
+#include "runtime/metrics/Json.h"
+#include "runtime/optim/Sgd.h"
+#include "runtime/probe/CostModel.h"
+#include "runtime/protocol/FlatParameters.h"
+#include "runtime/protocol/StepMessages.h"
+#include "runtime/roles/LocalTrainer.h"
+#include "runtime/rundir/AtomicFile.h"
+#include "runtime/rundir/RunFiles.h"
+
+namespace pstrain::probe {
+namespace {
+
+using metrics::Clock;
+using metrics::secondsSince;
+
+template <typename F>
+double medianSeconds(int repeats, F&& f) {
+  std::vector<double> times;
+  for (int i = 0; i < repeats; ++i) {
+    const auto start = Clock::now();
+    f();
+    times.push_back(secondsSince(start));
+  }
+  std::nth_element(times.begin(), times.begin() + repeats / 2, times.end());
+  return times[static_cast<std::size_t>(repeats / 2)];
+}
+
+constexpr int kWarmupBatches = 2, kTimedBatches = 8;
+// The codecs the probe times; "none" first (the cost model needs it).
+constexpr const char* kGradientCodecs[] = {"none", "fp16", "topk:0.01", "powersgd:4"};
+constexpr const char* kWeightCodecs[] = {"none", "fp16"};
+constexpr std::size_t kGradientCodecCount = std::size(kGradientCodecs), kWeightCodecCount = std::size(kWeightCodecs);
+
+// Encodes the flat buffer `values` with `spec` a few times: its bytes and times.
+CodecCost costOf(const std::string& spec, const models::Net& model, const at::Tensor& values, bool weights) {
+  CodecCost cost;
+  if (spec == "none") {
+    cost.bytes = static_cast<double>(values.numel() * sizeof(float));
+    return cost;
+  }
+  const bool feedback = !weights && codec::errorFeedbackOn("auto", spec);
+  auto c = codec::makeCodec(spec, protocol::parameterShapes(model), 1, weights ? "compress-weights" : "compress", feedback);
+  const at::Tensor input = values.contiguous().cpu();
+  std::string frame;
+  cost.encodeSeconds = medianSeconds(5, [&] {
+    frame.clear();
+    c->encode(input.data_ptr<float>(), frame);
+  });
+  std::vector<float> out(static_cast<std::size_t>(values.numel()));
+  cost.decodeSeconds = medianSeconds(5, [&] { c->decode(frame.data(), frame.size(), out.data()); });
+  cost.bytes = static_cast<double>(frame.size());
+  return cost;
+}
+
+// Rank 0 and `peer` time round trips: small ones (latency) and ones of `bytes` each way
+// (bandwidth). Returns {one-way latency, bytes per second} on both ranks.
+std::pair<double, double> timeLink(comm::Communicator& comm, int peer, std::size_t bytes) {
+  const bool server = comm.rank() == 0;
+  const int other = server ? peer : 0;
+  std::vector<char> buffer(bytes);
+  const std::string context = fmt::format("probe: link between ranks 0 and {}", peer);
+  auto roundTrip = [&](std::size_t size) {
+    if (server) {
+      comm.send(buffer.data(), size, other, context);
+      comm.receive(buffer.data(), buffer.size(), other, context);
+    } else {
+      comm.receive(buffer.data(), buffer.size(), other, context);
+      comm.send(buffer.data(), size, other, context);
+    }
+  };
+  for (int i = 0; i < 3; ++i) roundTrip(8);  // connections up
+  const double small = medianSeconds(21, [&] { roundTrip(8); });
+  roundTrip(bytes);
+  const double big = medianSeconds(5, [&] { roundTrip(bytes); });
+  const double latency = small / 2;
+  const double perByte = std::max(big - small, 1e-9) / (2.0 * static_cast<double>(bytes));
+  return {latency, 1.0 / perByte};
+}
+
+// What one rank measured, gathered to rank 0 as these bytes (a trivially copyable struct:
+// every rank runs the same build). Codec costs are measured on the first computing rank.
+struct Measured {
+  double computeSeconds = 0;  // a computing rank's median batch
+  double latencySeconds = 0;  // a worker's link to rank 0
+  double bytesPerSecond = 0;
+  double updateSeconds = 0;   // rank 0's update of the whole model
+  CodecCost gradientCodecs[kGradientCodecCount];
+  CodecCost weightCodecs[kWeightCodecCount];
+};
+static_assert(std::is_trivially_copyable_v<Measured>, "gathered as bytes");
+
+// The computing ranks, as the real run would have them.
+std::vector<int> computingRanks(const config::TrainConfig& cfg, int size) {
+  std::vector<int> computing;
+  for (int r = 0; r < size; ++r) {
+    if (config::computesGradients(cfg.mode, r)) computing.push_back(r);
+  }
+  return computing;
+}
+
+// This rank's part, in order: batches (every computing rank at once), the codecs (the first
+// computing rank, with a real gradient and the weights), rank 0's update, then each worker's
+// link to rank 0, one at a time (messages of the model's size).
+Measured measure(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
+                 const data::Dataset* train, c10::Device device) {
+  const std::vector<int> computing = computingRanks(cfg, comm.size());
+  const int index = static_cast<int>(std::find(computing.begin(), computing.end(), comm.rank()) - computing.begin());
+  const std::int64_t parameters = models::parameterCount(model);
+  Measured mine;
+  comm.barrier("probe: start");
+  if (train) {
+    protocol::StepMessages messages(parameters, protocol::bufferCount(model), comm.size(), device);
+    roles::LocalTrainer trainer(cfg, model, *train, device, messages, index, static_cast<int>(computing.size()),
+                                comm.rank());
+    trainer.loadWeights();
+    for (int b = 0; b < kWarmupBatches; ++b) trainer.computeGradient(b, b);
+    std::int64_t batch = kWarmupBatches;
+    mine.computeSeconds = medianSeconds(kTimedBatches, [&] {
+      trainer.computeGradient(batch, batch);
+      ++batch;
+    });
+    if (index == 0) {
+      for (std::size_t i = 0; i < kGradientCodecCount; ++i) {
+        mine.gradientCodecs[i] = costOf(kGradientCodecs[i], model, messages.grad, false);
+      }
+      for (std::size_t i = 0; i < kWeightCodecCount; ++i) {
+        mine.weightCodecs[i] = costOf(kWeightCodecs[i], model, messages.weights, true);
+      }
+    }
+  }
+  if (comm.rank() == 0) {
+    at::Tensor weights = torch::randn({parameters}), grad = torch::randn({parameters});
+    optim::Sgd sgd({cfg.momentum, cfg.weightDecay, cfg.nesterov});
+    sgd.step(weights, grad, 1e-6, 2);
+    mine.updateSeconds = medianSeconds(9, [&] { sgd.step(weights, grad, 1e-6, 2); });
+  }
+  const std::size_t messageBytes = static_cast<std::size_t>(parameters) * sizeof(float);
+  comm.barrier("probe: links");
+  for (int peer = 1; peer < comm.size(); ++peer) {
+    if (comm.rank() == 0 || comm.rank() == peer) {
+      const auto [latency, bandwidth] = timeLink(comm, peer, messageBytes);
+      if (comm.rank() == peer) mine.latencySeconds = latency, mine.bytesPerSecond = bandwidth;
+    }
+    comm.barrier("probe: links");
+  }
+  return mine;
+}
+
+// Every rank's Measured, on rank 0 (empty elsewhere).
+std::vector<Measured> gather(comm::Communicator& comm, const Measured& mine) {
+  const auto all = comm.gather(std::string(reinterpret_cast<const char*>(&mine), sizeof mine), 0, "probe: results");
+  std::vector<Measured> out;
+  for (const auto& bytes : all) {
+    if (bytes.size() != sizeof(Measured)) throw Error(fmt::format("probe: a rank sent {} bytes of results", bytes.size()));
+    Measured m;
+    std::memcpy(static_cast<void*>(&m), bytes.data(), sizeof m);
+    out.push_back(m);
+  }
+  return out;
+}
+
+// The cost model's input from every rank's measurements. A computing rank 0 (peer modes) has
+// no link of its own to rank 0: it gets the worst of its peers' (none alone).
+ProbeMeasurements costInputs(const config::TrainConfig& cfg, const std::vector<int>& computing,
+                             const std::vector<Measured>& all) {
+  ProbeMeasurements m;
+  m.batchSamples = static_cast<double>(cfg.batchSize);
+  m.updateSeconds = all[0].updateSeconds;
+  double worstLatency = 0, worstBandwidth = 0;
+  for (int r : computing) {
+    const Measured& rank = all[static_cast<std::size_t>(r)];
+    m.computeSeconds.push_back(rank.computeSeconds);
+    m.latencySeconds.push_back(r == 0 ? 0 : rank.latencySeconds);
+    m.bytesPerSecond.push_back(r == 0 ? 0 : rank.bytesPerSecond);
+    if (r != 0) {
+      worstLatency = std::max(worstLatency, rank.latencySeconds);
+      worstBandwidth = worstBandwidth == 0 ? rank.bytesPerSecond : std::min(worstBandwidth, rank.bytesPerSecond);
+    }
+  }
+  if (computing.front() == 0) {
+    m.latencySeconds[0] = worstLatency;
+    m.bytesPerSecond[0] = worstBandwidth > 0 ? worstBandwidth : 1e12;
+  }
+  const Measured& first = all[static_cast<std::size_t>(computing.front())];
+  for (std::size_t i = 0; i < kGradientCodecCount; ++i) m.gradientCodecs[kGradientCodecs[i]] = first.gradientCodecs[i];
+  for (std::size_t i = 0; i < kWeightCodecCount; ++i) m.weightCodecs[kWeightCodecs[i]] = first.weightCodecs[i];
+  return m;
+}
+
+// The table of predictions: for each predicted mode, its fastest codecs' samples/s
+// (efficiency) by workers.
+std::string predictionTable(const std::vector<Prediction>& predictions, int workers) {
+  std::string out = "  predicted samples/s (efficiency) by workers, each mode with its fastest codecs:\n";
+  out += fmt::format("  {:<10}", "mode");
+  for (int n = 1; n <= workers; ++n) out += fmt::format(" {:>18}", fmt::format("{} worker(s)", n));
+  out += "\n";
+  for (const config::ModeInfo& mode : config::modes()) {
+    if (!predictable(mode.mode)) continue;
+    out += fmt::format("  {:<10}", mode.name);
+    for (int n = 1; n <= workers; ++n) {
+      const Prediction* top = nullptr;
+      for (const auto& p : predictions) {
+        if (p.mode == mode.mode && p.workers == n && (!top || p.samplesPerSecond > top->samplesPerSecond)) top = &p;
+      }
+      out += fmt::format(" {:>18}", fmt::format("{:.0f} ({:.2f})", top->samplesPerSecond, top->efficiency));
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+std::string probeJson(const config::TrainConfig& cfg, c10::Device device, const std::vector<int>& computing,
+                      const ProbeMeasurements& m, const std::vector<Prediction>& predictions, const std::string& advice) {
+  auto codecsJson = [](const std::map<std::string, CodecCost>& costs) {
+    metrics::JsonObject o;
+    for (const auto& [spec, c] : costs) {
+      metrics::JsonObject one;
+      one.add("bytes", c.bytes).add("encode_s", c.encodeSeconds).add("decode_s", c.decodeSeconds);
+      o.addRaw(spec, one.str());
+    }
+    return o.str();
+  };
+  metrics::JsonObject measured;
+  measured.addRaw("ranks", metrics::jsonArray(computing));
+  measured.addRaw("compute_s", metrics::jsonArray(m.computeSeconds)).addRaw("latency_s", metrics::jsonArray(m.latencySeconds));
+  measured.addRaw("bytes_per_s", metrics::jsonArray(m.bytesPerSecond)).add("update_s", m.updateSeconds);
+  measured.addRaw("gradient_codecs", codecsJson(m.gradientCodecs)).addRaw("weight_codecs", codecsJson(m.weightCodecs));
+  std::vector<std::string> items;
+  for (const Prediction& p : predictions) {
+    metrics::JsonObject o;
+    o.add("mode", config::nameOf(p.mode)).add("codec", p.gradientCodec).add("weights_codec", p.weightCodec);
+    o.add("workers", p.workers).add("step_s", p.stepSeconds).add("samples_per_s", p.samplesPerSecond);
+    o.add("efficiency", p.efficiency);
+    items.push_back(o.str());
+  }
+  metrics::JsonObject probe;
+  probe.add("model", cfg.model).add("dataset", cfg.dataset).add("batch_size", cfg.batchSize);
+  probe.add("device", device.str()).add("mode", config::nameOf(cfg.mode));
+  probe.addRaw("measured", measured.str()).addRaw("predictions", metrics::jsonRawArray(items));
+  probe.add("recommendation", advice);
+  return probe.str();
+}
+
+// Rank 0: the measurements, the predictions and the recommendation, printed and written to
+// probe.json.
+void report(const config::TrainConfig& cfg, c10::Device device, const std::vector<Measured>& all) {
+  const std::vector<int> computing = computingRanks(cfg, static_cast<int>(all.size()));
+  const ProbeMeasurements m = costInputs(cfg, computing, all);
+  const auto predictions = predict(m);
+  const int workers = static_cast<int>(computing.size());
+  std::string out = fmt::format("pstrain --probe: {} (batch {} per worker), {} worker(s) measured\n", cfg.model,
+                                cfg.batchSize, workers);
+  for (int i = 0; i < workers; ++i) {
+    out += fmt::format("  rank {:<3} batch {:8.2f} ms   link to rank 0: {:7.3f} ms latency, {:9.1f} MB/s\n",
+                       computing[static_cast<std::size_t>(i)], 1e3 * m.computeSeconds[i], 1e3 * m.latencySeconds[i],
+                       m.bytesPerSecond[i] / 1e6);
+  }
+  out += fmt::format("  server update {:.2f} ms; codecs (bytes, encode ms):", 1e3 * m.updateSeconds);
+  for (const auto& [spec, c] : m.gradientCodecs) out += fmt::format(" {} {:.0f} {:.2f};", spec, c.bytes, 1e3 * c.encodeSeconds);
+  out += "\n" + predictionTable(predictions, workers);
+  const std::string advice = recommendation(best(predictions, workers), m);
+  out += "  recommendation: " + advice + "\n";
+  std::cout << out << std::flush;
+  const std::string path = rundir::pathOf(cfg.trainDir, rundir::kProbe);
+  rundir::atomicWrite(path, probeJson(cfg, device, computing, m, predictions, advice) + "\n");
+  std::cout << "pstrain --probe: wrote " << path << "; trained nothing" << std::endl;
+}
+
+}  // namespace
+
+void runProbe(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
+              const data::Dataset* train, c10::Device device, const roles::RunInfo& info) {
+  const roles::StartedRun started = roles::startRun(comm, cfg, model, train, device, info);
+  const config::TrainConfig& run = started.run;
+  if (comm.rank() == 0) {
+    std::cout << fmt::format("pstrain --probe: timing {} computing rank(s), links and codecs ...",
+                             config::computeRanks(run.mode, comm.size())) << std::endl;
+  }
+  const auto all = gather(comm, measure(comm, run, model, train, device));
+  if (comm.rank() == 0) report(run, device, all);
+}
+
+}  // namespace pstrain::probe

@@ -1,0 +1,58 @@
+#pragma once
+// What a rank that applies updates works with, whatever the mode: the run's length, the step
+// messages and how they travel, the optimizer and its update, and on rank 0 the Publisher.
+// The server of the server modes and every rank of the peer modes hold one.
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <optional>
+
+#include "data/ShardSampler.h"
+#include "models/Registry.h"
+#include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/comm/Communicator.h"
+#include "runtime/config/TrainConfig.h"
+#include "runtime/optim/Sgd.h"
+#include "runtime/protocol/StepLink.h"
+#include "runtime/protocol/StepMessages.h"
+#include "runtime/roles/Publisher.h"
+#include "runtime/roles/StepStats.h"
+#include "runtime/roles/SummedUpdate.h"
+
+namespace pstrain::roles {
+
+struct UpdateState {
+  // `trainSamples`: the training set's size (the workers', from the handshake). The run
+  // starts at `firstStep` (a resumed checkpoint's step). `device`: where this rank computes
+  // (its messages are pinned memory on CUDA). `linkSeed` seeds this rank's encoder. Rank 0
+  // publishes the run's files.
+  UpdateState(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model, std::int64_t trainSamples,
+              std::int64_t firstStep, c10::Device device, std::uint64_t linkSeed);
+
+  // The lr of update `step`: the schedule (optim/LrSchedule.h) over the batches behind one update.
+  double lr(std::int64_t step) const;
+  // The accounting of an update from the summed trailer of `contributors` batches, with this
+  // rank's traffic and codec time since the last call.
+  StepStats stats(int contributors);
+
+  comm::Communicator& comm;
+  const config::TrainConfig& cfg;
+  models::Net& model;
+  const int computing;  // the ranks that compute gradients
+  const int shards;     // virtual shards of a step's global batch (one per computing rank where not sharded)
+  const data::ShardSampler sampler;
+  const std::int64_t updatesPerEpoch;
+  const std::int64_t total;
+  const std::int64_t firstStep;
+  protocol::StepMessages messages;
+  protocol::StepLink link;
+  optim::Sgd sgd;
+  SummedUpdate update;
+  std::optional<Publisher> publisher;  // rank 0
+};
+
+// Gives `sgd` the momentum buffer saved in `ckpt` (flat, in model.parameters() order);
+// throws CheckpointError when it does not fit the model.
+void restoreMomentum(optim::Sgd& sgd, const models::Net& model, const checkpoint::Checkpoint& ckpt);
+
+}  // namespace pstrain::roles

@@ -1,0 +1,99 @@
+#include "runtime/rundir/AtomicFile.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "runtime/Errors.h"
+#include "runtime/Portable.h"
+
+namespace pstrain::rundir {
+
+std::uint32_t crc32Of(std::uint32_t crc, const char* data, std::size_t size) {
+  uLong value = crc;
+  std::size_t offset = 0;
+  while (offset < size) {
+    const auto n = static_cast<uInt>(std::min<std::size_t>(size - offset, 1u << 30));
+    value = ::crc32(value, reinterpret_cast<const Bytef*>(data + offset), n);
+    offset += n;
+  }
+  return static_cast<std::uint32_t>(value);
+}
+
+void syncDirectory(const std::string& dir) {
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+AtomicFile::AtomicFile(std::string path) : target_(std::move(path)) {
+  temp_ = fmt::format("{}.tmp{}", target_, ::getpid());
+  // A new file, never one that exists (a link planted there would redirect the write); a
+  // leftover of a killed process with the same pid is removed (unlink removes a link,
+  // never what it points to) and the create tried once more.
+  const int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+  fd_ = ::open(temp_.c_str(), flags, 0644);
+  if (fd_ < 0 && errno == EEXIST && ::unlink(temp_.c_str()) == 0) fd_ = ::open(temp_.c_str(), flags, 0644);
+  if (fd_ < 0) {
+    throw CheckpointError(fmt::format("{}: cannot create ({}); is the directory writable?", temp_,
+                                      std::strerror(errno)));
+  }
+}
+
+AtomicFile::~AtomicFile() {
+  if (fd_ >= 0) ::close(fd_);
+  if (!committed_) ::unlink(temp_.c_str());
+}
+
+void AtomicFile::write(const void* data, std::size_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  crc_ = crc32Of(crc_, p, bytes);
+  size_ += bytes;
+  while (bytes > 0) {
+    const ssize_t n = ::write(fd_, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw CheckpointError(fmt::format("{}: write failed ({})", temp_, std::strerror(errno)));
+    p += n;
+    bytes -= static_cast<std::size_t>(n);
+  }
+}
+
+void AtomicFile::commit() {
+  const bool synced = portable::syncToDisk(fd_);
+  const bool closed = ::close(fd_) == 0;
+  fd_ = -1;
+  if (!synced || !closed || ::rename(temp_.c_str(), target_.c_str()) != 0) {
+    throw CheckpointError(fmt::format("{}: could not be saved ({})", target_, std::strerror(errno)));
+  }
+  committed_ = true;
+  const auto slash = target_.find_last_of('/');
+  syncDirectory(slash == std::string::npos ? "." : target_.substr(0, std::max<std::size_t>(slash, 1)));
+}
+
+void atomicWrite(const std::string& path, const std::string& bytes) {
+  AtomicFile file(path);
+  file.write(bytes.data(), bytes.size());
+  file.commit();
+}
+
+void removeTree(const std::string& path) {
+  struct stat info;
+  if (::lstat(path.c_str(), &info) != 0 && errno == ENOENT) return;
+  // Children before their directory (FTW_DEPTH), links as links (FTW_PHYS).
+  const int rc = ::nftw(path.c_str(), [](const char* entry, const struct stat*, int, struct FTW*) {
+    return ::remove(entry) == 0 || errno == ENOENT ? 0 : -1;
+  }, 16, FTW_DEPTH | FTW_PHYS);
+  if (rc != 0) throw CheckpointError(fmt::format("{}: cannot remove ({})", path, std::strerror(errno)));
+}
+
+}  // namespace pstrain::rundir

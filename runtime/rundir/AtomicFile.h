@@ -1,0 +1,50 @@
+#pragma once
+// Files that readers see whole or not at all: written under a temporary name, made durable
+// and renamed into place. Torch-free; checkpoints, run.json and markers are written so.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace pstrain::rundir {
+
+// A file written under a temporary name (PATH.tmpPID), made durable and renamed to PATH by
+// commit(): readers see the old file or the whole new one, never a part. Counts the bytes
+// and their CRC-32 on the way (for a checkpoint's .ok marker). Not committed, the temporary
+// is removed. Throws CheckpointError naming the file on any failure.
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path);
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  ~AtomicFile();
+
+  void write(const void* data, std::size_t bytes);
+  void commit();
+  std::size_t size() const { return size_; }
+  std::uint32_t crc32() const { return crc_; }
+
+ private:
+  std::string target_, temp_;
+  int fd_ = -1;
+  bool committed_ = false;
+  std::size_t size_ = 0;
+  std::uint32_t crc_ = 0;
+};
+
+// Writes `bytes` to `path` as an AtomicFile.
+void atomicWrite(const std::string& path, const std::string& bytes);
+
+// Makes the directory entries of `dir` durable (after a rename or unlink in it).
+void syncDirectory(const std::string& dir);
+
+// Removes `path` and, if it is a directory, everything below it (symbolic links are removed,
+// not followed); nothing if it does not exist. Throws CheckpointError naming what could not
+// be removed. Not std::filesystem::remove_all: PyTorch's Linux builds export their own copy
+// of it from libtorch.so, which the program may call instead, and with PyTorch 2.11 that
+// copy crashes (a call through a null pointer).
+void removeTree(const std::string& path);
+
+// The CRC-32 of `crc`'s bytes followed by `size` more (crc 0: none before).
+std::uint32_t crc32Of(std::uint32_t crc, const char* data, std::size_t size);
+
+}  // namespace pstrain::rundir
