@@ -61,13 +61,11 @@ double parameter(const std::string& spec, const std::string& flag) {
   throw ConfigError(fmt::format("--{} '{}': '{}' is not a number", flag, spec, spec.substr(colon + 1)));
 }
 
-std::string kind(const std::string& spec) { return spec.substr(0, spec.find(':')); }
-
 // --- codecs --------------------------------------------------------------------------------
 
 class Raw : public Codec {
  public:
-  Raw(const std::string& spec, Shapes shapes) : Codec(spec, 0, std::move(shapes)) {}
+  explicit Raw(const CodecArgs& a) : Codec(a) {}
   void encodeBody(const float* v, std::string& body) override {
     body.append(reinterpret_cast<const char*>(v), count() * sizeof(float));
   }
@@ -80,7 +78,8 @@ class Raw : public Codec {
 
 class Zlib : public Codec {
  public:
-  Zlib(const std::string& spec, Shapes shapes, int level) : Codec(spec, 1, std::move(shapes)), level_(level) {}
+  explicit Zlib(const CodecArgs& a)
+      : Codec(a), level_(std::isnan(a.parameter) ? Z_DEFAULT_COMPRESSION : static_cast<int>(a.parameter)) {}
   void encodeBody(const float* v, std::string& body) override {
     const std::size_t offset = body.size();
     uLongf length = compressBound(static_cast<uLong>(count() * sizeof(float)));
@@ -103,8 +102,7 @@ class Zlib : public Codec {
 
 class HalfPrecision : public Codec {
  public:
-  HalfPrecision(const std::string& spec, Shapes shapes, std::uint8_t id, c10::ScalarType type)
-      : Codec(spec, id, std::move(shapes)), type_(type) {}
+  HalfPrecision(const CodecArgs& a, c10::ScalarType type) : Codec(a), type_(type) {}
   void encodeBody(const float* v, std::string& body) override {
     at::Tensor half = wrap(v, count()).to(type_);
     body.append(static_cast<const char*>(half.data_ptr()), count() * 2);
@@ -123,7 +121,7 @@ class HalfPrecision : public Codec {
 
 class Int8 : public Codec {
  public:
-  Int8(const std::string& spec, Shapes shapes) : Codec(spec, 4, std::move(shapes)) {}
+  explicit Int8(const CodecArgs& a) : Codec(a) {}
   void encodeBody(const float* v, std::string& body) override {
     for (const auto& shape : shapes()) {
       const std::int64_t n = numel(shape);
@@ -175,12 +173,15 @@ std::uint64_t getVarint(Reader& in) {
 // varint gaps (about 1 byte each at 1% density instead of 4); the rest is zero.
 class Sparse : public Codec {
  public:
-  Sparse(const std::string& spec, Shapes shapes, std::uint8_t id, double ratio, std::uint64_t seed, bool rescale)
-      : Codec(spec, id, std::move(shapes)),
-        topk_(id == 5),
-        rescale_(rescale),
-        k_(std::clamp<std::int64_t>(std::llround(ratio * static_cast<double>(count())), 1, std::max<std::int64_t>(1, count()))),
-        random_(seed) {
+  // topk: the largest magnitudes; else k random elements, rescaled by count / k unless under
+  // error feedback (randomk).
+  Sparse(const CodecArgs& a, bool topk)
+      : Codec(a),
+        topk_(topk),
+        rescale_(!topk && !a.errorFeedback),
+        k_(std::clamp<std::int64_t>(std::llround(a.parameter * static_cast<double>(count())), 1,
+                                    std::max<std::int64_t>(1, count()))),
+        random_(a.seed) {
   }
   std::int64_t k() const { return k_; }
   void encodeBody(const float* v, std::string& body) override {
@@ -231,9 +232,8 @@ class Sparse : public Codec {
 
 class PowerSgd : public Codec {
  public:
-  PowerSgd(const std::string& spec, Shapes shapes, int rank, std::uint64_t seed)
-      : Codec(spec, 7, std::move(shapes)), rank_(rank) {
-    auto generator = at::detail::createCPUGenerator(seed);
+  explicit PowerSgd(const CodecArgs& a) : Codec(a), rank_(static_cast<int>(a.parameter)) {
+    auto generator = at::detail::createCPUGenerator(a.seed);
     for (const auto& shape : this->shapes()) {
       auto [n, m] = matrix(shape);
       q_.push_back(compressed(n, m) ? at::randn({m, rank_}, generator) : at::Tensor());
@@ -298,8 +298,7 @@ class PowerSgd : public Codec {
 
 }  // namespace
 
-Codec::Codec(std::string spec, std::uint8_t id, Shapes shapes)
-    : spec_(std::move(spec)), id_(id), shapes_(std::move(shapes)), count_(0) {
+Codec::Codec(const CodecArgs& args) : spec_(args.spec), id_(args.wireId), shapes_(args.shapes), count_(0) {
   for (const auto& shape : shapes_) count_ += static_cast<std::size_t>(numel(shape));
 }
 
@@ -355,46 +354,106 @@ std::size_t Codec::maxFrameBytes() const {
   return header + maxBodyBytes();
 }
 
+namespace {
+
+// What a codec's spec may say after its name.
+enum class Parameter {
+  None,   // nothing: "fp16"
+  Level,  // optional, a whole number 0..9: "zlib", "zlib:6"
+  Ratio,  // required, in (0, 1]: "topk:0.01"
+  Rank,   // required, a whole number 1..1024: "powersgd:4"
+};
+
+// One row per codec. The wire id goes into every frame, so that a payload of another codec
+// is refused: never change a codec's id, give a new one the next.
+struct CodecRow {
+  const char* name;
+  std::uint8_t wireId;
+  Parameter parameter;
+  const char* unfitForWeights;  // why it may not encode weights; null: it may
+  bool errorFeedbackByDefault;  // --error-feedback auto: on for codecs that drop information on purpose
+  std::unique_ptr<Codec> (*make)(const CodecArgs&);
+};
+
+template <typename C>
+std::unique_ptr<Codec> make(const CodecArgs& a) {
+  return std::make_unique<C>(a);
+}
+
+// clang-format off
+const CodecRow kCodecs[] = {
+  {"none", 0, Parameter::None, nullptr, false, make<Raw>},
+  {"zlib", 1, Parameter::Level, nullptr, false, make<Zlib>},
+  {"fp16", 2, Parameter::None, nullptr, false, [](const CodecArgs& a) -> std::unique_ptr<Codec> {
+     return std::make_unique<HalfPrecision>(a, torch::kHalf); }},
+  {"bf16", 3, Parameter::None, nullptr, false, [](const CodecArgs& a) -> std::unique_ptr<Codec> {
+     return std::make_unique<HalfPrecision>(a, torch::kBFloat16); }},
+  {"int8", 4, Parameter::None, nullptr, false, make<Int8>},
+  {"topk", 5, Parameter::Ratio, "sparsified weights make no sense", true, [](const CodecArgs& a) -> std::unique_ptr<Codec> {
+     return std::make_unique<Sparse>(a, true); }},
+  {"randomk", 6, Parameter::Ratio, "sparsified weights make no sense", true, [](const CodecArgs& a) -> std::unique_ptr<Codec> {
+     return std::make_unique<Sparse>(a, false); }},
+  {"powersgd", 7, Parameter::Rank, "low-rank weights make no sense", true, make<PowerSgd>},
+};
+// clang-format on
+
+// "none, zlib[:LEVEL], fp16, ..." of the codecs that may encode weights, or of all.
+std::string specsOf(bool weights) {
+  static const char* const kForms[] = {"", "[:LEVEL]", ":RATIO", ":RANK"};
+  std::string list;
+  for (const CodecRow& row : kCodecs) {
+    if (weights && row.unfitForWeights) continue;
+    list += (list.empty() ? "" : ", ") + std::string(row.name) + kForms[static_cast<int>(row.parameter)];
+  }
+  return list;
+}
+
+const CodecRow* rowOf(const std::string& spec) {
+  const std::string name = spec.substr(0, spec.find(':'));
+  for (const CodecRow& row : kCodecs) {
+    if (name == row.name) return &row;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 void validateSpec(const std::string& spec, bool weights, const std::string& flag) {
-  const std::string k = kind(spec);
+  auto fail = [&](const std::string& why) { throw ConfigError(fmt::format("--{} '{}': {}", flag, spec, why)); };
+  const CodecRow* row = rowOf(spec);
+  if (!row) fail("is not one of " + specsOf(weights));
   const bool hasParameter = spec.find(':') != std::string::npos;
   const double value = parameter(spec, flag);
-  auto fail = [&](const std::string& why) { throw ConfigError(fmt::format("--{} '{}': {}", flag, spec, why)); };
-  if (k == "none" || k == "fp16" || k == "bf16" || k == "int8") {
-    if (hasParameter) fail("takes no parameter");
-  } else if (k == "zlib") {
-    if (hasParameter && !(value >= 0 && value <= 9 && value == std::floor(value))) fail("the level is 0..9");
-  } else if (k == "topk" || k == "randomk") {
-    if (weights) fail("sparsified weights make no sense; use none, zlib, fp16, bf16 or int8");
-    if (!(value > 0 && value <= 1)) fail("wants a RATIO in (0, 1], for example topk:0.01");
-  } else if (k == "powersgd") {
-    if (weights) fail("low-rank weights make no sense; use none, zlib, fp16, bf16 or int8");
-    if (!(value >= 1 && value <= 1024 && value == std::floor(value))) fail("wants a whole RANK in 1..1024, for example powersgd:4");
-  } else {
-    fail(std::string("is not one of none, zlib[:LEVEL], fp16, bf16, int8") +
-         (weights ? "" : ", topk:RATIO, randomk:RATIO, powersgd:RANK"));
+  if (weights && row->unfitForWeights) fail(std::string(row->unfitForWeights) + "; use " + specsOf(true));
+  switch (row->parameter) {
+    case Parameter::None:
+      if (hasParameter) fail("takes no parameter");
+      break;
+    case Parameter::Level:
+      if (hasParameter && !(value >= 0 && value <= 9 && value == std::floor(value))) fail("the level is 0..9");
+      break;
+    case Parameter::Ratio:
+      if (!(value > 0 && value <= 1)) fail(fmt::format("wants a RATIO in (0, 1], for example {}:0.01", row->name));
+      break;
+    case Parameter::Rank:
+      if (!(value >= 1 && value <= 1024 && value == std::floor(value))) {
+        fail(fmt::format("wants a whole RANK in 1..1024, for example {}:4", row->name));
+      }
+      break;
   }
 }
 
 bool errorFeedbackOn(const std::string& setting, const std::string& spec) {
   if (setting != "auto") return setting == "on";
-  const std::string k = kind(spec);
-  return k == "topk" || k == "randomk" || k == "powersgd";
+  const CodecRow* row = rowOf(spec);
+  return row && row->errorFeedbackByDefault;
 }
 
 std::unique_ptr<Codec> makeCodec(const std::string& spec, const Shapes& shapes, std::uint64_t seed,
                                  const std::string& flag, bool errorFeedback) {
   validateSpec(spec, false, flag);
-  const std::string k = kind(spec);
-  const double value = parameter(spec, flag);
-  if (k == "none") return std::make_unique<Raw>(spec, shapes);
-  if (k == "zlib") return std::make_unique<Zlib>(spec, shapes, std::isnan(value) ? Z_DEFAULT_COMPRESSION : static_cast<int>(value));
-  if (k == "fp16") return std::make_unique<HalfPrecision>(spec, shapes, 2, torch::kHalf);
-  if (k == "bf16") return std::make_unique<HalfPrecision>(spec, shapes, 3, torch::kBFloat16);
-  if (k == "int8") return std::make_unique<Int8>(spec, shapes);
-  if (k == "topk") return std::make_unique<Sparse>(spec, shapes, 5, value, seed, false);
-  if (k == "randomk") return std::make_unique<Sparse>(spec, shapes, 6, value, seed, !errorFeedback);
-  return std::make_unique<PowerSgd>(spec, shapes, static_cast<int>(value), seed);
+  const CodecRow& row = *rowOf(spec);
+  return row.make({spec, row.wireId, shapes, parameter(spec, flag), seed, errorFeedback});
 }
 
 ErrorFeedbackEncoder::ErrorFeedbackEncoder(std::unique_ptr<Codec> codec, bool errorFeedback)

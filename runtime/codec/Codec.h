@@ -1,6 +1,7 @@
 #pragma once
-// Gradient and weight codecs (DESIGN.md: runtime/codec). A codec turns the flat float
-// buffer of a model's tensors into a payload and back:
+// Gradient and weight codecs (DESIGN.md: runtime/codec), one class each and one row each in
+// Codec.cpp's table (name, wire id, parameter, fit for weights, error feedback by default,
+// factory). A codec turns the flat float buffer of a model's tensors into a payload and back:
 //   none, zlib[:LEVEL]          lossless
 //   fp16, bf16                  half-precision floats
 //   int8                        one scale per tensor, values rounded to [-127, 127]
@@ -25,6 +26,18 @@ namespace pstrain::codec {
 
 using Shapes = std::vector<std::vector<std::int64_t>>;  // the tensors of a flat buffer, in order
 
+// What a codec is made from (makeCodec, from the codec's row in Codec.cpp's table): its spec,
+// the row's wire id, the buffer's tensors, the spec's parameter (NaN where it gives none),
+// a seed for its random choices, and whether it runs under error feedback.
+struct CodecArgs {
+  std::string spec;
+  std::uint8_t wireId = 0;
+  Shapes shapes;
+  double parameter = 0;
+  std::uint64_t seed = 0;
+  bool errorFeedback = false;
+};
+
 class Codec {
  public:
   virtual ~Codec() = default;
@@ -45,7 +58,7 @@ class Codec {
   std::size_t maxFrameBytes() const;
 
  protected:
-  Codec(std::string spec, std::uint8_t id, Shapes shapes);
+  explicit Codec(const CodecArgs& args);
   virtual void encodeBody(const float* values, std::string& body) = 0;
   virtual void decodeBody(const char* body, std::size_t size, float* out) const = 0;
   virtual std::size_t maxBodyBytes() const = 0;

@@ -1,10 +1,8 @@
 #pragma once
-// How the two step messages travel between ranks, in one place for every mode: as raw
-// floats straight from and into StepMessages (no copies; the sum done by MPI), or, under
-// --compress / --compress-weights, as codec payloads (runtime/codec):
-//   up:   [gradient frame][buffers + trailer, raw]  (sums are then made by the receiver)
-//   down: [header][buffers and shares, raw][weights frame]
-// The buffers and the trailer stay exact: they are small, and the protocol reads them.
+// How the two step messages travel between ranks, in one place for every mode: each
+// exchange written once over the frame layer (Frames.h), raw floats straight from and into
+// StepMessages (no copies; sums done by MPI) or codec payloads (sums then made by the
+// receiver).
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -16,6 +14,7 @@
 #include "runtime/comm/Communicator.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/protocol/FlatParameters.h"
+#include "runtime/protocol/Frames.h"
 #include "runtime/protocol/StepMessages.h"
 
 namespace pstrain::protocol {
@@ -51,7 +50,6 @@ class StepLink {
                          const std::function<void(const Bucket&, at::Tensor& grad)>& reduced,
                          const std::string& context);
   void finishDown(const std::string& context);
-  bool raw() const { return !upEncoder_ && !downCodec_; }
 
   // Allreduce: the sum of every rank's messages.up into every rank's messages.up.
   void allReduceUp(const std::string& context);
@@ -74,26 +72,20 @@ class StepLink {
   Traffic take();
 
  private:
-  void encodeUp();
-  void decodeUp(const char* payload, std::size_t size, float* up);  // adds into `up`
-  void encodeDown();
-  void decodeDown(const char* payload, std::size_t size);
+  void countUp(double bytes);  // one up message as sent
+  void countDown(double bytes);
+  void startWeightsDown(const Bucket& bucket, const std::string& context);
+  void startDownTail(const std::string& context);  // the buffers, then the header
+  void waitStarted();
 
   comm::Communicator& comm_;
   StepMessages& messages_;
-  std::unique_ptr<codec::ErrorFeedbackEncoder> upEncoder_;  // null: raw gradients
-  std::unique_ptr<codec::Codec> downCodec_;                 // null: raw weights
-  std::string upPayload_, downPayload_;
-  std::vector<char> inbox_;
-  std::vector<float> decoded_;
+  std::unique_ptr<UpFrame> up_;
+  std::unique_ptr<DownFrame> down_;
   Traffic traffic_;
   std::unique_ptr<FloatBuffer> ring_;   // server: where the buckets are summed (reduceUpInBuckets)
   std::vector<Bucket> buckets_;         // this step's buckets, in order
   std::vector<std::size_t> started_;   // requests of this step not waited for yet
-  void startWeightsDown(const Bucket& bucket, const std::string& context);
-  void startDownTail(const std::string& context);  // the buffers, then the header
-  void waitStarted();
-  double decodeSeconds_ = 0;  // weights decoded since the last up message
 };
 
 }  // namespace pstrain::protocol

@@ -114,8 +114,20 @@ check "--balance: the slow worker computes fewer shards than the others" \
 check "--balance: the weights of the unbalanced run (<= 1e-5)" ge 1e-5 "$diff"
 
 # --- 5. a configuration error is not retried -------------------------------------------
+# pstrain's flags are read by pstrain-run itself: a bad value is refused before any launch.
 "$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" -- --lr -1 --train-dir "$scratch/bad" > bad.log 2>&1
 rc=$?
-check "configuration error: exit 2, one launch, not retried" \
-  bash -c "[ $rc -eq 2 ] && [ \$(grep -c '\"launch\"' bad/elastic.jsonl) -eq 1 ] && grep -q 'not retried' bad/elastic.jsonl"
+check "bad flag for pstrain: exit 2, nothing launched, the flag named" \
+  bash -c "[ $rc -eq 2 ] && [ ! -e bad/elastic.jsonl ] && grep -q -- '--lr must be a positive number' bad.log"
+# A name only pstrain's registries know: pstrain refuses it at start-up (exit 2), once.
+"$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" -- --model lenet7 --train-dir "$scratch/bad2" > bad2.log 2>&1
+rc=$?
+check "configuration error at start-up: exit 2, one launch, not retried" \
+  bash -c "[ $rc -eq 2 ] && [ \$(grep -c '\"launch\"' bad2/elastic.jsonl) -eq 1 ] && grep -q 'not retried' bad2/elastic.jsonl"
+# --config works under pstrain-run: its train dir and mode are the job's.
+printf 'train-dir = %s\nmode = allreduce\nsteps = 6\nmodel = mlp\ndataset = synthetic\nlog-every = 2\n' "$scratch/configured" > job.conf
+"$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" -- --config job.conf --threads 1 > configured.log 2>&1
+rc=$?
+check "--config under pstrain-run: its train dir gets the events, its mode the ranks (exit $rc)" \
+  bash -c "[ $rc -eq 0 ] && grep -q '\"event\":\"done\"' '$scratch/configured/elastic.jsonl' && grep -q 'allreduce mode, 3 ranks' configured.log"
 checks_done
