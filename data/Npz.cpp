@@ -13,19 +13,14 @@
 #include <memory>
 
 #include "runtime/Errors.h"
+#include "runtime/zip/ZipDirectory.h"
 
 namespace pstrain::data {
 namespace {
 
-constexpr std::uint32_t kLocalHeader = 0x04034b50, kCentralHeader = 0x02014b50, kEnd = 0x06054b50,
-                        kEnd64 = 0x06064b50, kEnd64Locator = 0x07064b50;
 constexpr std::size_t kMaxHeader = 1 << 20;  // .npy headers are a few hundred bytes
 
-std::uint64_t le(const unsigned char* p, int bytes) {
-  std::uint64_t v = 0;
-  for (int i = bytes - 1; i >= 0; --i) v = v << 8 | p[i];
-  return v;
-}
+std::uint64_t le(const unsigned char* p, int bytes) { return zip::littleEndian(p, bytes); }
 
 // Reads exactly `n` bytes at `offset`, or throws.
 void readAt(int fd, std::uint64_t offset, void* out, std::size_t n, const std::string& what) {
@@ -46,13 +41,8 @@ class MemberStream {
  public:
   MemberStream(int fd, std::uint64_t fileSize, const NpzFile::Member& m, std::string what)
       : fd_(fd), m_(m), what_(std::move(what)) {
-    unsigned char local[30];
-    readAt(fd, m.localOffset, local, sizeof local, what_);
-    if (le(local, 4) != kLocalHeader) throw DataError(fmt::format("{}: bad local header (not a zip member)", what_));
-    next_ = m.localOffset + 30 + le(local + 26, 2) + le(local + 28, 2);
-    if (next_ > fileSize || m.compressedSize > fileSize - next_) {
-      throw DataError(fmt::format("{}: truncated (its data run past the end of the file)", what_));
-    }
+    next_ = zip::dataOffset(m, fileSize, [&](std::uint64_t at, void* out, std::size_t n) { readAt(fd, at, out, n, what_); },
+                            [&](const std::string& why) { throw DataError(fmt::format("{}: {}", what_, why)); });
     end_ = next_ + m.compressedSize;
     if (m.method == 0 && m.size != m.compressedSize) {
       throw DataError(fmt::format("{}: corrupt zip directory (a stored member of two sizes)", what_));
@@ -211,71 +201,16 @@ NpzFile::NpzFile(const std::string& path) : path_(path) {
   ::fstat(fd_, &info);
   fileSize_ = static_cast<std::uint64_t>(info.st_size);
   try {
-    // The end-of-central-directory record: within the last 22 + 65535 bytes.
-    const std::size_t tail = static_cast<std::size_t>(std::min<std::uint64_t>(fileSize_, 22 + 65535));
-    std::vector<unsigned char> end(tail);
-    readAt(fd_, fileSize_ - tail, end.data(), tail, path);
-    std::size_t at = std::string::npos;
-    for (std::size_t i = tail >= 22 ? tail - 22 + 1 : 0; i-- > 0;) {
-      if (le(&end[i], 4) == kEnd) {
-        at = i;
-        break;
-      }
-    }
-    if (at == std::string::npos) throw DataError(fmt::format("{}: not an .npz file (no zip directory); save it with np.savez", path));
-    std::uint64_t entries = le(&end[at + 10], 2), cdSize = le(&end[at + 12], 4), cdOffset = le(&end[at + 16], 4);
-    const std::uint64_t endOffset = fileSize_ - tail + at;
-    if (entries == 0xffff || cdSize == 0xffffffff || cdOffset == 0xffffffff) {  // zip64
-      unsigned char locator[20], end64[56];
-      if (endOffset < sizeof locator) throw DataError(fmt::format("{}: truncated zip64 directory", path));
-      readAt(fd_, endOffset - sizeof locator, locator, sizeof locator, path);
-      if (le(locator, 4) != kEnd64Locator) throw DataError(fmt::format("{}: missing zip64 locator", path));
-      readAt(fd_, le(locator + 8, 8), end64, sizeof end64, path);
-      if (le(end64, 4) != kEnd64) throw DataError(fmt::format("{}: bad zip64 directory record", path));
-      entries = le(end64 + 32, 8);
-      cdSize = le(end64 + 40, 8);
-      cdOffset = le(end64 + 48, 8);
-    }
-    if (cdOffset > fileSize_ || cdSize > fileSize_ - cdOffset || entries > cdSize / 46) {
-      throw DataError(fmt::format("{}: truncated or corrupt (its zip directory does not fit the file)", path));
-    }
-    std::vector<unsigned char> cd(static_cast<std::size_t>(cdSize));
-    readAt(fd_, cdOffset, cd.data(), cd.size(), path);
-    std::size_t p = 0;
-    for (std::uint64_t e = 0; e < entries; ++e) {
-      if (p + 46 > cd.size() || le(&cd[p], 4) != kCentralHeader) {
-        throw DataError(fmt::format("{}: corrupt zip directory", path));
-      }
-      const std::size_t nameLen = le(&cd[p + 28], 2), extraLen = le(&cd[p + 30], 2), commentLen = le(&cd[p + 32], 2);
-      if (p + 46 + nameLen + extraLen + commentLen > cd.size()) {
-        throw DataError(fmt::format("{}: corrupt zip directory", path));
-      }
-      Member m;
-      const std::uint64_t flags = le(&cd[p + 8], 2);
-      m.method = static_cast<int>(le(&cd[p + 10], 2));
-      m.crc = static_cast<std::uint32_t>(le(&cd[p + 16], 4));
-      m.compressedSize = le(&cd[p + 20], 4);
-      m.size = le(&cd[p + 24], 4);
-      m.localOffset = le(&cd[p + 42], 4);
-      std::string name(reinterpret_cast<const char*>(&cd[p + 46]), nameLen);
-      // Zip64 sizes and offset, in this order, for the fields that say 0xffffffff.
-      for (std::size_t x = p + 46 + nameLen; x + 4 <= p + 46 + nameLen + extraLen;) {
-        const std::size_t id = le(&cd[x], 2), len = le(&cd[x + 2], 2);
-        if (x + 4 + len > p + 46 + nameLen + extraLen) break;
-        if (id == 1) {
-          std::size_t q = x + 4;
-          for (std::uint64_t* field : {&m.size, &m.compressedSize, &m.localOffset}) {
-            if (*field != 0xffffffff) continue;
-            if (q + 8 > x + 4 + len) throw DataError(fmt::format("{}: corrupt zip64 field of {}", path, name));
-            *field = le(&cd[q], 8);
-            q += 8;
-          }
-        }
-        x += 4 + len;
-      }
-      if (flags & 1) throw DataError(fmt::format("{}: member {} is encrypted", path, name));
-      if (name.size() > 4 && name.compare(name.size() - 4, 4, ".npy") == 0) members_[name.substr(0, name.size() - 4)] = m;
-      p += 46 + nameLen + extraLen + commentLen;
+    const auto read = [&](std::uint64_t at, void* out, std::size_t n) { readAt(fd_, at, out, n, path); };
+    const auto fail = [&](const std::string& why) {
+      throw DataError(fmt::format("{}: not an .npz file, or truncated ({}); save it with np.savez", path, why));
+    };
+    for (auto& entry : zip::readDirectory(fileSize_, read, fail)) {
+      if (entry.encrypted) throw DataError(fmt::format("{}: member {} is encrypted", path, entry.name));
+      const std::string& name = entry.name;
+      if (name.size() <= 4 || name.compare(name.size() - 4, 4, ".npy") != 0) continue;
+      const std::string array = name.substr(0, name.size() - 4);
+      members_[array] = std::move(entry);
     }
   } catch (...) {
     ::close(fd_);

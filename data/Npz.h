@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/zip/ZipDirectory.h"
+
 namespace pstrain::data {
 
 struct NpyArray {
@@ -39,11 +41,7 @@ class NpzFile {
   // The member's CRC-32 as the directory records it (identifies the data without reading it).
   std::uint32_t checksum(const std::string& name) const;
 
-  struct Member {
-    std::uint64_t localOffset = 0, compressedSize = 0, size = 0;
-    std::uint32_t crc = 0;
-    int method = 0;  // 0 stored, 8 deflated
-  };
+  using Member = zip::Entry;
 
  private:
   const Member& member(const std::string& name) const;

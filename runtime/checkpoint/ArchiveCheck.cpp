@@ -3,18 +3,18 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string_view>
 #include <vector>
 
 #include "runtime/Errors.h"
+#include "runtime/zip/ZipDirectory.h"
 
 namespace pstrain::checkpoint {
 namespace {
 
 std::uint64_t le(std::string_view b, std::size_t at, int width) {
-  std::uint64_t v = 0;
-  for (int i = width - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b[at + i]);
-  return v;
+  return zip::littleEndian(reinterpret_cast<const unsigned char*>(b.data() + at), width);
 }
 
 struct Fail {
@@ -155,36 +155,20 @@ void checkPickle(std::string_view p, const Fail& fail) {
 void checkArchive(const std::string& bytes, const std::string& path) {
   const Fail fail{path};
   const std::string_view b(bytes);
-  // End of central directory: 22 bytes plus a comment of up to 64 KiB at the end.
-  if (b.size() < 22) fail("too short for a zip archive");
-  std::size_t eocd = std::string_view::npos;
-  for (std::size_t at = b.size() - 22 + 1; at-- > 0 && b.size() - at <= 22 + 65535;) {
-    if (le(b, at, 4) == 0x06054b50) {
-      eocd = at;
-      break;
-    }
-  }
-  if (eocd == std::string_view::npos) fail("no zip end-of-directory record");
-  const std::uint64_t entries = le(b, eocd + 10, 2), dirSize = le(b, eocd + 12, 4), dirOffset = le(b, eocd + 16, 4);
-  if (dirOffset > b.size() || dirSize > b.size() - dirOffset) fail("zip directory outside the file");
-  std::size_t at = dirOffset;
+  const auto read = [&](std::uint64_t at, void* out, std::size_t n) {
+    if (at > b.size() || n > b.size() - at) fail("a record outside the file");
+    if (n > 0) std::memcpy(out, b.data() + at, n);
+  };
+  const auto failWith = [&](const std::string& what) { fail(what); };
   bool sawPickle = false;
-  for (std::uint64_t i = 0; i < entries; ++i) {
-    if (at + 46 > dirOffset + dirSize || le(b, at, 4) != 0x02014b50) fail("truncated zip directory");
-    const std::uint64_t method = le(b, at + 10, 2), compressed = le(b, at + 20, 4), size = le(b, at + 24, 4);
-    const std::uint64_t nameLen = le(b, at + 28, 2), extraLen = le(b, at + 30, 2), commentLen = le(b, at + 32, 2);
-    const std::uint64_t local = le(b, at + 42, 4);
-    if (at + 46 + nameLen + extraLen + commentLen > dirOffset + dirSize) fail("truncated zip directory entry");
-    const std::string_view name = b.substr(at + 46, nameLen);
-    if (method != 0 || compressed != size) fail(fmt::format("record {} is compressed", name));
-    if (local + 30 > b.size() || le(b, local, 4) != 0x04034b50) fail(fmt::format("record {} has no local header", name));
-    const std::uint64_t data = local + 30 + le(b, local + 26, 2) + le(b, local + 28, 2);
-    if (data > b.size() || size > b.size() - data) fail(fmt::format("record {} extends past the end of the file", name));
-    if (name.size() >= 9 && name.substr(name.size() - 9) == "/data.pkl") {
-      checkPickle(b.substr(data, size), fail);
+  for (const zip::Entry& entry : zip::readDirectory(b.size(), read, failWith)) {
+    if (entry.method != 0 || entry.compressedSize != entry.size) fail(fmt::format("record {} is compressed", entry.name));
+    const std::uint64_t data = zip::dataOffset(entry, b.size(), read, failWith);
+    const std::string& name = entry.name;
+    if (name.size() >= 9 && name.compare(name.size() - 9, 9, "/data.pkl") == 0) {
+      checkPickle(b.substr(data, entry.size), fail);
       sawPickle = true;
     }
-    at += 46 + nameLen + extraLen + commentLen;
   }
   if (!sawPickle) fail("no data.pkl record");
 }

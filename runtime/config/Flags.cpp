@@ -68,10 +68,10 @@ std::optional<std::string> onlyWhenOn(const TrainConfig& c, const std::string& v
   return c.simulateComputeMs > 0 ? std::optional<std::string>(v) : std::nullopt;
 }
 
+using A = Agreement;
+
 // clang-format off
-const std::vector<Flag>& table() {
-  using A = Agreement;
-  static const std::vector<Flag> flags = {
+const std::vector<Flag> kFlags = {
     // The rows marked Fingerprint are in the fingerprint's order: keep it (a checkpoint's
     // fingerprint is compared when a run resumes). Others may go anywhere; --help shows the
     // groups in kGroups' order, the flags of a group in this order.
@@ -246,9 +246,7 @@ const std::vector<Flag>& table() {
      "mode and codec, recommend one, write probe.json in the train dir; train nothing",
      &TrainConfig::probe, A::Compared, nullptr, [](const TrainConfig& c) {
        require(!(c.probe && c.dryRun), "--probe and --dry-run: choose one (the probe checks the same things, then times them)"); }},
-  };
-  return flags;
-}
+};
 // clang-format on
 
 const char* const kGroups[] = {"Model and data", "Optimization", "Modes", "Compression", "Run"};
@@ -301,7 +299,7 @@ cxxopts::Options makeOptions() {
   options.set_width(100);
   for (const char* group : kGroups) {
     auto add = options.add_options(group);
-    for (const Flag& flag : table()) {
+    for (const Flag& flag : kFlags) {
       if (std::string(flag.group) == group) add(flag.name, flag.help, optionValue(flag.member));
     }
   }
@@ -395,7 +393,7 @@ TrainFlags parseTrainFlags(const std::vector<std::string>& args) {
   flags.listDatasets = r.count("list-datasets") > 0;
   flags.listModes = r.count("list-modes") > 0;
   try {
-    for (const Flag& flag : table()) readBack(r, flag, flags.cfg);
+    for (const Flag& flag : kFlags) readBack(r, flag, flags.cfg);
   } catch (const cxxopts::exceptions::exception& e) {
     throw ConfigError(e.what());
   }
@@ -404,14 +402,14 @@ TrainFlags parseTrainFlags(const std::vector<std::string>& args) {
 }
 
 void TrainConfig::validate() const {
-  for (const Flag& flag : table()) {
+  for (const Flag& flag : kFlags) {
     if (flag.check) flag.check(*this);
   }
 }
 
 std::vector<std::pair<std::string, std::string>> TrainConfig::sharedFields() const {
   std::vector<std::pair<std::string, std::string>> fields;
-  for (const Flag& flag : table()) {
+  for (const Flag& flag : kFlags) {
     if (flag.agreement != Agreement::Fingerprint) continue;
     const std::string value = canonical(*this, flag.member);
     const auto reading = flag.reading ? flag.reading(*this, value) : std::optional<std::string>(value);
@@ -422,7 +420,7 @@ std::vector<std::pair<std::string, std::string>> TrainConfig::sharedFields() con
 
 std::vector<std::pair<std::string, std::string>> agreedFields(const TrainConfig& cfg) {
   auto fields = cfg.sharedFields();
-  for (const Flag& flag : table()) {
+  for (const Flag& flag : kFlags) {
     if (flag.agreement == Agreement::Compared) fields.emplace_back(flag.name, canonical(cfg, flag.member));
   }
   return fields;
@@ -430,7 +428,7 @@ std::vector<std::pair<std::string, std::string>> agreedFields(const TrainConfig&
 
 std::vector<std::pair<std::string, std::string>> allFields(const TrainConfig& cfg) {
   auto fields = cfg.sharedFields();
-  for (const Flag& flag : table()) {
+  for (const Flag& flag : kFlags) {
     if (flag.agreement != Agreement::Fingerprint) fields.emplace_back(flag.name, canonical(cfg, flag.member));
   }
   return fields;
