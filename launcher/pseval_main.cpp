@@ -24,6 +24,7 @@
 #include "runtime/metrics/Json.h"
 #include "runtime/metrics/JsonLines.h"
 #include "runtime/roles/Evaluation.h"
+#include "runtime/rundir/RunFiles.h"
 
 namespace {
 
@@ -46,12 +47,12 @@ std::set<std::int64_t> evaluatedSteps(const fs::path& csv) {
 class Evaluator {
  public:
   Evaluator(const launcher::EvalCommand& cmd, c10::Device device)
-      : cmd_(cmd), device_(device), dir_(cmd.trainDir), done_(evaluatedSteps(dir_ / "eval.csv")) {}
+      : cmd_(cmd), device_(device), dir_(cmd.trainDir), done_(evaluatedSteps(dir_ / rundir::kEvalCsv)) {}
 
   // Evaluates every published checkpoint not seen yet; returns how many it evaluated.
   int pass() {
     int evaluated = 0;
-    for (const auto& published : rundir::listPublished((dir_ / "ckpt").string())) {
+    for (const auto& published : rundir::listPublished((dir_ / rundir::kCheckpoints).string())) {
       if (done_.count(published.step) || skipped_.count(published.step)) continue;
       // A checkpoint can fail its check while pstrain republishes it (after a resume, the
       // old marker goes before the new file arrives): look again before giving up on it.
@@ -117,7 +118,7 @@ class Evaluator {
 
   void record(const checkpoint::Checkpoint& ckpt, const rundir::Published& published,
               const roles::EvalResult& r) {
-    fs::path csvPath = dir_ / "eval.csv";
+    fs::path csvPath = dir_ / rundir::kEvalCsv;
     bool fresh = !fs::exists(csvPath);
     std::ofstream csv(csvPath, std::ios::app);
     if (fresh) {
@@ -139,7 +140,7 @@ class Evaluator {
     line.add("step", ckpt.step).add("epoch", ckpt.epoch).add("model", ckpt.model);
     line.add("samples", r.samples).add("loss", r.loss).add("accuracy", r.accuracy);
     line.addRaw("class_accuracy", "[" + classes + "]").add("checkpoint", published.path);
-    metrics::JsonLines((dir_ / "eval.jsonl").string()).write(line);
+    metrics::JsonLines((dir_ / rundir::kEvalJsonl).string()).write(line);
     std::cout << fmt::format("pseval: step {} (epoch {}): test loss {:.4f}{} ({} samples)", ckpt.step, ckpt.epoch,
                              r.loss, std::isfinite(r.accuracy) ? fmt::format(", accuracy {:.2f}%", 100 * r.accuracy) : "",
                              r.samples)
@@ -195,7 +196,7 @@ int main(int argc, char** argv) {
       throw ConfigError(fmt::format("{}: no such directory", cmd.trainDir));
     }
     Evaluator evaluator(cmd, launcher::chooseDevice(cmd.device, 0));
-    const fs::path finalWeights = fs::path(cmd.trainDir) / "trained_model.pt";
+    const fs::path finalWeights = fs::path(cmd.trainDir) / rundir::kTrainedModel;
     auto lastNews = std::chrono::steady_clock::now();
     for (;;) {
       // Looked at before the pass: the final checkpoint is published before trained_model.pt.

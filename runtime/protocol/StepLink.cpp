@@ -154,9 +154,9 @@ void StepLink::reduceUpInBuckets(const std::vector<Bucket>& buckets,
   // The workers start every reduction during backward; here at most kBucketsInFlight are
   // started ahead of the bucket being waited for: MPI may hold a temporary the size of each
   // started bucket (libnbc's reduce at the root does), and this keeps those to two
-  // buckets instead of a whole gradient (LeNet, 2 workers: rank 0's peak 0.9 MiB lower than
-  // with four, at the same speed; the buckets come in one after another anyway). A
-  // bucket's weights can start down only once every reduction is started (the workers' order).
+  // buckets instead of a whole gradient, at the same speed (the buckets come in one after
+  // another anyway). A bucket's weights can start down only once every reduction is
+  // started (the workers' order).
   constexpr std::size_t kBucketsInFlight = 2;
   // Bucket b is summed into slot b % kSlots: the one being handed over and those started
   // ahead of it are all in flight at once, and a slot is reused only after its bucket's call.

@@ -55,22 +55,20 @@ TrainDir::TrainDir(const config::TrainConfig& cfg) : cfg_(cfg) {
                                   "must be yours alone: chmod go-w it, or choose another --train-dir",
                                   cfg.trainDir, info.st_uid, info.st_mode & 07777));
   }
-  lock_ = ::open((dir / kLock).c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (lock_ < 0) {
+  lock_.fd = ::open((dir / kLock).c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (lock_.fd < 0) {
     throw ConfigError(fmt::format("{}: not writable: cannot open its .lock ({})", cfg.trainDir, std::strerror(errno)));
   }
-  if (::flock(lock_, LOCK_EX | LOCK_NB) != 0) {
+  if (::flock(lock_.fd, LOCK_EX | LOCK_NB) != 0) {
     char holder[32] = {};
-    (void)::pread(lock_, holder, sizeof holder - 1, 0);
-    ::close(lock_);
-    lock_ = -1;
+    (void)::pread(lock_.fd, holder, sizeof holder - 1, 0);
     const std::string pid(holder);
     throw ConfigError(fmt::format("{}: another pstrain job is using it (pid {}); wait for it, or choose another "
                                   "--train-dir", cfg.trainDir, pid.substr(0, pid.find('\n'))));
   }
   const std::string pid = std::to_string(::getpid()) + "\n";
   // The pid is only for the message of a job that finds the dir locked.
-  if (::ftruncate(lock_, 0) == 0) (void)::pwrite(lock_, pid.data(), pid.size(), 0);
+  if (::ftruncate(lock_.fd, 0) == 0) (void)::pwrite(lock_.fd, pid.data(), pid.size(), 0);
   if (fs::exists(dir / kSetAside)) {
     throw ConfigError(fmt::format("{}/{} holds the files of a run that an interrupted start (--overwrite or "
                                   "--resume) set aside: move them back into {} to keep that run, or remove {}/{}",
@@ -94,8 +92,10 @@ TrainDir::TrainDir(const config::TrainConfig& cfg) : cfg_(cfg) {
                           "its first checkpoint";
 }
 
-TrainDir::~TrainDir() {
-  if (lock_ >= 0) ::close(lock_);  // releases the flock
+TrainDir::~TrainDir() = default;
+
+TrainDir::LockFile::~LockFile() {
+  if (fd >= 0) ::close(fd);  // releases the flock
 }
 
 void TrainDir::begin() {

@@ -33,7 +33,12 @@ class TrainDir {
 
  private:
   config::TrainConfig cfg_;
-  int lock_ = -1;
+  // The open .lock whose flock is the job's hold; closed (released) with the object, and
+  // also when the constructor refuses the dir after taking it.
+  struct LockFile {
+    int fd = -1;
+    ~LockFile();
+  } lock_;
   bool earlierRun_ = false;
   std::string state_;
 };

@@ -6,7 +6,6 @@
 #include <string>
 
 #include "runtime/rundir/AtomicFile.h"
-#include "runtime/checkpoint/Checkpoint.h"
 
 namespace pstrain::testsupport {
 

@@ -27,9 +27,9 @@ void check(int rc, const std::string& what) {
 }
 
 // Polls `done()` until it says true, sleeping between polls so that a rank that waits for
-// slower peers does not steal a core from them. Each wake-up costs CPU (measured in a Linux
-// VM: about 33 us, most of it the sleep itself), and any sleep there lasts about 75 us more
-// than asked (timer slack, wake-up), so pauses start at 50 us and double, up to 2 ms.
+// slower peers does not steal a core from them. Each wake-up costs CPU, and a sleep lasts
+// tens of microseconds longer than asked (timer slack, wake-up), so pauses start at 50 us
+// and double, up to 2 ms (README, "Performance").
 // A peer that posts something this rank waits for rings the doorbell (patience.bell; null:
 // plain sleeps), which ends the pause at once. Then the next 64 polls spin, as at the start,
 // and the pauses start again from 50 us: the data may still be on the way, and over TCP
@@ -37,8 +37,8 @@ void check(int rc, const std::string& what) {
 // A long wait (patience.longPauses: nothing can be on the way before a peer posts and
 // rings) lets the pauses grow to 16 ms instead, until the first ring, once the doorbell has
 // heard every rank (so that a ring will come). The server waiting for a step's first
-// gradient bucket, through the workers' forward and most of backward, then wakes about 10
-// times instead of 20 (LeNet, 1 worker).
+// gradient bucket, through the workers' forward and most of backward, then wakes about
+// half as often.
 // With more ranks than cores, the spins rely on Open MPI's mpi_yield_when_idle (which
 // MpiSession sets there): each idle MPI_Test then yields the core to a rank that computes.
 template <typename Done>
@@ -401,23 +401,21 @@ std::vector<std::string> MpiComm::allGather(const std::string& mine, const std::
 MpiSession::MpiSession(int* argc, char*** argv) {
   // Non-blocking reductions progress only inside MPI calls, and waitFor() sleeps between
   // them. libnbc's default for large messages is a segmented chain: one MPI_Test per
-  // segment, so every segment costs a sleep (measured: 1 worker, LeNet, 455 ms per step
-  // instead of under 1). A binomial tree moves a buffer in a few rounds. The environment
-  // (or an mpirun --mca) still wins: setenv does not overwrite.
+  // segment, so every segment costs a sleep (hundreds of times slower per step). A binomial
+  // tree moves a buffer in a few rounds. The environment (or an mpirun --mca) still wins:
+  // setenv does not overwrite.
   ::setenv("OMPI_MCA_coll_libnbc_ireduce_algorithm", "2", 0);
   // The all-reduce likewise: its default for a model-sized buffer was a binomial reduce and
   // broadcast, log N whole-buffer hops each way; Rabenseifner's (reduce-scatter, then
-  // all-gather) moves about two buffers per rank in all. Measured between 1 Gbit/s test
-  // hosts, 100 ms batches, LeNet: 32 ranks 387 -> 200 ms per step, 4 ranks 184 -> 136 ms;
-  // the same on one host.
+  // all-gather) moves about two buffers per rank in all (README, "Performance", and
+  // tools/bench-scale measure it).
   ::setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", 0);
   // Between hosts (TCP), a message above btl_tcp_eager_limit (64 KiB) waits for the
   // receiver's answer and then moves in fragments, each only while both ranks are inside an
   // MPI call: with waitFor()'s sleeps every hop of a tree collective stalls for pauses. At
   // 512 KiB a gradient bucket (256 KiB, --bucket-kb) goes out at once, as one fragment
-  // (measured on 1 Gbit/s test hosts, 100 ms batches, sync: 8 workers 292 -> 207 ms per
-  // step, 32 workers 459 -> 270 ms). Larger limits slowed the point-to-point modes, whose
-  // whole-model messages then all arrive at the server's link at once.
+  // (README, "Performance"; tools/bench-scale). Larger limits slow the point-to-point
+  // modes, whose whole-model messages then all arrive at the server's link at once.
   for (const char* name : {"OMPI_MCA_btl_tcp_eager_limit", "OMPI_MCA_btl_tcp_rndv_eager_limit",
                            "OMPI_MCA_btl_tcp_max_send_size"}) {
     ::setenv(name, "524288", 0);

@@ -64,8 +64,7 @@ class MpiComm : public Communicator {
   // another rank are woken by the first ring, before their data arrive. A reduction
   // (UpTree) rings only the rank that receives this rank's part, its parent in the tree:
   // the root hears its log2 N children, not all N ranks, per reduction, and the ranks
-  // between are woken to pass the sums on (measured, 32 workers on test hosts, sync: rank
-  // 0's CPU 23.8 -> 16.7 ms per step, the step no slower).
+  // between are woken to pass the sums on (README, "Performance": rank 0's CPU per step).
   enum class Flow { ToRoot, UpTree, FromRoot, AllToAll };
   void wake(Flow flow, int root = 0);
   struct Started;  // an MPI_Request and what it is, for startReduceSum() and startBroadcast()

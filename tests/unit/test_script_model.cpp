@@ -1,0 +1,91 @@
+// A model of the user's (models/ScriptModel): TorchScript modules made here with libtorch's
+// own compiler, loaded as pstrain loads --model FILE.
+#include <gtest/gtest.h>
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <fstream>
+#include <string>
+
+#include "models/Registry.h"
+#include "models/ScriptModel.h"
+#include "runtime/Errors.h"
+#include "runtime/checkpoint/Checkpoint.h"
+#include "tests/common/ScratchDir.h"
+
+using namespace pstrain;
+
+namespace {
+
+class ScriptModel : public ::testing::Test {
+ protected:
+  // A linear layer with dropout, as torch.jit.script(...).save(path) would leave it.
+  std::string linearWithDropout(const std::string& name) {
+    torch::jit::Module module("Linear");
+    module.register_attribute("training", c10::BoolType::get(), true);  // what nn.Module has
+    torch::manual_seed(1);
+    module.register_parameter("weight", torch::randn({3, 4}), false);
+    module.register_parameter("bias", torch::zeros({3}), false);
+    module.define(R"(
+      def forward(self, x):
+          y = torch.matmul(x, self.weight.t()) + self.bias
+          return torch.dropout(y, 0.5, self.training)
+    )");
+    const std::string path = (scratch.path() / name).string();
+    module.save(path);
+    return path;
+  }
+  std::string loadError(const std::string& path) {
+    try {
+      models::loadScriptModel(path);
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  }
+  testsupport::ScratchDir scratch{"script"};
+};
+
+}  // namespace
+
+TEST_F(ScriptModel, ParametersAreTheModulesAndTrainEvalSwitchDropout) {
+  const std::string path = linearWithDropout("linear.pt");
+  auto net = models::loadScriptModel(path);
+  EXPECT_EQ(models::parameterCount(*net), 3 * 4 + 3);
+  const auto state = models::stateDict(*net);
+  ASSERT_EQ(state.size(), 2u);
+  EXPECT_EQ(state[0].first, "weight");
+  EXPECT_EQ(state[1].first, "bias");
+  // The TorchScript code reads the very tensors pstrain binds to its flat buffers.
+  { torch::NoGradGuard noGrad; state[1].second.fill_(1); }
+  net->eval();
+  const at::Tensor x = torch::zeros({2, 4});
+  EXPECT_TRUE(torch::equal(net->forward(x), torch::ones({2, 3})));  // eval: no dropout
+  net->train();
+  const at::Tensor y = net->forward(torch::ones({64, 4}));
+  EXPECT_GT((y == 0).sum().item<int>(), 0);  // train: dropout zeroes some
+  EXPECT_NE(net->fileIdentity().find("crc32 "), std::string::npos);
+  EXPECT_FALSE(net->torchScriptArchive().empty());
+}
+
+TEST_F(ScriptModel, FilesThatAreNotTorchScriptAreClearErrors) {
+  EXPECT_NE(loadError((scratch.path() / "missing.pt").string()).find("no such file"), std::string::npos);
+  const std::string text = (scratch.path() / "text.pt").string();
+  std::ofstream(text) << "not a model\n";
+  EXPECT_NE(loadError(text).find("not a TorchScript file"), std::string::npos) << loadError(text);
+  const std::string stateDict = (scratch.path() / "state.pt").string();
+  checkpoint::writeStateDict(stateDict, {{"w", torch::ones({2})}});
+  EXPECT_NE(loadError(stateDict).find("not a TorchScript module but a file of torch.save"), std::string::npos)
+      << loadError(stateDict);
+}
+
+TEST_F(ScriptModel, TiedWeightsAreRefused) {
+  torch::jit::Module module("Tied");
+  const at::Tensor shared = torch::ones({2, 2});
+  module.register_parameter("a", shared, false);
+  module.register_parameter("b", shared, false);
+  module.define("def forward(self, x):\n    return x.mm(self.a).mm(self.b)\n");
+  const std::string path = (scratch.path() / "tied.pt").string();
+  module.save(path);
+  EXPECT_NE(loadError(path).find("tied weights"), std::string::npos) << loadError(path);
+}

@@ -1,0 +1,100 @@
+// Rank 0's hold on the train dir (runtime/rundir): one job at a time, no dir others can
+// write, an earlier run kept until the new one has a checkpoint; and checkpoint names.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "runtime/Errors.h"
+#include "runtime/config/TrainConfig.h"
+#include "runtime/rundir/RunFiles.h"
+#include "runtime/rundir/TrainDir.h"
+#include "tests/common/ScratchDir.h"
+
+using namespace pstrain;
+namespace fs = std::filesystem;
+
+namespace {
+
+class TrainDir : public ::testing::Test {
+ protected:
+  config::TrainConfig cfg() const {
+    config::TrainConfig c;
+    c.trainDir = (scratch.path() / "run").string();
+    return c;
+  }
+  // An earlier run's files: run.json and a metrics line.
+  void earlierRun() {
+    fs::create_directories(scratch.path() / "run");
+    std::ofstream(scratch.path() / "run" / rundir::kRunJson) << "{}\n";
+    std::ofstream(scratch.path() / "run" / rundir::kMetrics) << "{\"step\":1}\n";
+  }
+  std::string refusal(const config::TrainConfig& c) {
+    try {
+      rundir::TrainDir dir(c);
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "";
+  }
+  testsupport::ScratchDir scratch{"traindir"};
+};
+
+}  // namespace
+
+TEST_F(TrainDir, OneJobAtATime) {
+  rundir::TrainDir first(cfg());
+  EXPECT_EQ(first.state(), "writable");
+  const std::string second = refusal(cfg());
+  EXPECT_NE(second.find("another pstrain job is using it"), std::string::npos) << second;
+}
+
+TEST_F(TrainDir, RefusesADirOthersCanWrite) {
+  fs::create_directories(scratch.path() / "run");
+  ::chmod((scratch.path() / "run").c_str(), 0777);
+  const std::string error = refusal(cfg());
+  EXPECT_NE(error.find("other users can write it"), std::string::npos) << error;
+}
+
+TEST_F(TrainDir, AnEarlierRunNeedsResumeOrOverwrite) {
+  earlierRun();
+  EXPECT_NE(refusal(cfg()).find("already holds a run"), std::string::npos);
+  config::TrainConfig resume = cfg();
+  resume.resume = true;
+  EXPECT_EQ(refusal(resume), "");
+}
+
+TEST_F(TrainDir, OverwriteKeepsTheEarlierRunUntilTheFirstCheckpoint) {
+  earlierRun();
+  config::TrainConfig overwrite = cfg();
+  overwrite.overwrite = true;
+  const fs::path run = scratch.path() / "run";
+  {
+    rundir::TrainDir dir(overwrite);
+    dir.begin();  // the earlier run's files go aside
+    EXPECT_FALSE(fs::exists(run / rundir::kRunJson));
+    EXPECT_TRUE(fs::exists(run / rundir::kSetAside / rundir::kMetrics));
+    dir.restore();  // the new run failed before its first checkpoint: they come back
+  }
+  EXPECT_TRUE(fs::exists(run / rundir::kRunJson));
+  EXPECT_FALSE(fs::exists(run / rundir::kSetAside));
+  {
+    rundir::TrainDir dir(overwrite);
+    dir.begin();
+    rundir::discardSetAside(run.string());  // a checkpoint of the new run: the earlier one goes
+  }
+  EXPECT_FALSE(fs::exists(run / rundir::kSetAside));
+  EXPECT_FALSE(fs::exists(run / rundir::kMetrics));
+}
+
+TEST_F(TrainDir, CheckpointNamesReadBack) {
+  EXPECT_EQ(rundir::checkpointName(500), "step-00000500");
+  EXPECT_EQ(rundir::checkpointStep("step-00000500.ok", ".ok"), 500);
+  EXPECT_EQ(rundir::checkpointStep("step-123456789012.pt", ".pt"), 123456789012);
+  EXPECT_FALSE(rundir::checkpointStep("step-0000050.ok", ".ok"));              // too few digits
+  EXPECT_FALSE(rundir::checkpointStep("step-00000500.pt", ".ok"));             // another kind
+  EXPECT_FALSE(rundir::checkpointStep("step-0000000000000000001.ok", ".ok"));  // 19 digits: not ours
+  EXPECT_FALSE(rundir::checkpointStep("step-0000x500.ok", ".ok"));
+}
