@@ -127,11 +127,7 @@ class Evaluator {
       csv << ",checkpoint\n";
     }
     csv << fmt::format("{},{},{},{:.6f},{:.6f}", ckpt.step, ckpt.epoch, r.samples, r.loss, r.accuracy);
-    std::string classes;
-    for (double a : r.classAccuracy) {
-      csv << fmt::format(",{:.6f}", a);
-      classes += (classes.empty() ? "" : ",") + (std::isfinite(a) ? fmt::format("{:.6f}", a) : "null");
-    }
+    for (double a : r.classAccuracy) csv << fmt::format(",{:.6f}", a);
     csv << "," << published.path << "\n";
     csv.flush();
     if (!csv) throw Error(csvPath.string() + ": write failed");
@@ -139,7 +135,7 @@ class Evaluator {
     metrics::JsonObject line;
     line.add("step", ckpt.step).add("epoch", ckpt.epoch).add("model", ckpt.model);
     line.add("samples", r.samples).add("loss", r.loss).add("accuracy", r.accuracy);
-    line.addRaw("class_accuracy", "[" + classes + "]").add("checkpoint", published.path);
+    line.addRaw("class_accuracy", metrics::jsonArray(r.classAccuracy)).add("checkpoint", published.path);
     metrics::JsonLines((dir_ / rundir::kEvalJsonl).string()).write(line);
     std::cout << fmt::format("pseval: step {} (epoch {}): test loss {:.4f}{} ({} samples)", ckpt.step, ckpt.epoch,
                              r.loss, std::isfinite(r.accuracy) ? fmt::format(", accuracy {:.2f}%", 100 * r.accuracy) : "",

@@ -51,12 +51,14 @@ void printDatasets() {
              "a NumPy .npz of your own: x_train, y_train, x_test, y_test (np.savez; README: \"Your own model and data\")");
 }
 
-// One line per mode, in the table's columns (tools/bench-* read it).
+// One line per mode, in the table's columns (the benches read it).
 void printModes() {
-  fmt::print("{:<10} {:<7} {:<13} {:<8} {}\n", "mode", "ranks", "exchange", "sharded", "description");
+  fmt::print("{:<10} {:<7} {:<15} {:<11} {:<8} {:<8} {}\n", "mode", "ranks", "exchange", "quorum", "sharded",
+             "updates", "description");
   for (const auto& mode : config::modes()) {
-    fmt::print("{:<10} {:<7} {:<13} {:<8} {}\n", mode.name, mode.peers() ? "peers" : "server", config::nameOf(mode.exchange),
-               mode.sharded ? "yes" : "no", mode.help);
+    fmt::print("{:<10} {:<7} {:<15} {:<11} {:<8} {:<8} {}\n", mode.name, mode.peers() ? "peers" : "server",
+               config::nameOf(mode.exchange), config::nameOf(mode.quorum), mode.sharded ? "yes" : "no",
+               mode.updatePerBatch ? "per-batch" : "per-step", mode.help);
   }
 }
 

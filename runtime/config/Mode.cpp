@@ -46,6 +46,15 @@ const char* nameOf(Exchange exchange) {
   return "?";
 }
 
+const char* nameOf(Quorum quorum) {
+  switch (quorum) {
+    case Quorum::AllShards: return "all-shards";
+    case Quorum::Aggregate: return "aggregate";
+    case Quorum::One: return "one";
+  }
+  return "?";
+}
+
 std::string modeNames() {
   std::string names;
   for (const auto& row : modes()) names += (names.empty() ? "" : ", ") + std::string(row.name);

@@ -58,8 +58,10 @@ struct ModeInfo {
 const std::vector<ModeInfo>& modes();
 const ModeInfo& info(Mode mode);
 const char* nameOf(Mode mode);
-// "collective", "point-to-point", "all-reduce", "gossip" (pstrain --list-modes).
+// "collective", "point-to-point", "all-reduce", "gossip"; "all-shards", "aggregate", "one"
+// (pstrain --list-modes).
 const char* nameOf(Exchange exchange);
+const char* nameOf(Quorum quorum);
 // The mode called `name`; throws ConfigError listing the names for any other.
 Mode parseMode(const std::string& name);
 
