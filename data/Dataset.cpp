@@ -1,11 +1,13 @@
 #include "data/Dataset.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <random>
 
 #include "data/Cifar.h"
@@ -129,51 +131,71 @@ Dataset syntheticDataset(const DatasetInfo& info, Split split, std::int64_t trai
   return d;
 }
 
-// The labels of `npz`'s array `name`: int64 class labels from int32 or int64, float32
-// targets as they are.
+bool isIntegerDtype(const std::string& dtype) {
+  return dtype == "u1" || dtype == "i2" || dtype == "u2" || dtype == "i4" || dtype == "i8";
+}
+
+// Array `name` of `npz` as a tensor of its own type (numpy's u1, i2, i4, i8, f4), or as
+// int64 (uint16 has no torch type of its own in 1.13).
+at::Tensor npzTensor(const NpzFile& npz, const std::string& name, const NpyArray& h) {
+  static const std::map<std::string, c10::ScalarType> types = {
+      {"u1", torch::kUInt8}, {"i2", torch::kInt16}, {"u2", torch::kInt16}, {"i4", torch::kInt32},
+      {"i8", torch::kInt64}, {"f4", torch::kFloat32}, {"f8", torch::kFloat64}};
+  at::Tensor t = torch::empty(h.shape, torch::TensorOptions().dtype(types.at(h.dtype)));
+  npz.read(name, [&](const NpyArray&) { return t.data_ptr(); });  // straight into the tensor
+  if (h.dtype == "u2") return t.to(torch::kInt64).bitwise_and_(0xffff);
+  return t;
+}
+
+// The labels of `npz`'s array `name`: int64 class labels ([N], or [N, L]: one per position)
+// from any integer type, float32 targets as they are.
 at::Tensor npzLabels(const NpzFile& npz, const std::string& name) {
   const NpyArray h = npz.header(name);
-  if (h.dtype != "i4" && h.dtype != "i8" && h.dtype != "f4") {
-    throw DataError(fmt::format("{}: '{}' is {}; labels are int64 or int32 classes, or float32 targets for --loss mse",
-                                npz.path(), name, h.dtype));
+  if (!isIntegerDtype(h.dtype) && h.dtype != "f4") {
+    throw DataError(fmt::format("{}: '{}' is {}; labels are integer classes (uint8, int16, uint16, int32, int64), "
+                                "or float32 targets for --loss mse", npz.path(), name, h.dtype));
   }
   if (h.shape.empty()) throw DataError(fmt::format("{}: '{}' is a scalar, not one label per sample", npz.path(), name));
-  const auto type = h.dtype == "i4" ? torch::kInt32 : h.dtype == "i8" ? torch::kInt64 : torch::kFloat32;
-  at::Tensor y = torch::empty(h.shape, torch::TensorOptions().dtype(type));
-  npz.read(name, [&](const NpyArray&) { return y.data_ptr(); });
-  return h.dtype == "i4" ? y.to(torch::kInt64) : y;
+  at::Tensor y = npzTensor(npz, name, h);
+  return h.dtype == "f4" ? y : y.to(torch::kInt64);
+}
+
+// One integer scalar of `npz` (a flag or a count), or `otherwise` without it.
+std::int64_t npzScalar(const NpzFile& npz, const std::string& name, std::int64_t otherwise) {
+  if (!npz.has(name)) return otherwise;
+  const NpyArray h = npz.header(name);
+  if (!h.shape.empty() || !isIntegerDtype(h.dtype)) {
+    throw DataError(fmt::format("{}: '{}' must be one integer (np.savez(..., {}=N))", npz.path(), name, name));
+  }
+  return npzTensor(npz, name, h).to(torch::kInt64).item<std::int64_t>();
 }
 
 // Classes of an .npz: its scalar 'classes' if any, else one more than the largest label of
-// both splits (so pstrain and pseval agree); 0 for float targets. Labels out of range, or
-// splits of different kinds, are DataErrors.
-int npzClasses(const NpzFile& npz, const at::Tensor& train, const at::Tensor& test) {
+// both splits (so pstrain and pseval agree); 0 for float targets. A label is in [0,
+// classes) or `ignoreIndex`; labels out of range, or splits of different kinds, are
+// DataErrors.
+int npzClasses(const NpzFile& npz, const at::Tensor& train, const at::Tensor& test, std::int64_t ignoreIndex) {
   if (train.is_floating_point() != test.is_floating_point()) {
     throw DataError(fmt::format("{}: y_train and y_test must both be class labels or both float targets", npz.path()));
   }
   if (train.is_floating_point()) return 0;
   std::int64_t classes = 0;
   for (const at::Tensor& y : {train, test}) {
-    if (y.numel() && y.min().item<std::int64_t>() < 0) {
-      throw DataError(fmt::format("{}: a label is negative ({}); class labels are 0, 1, ...", npz.path(),
-                                  y.min().item<std::int64_t>()));
+    const at::Tensor counted = y.masked_select(y.ne(ignoreIndex));
+    if (counted.numel() && counted.min().item<std::int64_t>() < 0) {
+      throw DataError(fmt::format("{}: a label is negative ({}); class labels are 0, 1, ... (or the --ignore-index, "
+                                  "{})", npz.path(), counted.min().item<std::int64_t>(), ignoreIndex));
     }
-    if (y.numel()) classes = std::max(classes, y.max().item<std::int64_t>() + 1);
+    if (counted.numel()) classes = std::max(classes, counted.max().item<std::int64_t>() + 1);
   }
+  const std::int64_t given = npzScalar(npz, "classes", 0);
   if (npz.has("classes")) {
-    std::int64_t given = 0;
-    const NpyArray h = npz.header("classes");
-    if (!h.shape.empty() || (h.dtype != "i8" && h.dtype != "i4")) {
-      throw DataError(fmt::format("{}: 'classes' must be one integer", npz.path()));
-    }
-    npz.read("classes", [&](const NpyArray&) { return static_cast<void*>(&given); });
-    if (h.dtype == "i4") given = static_cast<std::int32_t>(given);
     if (given < classes) {
       throw DataError(fmt::format("{}: a label is {} but 'classes' says {}", npz.path(), classes - 1, given));
     }
     classes = given;
   }
-  if (classes < 1 || classes > (1 << 20)) throw DataError(fmt::format("{}: {} classes", npz.path(), classes));
+  if (classes < 1 || classes > (1 << 24)) throw DataError(fmt::format("{}: {} classes", npz.path(), classes));
   return static_cast<int>(classes);
 }
 
@@ -186,10 +208,8 @@ std::vector<double> npzStatistic(const NpzFile& npz, const std::string& name, st
     throw DataError(fmt::format("{}: '{}' must hold {} float(s), one per channel (x's dimension 1)", npz.path(), name,
                                 channels));
   }
-  std::vector<double> values(h.elements());
-  std::vector<float> single(h.elements());
-  npz.read(name, [&](const NpyArray&) { return h.dtype == "f8" ? static_cast<void*>(values.data()) : single.data(); });
-  if (h.dtype == "f4") values.assign(single.begin(), single.end());
+  const at::Tensor t = npzTensor(npz, name, h).to(torch::kFloat64).contiguous();
+  std::vector<double> values(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
   for (double v : values) {
     if (!std::isfinite(v) || (name == "std" && v <= 0)) throw DataError(fmt::format("{}: '{}' holds {}", npz.path(), name, v));
   }
@@ -197,30 +217,47 @@ std::vector<double> npzStatistic(const NpzFile& npz, const std::string& name, st
   return values;
 }
 
-Dataset loadNpzDataset(const std::string& path, Split split) {
+// Whether x of `npz` holds token ids: an integer type other than uint8, or uint8 with the
+// scalar 'ids' set (np.savez(..., ids=1)); else they are pixels (uint8) or float32 values.
+bool npzHoldsIds(const NpzFile& npz, const NpyArray& x) {
+  if (!isIntegerDtype(x.dtype) && x.dtype != "f4") {
+    throw DataError(fmt::format("{}: x is {}; samples are uint8 (pixels, scaled by 1/255), float32, or integer token "
+                                "ids (int16, uint16, int32, int64; uint8 with ids=1): convert with x.astype(np.float32) "
+                                "or x.astype(np.int64)", npz.path(), x.dtype));
+  }
+  const bool ids = npzScalar(npz, "ids", 0) != 0;
+  if (ids && !isIntegerDtype(x.dtype)) throw DataError(fmt::format("{}: 'ids' is set but x is {}, not integers", npz.path(), x.dtype));
+  return ids || (isIntegerDtype(x.dtype) && x.dtype != "u1");
+}
+
+Dataset loadNpzDataset(const DataSource& source, Split split) {
+  const std::string& path = source.name;
   NpzFile npz(path);
   const std::string xName = split == Split::Train ? "x_train" : "x_test";
   const std::string yName = split == Split::Train ? "y_train" : "y_test";
   const NpyArray xh = npz.header(xName);
-  if (xh.dtype != "u1" && xh.dtype != "f4") {
-    throw DataError(fmt::format("{}: '{}' is {}; samples are uint8 (scaled by 1/255) or float32: convert with "
-                                "x.astype(np.float32)", path, xName, xh.dtype));
-  }
   if (xh.shape.empty() || xh.shape[0] == 0) throw DataError(fmt::format("{}: '{}' holds no samples", path, xName));
-  at::Tensor trainLabels = npzLabels(npz, "y_train"), testLabels = npzLabels(npz, "y_test");
   Dataset d;
   d.name = path;
-  d.classes = npzClasses(npz, trainLabels, testLabels);
+  d.ids = npzHoldsIds(npz, xh);
+  at::Tensor trainLabels = npzLabels(npz, "y_train"), testLabels = npzLabels(npz, "y_test");
+  d.classes = npzClasses(npz, trainLabels, testLabels, source.ignoreIndex);
   d.labels = split == Split::Train ? trainLabels : testLabels;
   if (d.labels.size(0) != xh.shape[0]) {
     throw DataError(fmt::format("{}: '{}' holds {} samples but '{}' {} labels", path, xName, xh.shape[0], yName,
                                 d.labels.size(0)));
   }
-  if (d.classes > 0 && d.labels.dim() != 1) {
-    throw DataError(fmt::format("{}: '{}' must hold one class label per sample", path, yName));
+  if (d.classes > 0 && d.labels.dim() > 2) {
+    throw DataError(fmt::format("{}: '{}' must hold one class label per sample [N], or one per position [N, L]; it is "
+                                "[{}]", path, yName, fmt::join(d.labels.sizes(), ", ")));
   }
-  d.images = torch::empty(xh.shape, torch::TensorOptions().dtype(xh.dtype == "u1" ? torch::kUInt8 : torch::kFloat32));
-  npz.read(xName, [&](const NpyArray&) { return d.images.data_ptr(); });  // straight into the tensor
+  d.images = npzTensor(npz, xName, xh);
+  if (d.ids) {
+    d.images = d.images.to(torch::kInt64);
+    const std::int64_t lowest = d.images.min().item<std::int64_t>();
+    if (lowest < 0) throw DataError(fmt::format("{}: '{}' holds the id {}; token ids are 0, 1, ...", path, xName, lowest));
+    d.maxId = d.images.max().item<std::int64_t>();
+  }
   if (xh.dtype == "f4") {
     const float* x = d.images.data_ptr<float>();
     for (std::int64_t i = 0, n = d.images.numel(); i < n; ++i) {
@@ -232,12 +269,45 @@ Dataset loadNpzDataset(const std::string& path, Split split) {
   }
   if (npz.has("mean") != npz.has("std")) throw DataError(fmt::format("{}: give both 'mean' and 'std', or neither", path));
   if (npz.has("mean")) {
+    if (d.ids) throw DataError(fmt::format("{}: 'mean' and 'std' normalise values; x holds token ids", path));
     const std::int64_t channels = xh.shape.size() > 1 ? xh.shape[1] : 1;
     d.mean = npzStatistic(npz, "mean", channels);
     d.std = npzStatistic(npz, "std", channels);
   }
   d.fileIdentity = fmt::format("x_train crc32 {:08x}, y_train crc32 {:08x}", npz.checksum("x_train"),
                                npz.checksum("y_train"));
+  return d;
+}
+
+// A token file's split (TokenFile.h): the train split's samples are the windows starting at
+// every offset 0 .. ids - L - 1 (ShardSampler draws them); the test split's are W windows
+// at k x stride, k < W: all the non-overlapping ones ((ids - 1) / L), or evalWindows of
+// them spread evenly over the file, stride (ids - 1 - L) / (W - 1).
+Dataset loadTokenDataset(const DataSource& source, Split split) {
+  const std::string path = split == Split::Train ? source.name : validationPath(source.name);
+  auto tokens = std::make_shared<const TokenFile>(path);
+  const auto count = static_cast<std::int64_t>(tokens->count()), length = source.blockSize;
+  if (length <= 0) throw ConfigError(fmt::format("--dataset {} is a token file: give --block-size L", source.name));
+  if (count < length + 1) {
+    throw DataError(fmt::format("{}: {} tokens, too few for one window of --block-size {} and its targets (needs {}); "
+                                "lower --block-size", path, count, length, length + 1));
+  }
+  Dataset d;
+  d.name = source.name;
+  d.ids = true;
+  d.tokens = tokens;
+  d.blockSize = length;
+  d.maxId = tokens->maxId();
+  d.classes = static_cast<int>(d.maxId + 1);
+  d.fileIdentity = tokens->identity();
+  if (split == Split::Train) {
+    d.windows = count - length;
+    d.windowStride = 1;
+  } else {
+    const std::int64_t all = (count - 1) / length;
+    d.windows = source.evalWindows > 0 ? std::min(all, source.evalWindows) : all;
+    d.windowStride = d.windows > 1 ? (count - 1 - length) / (d.windows - 1) : length;
+  }
   return d;
 }
 
@@ -279,11 +349,15 @@ std::vector<DatasetInfo> datasetList() {
   };
 }
 
-DatasetInfo datasetInfo(const std::string& name) {
+DatasetInfo datasetInfo(const std::string& name, std::int64_t ignoreIndex) {
+  if (config::isTokenFile(name)) {
+    throw ConfigError(fmt::format("--dataset {}: a token file's shape and vocabulary are known once it is read: it "
+                                  "takes a model of your own (--model FILE)", name));
+  }
   if (config::isDatasetFile(name)) {
     NpzFile npz(name);
     const NpyArray x = npz.header("x_train");
-    const int classes = npzClasses(npz, npzLabels(npz, "y_train"), npzLabels(npz, "y_test"));
+    const int classes = npzClasses(npz, npzLabels(npz, "y_train"), npzLabels(npz, "y_test"), ignoreIndex);
     return {name, "NumPy .npz file", std::vector<std::int64_t>(x.shape.begin() + std::min<std::size_t>(1, x.shape.size()), x.shape.end()),
             classes, ""};
   }
@@ -293,22 +367,45 @@ DatasetInfo datasetInfo(const std::string& name) {
     if (info.name == name) return info;
     known += (known.empty() ? "" : ", ") + info.name;
   }
-  throw ConfigError(fmt::format("unknown dataset '{}' (known: {}; or an .npz file)", name, known));
+  throw ConfigError(fmt::format("unknown dataset '{}' (known: {}; or an .npz file, or a token file DIR/train.bin)",
+                                name, known));
 }
 
-Dataset loadDataset(const std::string& name, const std::string& dir, Split split,
-                    std::int64_t syntheticSize) {
-  if (config::isDatasetFile(name)) return loadNpzDataset(name, split);
+namespace {
+
+Dataset loadSplit(const DataSource& source, Split split) {
+  const std::string& name = source.name;
+  if (config::isTokenFile(name)) return loadTokenDataset(source, split);
+  if (config::isDatasetFile(name)) return loadNpzDataset(source, split);
   const DatasetInfo info = datasetInfo(name);
-  const std::string where = dir.empty() ? info.defaultDir : dir;
+  const std::string where = source.dir.empty() ? info.defaultDir : source.dir;
   if (name == "fashion-mnist") return loadIdxDataset(name, where, split, {0.2860}, {0.3530});
   if (name == "mnist") return loadIdxDataset(name, where, split, {0.1307}, {0.3081});
   if (name == "cifar10") return loadCifarDataset(name, where, split, 10);
   if (name == "cifar100") return loadCifarDataset(name, where, split, 100);
-  return syntheticDataset(info, split, syntheticSize);
+  return syntheticDataset(info, split, source.syntheticSize);
+}
+
+}  // namespace
+
+DataSource sourceOf(const config::TrainConfig& cfg) {
+  DataSource source;
+  source.name = cfg.dataset;
+  source.dir = cfg.dataDir;
+  source.syntheticSize = cfg.syntheticSize;
+  source.blockSize = cfg.blockSize;
+  source.ignoreIndex = cfg.ignoreIndex;
+  return source;
+}
+
+Dataset loadDataset(const DataSource& source, Split split) {
+  Dataset d = loadSplit(source, split);
+  d.ignoreIndex = source.ignoreIndex;
+  return d;
 }
 
 at::Tensor Dataset::normalize(const at::Tensor& samples) const {
+  if (ids) return samples;
   at::Tensor x = samples.scalar_type() == torch::kUInt8 ? samples.to(torch::kFloat32).div_(255.0)
                                                         : samples.to(torch::kFloat32, /*non_blocking=*/false, /*copy=*/true);
   if (mean.empty()) return x;
@@ -324,8 +421,17 @@ at::Tensor Dataset::normalize(const at::Tensor& samples) const {
 
 std::pair<at::Tensor, at::Tensor> Dataset::batch(const std::vector<std::int64_t>& indices,
                                                  std::uint64_t augmentSeed) const {
-  auto index = torch::from_blob(const_cast<std::int64_t*>(indices.data()),
-                                {static_cast<std::int64_t>(indices.size())}, torch::kInt64);
+  const auto n = static_cast<std::int64_t>(indices.size());
+  if (tokens) {
+    // Window i: ids [start, start + L + 1), the first L the sample, the last L its targets.
+    at::Tensor ids = torch::empty({n, blockSize + 1}, torch::kInt64);
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto start = static_cast<std::uint64_t>(indices[static_cast<std::size_t>(i)] * windowStride);
+      tokens->copy(start, static_cast<std::uint64_t>(blockSize + 1), ids.data_ptr<std::int64_t>() + i * (blockSize + 1));
+    }
+    return {ids.narrow(1, 0, blockSize).contiguous(), ids.narrow(1, 1, blockSize).contiguous()};
+  }
+  auto index = torch::from_blob(const_cast<std::int64_t*>(indices.data()), {n}, torch::kInt64);
   at::Tensor raw = images.index_select(0, index);
   if (augment) raw = cropAndFlip(raw, augmentSeed);
   return {normalize(raw), labels.index_select(0, index)};

@@ -143,11 +143,12 @@ NpyArray parseHeader(const std::string& header, const std::string& what) {
   descr = descr.substr(1, descr.size() - 2);
   const char order = descr[0];
   const std::string type = descr.substr(1);
-  static const std::map<std::string, std::size_t> kinds = {{"u1", 1}, {"i4", 4}, {"i8", 8}, {"f4", 4}, {"f8", 8}};
+  static const std::map<std::string, std::size_t> kinds = {{"u1", 1}, {"i2", 2}, {"u2", 2}, {"i4", 4},
+                                                                  {"i8", 8}, {"f4", 4}, {"f8", 8}};
   auto kind = kinds.find(type);
   if (kind == kinds.end() || (order != '<' && order != '|' && order != '=') || (order == '|' && type != "u1")) {
-    throw DataError(fmt::format("{}: dtype '{}' is not supported (uint8, int32, int64, float32, float64, "
-                                "little-endian); convert it, e.g. x.astype(np.float32)", what, descr));
+    throw DataError(fmt::format("{}: dtype '{}' is not supported (uint8, int16, uint16, int32, int64, "
+                                "float32, float64, little-endian); convert it, e.g. x.astype(np.float32)", what, descr));
   }
   a.dtype = type;
   a.itemSize = kind->second;

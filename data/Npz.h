@@ -15,7 +15,7 @@
 namespace pstrain::data {
 
 struct NpyArray {
-  std::string dtype;                // "u1", "i4", "i8", "f4" or "f8" (little-endian)
+  std::string dtype;                // "u1", "i2", "u2", "i4", "i8", "f4" or "f8" (little-endian)
   std::vector<std::int64_t> shape;  // () for a scalar
   std::size_t itemSize = 0;         // bytes per element
   std::uint64_t elements() const;   // product of the shape

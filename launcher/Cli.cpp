@@ -78,6 +78,20 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
   if (config::isModelFile(c.model) || config::isDatasetFile(c.dataset)) {
     if (!config::isModelFile(c.model)) models::modelInfo(c.model);
     if (!config::isDatasetFile(c.dataset)) data::datasetInfo(c.dataset);
+    if (config::isTokenFile(c.dataset) && !config::isModelFile(c.model)) {
+      throw ConfigError(fmt::format("--dataset {} is a token file: it takes a sequence model of your own (--model "
+                                    "FILE, TorchScript; see the README, \"Language models\"); the zoo's --model {} "
+                                    "classifies images", c.dataset, c.model));
+    }
+    // --loss auto is mse for float targets: an .npz says which it holds in its labels. (An
+    // unreadable one is reported where it is loaded, with the rank that failed.)
+    if (c.loss == "auto" && config::isModelFile(c.model) && config::isDatasetFile(c.dataset) &&
+        !config::isTokenFile(c.dataset)) {
+      try {
+        if (data::datasetInfo(c.dataset, c.ignoreIndex).classes == 0) command.cfg.loss = "mse";
+      } catch (const DataError&) {
+      }
+    }
     return command;
   }
   const auto& model = models::modelInfo(c.model);  // throws ConfigError listing the names
@@ -107,6 +121,9 @@ EvalCommand parseEvalCommand(int argc, char** argv) {
     ("poll-seconds", "with --follow: seconds between looks", defaulted(d.pollSeconds))
     ("idle-timeout", "with --follow: give up after this many seconds without a new checkpoint", defaulted(d.idleTimeoutSeconds))
     ("batch-size", "evaluation batch size", defaulted(d.batchSize))
+    ("eval-windows", "a token file's val split: evaluate this many windows of --block-size, spread evenly over "
+                     "the file (the first at offset 0, the last ending at its end); 0: all its non-overlapping windows",
+     defaulted(d.evalWindows))
     ("threads", "intra-op threads (0: all cores)", defaulted(d.threads))
     ("plot", "when done, render TRAIN_DIR/plots/*.png with tools/plot (needs gnuplot)")
     ("predictions", "write the predicted class of every test sample (last checkpoint evaluated) to this file", defaulted(d.predictionsPath))
@@ -128,6 +145,7 @@ EvalCommand parseEvalCommand(int argc, char** argv) {
     command.pollSeconds = r["poll-seconds"].as<double>();
     command.idleTimeoutSeconds = r["idle-timeout"].as<double>();
     command.batchSize = r["batch-size"].as<std::int64_t>();
+    command.evalWindows = r["eval-windows"].as<std::int64_t>();
     command.threads = r["threads"].as<int>();
     command.predictionsPath = r["predictions"].as<std::string>();
     command.plot = r.count("plot") > 0;
@@ -135,6 +153,7 @@ EvalCommand parseEvalCommand(int argc, char** argv) {
     throw ConfigError(e.what());
   }
   if (command.batchSize <= 0 || command.batchSize > 1'000'000) throw ConfigError("--batch-size must be in [1, 1000000]");
+  if (command.evalWindows < 0) throw ConfigError("--eval-windows must be 0 (all) or a positive number of windows");
   if (command.threads < 0 || command.threads > 1024) throw ConfigError("--threads must be 0 (all cores) or up to 1024");
   for (auto [flag, value] : {std::pair<const char*, double>{"--poll-seconds", command.pollSeconds},
                              {"--idle-timeout", command.idleTimeoutSeconds}}) {

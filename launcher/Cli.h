@@ -31,6 +31,7 @@ struct EvalCommand {
   double pollSeconds = 2;
   double idleTimeoutSeconds = 900;
   std::int64_t batchSize = 1000;
+  std::int64_t evalWindows = 1000;  // a token file's val split: this many windows, spread evenly (0: all)
   int threads = 0;
   std::string predictionsPath;  // argmax per test sample of the last evaluated checkpoint
   bool plot = false;            // run tools/plot on the train dir at the end

@@ -83,12 +83,12 @@ class Evaluator {
   void evaluateOne(const rundir::Published& published) {
     checkpoint::Checkpoint ckpt = checkpoint::read(published);
     const data::Dataset& test = testSet(ckpt);
-    auto model = models::makeModel(modelOf(ckpt), test.classes);
+    auto model = models::makeModel(modelOf(ckpt), test.tokens ? 0 : test.classes);
     models::loadStateDict(*model, ckpt.modelState, published.path);
     model->to(device_);
     roles::EvalResult r = roles::evaluate(*model, test, device_, ckpt.loss, cmd_.batchSize);
     record(ckpt, published, r);
-    if (!cmd_.predictionsPath.empty() && test.classes > 0) {
+    if (!cmd_.predictionsPath.empty() && !r.classAccuracy.empty()) {  // a label per sample
       std::ofstream out(cmd_.predictionsPath);
       for (auto p : r.predictions) out << p << "\n";
       if (!out) throw Error(cmd_.predictionsPath + ": write failed");
@@ -107,12 +107,11 @@ class Evaluator {
   }
 
   const data::Dataset& testSet(const checkpoint::Checkpoint& ckpt) {
-    std::string key = ckpt.dataset + ":" + std::to_string(ckpt.syntheticSize);
+    data::DataSource source{ckpt.dataset, cmd_.dataDir, ckpt.syntheticSize, ckpt.blockSize, ckpt.ignoreIndex,
+                            cmd_.evalWindows};
+    const std::string key = fmt::format("{}:{}:{}:{}", ckpt.dataset, ckpt.syntheticSize, ckpt.blockSize, ckpt.ignoreIndex);
     auto it = testSets_.find(key);
-    if (it == testSets_.end()) {
-      it = testSets_.emplace(key, data::loadDataset(ckpt.dataset, cmd_.dataDir, data::Split::Test,
-                                                    ckpt.syntheticSize)).first;
-    }
+    if (it == testSets_.end()) it = testSets_.emplace(key, data::loadDataset(source, data::Split::Test)).first;
     return it->second;
   }
 
@@ -121,12 +120,16 @@ class Evaluator {
     fs::path csvPath = dir_ / rundir::kEvalCsv;
     bool fresh = !fs::exists(csvPath);
     std::ofstream csv(csvPath, std::ios::app);
+    // Sequence models (a target per position) have a perplexity column; a label per sample
+    // one accuracy column per class.
+    const bool perPosition = std::isfinite(r.perplexity);
     if (fresh) {
-      csv << "step,epoch,samples,loss,accuracy";
+      csv << "step,epoch,samples,loss,accuracy" << (perPosition ? ",perplexity" : "");
       for (std::size_t c = 0; c < r.classAccuracy.size(); ++c) csv << ",class" << c;
       csv << ",checkpoint\n";
     }
     csv << fmt::format("{},{},{},{:.6f},{:.6f}", ckpt.step, ckpt.epoch, r.samples, r.loss, r.accuracy);
+    if (perPosition) csv << fmt::format(",{:.6f}", r.perplexity);
     for (double a : r.classAccuracy) csv << fmt::format(",{:.6f}", a);
     csv << "," << published.path << "\n";
     csv.flush();
@@ -134,12 +137,15 @@ class Evaluator {
 
     metrics::JsonObject line;
     line.add("step", ckpt.step).add("epoch", ckpt.epoch).add("model", ckpt.model);
-    line.add("samples", r.samples).add("loss", r.loss).add("accuracy", r.accuracy);
+    line.add("samples", r.samples).add("targets", r.targets).add("loss", r.loss).add("accuracy", r.accuracy);
+    if (std::isfinite(r.perplexity)) line.add("perplexity", r.perplexity);
     line.addRaw("class_accuracy", metrics::jsonArray(r.classAccuracy)).add("checkpoint", published.path);
     metrics::JsonLines((dir_ / rundir::kEvalJsonl).string()).write(line);
-    std::cout << fmt::format("pseval: step {} (epoch {}): test loss {:.4f}{} ({} samples)", ckpt.step, ckpt.epoch,
-                             r.loss, std::isfinite(r.accuracy) ? fmt::format(", accuracy {:.2f}%", 100 * r.accuracy) : "",
-                             r.samples)
+    std::cout << fmt::format("pseval: step {} (epoch {}): test loss {:.4f}{}{} ({} {})", ckpt.step, ckpt.epoch,
+                             r.loss, perPosition ? fmt::format(", perplexity {:.2f}", r.perplexity) : "",
+                             std::isfinite(r.accuracy) ? fmt::format(", {}accuracy {:.2f}%", perPosition ? "token " : "",
+                                                                     100 * r.accuracy) : "",
+                             r.samples, ckpt.blockSize > 0 ? "windows" : "samples")
               << std::endl;
   }
 

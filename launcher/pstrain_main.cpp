@@ -133,7 +133,7 @@ int main(int argc, char** argv) {
   std::future<data::Dataset> prefetched;
   if (training && config::computesGradients(cfg.mode, launcher::launchedRank())) {
     prefetched = std::async(std::launch::async, [&cfg] {
-      return data::loadDataset(cfg.dataset, cfg.dataDir, data::Split::Train, cfg.syntheticSize);
+      return data::loadDataset(data::sourceOf(cfg), data::Split::Train);
     });
   }
 
@@ -182,7 +182,8 @@ int main(int argc, char** argv) {
           "(MPI_THREAD_SERIALIZED); use --overlap off", device.str()));
     }
     torch::manual_seed(cfg.seed);
-    auto model = models::makeModel(cfg.model, data::datasetInfo(cfg.dataset).classes);
+    // A zoo model is made for the dataset's classes; a model file is what it is.
+    auto model = models::makeModel(cfg.model, config::isModelFile(cfg.model) ? 0 : data::datasetInfo(cfg.dataset).classes);
     model->to(device);
     startup.mark("model");
     std::optional<data::Dataset> train;
@@ -190,7 +191,7 @@ int main(int argc, char** argv) {
       // Rethrows the loading thread's error, if any (mpirun's rank numbering is MPI's, so
       // the prefetch is there exactly when this rank computes).
       train = prefetched.valid() ? prefetched.get()
-                                 : data::loadDataset(cfg.dataset, cfg.dataDir, data::Split::Train, cfg.syntheticSize);
+                                 : data::loadDataset(data::sourceOf(cfg), data::Split::Train);
       portable::keepFreedMemoryForReuse();  // after loading: its big temporaries go back at once
       startup.mark("data");
     }

@@ -130,6 +130,14 @@ Written writePickle(const std::string& path, const c10::IValue& value) {
   return {file.size(), file.crc32()};
 }
 
+// {name: {key: tensor}, "step": N}: the optimizer's state as torch.optim names it.
+GenericDict optimizerDict(const Checkpoint& ckpt) {
+  GenericDict optimizer = stringKeyedDict();
+  for (const auto& [name, tensors] : ckpt.optimizerState) optimizer.insert(name, tensorDict(tensors));
+  if (ckpt.optimizerSteps > 0) optimizer.insert("step", ckpt.optimizerSteps);
+  return optimizer;
+}
+
 }  // namespace
 
 std::string publish(const std::string& dir, const Checkpoint& ckpt) {
@@ -149,11 +157,11 @@ std::string publish(const std::string& dir, const Checkpoint& ckpt) {
   meta.insert("model_path", ckpt.modelPath);
   meta.insert("virtual_shards", ckpt.virtualShards);
   meta.insert("batch_size", ckpt.batchSize);
-  GenericDict optimizer = stringKeyedDict();
-  optimizer.insert("momentum_buffer", tensorDict(ckpt.momentum));
+  meta.insert("block_size", ckpt.blockSize);
+  meta.insert("ignore_index", ckpt.ignoreIndex);
   GenericDict top = stringKeyedDict();
   top.insert("model", tensorDict(ckpt.modelState));
-  top.insert("optimizer", optimizer);
+  top.insert("optimizer", optimizerDict(ckpt));
   top.insert("__meta__", meta);
   fs::path base = fs::path(dir) / rundir::checkpointName(ckpt.step);
   std::string ptPath = base.string() + ".pt";
@@ -239,16 +247,26 @@ Checkpoint decode(const c10::IValue& top, const std::string& path) {
   if (meta.contains("model_path")) ckpt.modelPath = metaString("model_path");
   if (meta.contains("virtual_shards")) ckpt.virtualShards = metaInt("virtual_shards");
   if (meta.contains("batch_size")) ckpt.batchSize = metaInt("batch_size");
+  if (meta.contains("block_size")) ckpt.blockSize = metaInt("block_size");
+  if (meta.contains("ignore_index")) ckpt.ignoreIndex = metaInt("ignore_index");
   ckpt.modelState = tensorList(dict.at("model"), path, "model");
-  if (!dict.at("optimizer").isGenericDict() || !dict.at("optimizer").toGenericDict().contains("momentum_buffer")) {
-    throw CheckpointError(fmt::format("{}: 'optimizer' has no momentum_buffer", path));
+  if (!dict.at("optimizer").isGenericDict()) throw CheckpointError(fmt::format("{}: 'optimizer' is not a dict", path));
+  for (const auto& item : dict.at("optimizer").toGenericDict()) {
+    if (!item.key().isString()) throw CheckpointError(fmt::format("{}: 'optimizer' has a key that is not a name", path));
+    const std::string& name = item.key().toStringRef();
+    if (name == "step") {
+      if (!item.value().isInt() || item.value().toInt() < 0) throw CheckpointError(fmt::format("{}: optimizer.step", path));
+      ckpt.optimizerSteps = item.value().toInt();
+    } else {
+      ckpt.optimizerState.emplace_back(name, tensorList(item.value(), path, "optimizer." + name));
+    }
   }
-  ckpt.momentum = tensorList(dict.at("optimizer").toGenericDict().at("momentum_buffer"), path,
-                             "optimizer.momentum_buffer");
   return ckpt;
 }
 
 }  // namespace
+
+void writeOptimizerState(const std::string& path, const Checkpoint& ckpt) { writePickle(path, optimizerDict(ckpt)); }
 
 void writeStateDict(const std::string& path, const TensorList& state) {
   writePickle(path, tensorDict(state));

@@ -2,10 +2,13 @@
 // Checkpoints that Python's torch.load reads and that are never seen half-written.
 //
 // A checkpoint is <dir>/step-NNNNNNNN.pt holding the dict
-//   {"model": state_dict, "optimizer": {"momentum_buffer": {key: tensor}},
+//   {"model": state_dict,
+//    "optimizer": {"momentum_buffer": {key: tensor}} (SGD), or
+//                 {"exp_avg": {key: tensor}, "exp_avg_sq": {key: tensor}, "step": N} (Adam, AdamW),
 //    "__meta__": {"format": 1, "step", "epoch", "model", "dataset", "synthetic_size",
-//                  "fingerprint", "loss", "model_path", "virtual_shards", "batch_size"}}
-// (the last four are optional: checkpoints of earlier versions lack them.)
+//                  "fingerprint", "loss", "model_path", "virtual_shards", "batch_size",
+//                  "block_size", "ignore_index"}}
+// (the meta entries from "loss" on are optional: checkpoints of earlier versions lack them.)
 // It is *published* by <dir>/step-NNNNNNNN.ok, written only after the .pt is complete,
 // fsync'd and renamed into place; the .ok records the .pt's size and CRC-32 so a reader
 // can tell a damaged file from a good one. Readers consider only published checkpoints.
@@ -33,8 +36,13 @@ struct Checkpoint {
   std::string modelPath;   // a model file's absolute path (empty for the zoo)
   std::int64_t virtualShards = 0;  // of the run's global batch (0: not recorded)
   std::int64_t batchSize = 0;      // per virtual shard (0: not recorded)
+  std::int64_t blockSize = 0;      // a token file's window (0: not one)
+  std::int64_t ignoreIndex = -100;
   TensorList modelState;   // state_dict, in order
-  TensorList momentum;     // per-parameter momentum buffers; empty without momentum
+  // The optimizer's state per parameter, by torch.optim's names, and the updates it counted
+  // (Adam's step; 0 for SGD); empty before the first update with such state.
+  std::vector<std::pair<std::string, TensorList>> optimizerState;
+  std::int64_t optimizerSteps = 0;
 };
 
 // Publishes `ckpt` into `dir` (created if needed) and returns the .pt path.
@@ -43,6 +51,10 @@ std::string publish(const std::string& dir, const Checkpoint& ckpt);
 // Verifies size and CRC against the marker, unpickles and checks the structure.
 // Throws CheckpointError naming the file on any problem.
 Checkpoint read(const rundir::Published& published);
+
+// Writes an optimizer's state as checkpoints hold it ({name: {key: tensor}, "step": N}),
+// atomically: trained_model.optimizer.pt.
+void writeOptimizerState(const std::string& path, const Checkpoint& ckpt);
 
 // Writes a plain state_dict (loadable by module.load_state_dict in PyTorch) atomically.
 void writeStateDict(const std::string& path, const TensorList& state);

@@ -26,7 +26,7 @@ using Reading = std::optional<std::string> (*)(const TrainConfig& cfg, const std
 struct Flag {
   const char* name;
   const char* group;
-  const char* help;
+  std::string help;
   Member member;
   Agreement agreement;
   Reading reading;                    // null: the canonical value
@@ -64,8 +64,16 @@ std::optional<std::string> whenSynthetic(const TrainConfig& c, const std::string
   return c.dataset.rfind("synthetic", 0) == 0 ? v : "-";
 }
 std::optional<std::string> resolvedLoss(const TrainConfig& c, const std::string&) { return c.lossFunction(); }
+// Flags newer than some runs: part of the fingerprint only away from their default, so that
+// the fingerprints of runs from before them stay what they were.
 std::optional<std::string> onlyWhenOn(const TrainConfig& c, const std::string& v) {
   return c.simulateComputeMs > 0 ? std::optional<std::string>(v) : std::nullopt;
+}
+std::optional<std::string> unlessDefault(const TrainConfig&, const std::string& v, const std::string& standard) {
+  return v == standard ? std::nullopt : std::optional<std::string>(v);
+}
+std::optional<std::string> whenAdam(const TrainConfig& c, const std::string& v) {
+  return c.optimizer == "sgd" ? std::nullopt : std::optional<std::string>(v);
 }
 
 using A = Agreement;
@@ -75,7 +83,7 @@ const std::vector<Flag> kFlags = {
     // The rows marked Fingerprint are in the fingerprint's order: keep it (a checkpoint's
     // fingerprint is compared when a run resumes). Others may go anywhere; --help shows the
     // groups in kGroups' order, the flags of a group in this order.
-    {"mode", "Modes", "sync | backup | async | allreduce | gossip (pstrain --list-modes; README, \"Training modes\")",
+    {"mode", "Modes", modeNames() + " (pstrain --list-modes; README, \"Training modes\")",
      &TrainConfig::mode, A::Fingerprint, nullptr, nullptr},
     {"aggregate", "Modes", "backup: apply a step once K gradients are in, drop later ones (0: workers - 1)",
      &TrainConfig::aggregate, A::Fingerprint, whenAggregating, [](const TrainConfig& c) {
@@ -147,8 +155,9 @@ const std::vector<Flag> kFlags = {
      "dataset: fashion-mnist, mnist, cifar10, cifar100, synthetic, synthetic-cifar (see --list-datasets), or a NumPy "
      ".npz file (x_train, y_train, x_test, y_test)", &TrainConfig::dataset, A::Fingerprint, nullptr, nullptr},
     {"loss", "Model and data",
-     "auto | cross-entropy (on logits) | nll (on log-probabilities) | mse (float targets); auto: nll for the zoo, "
-     "cross-entropy for a model file", &TrainConfig::loss, A::Fingerprint, resolvedLoss, [](const TrainConfig& c) {
+     "auto | cross-entropy (on logits) | nll (on log-probabilities) | mse (float targets); auto: mse for float "
+     "targets, else nll for the zoo and cross-entropy for a model file; over the last dimension of every position "
+     "when the targets are [N, L]", &TrainConfig::loss, A::Fingerprint, resolvedLoss, [](const TrainConfig& c) {
        requireOneOf("loss", c.loss, {"auto", "cross-entropy", "nll", "mse"});
        require(c.loss != "mse" || isModelFile(c.model),
                "--loss mse needs a model of your own (--model FILE): the zoo's models output class log-probabilities"); }},
@@ -190,14 +199,14 @@ const std::vector<Flag> kFlags = {
     {"lr-decay", "Optimization", "none | cosine (after warm-up, half a cosine down to 0 at the last step)",
      &TrainConfig::lrDecay, A::Fingerprint, nullptr, [](const TrainConfig& c) {
        requireOneOf("lr-decay", c.lrDecay, {"none", "cosine"}); }},
-    {"momentum", "Optimization", "SGD momentum (torch.optim.SGD semantics)",
+    {"momentum", "Optimization", "sgd: momentum (torch.optim.SGD semantics)",
      &TrainConfig::momentum, A::Fingerprint, nullptr, [](const TrainConfig& c) {
        require(std::isfinite(c.momentum) && c.momentum >= 0 && c.momentum < 1,
                fmt::format("--momentum must be in [0, 1) (got {})", c.momentum)); }},
-    {"nesterov", "Optimization", "Nesterov momentum",
+    {"nesterov", "Optimization", "sgd: Nesterov momentum",
      &TrainConfig::nesterov, A::Fingerprint, nullptr, [](const TrainConfig& c) {
        require(!c.nesterov || c.momentum > 0, "--nesterov needs a positive --momentum"); }},
-    {"weight-decay", "Optimization", "L2 penalty added to the gradient",
+    {"weight-decay", "Optimization", "sgd, adam: an L2 penalty added to the gradient; adamw: decoupled (the weights shrink by lr x it)",
      &TrainConfig::weightDecay, A::Fingerprint, nullptr, [](const TrainConfig& c) {
        require(std::isfinite(c.weightDecay) && c.weightDecay >= 0,
                fmt::format("--weight-decay must be 0 or more (got {})", c.weightDecay)); }},
@@ -239,6 +248,36 @@ const std::vector<Flag> kFlags = {
      &TrainConfig::simulateComputeMs, A::Fingerprint, onlyWhenOn, [](const TrainConfig& c) {
        require(std::isfinite(c.simulateComputeMs) && c.simulateComputeMs >= 0 && c.simulateComputeMs <= 3.6e6,
                fmt::format("--simulate-compute must be 0 (off) or milliseconds up to 3600000 (got {})", c.simulateComputeMs)); }},
+    // Newer flags, in the fingerprint only away from their defaults (unlessDefault).
+    {"block-size", "Model and data",
+     "a token file's (--dataset DIR/train.bin) window of L tokens: a sample is L ids, its targets the next L",
+     &TrainConfig::blockSize, A::Fingerprint,
+     [](const TrainConfig& c, const std::string& v) { return unlessDefault(c, v, "0"); }, [](const TrainConfig& c) {
+       require(c.blockSize >= 0 && c.blockSize <= (1 << 24),
+               fmt::format("--block-size must be 0 (not a token file) or up to {} (got {})", 1 << 24, c.blockSize));
+       require(c.blockSize == 0 || isTokenFile(c.dataset),
+               fmt::format("--block-size {} takes a token file: --dataset DIR/train.bin (nanoGPT) or an llm.c .bin "
+                           "(got --dataset {})", c.blockSize, c.dataset));
+       require(c.blockSize > 0 || !isTokenFile(c.dataset),
+               fmt::format("--dataset {} is a token file: give its window length, --block-size L", c.dataset)); }},
+    {"ignore-index", "Model and data", "a target of this value adds no loss and no accuracy (padding), as in PyTorch",
+     &TrainConfig::ignoreIndex, A::Fingerprint,
+     [](const TrainConfig& c, const std::string& v) { return unlessDefault(c, v, "-100"); }, nullptr},
+    {"optimizer", "Optimization", "sgd | adam | adamw (torch.optim's; on the server, or every rank of the peer modes)",
+     &TrainConfig::optimizer, A::Fingerprint,
+     [](const TrainConfig& c, const std::string& v) { return unlessDefault(c, v, "sgd"); }, [](const TrainConfig& c) {
+       requireOneOf("optimizer", c.optimizer, {"sgd", "adam", "adamw"}); }},
+    {"betas", "Optimization", "adam, adamw: B1,B2 (the moments' decay rates)",
+     &TrainConfig::betas, A::Fingerprint, whenAdam, [](const TrainConfig& c) { c.adamBetas(); }},
+    {"eps", "Optimization", "adam, adamw: added to the denominator",
+     &TrainConfig::eps, A::Fingerprint, whenAdam, [](const TrainConfig& c) {
+       require(std::isfinite(c.eps) && c.eps > 0 && c.eps < 1, fmt::format("--eps must be in (0, 1) (got {})", c.eps)); }},
+    {"clip-grad-norm", "Optimization",
+     "clip the averaged gradient's global L2 norm to MAX before the update, as torch.nn.utils.clip_grad_norm_ (0: off)",
+     &TrainConfig::clipGradNorm, A::Fingerprint,
+     [](const TrainConfig& c, const std::string& v) { return unlessDefault(c, v, "0"); }, [](const TrainConfig& c) {
+       require(std::isfinite(c.clipGradNorm) && c.clipGradNorm >= 0,
+               fmt::format("--clip-grad-norm must be 0 (off) or a positive number (got {})", c.clipGradNorm)); }},
     {"dry-run", "Run", "check config, data, model, devices and world size on every rank, print the plan, train nothing",
      &TrainConfig::dryRun, A::Compared, nullptr, nullptr},
     {"probe", "Run",

@@ -53,7 +53,18 @@ bool isModelFile(const std::string& model) {
 }
 
 bool isDatasetFile(const std::string& dataset) {
-  return dataset.find('/') != std::string::npos || endsWith(dataset, ".npz");
+  return dataset.find('/') != std::string::npos || endsWith(dataset, ".npz") || isTokenFile(dataset);
+}
+
+bool isTokenFile(const std::string& dataset) { return endsWith(dataset, ".bin"); }
+
+std::pair<double, double> TrainConfig::adamBetas() const {
+  double beta1 = 0, beta2 = 0;
+  char end = 0;
+  require(std::sscanf(betas.c_str(), "%lf,%lf%c", &beta1, &beta2, &end) == 2 && beta1 >= 0 && beta1 < 1 &&
+              beta2 >= 0 && beta2 < 1,
+          fmt::format("--betas wants B1,B2 with each in [0, 1), for example 0.9,0.95 (got '{}')", betas));
+  return {beta1, beta2};
 }
 
 TrainConfig::NanInjection TrainConfig::nanInjection() const {
@@ -81,7 +92,7 @@ TrainConfig::Interpolation TrainConfig::gossipInterpolation() const {
 
 bool TrainConfig::overlapping() const {
   return overlap == "on" && modeInfo().exchange == Exchange::Collective && compress == "none" &&
-         compressWeights == "none" && !skipNonfinite;
+         compressWeights == "none" && !skipNonfinite && clipGradNorm == 0;
 }
 
 int TrainConfig::batchesPerUpdate(int workers) const {

@@ -36,9 +36,15 @@ struct TrainConfig {
   std::int64_t warmupSteps = 0;
   std::string lrDecay = "none";
   std::string loss = "auto";              // see lossFunction()
-  double momentum = 0.9;
-  bool nesterov = false;
-  double weightDecay = 0.0;
+  std::int64_t ignoreIndex = -100;        // a target of this value adds no loss (padding)
+  std::int64_t blockSize = 0;             // a token file's window (context) length; 0: not a token file
+  std::string optimizer = "sgd";          // sgd | adam | adamw (runtime/optim)
+  double momentum = 0.9;                  // sgd
+  bool nesterov = false;                  // sgd
+  double weightDecay = 0.0;               // an L2 term for sgd and adam; decoupled for adamw
+  std::string betas = "0.9,0.999";        // adam, adamw: "B1,B2" (adamBetas())
+  double eps = 1e-8;                      // adam, adamw
+  double clipGradNorm = 0;                // the averaged gradient's L2 norm at most this (0: off)
   std::int64_t steps = 0;                 // 0: from epochs
   std::int64_t epochs = 1;
   std::string trainDir = "runs/pstrain";
@@ -96,6 +102,9 @@ struct TrainConfig {
   };
   Straggler straggler() const;
 
+  // --betas parsed: Adam's (beta1, beta2), each in [0, 1); throws ConfigError otherwise.
+  std::pair<double, double> adamBetas() const;
+
   // --interpolation parsed: how far a gossip rank moves toward the peer it read.
   struct Interpolation {
     enum Kind { Constant, Clock, Loss } kind = Clock;
@@ -104,8 +113,9 @@ struct TrainConfig {
   Interpolation gossipInterpolation() const;
 
   // Whether the sync exchange overlaps backward: --overlap on, a collective exchange, raw
-  // messages, and not --skip-nonfinite (which must see the whole gradient before any of it
-  // is applied). A function of shared fields only, so every rank decides the same.
+  // messages, and neither --skip-nonfinite nor --clip-grad-norm (which must see the whole
+  // gradient before any of it is applied). A function of shared fields only, so every rank
+  // decides the same.
   bool overlapping() const;
 
   // The loss, --loss auto resolved: nll for the zoo's models (their outputs are
@@ -127,10 +137,12 @@ struct TrainConfig {
 };
 
 // Whether --model names a TorchScript file (it holds a '/' or ends in .pt or .pth) rather
-// than a zoo model, and whether --dataset names an .npz file (a '/' or .npz) rather than a
-// built-in dataset. The one place of both rules.
+// than a zoo model; whether --dataset names a file (a '/', .npz or .bin) rather than a
+// built-in dataset, and whether that file is a token stream (.bin: --block-size). The one
+// place of these rules.
 bool isModelFile(const std::string& model);
 bool isDatasetFile(const std::string& dataset);
+bool isTokenFile(const std::string& dataset);
 
 // The optimizer step count of a run: `steps` when set, else epochs x stepsPerEpoch; throws
 // ConfigError when that is more than kMaxSteps.

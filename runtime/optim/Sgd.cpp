@@ -6,11 +6,9 @@
 #include <cstdint>
 #include <cstring>
 
-namespace pstrain::optim {
+#include "runtime/Errors.h"
 
-bool Sgd::step(at::Tensor& params, at::Tensor& grad, double lr, double gradDivisor) {
-  return stepSlice(params, grad, lr, 0, params.numel(), gradDivisor);
-}
+namespace pstrain::optim {
 
 namespace {
 
@@ -95,6 +93,16 @@ bool Sgd::stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t 
   }
   params.add_(*update, -lr);
   return at::isfinite(params).all().item<bool>();
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Sgd::state() const {
+  if (!momentum_.defined()) return {};
+  return {{"momentum_buffer", momentum_}};
+}
+
+void Sgd::restore(const std::string& name, at::Tensor buffer) {
+  if (name != "momentum_buffer") throw CheckpointError("SGD has no optimizer state '" + name + "'");
+  momentum_ = std::move(buffer);
 }
 
 }  // namespace pstrain::optim

@@ -12,7 +12,7 @@
 #include "runtime/codec/Codec.h"
 #include "runtime/metrics/Clock.h"
 #include "runtime/metrics/Json.h"
-#include "runtime/optim/Sgd.h"
+#include "runtime/optim/Optimizer.h"
 #include "runtime/probe/CostModel.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/protocol/StepMessages.h"
@@ -143,9 +143,9 @@ Measured measure(comm::Communicator& comm, const config::TrainConfig& cfg, model
   }
   if (comm.rank() == 0) {
     at::Tensor weights = torch::randn({parameters}), grad = torch::randn({parameters});
-    optim::Sgd sgd({cfg.momentum, cfg.weightDecay, cfg.nesterov});
-    sgd.step(weights, grad, 1e-6, 2);
-    mine.updateSeconds = medianSeconds(9, [&] { sgd.step(weights, grad, 1e-6, 2); });
+    const auto optimizer = optim::makeOptimizer(cfg);
+    optimizer->step(weights, grad, 1e-6, 2);
+    mine.updateSeconds = medianSeconds(9, [&] { optimizer->step(weights, grad, 1e-6, 2); });
   }
   const std::size_t messageBytes = static_cast<std::size_t>(parameters) * sizeof(float);
   comm.barrier("probe: links");

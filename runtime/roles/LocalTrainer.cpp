@@ -34,7 +34,7 @@ LocalTrainer::LocalTrainer(const config::TrainConfig& cfg, models::Net& model, c
       model_(model),
       device_(device),
       messages_(messages),
-      sampler_(train.size(), cfg.virtualShards > 0 ? cfg.virtualShards : workers, cfg.batchSize, cfg.seed),
+      sampler_(train.size(), cfg.virtualShards > 0 ? cfg.virtualShards : workers, cfg.batchSize, cfg.seed, cfg.blockSize),
       rank_(rank),
       shards_(data::virtualShardsOf(worker, workers, cfg.virtualShards > 0 ? cfg.virtualShards : workers)),
       lossName_(cfg.lossFunction()) {
@@ -186,7 +186,7 @@ float LocalTrainer::forwardBackward(std::int64_t batch, const data::Prefetcher::
     // Dropout draws from torch's generator: seeded by (seed, batch, virtual shard), like the
     // batch and its augmentation, so that a resumed run draws what the uninterrupted one did.
     torch::manual_seed(mix(cfg_.seed ^ 0x5eedu, static_cast<std::uint64_t>(batch), static_cast<std::uint64_t>(shards_[m])));
-    at::Tensor loss = lossOf(lossName_, model_.forward(images), labels);
+    at::Tensor loss = lossOf(lossName_, model_.forward(images), labels, cfg_.ignoreIndex);
     loss.backward();
     if (!streaming) collectGradients(model_, grad_);
     lossSum = m == 0 ? loss.detach() : lossSum + loss.detach();

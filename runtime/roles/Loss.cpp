@@ -21,10 +21,22 @@ std::string essence(const std::string& text) {
 
 }  // namespace
 
-at::Tensor lossOf(const std::string& loss, const at::Tensor& output, const at::Tensor& target, bool sum) {
+at::Tensor lossOf(const std::string& loss, const at::Tensor& output, const at::Tensor& target, std::int64_t ignoreIndex,
+                  bool sum) {
   const auto reduction = sum ? at::Reduction::Sum : at::Reduction::Mean;
-  if (loss == "nll") return torch::nll_loss(output, target, {}, reduction);
-  if (loss == "cross-entropy") return torch::nll_loss(torch::log_softmax(output, 1), target, {}, reduction);
+  if (loss == "nll" || loss == "cross-entropy") {
+    at::Tensor scores = output, labels = target;
+    if (target.dim() > 1) {  // one target per position: the classes are the output's last dimension
+      if (output.dim() != target.dim() + 1 || output.sizes().slice(0, target.dim()) != target.sizes()) {
+        throw Error(fmt::format("--loss {}: the model's output {} does not fit the targets {} (expected [{}, C])",
+                                loss, shapeOf(output), shapeOf(target), fmt::join(target.sizes(), ", ")));
+      }
+      scores = output.flatten(0, -2);
+      labels = target.flatten();
+    }
+    if (loss == "cross-entropy") scores = torch::log_softmax(scores, 1);
+    return torch::nll_loss(scores, labels, {}, reduction, ignoreIndex);
+  }
   at::Tensor out = output;
   if (out.dim() == 2 && out.size(1) == 1 && target.dim() == 1) out = out.squeeze(1);
   if (out.sizes() != target.sizes()) {
@@ -41,29 +53,48 @@ void checkModelFitsData(models::Net& model, const std::string& modelName, const 
   const std::string where = fmt::format("--model {} on --dataset {}", modelName, data.name);
   const bool classes = loss != "mse";
   if (classes && data.classes == 0) {
-    throw ConfigError(fmt::format("{}: the dataset has float targets, not class labels: use --loss mse", where));
+    throw ConfigError(fmt::format("{}: the dataset has float targets, not class labels: use --loss mse (or --loss "
+                                  "auto)", where));
   }
   if (!classes && data.classes > 0) {
     throw ConfigError(fmt::format("{}: --loss mse needs float targets, the dataset has {} classes", where, data.classes));
   }
+  if (data.ids) input.view(-1)[0] = data.maxId;  // the largest id goes through the model once
   model.eval();
   at::Tensor output;
   try {
     output = model.forward(input.to(device));
   } catch (const std::exception& e) {
     model.train();
+    if (data.ids) {
+      throw ConfigError(fmt::format("{}: the model's forward fails on a batch of token ids of shape {} holding the "
+                                    "data's largest id, {} ({}): is the model's vocabulary (its embedding) at least "
+                                    "{}?", where, shapeOf(input), data.maxId, essence(e.what()), data.maxId + 1));
+    }
     throw ConfigError(fmt::format("{}: the model's forward fails on a batch of shape {} ({}); the dataset's samples "
                                   "are {} each. A traced model keeps the shapes and device it was traced with: "
                                   "export with torch.jit.script", where, shapeOf(input), essence(e.what()),
                                   shapeOf(input[0])));
   }
-  if (classes && (output.dim() != 2 || output.size(0) != 2 || output.size(1) != data.classes)) {
-    model.train();
-    throw ConfigError(fmt::format("{}: the model's output is {} for a batch of 2, but the dataset has {} classes "
-                                  "(expected [2, {}])", where, shapeOf(output), data.classes, data.classes));
+  if (classes) {
+    // [2, C] for a label per sample; [2, L, C] for one per position, where C is a
+    // vocabulary that may be larger than the ids the data holds.
+    const bool perPosition = target.dim() > 1;
+    std::vector<std::int64_t> expected(target.sizes().begin(), target.sizes().end());
+    expected.push_back(perPosition ? output.size(-1) : data.classes);
+    const std::int64_t c = output.dim() > 0 ? output.size(-1) : 0;
+    const std::int64_t needed = std::max<std::int64_t>(data.classes, data.maxId + 1);
+    if (output.sizes() != at::IntArrayRef(expected) || (perPosition && c < needed)) {
+      model.train();
+      throw ConfigError(fmt::format(
+          "{}: the model's output is {} for a batch of 2, but the targets are {}{} (expected [{}, {}])", where,
+          shapeOf(output), shapeOf(target),
+          perPosition ? fmt::format(" with ids up to {}", needed - 1) : fmt::format(" of {} classes", data.classes),
+          fmt::join(target.sizes(), ", "), perPosition ? fmt::format("C >= {}", needed) : std::to_string(data.classes)));
+    }
   }
   try {
-    lossOf(loss, output, target.to(device)).backward();
+    lossOf(loss, output, target.to(device), data.ignoreIndex).backward();
   } catch (const std::exception& e) {
     model.train();
     throw ConfigError(fmt::format("{}: --loss {} or its backward fails on the model's output {} ({})", where, loss,

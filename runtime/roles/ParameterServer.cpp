@@ -30,7 +30,7 @@ struct Server : UpdateState {
       : UpdateState(comm, cfg, model, trainSamples, resumeFrom ? resumeFrom->step : 0, c10::kCPU, cfg.seed) {
     bindParameters(model, messages.weights);
     readBuffers(model, messages.serverBuffers);
-    if (resumeFrom) restoreMomentum(sgd, model, *resumeFrom);
+    if (resumeFrom) restoreOptimizer(*optimizer, model, *resumeFrom);
   }
   void setHeader(std::int64_t step, Control control, double lr = 0) {
     messages.setHeader({step, publisher->epochOf(std::min(step, std::max<std::int64_t>(total - 1, 0))), control,
@@ -122,6 +122,7 @@ void runCollective(Server& s) {
     stats.exchangeCpuSeconds = cpuEnd - cpuStart - update.cpuSeconds;
     stats.updateSeconds = update.seconds;
     stats.applied = applied;
+    stats.gradNorm = s.update.gradNorm();
     // After the down message: the workers compute while the server records (and may write
     // a checkpoint), which is part of the next step's period.
     periodStart = periodEnd;
@@ -211,6 +212,7 @@ void runPointToPoint(Server& s) {
     const auto updateStart = Clock::now();
     stats.applied = s.update.apply(lr, quorum, step);
     stats.updateSeconds = secondsSince(updateStart);
+    stats.gradNorm = s.update.gradNorm();
     s.publisher->record(step, lr, stats);
     ++step;
     s.setHeader(step, Control::Train, s.lr(std::min(step, s.total - 1)));

@@ -23,38 +23,50 @@ using namespace protocol;
 using metrics::Clock;
 using metrics::secondsSince;
 
-// Rank 0's starting point, told to every rank before anything else: the step it resumes at
-// and whether it has a momentum buffer to hand out.
-struct Start {
-  std::int64_t step = 0;
-  std::int64_t momentum = 0;
-};
+// Rank 0's starting point, told to every rank before anything else: the step it resumes at.
+std::int64_t agreeOnStart(comm::Communicator& comm, const checkpoint::Checkpoint* resumeFrom) {
+  std::int64_t step = comm.rank() == 0 && resumeFrom ? resumeFrom->step : 0;
+  comm.broadcast(&step, sizeof step, 0, "start");
+  return step;
+}
 
-Start agreeOnStart(comm::Communicator& comm, const checkpoint::Checkpoint* resumeFrom) {
-  Start start;
-  if (comm.rank() == 0 && resumeFrom) start = {resumeFrom->step, resumeFrom->momentum.empty() ? 0 : 1};
-  comm.broadcast(&start, sizeof start, 0, "start");
-  return start;
+// Rank 0's optimizer state (a resumed run's) to every rank: its names, its updates, then
+// each buffer.
+void shareOptimizerState(comm::Communicator& comm, optim::Optimizer& optimizer, const at::Tensor& like) {
+  std::string names;
+  std::int64_t updates = optimizer.updates();
+  if (comm.rank() == 0) {
+    for (const auto& [name, buffer] : optimizer.state()) names += name + "\n";
+  }
+  std::uint64_t size = names.size();
+  comm.broadcast(&size, sizeof size, 0, "start (optimizer)");
+  names.resize(size);
+  comm.broadcast(names.data(), size, 0, "start (optimizer)");
+  comm.broadcast(&updates, sizeof updates, 0, "start (optimizer)");
+  const auto state = comm.rank() == 0 ? optimizer.state() : std::vector<std::pair<std::string, at::Tensor>>{};
+  std::size_t i = 0;
+  for (std::size_t at = 0, end; (end = names.find('\n', at)) != std::string::npos; at = end + 1, ++i) {
+    at::Tensor buffer = comm.rank() == 0 ? state[i].second : torch::empty_like(like);
+    comm.broadcast(buffer.data_ptr(), buffer.numel() * sizeof(float), 0, "start (optimizer)");
+    if (comm.rank() != 0) optimizer.restore(names.substr(at, end - at), buffer);
+  }
+  optimizer.restoreUpdates(updates);
 }
 
 // One peer rank: rank 0's weights, buffers and momentum are broadcast at the start, so every
 // rank begins from the same state (and from the checkpoint after a resume).
 struct Peer : UpdateState {
   Peer(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model, const data::Dataset& train,
-       c10::Device device, const checkpoint::Checkpoint* resumeFrom, Start start)
-      : UpdateState(comm, cfg, model, train.size(), start.step, device,
+       c10::Device device, const checkpoint::Checkpoint* resumeFrom, std::int64_t firstStep)
+      : UpdateState(comm, cfg, model, train.size(), firstStep, device,
                     cfg.seed * 7919u + static_cast<std::uint64_t>(comm.rank())) {
     trainer.emplace(cfg, model, train, device, messages, comm.rank(), comm.size(), comm.rank());
     if (comm.rank() == 0) {
       readBuffers(model, messages.serverBuffers);
-      if (resumeFrom) restoreMomentum(sgd, model, *resumeFrom);
+      if (resumeFrom) restoreOptimizer(*optimizer, model, *resumeFrom);
     }
     comm.broadcast(messages.down.data(), messages.downBytes(), 0, "start");
-    if (start.momentum) {
-      at::Tensor momentum = comm.rank() == 0 ? sgd.momentumBuffer() : torch::empty_like(messages.weights);
-      comm.broadcast(momentum.data_ptr(), momentum.numel() * sizeof(float), 0, "start (momentum)");
-      sgd.setMomentumBuffer(momentum);
-    }
+    shareOptimizerState(comm, *optimizer, messages.weights);
     trainer->loadWeights();
   }
   // After `done` steps: the model keeps its parameters (without gradients), rank 0 writes
@@ -84,6 +96,7 @@ void runAllreduce(Peer& p) {
     const bool stop = messages.trailer[kStopRequest] > 0;
     auto updateStart = Clock::now();
     stats.applied = p.update.apply(lr, p.shards, step);
+    stats.gradNorm = p.update.gradNorm();
     p.trainer->loadWeights();
     stats.updateSeconds = secondsSince(updateStart);
     if (p.publisher) p.publisher->record(step, lr, stats);
@@ -249,6 +262,7 @@ void runGossip(Peer& p) {
     p.trainer->computeGradient(step, step);
     StepStats stats = p.stats(1);  // this rank's own: alone, an update is a sum over one contributor
     stats.applied = p.update.apply(lr, 1, step);
+    stats.gradNorm = p.update.gradNorm();
     gossip.trained(stats);
     gossip.maybeAverage(context);
     if (p.publisher && p.comm.size() > 1 && ((step + 1) % p.cfg.logEvery == 0 || step + 1 == p.total)) {

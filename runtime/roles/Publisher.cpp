@@ -41,6 +41,7 @@ void add(StepStats& sum, const StepStats& s) {
   sum.exchangeSeconds += s.exchangeSeconds;
   sum.exchangeCpuSeconds += s.exchangeCpuSeconds;
   sum.updateSeconds += s.updateSeconds;
+  sum.gradNorm += s.gradNorm;
   sum.codecSeconds += s.codecSeconds;
   sum.bytesDown += s.bytesDown;
   sum.rawBytesDown += s.rawBytesDown;
@@ -50,11 +51,11 @@ void add(StepStats& sum, const StepStats& s) {
 
 }  // namespace
 
-Publisher::Publisher(const config::TrainConfig& cfg, const models::Net& model, const optim::Sgd& sgd,
+Publisher::Publisher(const config::TrainConfig& cfg, const models::Net& model, const optim::Optimizer& optimizer,
                      std::int64_t updatesPerEpoch, std::int64_t totalSteps, std::int64_t firstStep)
     : cfg_(cfg),
       model_(model),
-      sgd_(sgd),
+      optimizer_(optimizer),
       updatesPerEpoch_(std::max<std::int64_t>(1, updatesPerEpoch)),
       total_(totalSteps),
       firstStep_(firstStep),
@@ -98,6 +99,7 @@ void Publisher::writeLine(std::int64_t done) {
   metrics::JsonObject line;
   line.add("step", done).add("epoch", progress.epoch).add("loss", progress.loss);
   line.add("lr", lastLr_).add("samples_per_s", progress.samplesPerSecond);
+  if (cfg_.blockSize > 0) line.add("tokens_per_s", progress.samplesPerSecond * static_cast<double>(cfg_.blockSize));
   line.add("compute_s", window_.computeSeconds / steps);
   line.add("data_wait_s", window_.dataWaitSeconds / steps);
   line.add("slowest_compute_s", window_.slowestComputeSeconds / steps);
@@ -105,6 +107,7 @@ void Publisher::writeLine(std::int64_t done) {
   line.add("comm_s", std::max(0.0, (window_.exchangeSeconds - window_.slowestComputeSeconds) / steps));
   line.add("exchange_s", window_.exchangeSeconds / steps);
   line.add("update_s", window_.updateSeconds / steps);
+  line.add("grad_norm", window_.gradNorm / steps);  // the averaged gradient's, before clipping; mean over the window
   // How much of a core rank 0 burns while it waits for the others (the server must not spin).
   line.add("exchange_cpu_share", window_.exchangeSeconds > 0 ? window_.exchangeCpuSeconds / window_.exchangeSeconds : 0.0);
   line.add("codec_s", window_.codecSeconds / steps);
@@ -129,7 +132,8 @@ void Publisher::writeLine(std::int64_t done) {
 
 void Publisher::finish(std::int64_t stepsDone) {
   if (windowSteps_ > 0) writeLine(stepsDone);
-  auto path = checkpoint::publish(rundir::pathOf(cfg_.trainDir, rundir::kCheckpoints), snapshot(stepsDone));
+  const checkpoint::Checkpoint last = snapshot(stepsDone);
+  auto path = checkpoint::publish(rundir::pathOf(cfg_.trainDir, rundir::kCheckpoints), last);
   rundir::discardSetAside(cfg_.trainDir);
   if (stopRequested() && stepsDone < total_) {
     stoppedOnRequest() = true;
@@ -140,6 +144,11 @@ void Publisher::finish(std::int64_t stepsDone) {
   const std::string weights = rundir::pathOf(cfg_.trainDir, rundir::kTrainedModel);
   const std::string scripted = rundir::pathOf(cfg_.trainDir, rundir::kTrainedScript);
   checkpoint::writeStateDict(weights, models::stateDict(model_));
+  // The optimizer's state beside it (torch.load: {name: {key: tensor}, "step": N}), to go on
+  // training the weights elsewhere.
+  if (!last.optimizerState.empty()) {
+    checkpoint::writeOptimizerState(rundir::pathOf(cfg_.trainDir, rundir::kTrainedOptimizer), last);
+  }
   // A model of the user's, as TorchScript with the trained weights: torch.jit.load runs it.
   const std::string script = model_.torchScriptArchive();
   if (!script.empty()) rundir::atomicWrite(scripted, script);
@@ -163,11 +172,16 @@ checkpoint::Checkpoint Publisher::snapshot(std::int64_t stepsDone) const {
   if (config::isModelFile(cfg_.model)) ckpt.modelPath = fs::absolute(cfg_.model).string();
   ckpt.fingerprint = cfg_.fingerprint();
   ckpt.modelState = models::stateDict(model_);
-  if (sgd_.momentumBuffer().defined()) {
-    const auto views = parameterViews(model_, sgd_.momentumBuffer());
+  for (const auto& [name, buffer] : optimizer_.state()) {
+    const auto views = parameterViews(model_, buffer);
+    checkpoint::TensorList tensors;
     std::size_t i = 0;
-    for (const auto& item : model_.named_parameters()) ckpt.momentum.emplace_back(item.key(), views[i++]);
+    for (const auto& item : model_.named_parameters()) tensors.emplace_back(item.key(), views[i++]);
+    ckpt.optimizerState.emplace_back(name, std::move(tensors));
   }
+  ckpt.optimizerSteps = optimizer_.updates();
+  ckpt.blockSize = cfg_.blockSize;
+  ckpt.ignoreIndex = cfg_.ignoreIndex;
   return ckpt;
 }
 

@@ -11,7 +11,7 @@
 #include "runtime/config/TrainConfig.h"
 #include "runtime/metrics/Json.h"
 #include "runtime/metrics/JsonLines.h"
-#include "runtime/optim/Sgd.h"
+#include "runtime/optim/Optimizer.h"
 #include "runtime/roles/StepStats.h"
 
 namespace pstrain::roles {
@@ -20,7 +20,7 @@ class Publisher {
  public:
   // `model` and `sgd` are read whenever a checkpoint is written. Steps count optimizer
   // updates; an epoch is `updatesPerEpoch` of them.
-  Publisher(const config::TrainConfig& cfg, const models::Net& model, const optim::Sgd& sgd,
+  Publisher(const config::TrainConfig& cfg, const models::Net& model, const optim::Optimizer& optimizer,
             std::int64_t updatesPerEpoch, std::int64_t totalSteps, std::int64_t firstStep);
 
   std::int64_t epochOf(std::int64_t step) const { return step / updatesPerEpoch_; }
@@ -50,7 +50,7 @@ class Publisher {
 
   const config::TrainConfig& cfg_;
   const models::Net& model_;
-  const optim::Sgd& sgd_;
+  const optim::Optimizer& optimizer_;
   std::int64_t updatesPerEpoch_;
   std::int64_t total_;
   std::int64_t firstStep_;

@@ -21,6 +21,7 @@ struct StepStats {
   // Bytes of one message each way (server -> one worker, one worker -> server; in the peer
   // modes one rank's share), as sent and before encoding.
   double bytesDown = 0, rawBytesDown = 0, bytesUp = 0, rawBytesUp = 0;
+  double gradNorm = 0;         // L2 norm of the averaged gradient, before --clip-grad-norm
   bool applied = true;         // false: a non-finite update that --skip-nonfinite dropped
 };
 

@@ -42,20 +42,31 @@ bool SummedUpdate::apply(double lr, int contributors, std::int64_t step) {
               << std::endl;
     return false;
   }
-  if (!finiteLoss || !sgd_.step(messages_.weights, messages_.grad, lr, samples)) throw nonFinite(step);
+  if (!finiteLoss) throw nonFinite(step);
+  // clip_grad_norm_'s factor scales the averaged gradient: the divisor grows by its inverse.
+  gradNorm_ = std::sqrt(optim::sumOfSquares(messages_.grad)) / samples;
+  const double clip = optim::clipFactor(gradNorm_, cfg_.clipGradNorm);
+  if (!optimizer_.step(messages_.weights, messages_.grad, lr, samples / clip)) throw nonFinite(step);
   averageBuffers(contributors);
   return true;
 }
 
 void SummedUpdate::applyBucket(const Bucket& bucket, at::Tensor& grad, double lr, double samples, std::int64_t step) {
   const std::int64_t n = messages_.weights.numel();
-  if (!sgd_.stepSlice(messages_.weights.narrow(0, bucket.begin, bucket.end - bucket.begin), grad, lr, bucket.begin, n,
-                      samples)) {
+  if (sumOfSquares_ < 0) {  // the update's first bucket
+    optimizer_.beginUpdate();
+    sumOfSquares_ = 0;
+  }
+  sumOfSquares_ += optim::sumOfSquares(grad) / (samples * samples);
+  if (!optimizer_.stepSlice(messages_.weights.narrow(0, bucket.begin, bucket.end - bucket.begin), grad, lr,
+                            bucket.begin, n, samples)) {
     throw nonFinite(step);
   }
 }
 
 void SummedUpdate::finish(double samples, int contributors, std::int64_t step) {
+  gradNorm_ = std::sqrt(sumOfSquares_);
+  sumOfSquares_ = -1;  // the next bucket starts a new update
   if (!sameCount(messages_.trailer[kSamples], samples)) {
     throw Error(fmt::format("step {}: the workers sent {} samples, their shards hold {}", step,
                             messages_.trailer[kSamples], samples));

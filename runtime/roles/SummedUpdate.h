@@ -9,7 +9,7 @@
 #include "models/Registry.h"
 #include "runtime/Errors.h"
 #include "runtime/config/TrainConfig.h"
-#include "runtime/optim/Sgd.h"
+#include "runtime/optim/Optimizer.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/protocol/StepMessages.h"
 #include "runtime/roles/StepStats.h"
@@ -21,21 +21,27 @@ namespace pstrain::roles {
 // virtual shards). All references must outlive the object; one object serves a whole run.
 class SummedUpdate {
  public:
-  SummedUpdate(const config::TrainConfig& cfg, optim::Sgd& sgd, models::Net& model, protocol::StepMessages& messages)
-      : cfg_(cfg), sgd_(sgd), model_(model), messages_(messages) {}
+  SummedUpdate(const config::TrainConfig& cfg, optim::Optimizer& optimizer, models::Net& model,
+               protocol::StepMessages& messages)
+      : cfg_(cfg), optimizer_(optimizer), model_(model), messages_(messages) {}
 
-  // Steps the weights with the gradient of the mean loss over trailer[kSamples] samples, and
-  // sets messages.serverBuffers (and the model's buffers) to the micro-batches' mean
-  // buffers. Returns false, changing nothing, when the loss or gradient is not finite and
-  // --skip-nonfinite; throws Error naming `step` when it is not finite otherwise.
+  // Steps the weights with the gradient of the mean loss over trailer[kSamples] samples
+  // (its L2 norm clipped to --clip-grad-norm first), and sets messages.serverBuffers (and
+  // the model's buffers) to the micro-batches' mean buffers. Returns false, changing
+  // nothing, when the loss or gradient is not finite and --skip-nonfinite; throws Error
+  // naming `step` when it is not finite otherwise.
   bool apply(double lr, int contributors, std::int64_t step);
 
   // The same in pieces, for a step whose sample count is known beforehand (`samples`): each
   // bucket's summed gradient `grad` (scratch, left unspecified) as soon as it is there, then
-  // finish() once the rest of the up message is: it checks the sample count and averages the
-  // buffers. A step over every bucket equals apply(). Not under --skip-nonfinite.
+  // finish() once the rest of the up message is: it checks the
+  // sample count and averages the buffers. A step over every bucket equals apply(). Not
+  // under --skip-nonfinite or --clip-grad-norm (which need the whole gradient first).
   void applyBucket(const protocol::Bucket& bucket, at::Tensor& grad, double lr, double samples, std::int64_t step);
   void finish(double samples, int contributors, std::int64_t step);
+
+  // The L2 norm of the last update's averaged gradient, before clipping.
+  double gradNorm() const { return gradNorm_; }
 
  private:
   // messages.serverBuffers and the model's buffers: the mean of the summed ones.
@@ -43,7 +49,9 @@ class SummedUpdate {
   Error nonFinite(std::int64_t step) const;
 
   const config::TrainConfig& cfg_;
-  optim::Sgd& sgd_;
+  optim::Optimizer& optimizer_;
+  double sumOfSquares_ = -1;  // of the averaged gradient over this update's buckets so far; -1: none begun
+  double gradNorm_ = 0;
   models::Net& model_;
   protocol::StepMessages& messages_;
 };

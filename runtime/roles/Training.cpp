@@ -114,7 +114,7 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
   const int workers = config::computeRanks(cfg.mode, ranks);
   const bool peers = mode.peers();
   const int shards = cfg.virtualShards;  // resolved
-  const data::ShardSampler sampler(trainSamples, shards, cfg.batchSize, cfg.seed);
+  const data::ShardSampler sampler(trainSamples, shards, cfg.batchSize, cfg.seed, cfg.blockSize);
   const std::int64_t updatesPerEpoch = cfg.updatesPerEpoch(sampler.stepsPerEpoch(), workers);
   const std::int64_t total = config::totalSteps(cfg, updatesPerEpoch);
   std::string out = "pstrain dry run: every rank checked its config, data, model and device; nothing trained.\n";

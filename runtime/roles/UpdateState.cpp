@@ -20,15 +20,15 @@ UpdateState::UpdateState(comm::Communicator& comm, const config::TrainConfig& cf
       model(model),
       computing(config::computeRanks(cfg.mode, comm.size())),
       shards(cfg.virtualShards > 0 ? cfg.virtualShards : computing),
-      sampler(trainSamples, shards, cfg.batchSize, cfg.seed),
+      sampler(trainSamples, shards, cfg.batchSize, cfg.seed, cfg.blockSize),
       updatesPerEpoch(cfg.updatesPerEpoch(sampler.stepsPerEpoch(), computing)),
       total(config::totalSteps(cfg, updatesPerEpoch)),
       firstStep(firstStep),
       messages(models::parameterCount(model), bufferCount(model), comm.size(), device),
       link(comm, cfg, model, messages, linkSeed),
-      sgd({cfg.momentum, cfg.weightDecay, cfg.nesterov}),
-      update(cfg, sgd, model, messages) {
-  if (comm.rank() == 0) publisher.emplace(cfg, model, sgd, updatesPerEpoch, total, firstStep);
+      optimizer(optim::makeOptimizer(cfg)),
+      update(cfg, *optimizer, model, messages) {
+  if (comm.rank() == 0) publisher.emplace(cfg, model, *optimizer, updatesPerEpoch, total, firstStep);
 }
 
 double UpdateState::lr(std::int64_t step) const {
@@ -46,19 +46,21 @@ StepStats UpdateState::stats(int contributors) {
   return s;
 }
 
-void restoreMomentum(optim::Sgd& sgd, const models::Net& model, const checkpoint::Checkpoint& ckpt) {
-  if (ckpt.momentum.empty()) return;
-  std::map<std::string, at::Tensor> saved(ckpt.momentum.begin(), ckpt.momentum.end());
-  std::vector<at::Tensor> parts;
-  for (const auto& item : model.named_parameters()) {
-    auto it = saved.find(item.key());
-    if (it == saved.end() || it->second.numel() != item.value().numel()) {
-      throw CheckpointError(fmt::format("step {} checkpoint: no momentum buffer of the right size for '{}'",
-                                        ckpt.step, item.key()));
+void restoreOptimizer(optim::Optimizer& optimizer, const models::Net& model, const checkpoint::Checkpoint& ckpt) {
+  for (const auto& [name, tensors] : ckpt.optimizerState) {
+    std::map<std::string, at::Tensor> saved(tensors.begin(), tensors.end());
+    std::vector<at::Tensor> parts;
+    for (const auto& item : model.named_parameters()) {
+      auto it = saved.find(item.key());
+      if (it == saved.end() || it->second.numel() != item.value().numel()) {
+        throw CheckpointError(fmt::format("step {} checkpoint: no optimizer {} of the right size for '{}'", ckpt.step,
+                                          name, item.key()));
+      }
+      parts.push_back(it->second.flatten().to(torch::kFloat32));
     }
-    parts.push_back(it->second.flatten().to(torch::kFloat32));
+    optimizer.restore(name, torch::cat(parts));
   }
-  sgd.setMomentumBuffer(torch::cat(parts));
+  optimizer.restoreUpdates(ckpt.optimizerSteps);
 }
 
 }  // namespace pstrain::roles

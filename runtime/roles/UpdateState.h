@@ -12,7 +12,7 @@
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/config/TrainConfig.h"
-#include "runtime/optim/Sgd.h"
+#include "runtime/optim/Optimizer.h"
 #include "runtime/protocol/StepLink.h"
 #include "runtime/protocol/StepMessages.h"
 #include "runtime/roles/Publisher.h"
@@ -46,13 +46,13 @@ struct UpdateState {
   const std::int64_t firstStep;
   protocol::StepMessages messages;
   protocol::StepLink link;
-  optim::Sgd sgd;
+  std::unique_ptr<optim::Optimizer> optimizer;  // --optimizer
   SummedUpdate update;
   std::optional<Publisher> publisher;  // rank 0
 };
 
-// Gives `sgd` the momentum buffer saved in `ckpt` (flat, in model.parameters() order);
-// throws CheckpointError when it does not fit the model.
-void restoreMomentum(optim::Sgd& sgd, const models::Net& model, const checkpoint::Checkpoint& ckpt);
+// Gives `optimizer` the state saved in `ckpt` (each buffer flat, in model.parameters()
+// order); throws CheckpointError when it does not fit the model or the optimizer.
+void restoreOptimizer(optim::Optimizer& optimizer, const models::Net& model, const checkpoint::Checkpoint& ckpt);
 
 }  // namespace pstrain::roles

@@ -10,13 +10,13 @@ namespace pstrain::rundir {
 namespace fs = std::filesystem;
 
 const std::vector<std::string>& runFiles() {
-  static const std::vector<std::string> names = {kCheckpoints, kMetrics,   kTrainedModel, kTrainedScript,
-                                                 kEvalCsv,     kEvalJsonl, kRunJson,      kPlots};
+  static const std::vector<std::string> names = {kCheckpoints, kMetrics,  kTrainedModel, kTrainedScript, kTrainedOptimizer,
+                                                 kEvalCsv,     kEvalJsonl, kRunJson,     kPlots};
   return names;
 }
 
 const std::vector<std::string>& finalFiles() {
-  static const std::vector<std::string> names = {kTrainedModel, kTrainedScript};
+  static const std::vector<std::string> names = {kTrainedModel, kTrainedScript, kTrainedOptimizer};
   return names;
 }
 

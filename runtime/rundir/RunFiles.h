@@ -14,6 +14,7 @@ inline constexpr const char* kMetrics = "metrics.jsonl";        // rank 0: one l
 inline constexpr const char* kCheckpoints = "ckpt";             // step-NNNNNNNN.pt and .ok
 inline constexpr const char* kTrainedModel = "trained_model.pt";  // final weights, a plain state_dict
 inline constexpr const char* kTrainedScript = "trained_model.torchscript.pt";  // a model file's module, trained
+inline constexpr const char* kTrainedOptimizer = "trained_model.optimizer.pt";  // the optimizer's state then
 inline constexpr const char* kEvalCsv = "eval.csv";             // pseval: one row per checkpoint
 inline constexpr const char* kEvalJsonl = "eval.jsonl";
 inline constexpr const char* kElastic = "elastic.jsonl";        // pstrain-run's events

@@ -30,7 +30,9 @@ class Checkpoints : public ::testing::Test {
     c.syntheticSize = 600;
     c.fingerprint = "0123456789abcdef";
     c.modelState = models::stateDict(*models::makeModel("mlp"));
-    c.momentum = {{"fc1.weight", torch::ones({256, 784})}};
+    c.optimizerState = {{"exp_avg", {{"fc1.weight", torch::ones({256, 784})}}},
+                        {"exp_avg_sq", {{"fc1.weight", torch::full({256, 784}, 2.0)}}}};
+    c.optimizerSteps = 7;
     return c;
   }
 
@@ -59,8 +61,10 @@ TEST_F(Checkpoints, RoundTripKeepsEverything) {
   for (std::size_t i = 0; i < original.modelState.size(); ++i) {
     EXPECT_TRUE(models::stateDict(*model)[i].second.equal(original.modelState[i].second));
   }
-  ASSERT_EQ(back.momentum.size(), 1u);
-  EXPECT_TRUE(back.momentum[0].second.equal(torch::ones({256, 784})));
+  ASSERT_EQ(back.optimizerState.size(), 2u);
+  EXPECT_EQ(back.optimizerState[1].first, "exp_avg_sq");
+  EXPECT_TRUE(back.optimizerState[0].second[0].second.equal(torch::ones({256, 784})));
+  EXPECT_EQ(back.optimizerSteps, 7);
 }
 
 TEST_F(Checkpoints, UnpublishedFilesAreInvisibleAndOrderIsByStep) {

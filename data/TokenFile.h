@@ -1,0 +1,59 @@
+#pragma once
+// Token streams for language models: a file of token ids, memory-mapped, so that a file
+// larger than memory trains and a rank's memory does not grow with it. Two layouts:
+//   nanoGPT's:  a flat array of little-endian uint16 ids, named train.bin (val.bin beside
+//               it is the test split);
+//   llm.c's:    a header of 256 int32 (magic 20240520, version 1, the token count, the rest
+//               0) and then the count's uint16 ids; any name, its test split the name with
+//               its last "train" turned to "val" (tiny_shakespeare_train.bin, ..._val.bin).
+// A train.bin that starts with llm.c's header (and whose size says so) is read as llm.c's.
+// Torch-free, so that it can be fuzzed; every error is a DataError naming the file.
+#include <cstdint>
+#include <string>
+
+namespace pstrain::data {
+
+// Where the ids of a token file start and how many there are.
+struct TokenLayout {
+  std::uint64_t offset = 0;  // bytes of header before the first id
+  std::uint64_t count = 0;   // ids
+};
+
+// The layout of a file of `fileSize` bytes named `path` whose first `headBytes` bytes (up to
+// 1024) are at `head`. Throws DataError: an odd size, an llm.c header with another magic,
+// version or count, too few bytes.
+TokenLayout tokenLayout(const unsigned char* head, std::size_t headBytes, std::uint64_t fileSize,
+                        const std::string& path);
+
+// The test split beside a train file (see above); throws DataError when the name says none.
+std::string validationPath(const std::string& trainPath);
+
+class TokenFile {
+ public:
+  explicit TokenFile(const std::string& path);  // opens and maps it; throws DataError
+  ~TokenFile();
+  TokenFile(const TokenFile&) = delete;
+  TokenFile& operator=(const TokenFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::uint64_t count() const { return layout_.count; }
+  // The largest id (one pass over the file with read(2), so that it does not stay mapped).
+  std::uint16_t maxId() const { return maxId_; }
+  // "N tokens, crc32 of the first and last MiB ..." : what ranks compare at start-up.
+  const std::string& identity() const { return identity_; }
+
+  // Ids [offset, offset + n) as int64 into `out`; then lets the kernel take the pages back
+  // from this process (they stay in the page cache). Thread-safe.
+  void copy(std::uint64_t offset, std::uint64_t n, std::int64_t* out) const;
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::uint64_t fileSize_ = 0;
+  TokenLayout layout_;
+  const unsigned char* base_ = nullptr;  // the whole file, mapped read-only
+  std::uint16_t maxId_ = 0;
+  std::string identity_;
+};
+
+}  // namespace pstrain::data

@@ -1,0 +1,111 @@
+#include "runtime/optim/Adam.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "runtime/Errors.h"
+
+namespace pstrain::optim {
+namespace {
+
+// The scalars of one update, in the order torch.optim computes them (in double, then used as
+// float multipliers of float tensors).
+struct Scalars {
+  float divisor, decay, shrink;  // decay: Adam's L2 term; shrink: AdamW's 1 - lr x weight decay
+  float beta1, oneMinusBeta1, beta2, oneMinusBeta2, stepSize, biasCorrection2Sqrt, eps;
+};
+
+// One pass over the slice on the CPU, with the operations of torch's single-tensor Adam in
+// their order per element. Returns whether every new weight is finite (see Sgd.cpp).
+template <bool kDecay, bool kShrink>
+bool adamOnCpu(float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v,
+               std::int64_t n, const Scalars& s) {
+  constexpr std::uint32_t kExponent = 0x7f800000u;
+  std::uint32_t largest = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    float d = g[i] / s.divisor;
+    float weight = w[i];
+    if constexpr (kShrink) weight = weight * s.shrink;
+    if constexpr (kDecay) d = d + weight * s.decay;
+    const float mean = m[i] * s.beta1 + d * s.oneMinusBeta1;
+    const float square = v[i] * s.beta2 + d * d * s.oneMinusBeta2;
+    m[i] = mean;
+    v[i] = square;
+    const float denominator = std::sqrt(square) / s.biasCorrection2Sqrt + s.eps;
+    const float updated = weight + -s.stepSize * (mean / denominator);
+    w[i] = updated;
+    std::uint32_t bits;
+    std::memcpy(&bits, &updated, sizeof bits);
+    largest = std::max(largest, bits & kExponent);
+  }
+  return largest != kExponent;
+}
+
+bool onCpuInOnePass(const at::Tensor& t) {
+  return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous();
+}
+
+}  // namespace
+
+bool Adam::stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t offset, std::int64_t total,
+                     double gradDivisor) {
+  if (step_ == 0) throw Error("Adam: stepSlice() before beginUpdate()");
+  if (!expAvg_.defined()) {
+    expAvg_ = at::zeros({total}, params.options());
+    expAvgSq_ = at::zeros({total}, params.options());
+  }
+  const std::int64_t n = params.numel();
+  at::Tensor m = expAvg_.narrow(0, offset, n), v = expAvgSq_.narrow(0, offset, n);
+  const double biasCorrection1 = 1 - std::pow(options_.beta1, static_cast<double>(step_));
+  const double biasCorrection2 = 1 - std::pow(options_.beta2, static_cast<double>(step_));
+  const bool decay = !options_.decoupled && options_.weightDecay != 0;
+  const bool shrink = options_.decoupled && options_.weightDecay != 0;
+  const Scalars s{static_cast<float>(gradDivisor),
+                  static_cast<float>(options_.weightDecay),
+                  static_cast<float>(1 - lr * options_.weightDecay),
+                  static_cast<float>(options_.beta1),
+                  static_cast<float>(1 - options_.beta1),
+                  static_cast<float>(options_.beta2),
+                  static_cast<float>(1 - options_.beta2),
+                  static_cast<float>(lr / biasCorrection1),
+                  static_cast<float>(std::sqrt(biasCorrection2)),
+                  static_cast<float>(options_.eps)};
+  if (onCpuInOnePass(params) && onCpuInOnePass(grad)) {
+    float* w = params.data_ptr<float>();
+    const float* g = grad.data_ptr<float>();
+    float* mp = m.data_ptr<float>();
+    float* vp = v.data_ptr<float>();
+    if (decay) return adamOnCpu<true, false>(w, g, mp, vp, n, s);
+    if (shrink) return adamOnCpu<false, true>(w, g, mp, vp, n, s);
+    return adamOnCpu<false, false>(w, g, mp, vp, n, s);
+  }
+  // Elsewhere (a device): the same operations, one ATen call each.
+  if (gradDivisor != 1) grad.div_(gradDivisor);
+  if (shrink) params.mul_(s.shrink);
+  if (decay) grad.add_(params, options_.weightDecay);
+  m.mul_(options_.beta1).add_(grad, 1 - options_.beta1);
+  v.mul_(options_.beta2).addcmul_(grad, grad, 1 - options_.beta2);
+  params.addcdiv_(m, (v.sqrt() / std::sqrt(biasCorrection2)).add_(options_.eps), -lr / biasCorrection1);
+  return at::isfinite(params).all().item<bool>();
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Adam::state() const {
+  if (!expAvg_.defined()) return {};
+  return {{"exp_avg", expAvg_}, {"exp_avg_sq", expAvgSq_}};
+}
+
+void Adam::restore(const std::string& name, at::Tensor buffer) {
+  if (name == "exp_avg") {
+    expAvg_ = std::move(buffer);
+  } else if (name == "exp_avg_sq") {
+    expAvgSq_ = std::move(buffer);
+  } else {
+    throw CheckpointError("Adam has no optimizer state '" + name + "'");
+  }
+}
+
+}  // namespace pstrain::optim
