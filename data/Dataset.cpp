@@ -219,11 +219,11 @@ std::vector<double> npzStatistic(const NpzFile& npz, const std::string& name, st
 
 // Whether x of `npz` holds token ids: an integer type other than uint8, or uint8 with the
 // scalar 'ids' set (np.savez(..., ids=1)); else they are pixels (uint8) or float32 values.
-bool npzHoldsIds(const NpzFile& npz, const NpyArray& x) {
+bool npzHoldsIds(const NpzFile& npz, const std::string& name, const NpyArray& x) {
   if (!isIntegerDtype(x.dtype) && x.dtype != "f4") {
-    throw DataError(fmt::format("{}: x is {}; samples are uint8 (pixels, scaled by 1/255), float32, or integer token "
-                                "ids (int16, uint16, int32, int64; uint8 with ids=1): convert with x.astype(np.float32) "
-                                "or x.astype(np.int64)", npz.path(), x.dtype));
+    throw DataError(fmt::format("{}: '{}' is {}; samples are uint8 (pixels, scaled by 1/255), float32, or integer "
+                                "token ids (int16, uint16, int32, int64; uint8 with ids=1): convert with "
+                                "x.astype(np.float32) or x.astype(np.int64)", npz.path(), name, x.dtype));
   }
   const bool ids = npzScalar(npz, "ids", 0) != 0;
   if (ids && !isIntegerDtype(x.dtype)) throw DataError(fmt::format("{}: 'ids' is set but x is {}, not integers", npz.path(), x.dtype));
@@ -239,7 +239,7 @@ Dataset loadNpzDataset(const DataSource& source, Split split) {
   if (xh.shape.empty() || xh.shape[0] == 0) throw DataError(fmt::format("{}: '{}' holds no samples", path, xName));
   Dataset d;
   d.name = path;
-  d.ids = npzHoldsIds(npz, xh);
+  d.ids = npzHoldsIds(npz, xName, xh);
   at::Tensor trainLabels = npzLabels(npz, "y_train"), testLabels = npzLabels(npz, "y_test");
   d.classes = npzClasses(npz, trainLabels, testLabels, source.ignoreIndex);
   d.labels = split == Split::Train ? trainLabels : testLabels;
@@ -303,6 +303,13 @@ Dataset loadTokenDataset(const DataSource& source, Split split) {
   if (split == Split::Train) {
     d.windows = count - length;
     d.windowStride = 1;
+    // The test split must take a window too: said now, not when pseval first reads it.
+    std::string val;
+    try {
+      val = validationPath(source.name);
+    } catch (const DataError&) {  // a name without "train": no test split to check
+    }
+    if (!val.empty() && fs::exists(val)) loadTokenDataset(source, Split::Test);
   } else {
     const std::int64_t all = (count - 1) / length;
     d.windows = source.evalWindows > 0 ? std::min(all, source.evalWindows) : all;

@@ -58,6 +58,11 @@ bool isDatasetFile(const std::string& dataset) {
 
 bool isTokenFile(const std::string& dataset) { return endsWith(dataset, ".bin"); }
 
+std::string TrainConfig::describeTrainSet(std::int64_t samples) const {
+  if (blockSize > 0) return fmt::format("{} train tokens (windows of {})", samples + blockSize, blockSize);
+  return fmt::format("{} train samples", samples);
+}
+
 std::pair<double, double> TrainConfig::adamBetas() const {
   double beta1 = 0, beta2 = 0;
   char end = 0;

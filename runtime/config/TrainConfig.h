@@ -102,6 +102,10 @@ struct TrainConfig {
   };
   Straggler straggler() const;
 
+  // "N train samples", or a token stream's "T train tokens (windows of L)", for a training
+  // set of `samples` (a token stream's: its window offsets, T - L).
+  std::string describeTrainSet(std::int64_t samples) const;
+
   // --betas parsed: Adam's (beta1, beta2), each in [0, 1); throws ConfigError otherwise.
   std::pair<double, double> adamBetas() const;
 

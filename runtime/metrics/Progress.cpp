@@ -18,9 +18,11 @@ std::string progressLine(const StepProgress& p) {
   const std::int64_t done = p.step - p.firstStep;
   double eta = done > 0 ? p.elapsedSeconds / done * (p.total - p.step) : -1;
   int width = static_cast<int>(std::to_string(p.total).size());
-  return fmt::format("step {:>{}}/{} ({:5.1f}%) | epoch {} | loss {:.4f} | lr {:.4g} | {:.0f} samples/s | ETA {}",
+  const bool tokens = p.tokensPerSample > 0;
+  return fmt::format("step {:>{}}/{} ({:5.1f}%) | epoch {} | loss {:.4f} | lr {:.4g} | {:.0f} {}/s | ETA {}",
                      p.step, width, p.total, 100 * fraction, p.epoch, p.loss, p.lr,
-                     p.samplesPerSecond, formatDuration(eta));
+                     p.samplesPerSecond * static_cast<double>(tokens ? p.tokensPerSample : 1),
+                     tokens ? "tokens" : "samples", formatDuration(eta));
 }
 
 }  // namespace pstrain::metrics

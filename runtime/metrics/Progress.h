@@ -15,11 +15,13 @@ struct StepProgress {
   double loss = 0;
   double lr = 0;
   double samplesPerSecond = 0;
+  std::int64_t tokensPerSample = 0;  // a token stream's window (--block-size): tokens/s instead
   std::int64_t firstStep = 0;  // the step this process started at (after a resume: not 0)
   double elapsedSeconds = 0;   // since the first step of this process
 };
 
 // "step   120/938 (12.8%) | epoch 0 | loss 0.5432 | lr 0.0200 | 3456 samples/s | ETA 0:34"
+// (a token stream's: "... | 7400 tokens/s | ...")
 std::string progressLine(const StepProgress& p);
 
 }  // namespace pstrain::metrics

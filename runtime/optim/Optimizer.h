@@ -34,7 +34,7 @@ class Optimizer {
                          double gradDivisor) = 0;
 
   // A whole update: beginUpdate() and one stepSlice() over the whole buffer.
-  bool step(at::Tensor& params, at::Tensor& grad, double lr, double gradDivisor = 1) {
+  bool step(const at::Tensor& params, const at::Tensor& grad, double lr, double gradDivisor = 1) {
     beginUpdate();
     return stepSlice(params, grad, lr, 0, params.numel(), gradDivisor);
   }

@@ -67,9 +67,10 @@ void checkModelFitsData(models::Net& model, const std::string& modelName, const 
   } catch (const std::exception& e) {
     model.train();
     if (data.ids) {
-      throw ConfigError(fmt::format("{}: the model's forward fails on a batch of token ids of shape {} holding the "
-                                    "data's largest id, {} ({}): is the model's vocabulary (its embedding) at least "
-                                    "{}?", where, shapeOf(input), data.maxId, essence(e.what()), data.maxId + 1));
+      throw ConfigError(fmt::format("{}: the model's forward fails on a batch of int64 token ids of shape {} whose "
+                                    "largest is the data's largest id, {} ({}): the model must take ids (an embedding "
+                                    "of at least {} rows); pixels or values go in x as uint8 or float32",
+                                    where, shapeOf(input), data.maxId, essence(e.what()), data.maxId + 1));
     }
     throw ConfigError(fmt::format("{}: the model's forward fails on a batch of shape {} ({}); the dataset's samples "
                                   "are {} each. A traced model keeps the shapes and device it was traced with: "

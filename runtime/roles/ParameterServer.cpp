@@ -247,9 +247,9 @@ void runServer(comm::Communicator& comm, const config::TrainConfig& cfg, models:
   }
   if (mode.stale == config::StalePolicy::RetryAfter) modeText += fmt::format(" (max staleness {})", cfg.maxStaleness);
   std::cout << fmt::format("pstrain: {} mode, {} workers, {} steps ({} per epoch), model {} ({} parameters), "
-                           "{} train samples, batch {} per worker{}{}",
+                           "{}, batch {} per worker{}{}",
                            modeText, s.computing, s.total, s.updatesPerEpoch, cfg.model, s.messages.weights.numel(),
-                           trainSamples, cfg.batchSize,
+                           cfg.describeTrainSet(trainSamples), cfg.batchSize,
                            s.shards != s.computing ? fmt::format(" and virtual shard ({} virtual shards: {} per step)",
                                                                  s.shards, s.shards * cfg.batchSize) : "",
                            s.firstStep ? fmt::format("; resuming at step {}", s.firstStep) : "")

@@ -284,9 +284,9 @@ void runPeers(comm::Communicator& comm, const config::TrainConfig& cfg, models::
   const config::ModeInfo& mode = cfg.modeInfo();
   if (comm.rank() == 0) {
     std::cout << fmt::format("pstrain: {} mode, {} ranks (all compute), {} steps ({} per epoch), model {} ({} "
-                             "parameters), {} train samples, batch {} per rank{}",
+                             "parameters), {}, batch {} per rank{}",
                              mode.name, comm.size(), peer.total, peer.updatesPerEpoch, cfg.model,
-                             peer.messages.weights.numel(), train.size(), cfg.batchSize,
+                             peer.messages.weights.numel(), cfg.describeTrainSet(train.size()), cfg.batchSize,
                              peer.firstStep ? fmt::format("; resuming at step {}", peer.firstStep) : "")
               << std::endl;
   }

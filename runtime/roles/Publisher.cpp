@@ -94,6 +94,7 @@ void Publisher::writeLine(std::int64_t done) {
   progress.loss = window_.samples > 0 ? window_.lossSum / window_.samples : NAN;
   progress.lr = lastLr_;
   progress.samplesPerSecond = window_.samples / wall;
+  progress.tokensPerSample = cfg_.blockSize;
   progress.firstStep = firstStep_;
   progress.elapsedSeconds = elapsedSeconds();
   metrics::JsonObject line;

@@ -122,32 +122,40 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
                              ranks, mode.name)
                : fmt::format("  world     {} ranks: 1 parameter server + {} worker(s) ({} mode)\n", ranks, workers,
                              mode.name);
+  const bool tokens = cfg.blockSize > 0;
   for (int r = 0; r < ranks; ++r) {
     const bool computes = peers || r > 0;
     const int index = peers ? r : r - 1;
     const std::size_t mine = computes ? data::virtualShardsOf(index, workers, shards).size() : 0;
+    const std::string unit = tokens ? "windows per epoch" : "samples";
     out += fmt::format("  rank {:<4} {:<7} host {:<16} device {:<8} threads {:<3}{}\n", r,
                        peers ? "peer" : (r ? "worker" : "server"), facts[r].at("info.host"),
                        facts[r].at("info.device"), facts[r].at("info.threads"),
                        !computes ? std::string()
-                       : shards == workers ? fmt::format(" shard {} samples", sampler.shardSize())
-                                           : fmt::format(" {} virtual shard(s) of {} samples", mine, sampler.shardSize()));
+                       : shards == workers ? fmt::format(" shard {} {}", sampler.shardSize(), unit)
+                                           : fmt::format(" {} virtual shard(s) of {} {}", mine, sampler.shardSize(), unit));
   }
   out += fmt::format("  model     {}: {} parameters ({:.2f} MiB as float32)\n", cfg.model, parameters,
                      parameters * 4.0 / (1 << 20));
   const int perUpdate = cfg.batchesPerUpdate(shards);
-  out += fmt::format("  data      {}: {} training samples; batch {} per worker, {} per update\n", cfg.dataset,
-                     trainSamples, cfg.batchSize, cfg.batchSize * perUpdate);
+  out += fmt::format("  data      {}: {}{}; batch {} per worker, {} per update{}\n", cfg.dataset,
+                     cfg.describeTrainSet(trainSamples), tokens ? ", each window at a random offset" : "",
+                     cfg.batchSize, cfg.batchSize * perUpdate,
+                     tokens ? fmt::format(" ({} tokens)", cfg.batchSize * perUpdate * cfg.blockSize) : "");
   out += fmt::format("  steps     {} updates ({} per epoch{})\n", total, updatesPerEpoch,
                      cfg.steps > 0 ? "; --steps" : fmt::format(" x {} epochs", cfg.epochs));
   const double target = optim::learningRate(cfg, perUpdate, cfg.warmupSteps, total + cfg.warmupSteps + 1);
-  out += fmt::format("  lr        {:.4g}{}{}{}; momentum {}{}, weight decay {}\n", target,
+  std::string rule = cfg.optimizer == "sgd"
+                         ? fmt::format("sgd, momentum {}{}", cfg.momentum, cfg.nesterov ? " (Nesterov)" : "")
+                         : fmt::format("{}, betas {}, eps {}", cfg.optimizer, cfg.betas, cfg.eps);
+  rule += fmt::format(", weight decay {}{}", cfg.weightDecay,
+                      cfg.clipGradNorm > 0 ? fmt::format(", gradient norm clipped to {}", cfg.clipGradNorm) : "");
+  out += fmt::format("  lr        {:.4g}{}{}{}; {}\n", target,
                      cfg.lrScaling == "linear" ? fmt::format(" (base {:.4g} x {} batches per update)", cfg.lr, perUpdate) : "",
                      cfg.warmupSteps > 0 ? fmt::format(", warm-up from {:.4g} over {} steps",
                                                        optim::learningRate(cfg, perUpdate, 0, total), cfg.warmupSteps)
                                          : "",
-                     cfg.lrDecay == "cosine" ? ", then cosine to 0" : ", then constant", cfg.momentum,
-                     cfg.nesterov ? " (Nesterov)" : "", cfg.weightDecay);
+                     cfg.lrDecay == "cosine" ? ", then cosine to 0" : ", then constant", rule);
   out += fmt::format("  per step  server -> each worker {} bytes (weights{} + header); each worker -> server {} bytes (gradient{} + accounting)\n",
                      downBytes(parameters, buffers, ranks), buffers ? " + BatchNorm buffers" : "",
                      upBytes(parameters, buffers, ranks), buffers ? " + buffers" : "");

@@ -149,6 +149,7 @@ f = x.astype(np.float32); f[3, 0, 2, 2] = np.nan
 np.savez("nan.npz", x_train=f, y_train=y, x_test=f, y_test=y)
 np.savez("float64.npz", x_train=x.astype(np.float64), y_train=y, x_test=x, y_test=y)
 np.savez("int16.npz", x_train=x.astype(np.int16), y_train=y, x_test=x, y_test=y)
+np.savez("uint32.npz", x_train=x.astype(np.uint32), y_train=y, x_test=x, y_test=y)
 np.savez("corrupt.npz", x_train=np.full((20, 1, 28, 28), 7, np.uint8), y_train=y, x_test=x, y_test=y)
 data = bytearray(open("corrupt.npz", "rb").read()); data[len(data) // 4] ^= 0xff
 open("corrupt.npz", "wb").write(bytes(data))
@@ -168,7 +169,8 @@ fails_with "negative label" "negative.npz: a label is negative" --model cnn.pt -
 fails_with "label beyond 'classes'" "toofew.npz: a label is 9 but 'classes' says 5" --model cnn.pt --dataset toofew.npz
 fails_with "NaN in x" "nan.npz: 'x_train' holds nan" --model cnn.pt --dataset nan.npz
 fails_with "float64 samples" "float64.npz: 'x_train' is f8; samples are uint8" --model cnn.pt --dataset float64.npz
-fails_with "unsupported dtype" "int16.npz: array 'x_train': dtype '<i2' is not supported" --model cnn.pt --dataset int16.npz
+fails_with "unsupported dtype" "uint32.npz: array 'x_train': dtype '<u4' is not supported" --model cnn.pt --dataset uint32.npz
+fails_with "token ids into an image model" "forward fails on a batch of int64 token ids of shape \[2, 1, 28, 28\]" --model cnn.pt --dataset int16.npz
 fails_with "mse with a zoo model" "--loss mse needs a model of your own" --model lenet --loss mse
 fails_with "mse on class labels" "--loss mse needs float targets" --model cnn.pt --dataset small.npz --loss mse
 # Ranks holding different files under one relative path (as hosts with different copies).
