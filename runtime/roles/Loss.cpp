@@ -78,20 +78,20 @@ void checkModelFitsData(models::Net& model, const std::string& modelName, const 
                                   shapeOf(input[0])));
   }
   if (classes) {
-    // [2, C] for a label per sample; [2, L, C] for one per position, where C is a
-    // vocabulary that may be larger than the ids the data holds.
+    // [2, C] for a label per sample; [2, L, C] for one per position, where C may exceed
+    // the classes the data holds (a vocabulary of which the data uses a part).
     const bool perPosition = target.dim() > 1;
     std::vector<std::int64_t> expected(target.sizes().begin(), target.sizes().end());
     expected.push_back(perPosition ? output.size(-1) : data.classes);
     const std::int64_t c = output.dim() > 0 ? output.size(-1) : 0;
-    const std::int64_t needed = std::max<std::int64_t>(data.classes, data.maxId + 1);
-    if (output.sizes() != at::IntArrayRef(expected) || (perPosition && c < needed)) {
+    if (output.sizes() != at::IntArrayRef(expected) || (perPosition && c < data.classes)) {
       model.train();
       throw ConfigError(fmt::format(
           "{}: the model's output is {} for a batch of 2, but the targets are {}{} (expected [{}, {}])", where,
           shapeOf(output), shapeOf(target),
-          perPosition ? fmt::format(" with ids up to {}", needed - 1) : fmt::format(" of {} classes", data.classes),
-          fmt::join(target.sizes(), ", "), perPosition ? fmt::format("C >= {}", needed) : std::to_string(data.classes)));
+          perPosition ? fmt::format(" with classes (ids) up to {}", data.classes - 1)
+                      : fmt::format(" of {} classes", data.classes),
+          fmt::join(target.sizes(), ", "), perPosition ? fmt::format("C >= {}", data.classes) : std::to_string(data.classes)));
     }
   }
   try {

@@ -1,6 +1,8 @@
 // The .npz reader (data/Npz, over runtime/zip): archives written here byte by byte, as
-// np.savez (stored) and np.savez_compressed (deflated) write them, good and damaged.
+// np.savez (stored) and np.savez_compressed (deflated) write them, good and damaged; and
+// the datasets made of them (data/Dataset): token ids, labels per position.
 #include <gtest/gtest.h>
+#include <torch/torch.h>
 #include <zlib.h>
 
 #include <cstdint>
@@ -9,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "data/Dataset.h"
 #include "data/Npz.h"
 #include "runtime/Errors.h"
 #include "tests/common/ScratchDir.h"
@@ -158,4 +161,66 @@ TEST_F(Npz, UnsupportedLayoutsSayWhatToDo) {
   const std::string fortran =
       errorOf(write("f.npz", zipOf({{"x.npy", npy("<f4", "(2, 3)", bytesOf(kValues), true)}})), "x");
   EXPECT_NE(fortran.find("Fortran order"), std::string::npos) << fortran;
+}
+
+namespace {
+
+// An .npz of np.savez's four arrays (and `extra` ones) with samples `x` of dtype `xType`.
+std::string datasetNpz(const std::string& xType, const std::string& x, const std::string& xShape,
+                       const std::string& yType, const std::string& y, const std::string& yShape,
+                       std::vector<Member> extra = {}) {
+  std::vector<Member> members = {{"x_train.npy", npy(xType, xShape, x)}, {"y_train.npy", npy(yType, yShape, y)},
+                                 {"x_test.npy", npy(xType, xShape, x)}, {"y_test.npy", npy(yType, yShape, y)}};
+  members.insert(members.end(), extra.begin(), extra.end());
+  return zipOf(members);
+}
+
+}  // namespace
+
+// Integer samples are token ids: int64 as they are, never scaled or normalised; uint8 only
+// with ids=1 (else pixels). uint16 above 32767 stays what it is.
+TEST_F(Npz, IntegerSamplesAreTokenIds) {
+  const std::vector<std::uint16_t> ids = {1, 65535, 3, 40000};
+  const std::string y = bytesOf(std::vector<std::int64_t>{0, 1});
+  const data::Dataset u2 = data::loadDataset(write("u2.npz", datasetNpz("<u2", bytesOf(ids), "(2, 2)", "<i8", y, "(2,)")),
+                                             "", data::Split::Train, 0);
+  EXPECT_TRUE(u2.ids);
+  EXPECT_EQ(u2.maxId, 65535);
+  auto [x, labels] = u2.batch({1});
+  EXPECT_EQ(x.scalar_type(), torch::kInt64);
+  EXPECT_EQ(x[0][1].item<std::int64_t>(), 40000);
+  const std::vector<std::uint8_t> bytes = {5, 250, 7, 8};
+  const data::Dataset pixels = data::loadDataset(
+      write("u1.npz", datasetNpz("|u1", bytesOf(bytes), "(2, 2)", "<i8", y, "(2,)")), "", data::Split::Train, 0);
+  EXPECT_FALSE(pixels.ids);
+  EXPECT_NEAR(pixels.batch({0}).first[0][1].item<float>(), 250 / 255.0, 1e-6);
+  const data::Dataset marked = data::loadDataset(
+      write("u1ids.npz", datasetNpz("|u1", bytesOf(bytes), "(2, 2)", "<i8", y, "(2,)",
+                                    {{"ids.npy", npy("<i8", "()", bytesOf(std::vector<std::int64_t>{1}))}})),
+      "", data::Split::Train, 0);
+  EXPECT_TRUE(marked.ids);
+  EXPECT_EQ(marked.batch({0}).first[0][1].item<std::int64_t>(), 250);
+  const std::vector<std::int16_t> negative = {1, -2, 3, 4};
+  try {
+    data::loadDataset(write("neg.npz", datasetNpz("<i2", bytesOf(negative), "(2, 2)", "<i8", y, "(2,)")), "",
+                      data::Split::Train, 0);
+    ADD_FAILURE() << "a negative id loaded";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds the id -2"), std::string::npos) << e.what();
+  }
+}
+
+// Labels per position [N, L], of any integer type, with the ignore index as padding: the
+// classes are counted without it.
+TEST_F(Npz, LabelsPerPositionWithPadding) {
+  const std::vector<std::int32_t> x = {1, 2, 3, 4, 5, 6};
+  const std::vector<std::int16_t> y = {0, 4, -100, 2, -100, -100};
+  const std::string path = write("tags.npz", datasetNpz("<i4", bytesOf(x), "(2, 3)", "<i2", bytesOf(y), "(2, 3)"));
+  const data::Dataset d = data::loadDataset(path, "", data::Split::Test, 0);
+  EXPECT_EQ(d.classes, 5);
+  EXPECT_EQ(d.labels.sizes(), (std::vector<std::int64_t>{2, 3}));
+  EXPECT_EQ(data::datasetInfo(path).classes, 5);
+  data::DataSource other{path};
+  other.ignoreIndex = 4;  // now -100 is a label, and a negative one
+  EXPECT_THROW(data::loadDataset(other, data::Split::Train), DataError);
 }
