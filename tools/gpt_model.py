@@ -26,7 +26,10 @@ import torch.nn.functional as F
 class CausalSelfAttention(nn.Module):
     def __init__(self, embd: int, heads: int, dropout: float):
         super().__init__()
-        self.qkv = nn.Linear(embd, 3 * embd)
+        # No bias: the keys' bias adds one number to every score of a row, which softmax
+        # ignores, so its gradient is rounding noise; Adam scales noise up to full-size steps,
+        # and runs that differ only in summation order (other worker counts) would drift.
+        self.qkv = nn.Linear(embd, 3 * embd, bias=False)
         self.proj = nn.Linear(embd, embd)
         self.dropout = nn.Dropout(dropout)
         self.heads = heads
