@@ -8,7 +8,7 @@
 #      weights train to the same weights (sync, 2 workers, 20 steps, momentum, weight decay);
 #   3. every mode and the codecs fp16 and topk:0.01 train the BatchNorm model (loss falls);
 #   4. --resume of a file model after SIGTERM equals the uninterrupted run exactly;
-#   5. regression: float targets with --loss mse; pseval reports the loss;
+#   5. regression: float targets (--loss auto: mse); pseval reports the loss;
 #   6. bad input, each a clear message and a non-zero exit, nothing left hanging.
 # Usage: own_model.sh PSTRAIN PSEVAL MPIRUN SCRATCH
 set -uo pipefail
@@ -103,7 +103,7 @@ diff=$(max_weight_diff resume-reference/trained_model.pt resumed/trained_model.p
 echo "     stopped after step 20, resumed: max abs diff $diff"
 check "--resume: a file model continues exactly (max diff 0)" test "$diff" = 0.0
 
-# --- 5. regression with --loss mse -------------------------------------------------------
+# --- 5. regression: --loss auto is mse for float targets -------------------------------
 "$python" - <<'PY' || exit 1
 import numpy as np, torch
 g = np.random.default_rng(0)
@@ -113,11 +113,13 @@ np.savez("regression.npz", x_train=x[:1000], y_train=(x[:1000] @ w), x_test=x[10
 torch.manual_seed(0)
 torch.jit.script(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))).save("mlp.pt")
 PY
-run_logged regression with_timeout 120 "$mpirun" -np 3 "$pstrain" --device cpu --model mlp.pt --dataset regression.npz --loss mse \
+run_logged regression with_timeout 120 "$mpirun" -np 3 "$pstrain" --device cpu --model mlp.pt --dataset regression.npz \
   --batch-size 25 --lr 0.02 --steps 100 --threads 1 --log-every 25 --checkpoint-every 50 --train-dir regression
 read -r first last <<< "$(first_last_loss regression)"
 "$pseval" --train-dir regression > regression.eval.log 2>&1
 echo "     mse: training loss $first -> $last; $(tail -1 regression.eval.log)"
+auto_loss=$("$python" -c "import torch; print(torch.load('regression/ckpt/step-00000100.pt')['__meta__']['loss'])")
+check "mse: --loss auto chose it for the float targets" test "$auto_loss" = mse
 check "mse: the loss falls" awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a / 2) }'
 check "mse: pseval reports the test loss, no accuracy" bash -c "grep -q 'test loss' regression.eval.log && ! grep -q accuracy regression.eval.log"
 
@@ -160,7 +162,7 @@ fails_with "a file that is not TorchScript" "text.pt: not a TorchScript file" --
 fails_with "a state_dict instead of a module" "state.pt: not a TorchScript module but a file of torch.save" --model state.pt --dataset small.npz
 fails_with "forward fails on the data's shape" "forward fails on a batch of shape \[2, 1, 28, 28\]" --model colour.pt --dataset small.npz
 fails_with "forward fails on the data's shape (--dry-run)" "forward fails on a batch of shape \[2, 1, 28, 28\]" --model colour.pt --dataset small.npz --dry-run
-fails_with "output size is not the classes" "output is \[2, 5\] for a batch of 2, but the dataset has 10 classes" --model five.pt --dataset small.npz
+fails_with "output size is not the classes" "output is \[2, 5\] for a batch of 2, but the targets are \[2\] of 10 classes" --model five.pt --dataset small.npz
 fails_with "npz without y_test" "missing.npz: no array 'y_test'" --model cnn.pt --dataset missing.npz
 fails_with "truncated npz" "truncated.npz: (truncated|not an .npz)" --model cnn.pt --dataset truncated.npz
 fails_with "corrupt npz member" "corrupt.npz: array 'x_train': CRC-32 mismatch" --model cnn.pt --dataset corrupt.npz

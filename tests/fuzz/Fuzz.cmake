@@ -19,3 +19,4 @@ pstrain_fuzzer(fuzz_checkpoint runtime/checkpoint/Checkpoint.cpp runtime/checkpo
                runtime/rundir/AtomicFile.cpp runtime/rundir/RunFiles.cpp runtime/zip/ZipDirectory.cpp)
 target_link_libraries(fuzz_checkpoint PRIVATE ${TORCH_LIBRARIES})
 pstrain_fuzzer(fuzz_npz data/Npz.cpp runtime/zip/ZipDirectory.cpp)
+pstrain_fuzzer(fuzz_tokens data/TokenFile.cpp)
