@@ -70,6 +70,7 @@ sed 's/^/     /' optimizer.log
 
 # --- 2. equivalence with torch.optim.AdamW + clip_grad_norm_ ----------------------------
 "$python" "$tools/gpt_model.py" tiny.pt --meta text/meta.json --block-size 16 --layers 1 --heads 2 --embd 32 --seed 3 > /dev/null
+# shellcheck disable=SC2054 # --betas takes B1,B2
 same=(--model tiny.pt --dataset text/train.bin --block-size 16 --optimizer adamw --betas 0.9,0.95 --weight-decay 0.1
       --lr 3e-3 --lr-scaling none --clip-grad-norm 0.5 --batch-size 4 --seed 5 --steps 20 --log-every 1)
 run_logged equivalent with_timeout 120 "$mpirun" -np 3 "$pstrain" "${common[@]}" "${same[@]}" --train-dir equivalent
