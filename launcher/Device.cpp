@@ -3,6 +3,7 @@
 #include <torch/cuda.h>
 #include <torch/version.h>
 #include <ATen/Context.h>
+#include <ATen/Version.h>
 
 #include "runtime/Errors.h"
 
@@ -43,6 +44,18 @@ c10::Device chooseDevice(const std::string& wanted, int localRank) {
   if (mps) return c10::Device(c10::kMPS);
   if (cuda) return cudaDevice();
   return c10::Device(c10::kCPU);
+}
+
+BlasInfo processBlas() {
+  const std::string config = at::show_config();  // "... BLAS_INFO=open, ..."
+  const std::string key = "BLAS_INFO=";
+  const std::size_t at = config.find(key);
+  std::string built;
+  if (at != std::string::npos) {
+    const std::size_t begin = at + key.size();
+    built = "BLAS_INFO " + config.substr(begin, config.find_first_of(", \n", begin) - begin);
+  }
+  return loadedBlas(built);
 }
 
 }  // namespace pstrain::launcher

@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "runtime/Blas.h"
+
 namespace pstrain::launcher {
 
 // The device for --device `wanted`: "auto" takes Apple MPS if available, else CUDA (the GPU
@@ -13,5 +15,9 @@ c10::Device chooseDevice(const std::string& wanted, int localRank);
 // Whether this build and machine have a device of `type` (the CPU always; CUDA with a CUDA
 // libtorch and a visible GPU; MPS with a libtorch of 1.12 or newer on Apple silicon or AMD).
 bool deviceAvailable(c10::DeviceType type);
+
+// The BLAS this process computes with on the CPU (loadedBlas, with libtorch's own BLAS_INFO
+// for a libtorch that links its BLAS in).
+BlasInfo processBlas();
 
 }  // namespace pstrain::launcher

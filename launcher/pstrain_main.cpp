@@ -160,7 +160,8 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     if (!cli.helpText.empty()) std::cout << cli.helpText;
     if (cli.version) {
-      fmt::print("pstrain 0.1 (libtorch {}, {})\n", TORCH_VERSION, comm::MpiSession::libraryVersion());
+      fmt::print("pstrain 0.1 (libtorch {}, {}, BLAS: {})\n", TORCH_VERSION, comm::MpiSession::libraryVersion(),
+                 launcher::processBlas().name);
     }
     if (cli.listModels) printModels();
     if (cli.listDatasets) printDatasets();
@@ -195,7 +196,8 @@ int main(int argc, char** argv) {
       portable::keepFreedMemoryForReuse();  // after loading: its big temporaries go back at once
       startup.mark("data");
     }
-    roles::RunInfo info{comm::MpiSession::libraryVersion(), command, comm::MpiSession::yieldWhenIdleSetting()};
+    roles::RunInfo info{comm::MpiSession::libraryVersion(), command, comm::MpiSession::yieldWhenIdleSetting(),
+                        launcher::processBlas()};
     if (cfg.probe) {
       probe::runProbe(comm, cfg, *model, train ? &*train : nullptr, device, info);
     } else {

@@ -1,11 +1,13 @@
 #include "runtime/Portable.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/time.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
@@ -108,6 +110,23 @@ bool closeOnExecPipe(int fds[2]) {
   }
   return true;
 #endif
+}
+
+void* symbolAddress(const char* name, const std::string& library) {
+  if (library.empty()) return ::dlsym(RTLD_DEFAULT, name);
+  void* handle = ::dlopen(library.c_str(), RTLD_LAZY | RTLD_NOLOAD);  // only if loaded already
+  if (!handle) return nullptr;
+  void* address = ::dlsym(handle, name);
+  ::dlclose(handle);  // the library stays: the process loaded it before
+  return address;
+}
+
+std::string libraryDefining(const char* name) {
+  Dl_info info{};
+  void* address = symbolAddress(name);
+  if (!address || !::dladdr(address, &info) || !info.dli_fname) return "";
+  char resolved[PATH_MAX];
+  return ::realpath(info.dli_fname, resolved) ? resolved : info.dli_fname;
 }
 
 }  // namespace pstrain::portable

@@ -3,6 +3,7 @@
 // that only one of them has lives in Portable.cpp, behind `__linux__` or `__APPLE__` with a
 // portable path beside it (the portability check's lint enforces it). Torch-free.
 #include <optional>
+#include <string>
 
 namespace pstrain::portable {
 
@@ -32,5 +33,13 @@ void keepFreedMemoryForReuse();
 // pipe(2) with both ends close-on-exec (Linux's pipe2(O_CLOEXEC); elsewhere pipe and
 // fcntl: the caller must not fork from another thread in between). Returns false with errno.
 bool closeOnExecPipe(int fds[2]);
+
+// The address of the C symbol `name` in the loaded library `library` or the libraries it
+// depends on (dlsym on its handle), or nullptr; `library` "" searches the whole process.
+void* symbolAddress(const char* name, const std::string& library = "");
+
+// The file of the loaded library that defines the C symbol `name`, its links resolved (Debian's
+// alternatives make libblas.so.3 a chain of them), or "" when none does.
+std::string libraryDefining(const char* name);
 
 }  // namespace pstrain::portable

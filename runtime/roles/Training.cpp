@@ -1,10 +1,12 @@
 #include "runtime/roles/Training.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <iostream>
 #include <optional>
 
@@ -104,6 +106,41 @@ int resolveVirtualShards(const config::TrainConfig& cfg, int computing, const ch
   return shards;
 }
 
+// The ranks' BLASes: the one name when they share it, else "NAME on rank(s) R, R; ...".
+std::string blasOfRanks(const std::vector<std::map<std::string, std::string>>& facts) {
+  std::vector<std::pair<std::string, std::vector<int>>> groups;  // in order of first rank
+  for (std::size_t r = 0; r < facts.size(); ++r) {
+    const std::string& name = facts[r].at("info.blas");
+    auto group = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == name; });
+    if (group == groups.end()) group = groups.insert(groups.end(), {name, {}});
+    group->second.push_back(static_cast<int>(r));
+  }
+  if (groups.size() == 1) return groups.front().first;
+  std::string text;
+  for (const auto& [name, ranks] : groups) {
+    text += fmt::format("{}{} on rank{} {}", text.empty() ? "" : "; ", name, ranks.size() > 1 ? "s" : "",
+                        fmt::join(ranks, ", "));
+  }
+  return text;
+}
+
+// Rank 0's one warning when a rank that computes on the CPU runs on the reference BLAS.
+void warnOfReferenceBlas(const config::TrainConfig& cfg, const std::vector<std::map<std::string, std::string>>& facts) {
+  std::vector<std::string> slow;
+  for (std::size_t r = 0; r < facts.size(); ++r) {
+    const bool computes = config::computesGradients(cfg.mode, static_cast<int>(r));
+    if (computes && facts[r].at("info.blas-reference") == "1" && facts[r].at("info.device") == "cpu") {
+      slow.push_back(fmt::format("{} ({})", r, facts[r].at("info.host")));
+    }
+  }
+  if (slow.empty()) return;
+  std::cout << fmt::format("pstrain: warning: rank{} {} compute{} on the reference BLAS (netlib), about 3 times slower "
+                           "than OpenBLAS on a CPU step; on {}: {}",
+                           slow.size() > 1 ? "s" : "", fmt::join(slow, ", "), slow.size() > 1 ? "" : "s",
+                           slow.size() > 1 ? "each of those hosts" : "that host", blasFixCommand())
+            << std::endl;
+}
+
 // Rank 0's account of a dry run: who does what, and what a real run would move and write.
 void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::string, std::string>>& facts,
                std::int64_t trainSamples, const models::Net& model, const std::string& trainDirState) {
@@ -135,6 +172,7 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
                        : shards == workers ? fmt::format(" shard {} {}", sampler.shardSize(), unit)
                                            : fmt::format(" {} virtual shard(s) of {} {}", mine, sampler.shardSize(), unit));
   }
+  out += fmt::format("  blas      {}\n", blasOfRanks(facts));
   out += fmt::format("  model     {}: {} parameters ({:.2f} MiB as float32)\n", cfg.model, parameters,
                      parameters * 4.0 / (1 << 20));
   const int perUpdate = cfg.batchesPerUpdate(shards);
@@ -197,6 +235,7 @@ void writeRunJson(const config::TrainConfig& cfg, const RunInfo& info,
     rank.add("host", facts[r].at("info.host")).add("pid", static_cast<std::int64_t>(std::stoll(facts[r].at("info.pid"))));
     rank.add("device", facts[r].at("info.device"));
     rank.add("torch", facts[r].at("info.torch")).add("threads", facts[r].at("info.threads"));
+    rank.add("blas", facts[r].at("info.blas"));
     rank.add("mpi_yield_when_idle", facts[r].at("info.yield-when-idle"));
     if (!startup.empty()) rank.addRaw("startup_s", facts[r].at("info.startup"));
     ranks.push_back(rank.str());
@@ -206,7 +245,7 @@ void writeRunJson(const config::TrainConfig& cfg, const RunInfo& info,
   run.add("world_size", static_cast<std::int64_t>(facts.size()));
   run.add("workers", config::computeRanks(cfg.mode, static_cast<int>(facts.size())));
   run.add("train_samples", trainSamples).add("parameters", parameters).add("first_step", firstStep);
-  run.add("torch_version", TORCH_VERSION).add("mpi_library", info.mpiLibrary);
+  run.add("torch_version", TORCH_VERSION).add("mpi_library", info.mpiLibrary).add("blas", blasOfRanks(facts));
   run.add("command", info.commandLine);
   // Rank 0's start-up to its first step (the workers' phases, to the handshake, are theirs).
   if (!startup.empty()) run.addRaw("startup_s", startup);
@@ -253,6 +292,8 @@ Facts factsOf(comm::Communicator& comm, const config::TrainConfig& cfg, const co
   mine.emplace_back("info.device", device.str());
   mine.emplace_back("info.torch", TORCH_VERSION);
   mine.emplace_back("info.threads", std::to_string(at::get_num_threads()));
+  mine.emplace_back("info.blas", info.blas.name);
+  mine.emplace_back("info.blas-reference", info.blas.reference ? "1" : "0");
   mine.emplace_back("info.yield-when-idle", info.yieldWhenIdle);
   mine.emplace_back("info.startup", metrics::Startup::process().json());
   return mine;
@@ -315,6 +356,7 @@ StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, mo
   if (train) checkModelFitsData(model, cfg.model, *train, cfg.lossFunction(), device);
   started.facts = handshake(comm, factsOf(comm, cfg, started.run, model, train, device, info));
   metrics::Startup::process().mark("handshake");
+  if (comm.rank() == 0) warnOfReferenceBlas(cfg, started.facts);
   for (const auto& rank : started.facts) {
     if (!rank.at("train-samples").empty()) started.trainSamples = std::stoll(rank.at("train-samples"));
   }

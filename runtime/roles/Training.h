@@ -12,6 +12,7 @@
 
 #include "data/Dataset.h"
 #include "models/Registry.h"
+#include "runtime/Blas.h"
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/config/TrainConfig.h"
@@ -23,6 +24,7 @@ struct RunInfo {
   std::string mpiLibrary = "none";  // recorded in run.json
   std::string commandLine;
   std::string yieldWhenIdle = "default";  // Open MPI's mpi_yield_when_idle, and who set it
+  BlasInfo blas;  // this rank's (run.json, the dry run, the reference-BLAS warning)
 };
 
 // What the start-up decided, the same on every rank: the run's configuration (its virtual

@@ -37,6 +37,11 @@ check "dry-run: checkpoint schedule" has "$plan" "4 checkpoint\(s\) into .*: ste
 check "dry-run: lr plan" has "$plan" "lr +0.02 \(base 0.01 x 2 batches per update\), warm-up from 0.004 over 5 steps, then cosine to 0"
 check "dry-run: exchange" has "$plan" "exchange +one broadcast of the weights, one sum-reduce of the gradients; in 7 buckets of 256 KiB, gradients reduced during backward, weights broadcast as each bucket is updated"
 check "dry-run writes nothing" test ! -e "$scratch/dry"
+# The BLAS: the one `pstrain --version` names (Debian: the libblas.so.3 alternative).
+blas=$("$pstrain" --version 2>&1 | sed -n 's/.*BLAS: \(.*\))$/\1/p')
+echo "BLAS: $blas"
+check "version names the BLAS" test -n "$blas"
+check "dry-run: the BLAS line" has "$plan" "^  blas +$(printf '%s' "$blas" | sed 's/[][().*+?^$|\\]/\\&/g')$"
 
 out=$(with_timeout 60 "$mpirun" -np 3 "$pstrain" --data-dir "$scratch/nowhere" --dry-run --train-dir "$scratch/dry" 2>&1); rc=$?
 check "dry-run rejects a missing dataset" bash -c "[ $rc -ne 0 ] && grep -q 'not found' <<<\"\$0\"" "$out"
@@ -67,6 +72,28 @@ check "config-file run succeeds" test $rc -eq 0
 runjson=$(cat "$scratch/run/run.json" 2>/dev/null)
 check "config file values apply" bash -c "grep -q '\"model\":\"mlp\"' <<<\"\$0\" && grep -q '\"nesterov\":\"true\"' <<<\"\$0\" && grep -q '\"batch-size\":\"20\"' <<<\"\$0\"" "$runjson"
 check "command line overrides the config file" has "$runjson" '"lr":"0.03"'
+check "run.json names the BLAS" python3 -c "
+import json, sys
+run = json.load(open(sys.argv[1]))
+assert run['blas'] == sys.argv[2], run['blas']
+assert all(r['blas'] == sys.argv[2] for r in run['ranks']), run['ranks']" "$scratch/run/run.json" "$blas"
+check "the set-up's BLAS is an optimized one" test "$blas" != "reference BLAS (netlib)"
+check "no reference-BLAS warning on it" bash -c "! grep -q 'reference BLAS' <<<\"\$0\"" "$out"
+# The reference BLAS, as Debian's alternative would give it: libblas.so.3 found first through
+# LD_LIBRARY_PATH (the dynamic loader's search order; the system stays as it is).
+reference=
+for candidate in /usr/lib/*/blas/libblas.so.3; do [ -e "$candidate" ] && reference=$candidate; done  # linux-only
+if [ -n "$reference" ]; then
+  mkdir -p "$scratch/refblas" && ln -sf "$reference" "$scratch/refblas/libblas.so.3"
+  out=$(with_timeout 120 "$mpirun" -np 3 -x LD_LIBRARY_PATH="$scratch/refblas" "$pstrain" --dataset synthetic \
+        --synthetic-size 200 --batch-size 20 --steps 3 --train-dir "$scratch/refrun" 2>&1); rc=$?
+  echo "$out" | grep warning
+  check "reference BLAS: the run succeeds" test $rc -eq 0
+  check "reference BLAS: one warning line naming the ranks and the fix" bash -c "[ \$(grep -c 'warning: ranks 1 (.*), 2 (.*) compute on the reference BLAS.*apt-get install libopenblas0-serial' <<<\"\$0\") -eq 1 ]" "$out"
+  check "reference BLAS: run.json says so" grep -q '"blas":"reference BLAS (netlib)"' "$scratch/refrun/run.json"
+else
+  echo "skip the reference-BLAS checks: no /usr/lib/*/blas/libblas.so.3 here"
+fi
 echo "colour = blue" > "$scratch/bad.conf"
 out=$(with_timeout 60 "$mpirun" -np 3 "$pstrain" --config "$scratch/bad.conf" 2>&1); rc=$?
 check "config file with an unknown key is rejected" bash -c "[ $rc -eq 2 ] && grep -q 'bad.conf: .*colour' <<<\"\$0\"" "$out"
