@@ -54,6 +54,7 @@ class Evaluator {
     int evaluated = 0;
     for (const auto& published : rundir::listPublished((dir_ / rundir::kCheckpoints).string())) {
       if (done_.count(published.step) || skipped_.count(published.step)) continue;
+      bool gone = false;
       // A checkpoint can fail its check while pstrain republishes it (after a resume, the
       // old marker goes before the new file arrives): look again before giving up on it.
       for (int attempt = 1;; ++attempt) {
@@ -65,15 +66,29 @@ class Evaluator {
             std::this_thread::sleep_for(std::chrono::seconds(1));
             continue;
           }
+          if (!stillPublished(published)) {
+            // Taken away, not broken: a run that replaced the earlier one (--overwrite)
+            // moved it aside. Not recorded: its step is evaluated when it is published again.
+            gone = true;
+            break;
+          }
           launcher::printErrorLine(fmt::format("pseval: skipping step {} (after {} tries): {}", published.step,
                                                kAttempts, e.what()));
           skipped_.insert(published.step);
         }
         break;
       }
-      done_.insert(published.step);
+      if (!gone) done_.insert(published.step);
     }
     return evaluated;
+  }
+
+  // Whether `published` is still among the published checkpoints (the same step in the same file).
+  bool stillPublished(const rundir::Published& published) const {
+    for (const auto& now : rundir::listPublished((dir_ / rundir::kCheckpoints).string())) {
+      if (now.step == published.step && now.path == published.path) return true;
+    }
+    return false;
   }
 
   std::size_t skipped() const { return skipped_.size(); }
