@@ -3,6 +3,7 @@
 #include <torch/cuda.h>
 #include <torch/version.h>
 #include <ATen/Context.h>
+#include <ATen/Parallel.h>
 #include <ATen/Version.h>
 
 #include "runtime/Errors.h"
@@ -56,6 +57,11 @@ BlasInfo processBlas() {
     built = "BLAS_INFO " + config.substr(begin, config.find_first_of(", \n", begin) - begin);
   }
   return loadedBlas(built);
+}
+
+void setComputeThreads(int threads) {
+  at::set_num_threads(threads);
+  setBlasThreads(threads);
 }
 
 }  // namespace pstrain::launcher

@@ -20,4 +20,8 @@ bool deviceAvailable(c10::DeviceType type);
 // for a libtorch that links its BLAS in).
 BlasInfo processBlas();
 
+// This process computes with `threads` threads: libtorch's intra-op threads, and the BLAS's
+// threads per call (an OpenBLAS that starts one per core would oversubscribe the ranks).
+void setComputeThreads(int threads);
+
 }  // namespace pstrain::launcher

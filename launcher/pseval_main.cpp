@@ -207,8 +207,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
-    if (cmd.threads > 0) torch::set_num_threads(cmd.threads);
-    else torch::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+    launcher::setComputeThreads(cmd.threads > 0 ? cmd.threads
+                                                : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
     if (!fs::is_directory(cmd.trainDir)) {
       throw ConfigError(fmt::format("{}: no such directory", cmd.trainDir));
     }

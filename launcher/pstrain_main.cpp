@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
     comm.connectDoorbell(cfg.doorbell == "on");
     startup.mark("command_line");
     const bool computes = config::computesGradients(cfg.mode, rank);
-    torch::set_num_threads(!computes ? 1 : (cfg.threads > 0 ? cfg.threads : launcher::autoThreads()));
+    launcher::setComputeThreads(!computes ? 1 : (cfg.threads > 0 ? cfg.threads : launcher::autoThreads()));
     // A server never computes: it keeps the weights on the CPU next to the network.
     c10::Device device = computes ? launcher::chooseDevice(cfg.device, launcher::localRank()) : c10::Device(c10::kCPU);
     if (!device.is_cpu() && cfg.overlapping() && !comm::MpiSession::callableFromAnyThread()) {

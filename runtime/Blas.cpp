@@ -68,11 +68,20 @@ BlasInfo loadedBlas(const std::string& built) {
   return blas;
 }
 
+bool setBlasThreads(int threads) {
+  using SetThreads = void (*)(int);
+  auto set = reinterpret_cast<SetThreads>(
+      portable::symbolAddress("openblas_set_num_threads", portable::libraryDefining("sgemm_")));
+  if (!set) return false;
+  set(threads);
+  return true;
+}
+
 const char* blasFixCommand() {
 #if defined(__APPLE__)
   return "brew reinstall pytorch";  // Homebrew's libtorch comes with its optimized BLAS
 #else
-  return "sudo apt-get install libopenblas0-serial";
+  return "sudo apt-get install libopenblas0-pthread";
 #endif
 }
 

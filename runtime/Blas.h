@@ -22,4 +22,9 @@ BlasInfo loadedBlas(const std::string& built);
 // The command that replaces the reference BLAS on this system with an optimized one.
 const char* blasFixCommand();
 
+// Makes the loaded BLAS use `threads` threads per call, where it has threads of its own
+// (OpenBLAS's pthreads and OpenMP builds start as many as the machine has cores, whatever
+// libtorch's thread count says). Returns whether the BLAS took it.
+bool setBlasThreads(int threads);
+
 }  // namespace pstrain

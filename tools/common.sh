@@ -9,9 +9,10 @@
 PSTRAIN_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$PSTRAIN_ROOT/build}
 
-# libopenblas0-serial: Debian's libtorch calls the libblas.so.3 alternative, which is netlib's
-# slow reference BLAS until an optimized one is installed (README, "Speed").
-DEBIAN_PACKAGES=(g++ cmake ccache libtorch-dev libopenblas0-serial libopenmpi-dev openmpi-bin libcxxopts-dev libfmt-dev
+# libopenblas0-pthread: Debian's libtorch calls the libblas.so.3 alternative, which is netlib's
+# slow reference BLAS until an optimized one is installed (README, "The BLAS"). Not the
+# -serial build: it is not safe to call from two threads at once (wrong results).
+DEBIAN_PACKAGES=(g++ cmake ccache libtorch-dev libopenblas0-pthread libopenmpi-dev openmpi-bin libcxxopts-dev libfmt-dev
                  zlib1g-dev libgtest-dev dataset-fashion-mnist python3-torch python3-numpy gnuplot-nox
                  clang libclang-rt-14-dev libc++-dev libc++abi-dev shellcheck lsof iproute2)
 BREW_PACKAGES=(cmake ccache pytorch open-mpi fmt cxxopts googletest gnuplot)

@@ -89,7 +89,7 @@ if [ -n "$reference" ]; then
         --synthetic-size 200 --batch-size 20 --steps 3 --train-dir "$scratch/refrun" 2>&1); rc=$?
   echo "$out" | grep warning
   check "reference BLAS: the run succeeds" test $rc -eq 0
-  check "reference BLAS: one warning line naming the ranks and the fix" bash -c "[ \$(grep -c 'warning: ranks 1 (.*), 2 (.*) compute on the reference BLAS.*apt-get install libopenblas0-serial' <<<\"\$0\") -eq 1 ]" "$out"
+  check "reference BLAS: one warning line naming the ranks and the fix" bash -c "[ \$(grep -c 'warning: ranks 1 (.*), 2 (.*) compute on the reference BLAS.*apt-get install libopenblas0-pthread' <<<\"\$0\") -eq 1 ]" "$out"
   check "reference BLAS: run.json says so" grep -q '"blas":"reference BLAS (netlib)"' "$scratch/refrun/run.json"
 else
   echo "skip the reference-BLAS checks: no /usr/lib/*/blas/libblas.so.3 here"

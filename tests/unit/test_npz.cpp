@@ -220,7 +220,8 @@ TEST_F(Npz, LabelsPerPositionWithPadding) {
   EXPECT_EQ(d.classes, 5);
   EXPECT_EQ(d.labels.sizes(), (std::vector<std::int64_t>{2, 3}));
   EXPECT_EQ(data::datasetInfo(path).classes, 5);
-  data::DataSource other{path};
+  data::DataSource other;
+  other.name = path;
   other.ignoreIndex = 4;  // now -100 is a label, and a negative one
   EXPECT_THROW(data::loadDataset(other, data::Split::Train), DataError);
 }

@@ -13,6 +13,7 @@
 #include <cstdlib>
 
 #include "data/Dataset.h"
+#include "launcher/Device.h"
 #include "data/ShardSampler.h"
 #include "models/Registry.h"
 #include "runtime/Portable.h"
@@ -27,7 +28,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "usage: bench_lm_step THREADS BATCH STEPS MODEL.pt TRAIN.bin BLOCK\n");
     return 2;
   }
-  torch::set_num_threads(std::atoi(argv[1]));
+  pstrain::launcher::setComputeThreads(std::atoi(argv[1]));  // as pstrain: libtorch and the BLAS
   portable::keepFreedMemoryForReuse();  // as pstrain's workers do
   const std::int64_t batch = std::atoll(argv[2]), block = std::atoll(argv[6]);
   const int steps = std::atoi(argv[3]);

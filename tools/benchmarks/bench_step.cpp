@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const c10::Device device = launcher::chooseDevice(deviceName, 0);
-  torch::set_num_threads(std::atoi(argv[1]));
+  pstrain::launcher::setComputeThreads(std::atoi(argv[1]));  // as pstrain: libtorch and the BLAS
   portable::keepFreedMemoryForReuse();  // as pstrain's workers do
   const std::int64_t batch = std::atoll(argv[2]);
   const int steps = std::atoi(argv[3]);
