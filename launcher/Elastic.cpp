@@ -17,6 +17,7 @@
 #include <fstream>
 #include <iostream>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -253,6 +254,7 @@ class Supervisor {
     std::error_code ec;
     fs::create_directories(job_.trainDir, ec);
     events_ = std::make_unique<metrics::JsonLines>(rundir::pathOf(job_.trainDir, rundir::kElastic));
+    earlier_ = publishedCheckpoints();
   }
 
   int run() {
@@ -270,7 +272,11 @@ class Supervisor {
       if (first && job_.modeInfo().sharded && maxWorkers_ == 0) maxWorkers_ = workers;
       const int ranks = job_.modeInfo().peers() ? workers : workers + 1;
       event("launch", ranks, hosts, "", failedAt != Clock::time_point{} ? secondsSince(failedAt) : -1);
-      const int code = launch(hosts, ranks, !first);
+      // A relaunch continues the job with --resume, but under --overwrite only once the job
+      // has published a checkpoint of its own: before that, the train dir's checkpoints are
+      // the earlier run's, which the job was started to replace, not to continue.
+      const bool resume = !first && (!job_.overwrite || publishedCheckpoints() != earlier_);
+      const int code = launch(hosts, ranks, resume);
       first = false;
       if (gStopSignal) {
         event("failure", ranks, hosts, fmt::format("pstrain-run stopped by signal {}", gStopSignal.load()));
@@ -432,8 +438,20 @@ class Supervisor {
                              step, reason.empty() ? "" : " (" + reason + ")") << std::endl;
   }
 
+  // The published checkpoints of the train dir, each with its file's time: a checkpoint
+  // written again at the same step is a new one.
+  std::set<std::pair<std::string, fs::file_time_type>> publishedCheckpoints() const {
+    std::set<std::pair<std::string, fs::file_time_type>> all;
+    for (const auto& p : rundir::listPublished(rundir::pathOf(job_.trainDir, rundir::kCheckpoints))) {
+      std::error_code ec;
+      all.emplace(p.path, fs::last_write_time(p.path, ec));
+    }
+    return all;
+  }
+
   const ElasticOptions& o_;
   const config::TrainConfig job_;  // pstrain's flags, --config included
+  std::set<std::pair<std::string, fs::file_time_type>> earlier_;  // those before the first launch
   int maxWorkers_ = 0;
   bool regrowing_ = false;
   std::unique_ptr<metrics::JsonLines> events_;
