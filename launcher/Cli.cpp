@@ -15,6 +15,7 @@
 #include "models/Registry.h"
 #include "runtime/codec/Codec.h"
 #include "runtime/Errors.h"
+#include "runtime/Text.h"
 
 namespace pstrain::launcher {
 namespace {
@@ -40,15 +41,9 @@ cxxopts::ParseResult parseOrThrow(cxxopts::Options& options, int argc, char** ar
 
 std::string describeVerdicts(const std::vector<std::string>& verdicts, const std::string& prefix,
                              const std::string& suffix) {
-  std::vector<std::pair<std::string, std::vector<std::size_t>>> distinct;  // message, its ranks
-  for (std::size_t r = 0; r < verdicts.size(); ++r) {
-    if (verdicts[r].empty()) continue;
-    auto it = std::find_if(distinct.begin(), distinct.end(), [&](const auto& d) { return d.first == verdicts[r]; });
-    if (it == distinct.end()) it = distinct.insert(distinct.end(), {verdicts[r], {}});
-    it->second.push_back(r);
-  }
   std::string out;
-  for (const auto& [message, ranks] : distinct) {
+  for (const auto& [message, ranks] : groupIndices(verdicts)) {
+    if (message.empty()) continue;  // the ranks without an error
     const std::string who = ranks.size() == verdicts.size()
                                 ? ""
                                 : fmt::format("{} {}: ", ranks.size() == 1 ? "rank" : "ranks", fmt::join(ranks, ", "));

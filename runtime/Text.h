@@ -1,6 +1,11 @@
 #pragma once
-// Small text helpers shared by the command-line, config-file and host-list parsers.
+// Small text helpers shared by the command-line, config-file and host-list parsers, and by
+// the lines that name ranks.
+#include <algorithm>
+#include <cstddef>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace pstrain {
 
@@ -9,6 +14,18 @@ inline std::string trim(const std::string& text) {
   const auto first = text.find_first_not_of(" \t\r");
   if (first == std::string::npos) return "";
   return text.substr(first, text.find_last_not_of(" \t\r") - first + 1);
+}
+
+// The distinct strings of `values` in the order they first appear, each with the indices
+// that hold it (ranks' verdicts or facts, grouped to name the ranks that share one).
+inline std::vector<std::pair<std::string, std::vector<std::size_t>>> groupIndices(const std::vector<std::string>& values) {
+  std::vector<std::pair<std::string, std::vector<std::size_t>>> groups;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    auto group = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == values[i]; });
+    if (group == groups.end()) group = groups.insert(groups.end(), {values[i], {}});
+    group->second.push_back(i);
+  }
+  return groups;
 }
 
 }  // namespace pstrain

@@ -121,6 +121,22 @@ mpirun_flags() {
   echo "$flags"
 }
 
+# blas_of PSTRAIN: the BLAS that the pstrain binary PSTRAIN computes with, as its --version names it.
+blas_of() { "$1" --version 2>&1 | sed -n 's/.*BLAS: \(.*\))$/\1/p'; }
+
+# reference_blas_dir DIR: makes DIR hold a libblas.so.3 that is Debian's reference BLAS, so
+# that a program run with LD_LIBRARY_PATH=DIR computes on it, as Debian's alternative would
+# make it (the loader looks there first; the system stays as it is). Fails where there is
+# no such BLAS (macOS, other distributions).
+reference_blas_dir() {
+  local candidate
+  for candidate in /usr/lib/*/blas/libblas.so.3; do  # linux-only
+    [ -e "$candidate" ] || continue
+    mkdir -p "$1" && ln -sf "$candidate" "$1/libblas.so.3" && return 0
+  done
+  return 1
+}
+
 # --- set-up and build --------------------------------------------------------------------
 
 # Installs the build and test dependencies that are missing (Debian/Ubuntu: apt-get, as

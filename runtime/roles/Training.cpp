@@ -6,12 +6,12 @@
 #include <torch/version.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <iostream>
 #include <optional>
 
 #include "data/ShardSampler.h"
 #include "runtime/Errors.h"
+#include "runtime/Text.h"
 #include "runtime/codec/Codec.h"
 #include "runtime/config/Flags.h"
 #include "runtime/metrics/Clock.h"
@@ -108,13 +108,9 @@ int resolveVirtualShards(const config::TrainConfig& cfg, int computing, const ch
 
 // The ranks' BLASes: the one name when they share it, else "NAME on rank(s) R, R; ...".
 std::string blasOfRanks(const std::vector<std::map<std::string, std::string>>& facts) {
-  std::vector<std::pair<std::string, std::vector<int>>> groups;  // in order of first rank
-  for (std::size_t r = 0; r < facts.size(); ++r) {
-    const std::string& name = facts[r].at("info.blas");
-    auto group = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == name; });
-    if (group == groups.end()) group = groups.insert(groups.end(), {name, {}});
-    group->second.push_back(static_cast<int>(r));
-  }
+  std::vector<std::string> names;
+  for (const auto& rank : facts) names.push_back(rank.at("info.blas"));
+  const auto groups = groupIndices(names);
   if (groups.size() == 1) return groups.front().first;
   std::string text;
   for (const auto& [name, ranks] : groups) {

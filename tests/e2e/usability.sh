@@ -38,7 +38,7 @@ check "dry-run: lr plan" has "$plan" "lr +0.02 \(base 0.01 x 2 batches per updat
 check "dry-run: exchange" has "$plan" "exchange +one broadcast of the weights, one sum-reduce of the gradients; in 7 buckets of 256 KiB, gradients reduced during backward, weights broadcast as each bucket is updated"
 check "dry-run writes nothing" test ! -e "$scratch/dry"
 # The BLAS: the one `pstrain --version` names (Debian: the libblas.so.3 alternative).
-blas=$("$pstrain" --version 2>&1 | sed -n 's/.*BLAS: \(.*\))$/\1/p')
+blas=$(blas_of "$pstrain")
 echo "BLAS: $blas"
 check "version names the BLAS" test -n "$blas"
 check "dry-run: the BLAS line" has "$plan" "^  blas +$(printf '%s' "$blas" | sed 's/[][().*+?^$|\\]/\\&/g')$"
@@ -79,12 +79,8 @@ assert run['blas'] == sys.argv[2], run['blas']
 assert all(r['blas'] == sys.argv[2] for r in run['ranks']), run['ranks']" "$scratch/run/run.json" "$blas"
 check "the set-up's BLAS is an optimized one" test "$blas" != "reference BLAS (netlib)"
 check "no reference-BLAS warning on it" bash -c "! grep -q 'reference BLAS' <<<\"\$0\"" "$out"
-# The reference BLAS, as Debian's alternative would give it: libblas.so.3 found first through
-# LD_LIBRARY_PATH (the dynamic loader's search order; the system stays as it is).
-reference=
-for candidate in /usr/lib/*/blas/libblas.so.3; do [ -e "$candidate" ] && reference=$candidate; done  # linux-only
-if [ -n "$reference" ]; then
-  mkdir -p "$scratch/refblas" && ln -sf "$reference" "$scratch/refblas/libblas.so.3"
+# The reference BLAS, as Debian's alternative would give it (tools/common.sh's reference_blas_dir).
+if reference_blas_dir "$scratch/refblas"; then
   out=$(with_timeout 120 "$mpirun" -np 3 -x LD_LIBRARY_PATH="$scratch/refblas" "$pstrain" --dataset synthetic \
         --synthetic-size 200 --batch-size 20 --steps 3 --train-dir "$scratch/refrun" 2>&1); rc=$?
   echo "$out" | grep warning

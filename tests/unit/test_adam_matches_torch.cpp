@@ -7,8 +7,11 @@
 
 #include "runtime/Errors.h"
 #include "runtime/optim/Adam.h"
+#include "tests/common/FlatTensors.h"
 
 using namespace pstrain;
+using testsupport::flatten;
+using testsupport::strided;
 
 namespace {
 
@@ -21,19 +24,6 @@ struct Case {
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 class AdamMatchesTorch : public ::testing::TestWithParam<Case> {};
-
-at::Tensor flatten(const std::vector<at::Tensor>& tensors) {
-  std::vector<at::Tensor> flat;
-  for (const auto& t : tensors) flat.push_back(t.detach().flatten());
-  return torch::cat(flat);
-}
-
-// A view of `t`'s values with stride 2: not contiguous, so the ATen path (any device) runs.
-at::Tensor strided(const at::Tensor& t) {
-  at::Tensor view = torch::zeros({2 * t.numel()}).slice(0, 0, 2 * t.numel(), 2);
-  view.copy_(t);
-  return view;
-}
 
 }  // namespace
 

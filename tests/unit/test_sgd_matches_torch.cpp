@@ -5,8 +5,11 @@
 #include <cmath>
 
 #include "runtime/optim/Sgd.h"
+#include "tests/common/FlatTensors.h"
 
 using namespace pstrain;
+using testsupport::flatten;
+using testsupport::strided;
 
 namespace {
 
@@ -35,16 +38,10 @@ TEST_P(SgdMatchesTorch, OverTenStepsWithChangingLr) {
                                             .momentum(c.momentum)
                                             .nesterov(c.nesterov)
                                             .weight_decay(c.weightDecay));
-  at::Tensor flat = torch::cat({params[0].flatten(), params[1].flatten(), params[2].flatten()});
+  at::Tensor flat = flatten(params);
   optim::Sgd sgd({c.momentum, c.weightDecay, c.nesterov});
   // Contiguous CPU floats take the one-pass loop; a strided view takes the ATen ops that
   // run on any device. Both must match torch.
-  auto strided = [](const at::Tensor& t) {
-    at::Tensor doubled = torch::zeros({2 * t.numel()});
-    at::Tensor view = doubled.slice(0, 0, 2 * t.numel(), 2);
-    view.copy_(t);
-    return view;
-  };
   at::Tensor stridedFlat = strided(flat);
   ASSERT_FALSE(stridedFlat.is_contiguous());
   optim::Sgd stridedSgd({c.momentum, c.weightDecay, c.nesterov});
@@ -55,13 +52,12 @@ TEST_P(SgdMatchesTorch, OverTenStepsWithChangingLr) {
     for (std::size_t i = 0; i < reference.size(); ++i) reference[i].mutable_grad() = grads[i].clone();
     for (auto& group : torchSgd.param_groups()) group.options().set_lr(lr);
     torchSgd.step();
-    at::Tensor flatGrad = torch::cat({grads[0].flatten(), grads[1].flatten(), grads[2].flatten()});
+    at::Tensor flatGrad = flatten(grads);
     at::Tensor stridedGrad = strided(flatGrad);
     sgd.step(flat, flatGrad, lr);
     stridedSgd.step(stridedFlat, stridedGrad, lr);
   }
-  at::Tensor expected = torch::cat({reference[0].detach().flatten(), reference[1].detach().flatten(),
-                                    reference[2].detach().flatten()});
+  at::Tensor expected = flatten(reference);
   EXPECT_LE((flat - expected).abs().max().item<double>(), 1e-6);
   EXPECT_LE((stridedFlat - expected).abs().max().item<double>(), 1e-6);
   EXPECT_EQ(sgd.momentumBuffer().defined(), c.momentum != 0);
