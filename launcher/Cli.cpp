@@ -120,6 +120,8 @@ EvalCommand parseEvalCommand(int argc, char** argv) {
                      "the file (the first at offset 0, the last ending at its end); 0: all its non-overlapping windows",
      defaulted(d.evalWindows))
     ("threads", "intra-op threads (0: all cores)", defaulted(d.threads))
+    ("tensorboard", "on | off: each checkpoint's test loss, accuracy (and perplexity) also into a TensorBoard "
+                    "event file in TRAIN_DIR", cxxopts::value<std::string>()->default_value("on"))
     ("plot", "when done, render TRAIN_DIR/plots/*.png with tools/plot (needs gnuplot)")
     ("predictions", "write the predicted class of every test sample (last checkpoint evaluated) to this file", defaulted(d.predictionsPath))
     ("h,help", "print this help");
@@ -144,6 +146,11 @@ EvalCommand parseEvalCommand(int argc, char** argv) {
     command.threads = r["threads"].as<int>();
     command.predictionsPath = r["predictions"].as<std::string>();
     command.plot = r.count("plot") > 0;
+    const std::string tensorboard = r["tensorboard"].as<std::string>();
+    if (tensorboard != "on" && tensorboard != "off") {
+      throw ConfigError(fmt::format("--tensorboard must be on or off (got '{}')", tensorboard));
+    }
+    command.tensorboard = tensorboard == "on";
   } catch (const cxxopts::exceptions::exception& e) {
     throw ConfigError(e.what());
   }

@@ -35,6 +35,7 @@ struct EvalCommand {
   int threads = 0;
   std::string predictionsPath;  // argmax per test sample of the last evaluated checkpoint
   bool plot = false;            // run tools/plot on the train dir at the end
+  bool tensorboard = true;      // test metrics per checkpoint into a TensorBoard event file in the train dir
   std::string helpText;
 };
 

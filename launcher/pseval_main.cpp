@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <thread>
@@ -22,6 +23,7 @@
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/metrics/Json.h"
+#include "runtime/metrics/EventFile.h"
 #include "runtime/metrics/JsonLines.h"
 #include "runtime/roles/Evaluation.h"
 #include "runtime/rundir/RunFiles.h"
@@ -156,6 +158,13 @@ class Evaluator {
     if (std::isfinite(r.perplexity)) line.add("perplexity", r.perplexity);
     line.addRaw("class_accuracy", metrics::jsonArray(r.classAccuracy)).add("checkpoint", published.path);
     metrics::JsonLines((dir_ / rundir::kEvalJsonl).string()).write(line);
+    if (cmd_.tensorboard) {
+      if (!events_) events_ = std::make_unique<metrics::EventFile>(dir_.string());  // at the first result
+      metrics::Scalars scalars{{"test/loss", r.loss}};
+      if (std::isfinite(r.accuracy)) scalars.emplace_back("test/accuracy", r.accuracy);
+      if (perPosition) scalars.emplace_back("test/perplexity", r.perplexity);
+      events_->write(ckpt.step, scalars);
+    }
     std::cout << fmt::format("pseval: step {} (epoch {}): test loss {:.4f}{}{} ({} {})", ckpt.step, ckpt.epoch,
                              r.loss, perPosition ? fmt::format(", perplexity {:.2f}", r.perplexity) : "",
                              std::isfinite(r.accuracy) ? fmt::format(", {}accuracy {:.2f}%", perPosition ? "token " : "",
@@ -171,6 +180,7 @@ class Evaluator {
   std::set<std::int64_t> done_;
   std::set<std::int64_t> skipped_;
   std::map<std::string, data::Dataset> testSets_;
+  std::unique_ptr<metrics::EventFile> events_;
 };
 
 // Runs tools/plot (PSTRAIN_PLOT overrides where it is) on the train dir; a missing script or

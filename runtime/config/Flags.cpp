@@ -239,6 +239,16 @@ const std::vector<Flag> kFlags = {
     {"doorbell", "Run", "on | off: UDP wake-up datagrams between ranks (a hint that shortens waits; trusted networks only)",
      &TrainConfig::doorbell, A::HostLocal, nullptr, [](const TrainConfig& c) {
        requireOneOf("doorbell", c.doorbell, {"on", "off"}); }},
+    {"tensorboard", "Run", "on | off: rank 0 writes metrics.jsonl's scalars to a TensorBoard event file in the train dir",
+     &TrainConfig::tensorboard, A::HostLocal, nullptr, [](const TrainConfig& c) {
+       requireOneOf("tensorboard", c.tensorboard, {"on", "off"}); }},
+    {"stall-warning", "Run",
+     "a rank that waits this many seconds for the others names those that have not arrived, and again every "
+     "interval (capped by --timeout; 0: never)",
+     &TrainConfig::stallWarningSeconds, A::HostLocal, nullptr, [](const TrainConfig& c) {
+       require(std::isfinite(c.stallWarningSeconds) && c.stallWarningSeconds >= 0 && c.stallWarningSeconds <= kMaxSeconds,
+               fmt::format("--stall-warning must be 0 (off) or seconds up to {} (got {})", kMaxSeconds,
+                           c.stallWarningSeconds)); }},
     {"straggle", "Run", "testing: RANK:MS makes rank RANK sleep MS ms after each batch (per virtual shard it computes)",
      &TrainConfig::straggle, A::HostLocal, nullptr, [](const TrainConfig& c) { c.straggler(); }},
     {"seed", "Optimization", "seed of weights and data order", &TrainConfig::seed, A::Fingerprint, nullptr, nullptr},

@@ -62,6 +62,8 @@ struct TrainConfig {
   double timeoutSeconds = 300;
   double maxSeconds = 0;
   std::string doorbell = "on";
+  std::string tensorboard = "on";         // rank 0's event file in the train dir
+  double stallWarningSeconds = 60;        // a wait this long names who has not arrived (0: never)
   std::string overlap = "on";
   std::int64_t bucketKb = 256;
 

@@ -37,12 +37,14 @@ JsonObject& JsonObject::add(const std::string& name, const std::string& value) {
 JsonObject& JsonObject::add(const std::string& name, double value) {
   key(name);
   body_ += std::isfinite(value) ? fmt::format("{:.9g}", value) : "null";
+  numbers_.emplace_back(name, value);
   return *this;
 }
 
 JsonObject& JsonObject::add(const std::string& name, std::int64_t value) {
   key(name);
   body_ += std::to_string(value);
+  numbers_.emplace_back(name, static_cast<double>(value));
   return *this;
 }
 

@@ -5,6 +5,7 @@
 #include <map>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace pstrain::metrics {
@@ -21,10 +22,14 @@ class JsonObject {
   JsonObject& addRaw(const std::string& key, const std::string& json);
 
   std::string str() const { return "{" + body_ + "}"; }
+  // The numeric fields (add(double), add(int64)), in order, as doubles: what a metrics line
+  // also gives TensorBoard (EventFile).
+  const std::vector<std::pair<std::string, double>>& numbers() const { return numbers_; }
 
  private:
   void key(const std::string& name);
   std::string body_;
+  std::vector<std::pair<std::string, double>> numbers_;
 };
 
 std::string jsonQuote(const std::string& text);

@@ -49,6 +49,49 @@ void add(StepStats& sum, const StepStats& s) {
   sum.rawBytesUp += s.rawBytesUp;
 }
 
+// A metrics.jsonl field's TensorBoard tag, grouped as a user looks at them: the training
+// (train/), where a step's time goes (time/), what travels per message (wire/), what rank 0
+// costs its host (rank0/). The step is the event's own; a field not listed (a mode's
+// counters) goes under mode/.
+std::string tensorBoardTag(const std::string& key) {
+  static const std::map<std::string, std::string> tags = {
+      {"step", ""},
+      {"loss", "train/loss"},
+      {"lr", "train/lr"},
+      {"samples_per_s", "train/samples_per_s"},
+      {"tokens_per_s", "train/tokens_per_s"},
+      {"epoch", "train/epoch"},
+      {"grad_norm", "train/grad_norm"},
+      {"skipped_nonfinite", "train/skipped_nonfinite"},
+      {"compute_s", "time/compute_s"},
+      {"slowest_compute_s", "time/slowest_compute_s"},
+      {"data_wait_s", "time/data_wait_s"},
+      {"comm_s", "time/comm_s"},
+      {"exchange_s", "time/exchange_s"},
+      {"update_s", "time/update_s"},
+      {"codec_s", "time/codec_s"},
+      {"elapsed_s", "time/elapsed_s"},
+      {"bytes_sent", "wire/bytes_sent"},
+      {"bytes_received", "wire/bytes_received"},
+      {"raw_bytes_sent", "wire/raw_bytes_sent"},
+      {"raw_bytes_received", "wire/raw_bytes_received"},
+      {"rank0_cpu_s", "rank0/cpu_s"},
+      {"exchange_cpu_share", "rank0/exchange_cpu_share"},
+      {"rank0_peak_rss_mib", "rank0/peak_rss_mib"},
+  };
+  const auto it = tags.find(key);
+  return it != tags.end() ? it->second : "mode/" + key;
+}
+
+metrics::Scalars tensorBoardScalars(const metrics::JsonObject& line) {
+  metrics::Scalars scalars;
+  for (const auto& [key, value] : line.numbers()) {
+    std::string tag = tensorBoardTag(key);
+    if (!tag.empty()) scalars.emplace_back(std::move(tag), value);
+  }
+  return scalars;
+}
+
 }  // namespace
 
 Publisher::Publisher(const config::TrainConfig& cfg, const models::Net& model, const optim::Optimizer& optimizer,
@@ -60,6 +103,7 @@ Publisher::Publisher(const config::TrainConfig& cfg, const models::Net& model, c
       total_(totalSteps),
       firstStep_(firstStep),
       log_(rundir::pathOf(cfg.trainDir, rundir::kMetrics)),
+      events_(cfg.tensorboard == "on" ? std::make_unique<metrics::EventFile>(cfg.trainDir) : nullptr),
       start_(metrics::steadySeconds()),
       windowStart_(start_),
       windowCpuStart_(metrics::processCpuSeconds()) {}
@@ -125,6 +169,7 @@ void Publisher::writeLine(std::int64_t done) {
   line.add("rank0_peak_rss_mib", portable::peakRssMib());  // does the server fit next to a worker?
   if (extras_) extras_(line);
   log_.write(line);
+  if (events_) events_->write(done, tensorBoardScalars(line));
   std::cout << metrics::progressLine(progress) << std::endl;
   window_ = StepStats();
   windowSteps_ = 0;

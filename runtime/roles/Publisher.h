@@ -1,14 +1,16 @@
 #pragma once
 // Rank 0's outputs of a run, whatever the mode (DESIGN.md, "Files a run leaves"): the
-// metrics.jsonl lines and progress lines, the checkpoints every --checkpoint-every steps,
+// metrics.jsonl lines (and the same scalars in a TensorBoard event file) and progress lines, the checkpoints every --checkpoint-every steps,
 // the final checkpoint and trained_model.pt.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "models/Registry.h"
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/config/TrainConfig.h"
+#include "runtime/metrics/EventFile.h"
 #include "runtime/metrics/Json.h"
 #include "runtime/metrics/JsonLines.h"
 #include "runtime/optim/Optimizer.h"
@@ -55,6 +57,7 @@ class Publisher {
   std::int64_t total_;
   std::int64_t firstStep_;
   metrics::JsonLines log_;
+  std::unique_ptr<metrics::EventFile> events_;  // null with --tensorboard off
   double start_;  // steady clock seconds
   double windowStart_;
   double windowCpuStart_;  // rank 0's process CPU seconds at windowStart_

@@ -45,6 +45,9 @@ for rank in run["ranks"]:
     expected = "1 (set by pstrain" if 3 > os.cpu_count() else "default"
     assert rank["mpi_yield_when_idle"].startswith(expected), rank
 PY
+# The TensorBoard event files (rank 0's and pseval's), read by an independent reader: every
+# CRC, and the scalars equal to metrics.jsonl and eval.jsonl/eval.csv.
+python3 "$here/../common/tfevents.py" check "$run" || fail "the TensorBoard event files disagree with metrics.jsonl/eval.csv"
 accuracy=$(tail -1 "$run/eval.csv" | cut -d, -f5)
 python3 -c "import sys; sys.exit(0 if float('$accuracy') > 0.70 else 1)" || fail "accuracy $accuracy after 150 steps"
 

@@ -62,6 +62,16 @@ check "resume: the corrupt newest checkpoint is reported and skipped" has "$scra
 check "resume: continues from the previous valid checkpoint" has "$scratch/resumed.log" "resuming at step [0-9]+"
 check "resume: same weights as the uninterrupted run" same_weights "$scratch/reference/trained_model.pt" "$scratch/killed/trained_model.pt"
 check "resume: metrics.jsonl goes on to the last step" has "$scratch/killed/metrics.jsonl" '"step":300,'
+check "resume: a second TensorBoard event file whose steps go on from the checkpoint to 300" \
+  python3 - "$(dirname "$0")/../common" "$scratch/killed" <<'PY'
+import glob, sys
+sys.path.insert(0, sys.argv[1])
+import tfevents
+files = sorted(glob.glob(sys.argv[2] + "/events.out.tfevents.*"), key=lambda f: tfevents.read(f)[0]["wall_time"])
+assert len(files) == 2, files
+first, second = ([e["step"] for e in tfevents.read(f)[1:]] for f in files)
+assert second[0] > 0 and second[-1] == 300 and second == sorted(second), (first, second)
+PY
 
 # 3. SIGTERM to mpirun (what Ctrl-C does): every rank stops, checkpoints stay whole.
 train "$scratch/term" > "$scratch/term.log" 2>&1 &
