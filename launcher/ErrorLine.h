@@ -5,11 +5,18 @@
 
 namespace pstrain::launcher {
 
-// Writes `line` and a newline to stderr in one write(2): a process that MPI_Abort on
-// another rank kills a moment later still leaves a whole line, never a fragment (stderr
-// is unbuffered, so `std::cerr << a << b` is several writes).
+// What every line of this process starts with: "" unless pstrain's ranks set it
+// (LinePrefix.h: "[RANK@HOST] ").
+inline std::string& linePrefix() {
+  static std::string prefix;
+  return prefix;
+}
+
+// Writes linePrefix(), `line` and a newline to stderr in one write(2): a process that
+// MPI_Abort on another rank kills a moment later still leaves a whole line, never a
+// fragment (stderr is unbuffered, so `std::cerr << a << b` is several writes).
 inline void printErrorLine(const std::string& line) {
-  const std::string text = line + "\n";
+  const std::string text = linePrefix() + line + "\n";
   std::size_t done = 0;
   while (done < text.size()) {
     ssize_t n = ::write(STDERR_FILENO, text.data() + done, text.size() - done);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdio>
 #include <future>
 #include <iostream>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "data/Dataset.h"
 #include "launcher/Cli.h"
 #include "launcher/ErrorLine.h"
+#include "launcher/LinePrefix.h"
 #include "launcher/Device.h"
 #include "models/Registry.h"
 #include "runtime/Errors.h"
@@ -87,9 +89,16 @@ char* appendText(char* out, const char* text) {
 // SIGTERM/SIGINT/SIGHUP (mpirun forwards them, and sends SIGTERM to every rank when one
 // dies): say which rank stopped at which step, then leave at once. Checkpoints are written
 // to a temporary name and renamed, so leaving mid-write never exposes a partial file.
+char gSignalPrefix[160] = "";  // linePrefix(), for the handler below
+
+void setSignalPrefix(const std::string& prefix) {
+  std::snprintf(gSignalPrefix, sizeof gSignalPrefix, "%s", prefix.c_str());
+}
+
 extern "C" void onTerminate(int signal) {
-  char line[160];
-  char* p = appendText(line, "pstrain: rank ");
+  char line[400];
+  char* p = appendText(line, gSignalPrefix);
+  p = appendText(p, "pstrain: rank ");
   p = appendNumber(p, gRank);
   p = appendText(p, ": stopped by signal ");
   p = appendNumber(p, signal);
@@ -168,9 +177,11 @@ int main(int argc, char** argv) {
     if (cli.listModes) printModes();
   }
   if (!training) return 0;
+  launcher::prefixLines(rank, comm.hostName());
+  setSignalPrefix(launcher::linePrefix());
 
   try {
-    comm.connectDoorbell(cfg.doorbell == "on");
+    comm.connect(cfg.doorbell == "on");
     startup.mark("command_line");
     const bool computes = config::computesGradients(cfg.mode, rank);
     launcher::setComputeThreads(!computes ? 1 : (cfg.threads > 0 ? cfg.threads : launcher::autoThreads()));

@@ -110,9 +110,15 @@ class Communicator {
 
   void setTimeoutSeconds(double seconds) { timeoutSeconds_ = seconds; }
   double timeoutSeconds() const { return timeoutSeconds_; }
+  // A wait that lasts this long (capped by the timeout; 0: never) prints which ranks have
+  // not arrived (Stall.h), and again every interval; the timeout's error names them too.
+  // Where the implementation supports it (MpiComm).
+  void setStallWarningSeconds(double seconds) { stallWarningSeconds_ = seconds; }
+  double stallWarningSeconds() const { return stallWarningSeconds_; }
 
  private:
   double timeoutSeconds_ = 300;
+  double stallWarningSeconds_ = 60;
 };
 
 }  // namespace pstrain::comm

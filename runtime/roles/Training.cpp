@@ -332,6 +332,7 @@ StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, mo
                     const data::Dataset* train, c10::Device device, const RunInfo& info) {
   checkWorld(cfg, comm.size());
   comm.setTimeoutSeconds(cfg.timeoutSeconds);
+  comm.setStallWarningSeconds(cfg.stallWarningSeconds);
   StartedRun started;
   started.run = cfg;  // with its virtual shards decided (rank 0's, told in the handshake)
   if (comm.rank() == 0) {

@@ -33,7 +33,7 @@ struct Case {
 int main(int argc, char** argv) {
   comm::MpiSession mpi(&argc, &argv);
   comm::MpiComm comm;
-  comm.connectDoorbell(true);
+  comm.connect(true);
   if (argc < 2) {
     std::cerr << "usage: device_training SCRATCH_DIR\n";
     return 2;

@@ -21,7 +21,7 @@ using namespace pstrain;
 int main(int argc, char** argv) {
   comm::MpiSession mpi(&argc, &argv);
   comm::MpiComm comm;
-  comm.connectDoorbell(true);
+  comm.connect(true);
   if (argc < 2) {
     std::cerr << "usage: sync_equivalence SCRATCH_DIR [DEVICE]\n";
     return 2;

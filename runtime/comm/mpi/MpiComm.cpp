@@ -9,11 +9,15 @@
 #include <cstdlib>
 #include <chrono>
 #include <climits>
+#include <cmath>
+#include <iostream>
 #include <random>
 #include <thread>
 #include <utility>
 
 #include "runtime/Errors.h"
+#include "runtime/Stop.h"
+#include "runtime/comm/Stall.h"
 
 namespace pstrain::comm {
 namespace {
@@ -25,6 +29,87 @@ void check(int rc, const std::string& what) {
   MPI_Error_string(rc, text, &length);
   throw CommError(fmt::format("{} failed: {}", what, std::string(text, length)));
 }
+
+constexpr int kArrivalTag = 1;  // the step messages use tag 0
+
+}  // namespace
+
+// Every rank's last step as it told this one, and when this one last heard from it:
+// kArrivalTag messages of one int64, sent to every other rank when this rank first waits in
+// a step and, as heartbeats, every beatEvery() while a wait lasts. Read when this rank
+// changes step (so that they never pile up in MPI's queue of unexpected messages), at each
+// of its own heartbeats, and when a wait needs them. A send to a rank whose previous one is
+// still out is skipped: that rank hears the newer step at the next.
+struct MpiComm::Arrivals {
+  explicit Arrivals(const MpiComm& comm)
+      : comm(comm), last(comm.size_, -1), heard(comm.size_, -1e300), out(comm.size_, 0),
+        sends(comm.size_, MPI_REQUEST_NULL) {}
+  ~Arrivals() {
+    for (auto& request : sends) {
+      if (request != MPI_REQUEST_NULL) MPI_Request_free(&request);  // completes on its own
+    }
+  }
+
+  // --stall-warning capped by --timeout; 0: no stall reports, no heartbeats.
+  double warnEvery() const { return std::min(comm.stallWarningSeconds(), comm.timeoutSeconds()); }
+  double beatEvery() const { return std::min(1.0, warnEvery() / 4); }
+
+  void announce(std::int64_t step) {
+    if (step == announced) return;
+    announced = step;
+    heartbeat();
+  }
+
+  void heartbeat() {
+    for (int r = 0; r < static_cast<int>(sends.size()); ++r) {
+      if (r == comm.rank_) continue;
+      int done = 1;
+      if (sends[r] != MPI_REQUEST_NULL) check(MPI_Test(&sends[r], &done, MPI_STATUS_IGNORE), "telling the step");
+      if (!done) continue;
+      out[r] = announced;
+      check(MPI_Isend(&out[r], 1, MPI_INT64_T, r, kArrivalTag, MPI_COMM_WORLD, &sends[r]), "telling the step");
+    }
+    drain();
+  }
+
+  // Who this rank waits for (Stall.h): silent are the ranks not heard from in three
+  // heartbeats.
+  std::string missing(int awaited) {
+    drain();
+    const double now = secondsNow();
+    std::vector<RankNews> news(last.size());
+    for (std::size_t r = 0; r < news.size(); ++r) news[r] = {last[r], now - heard[r] > 3 * beatEvery()};
+    return describeMissing(comm.rank_, currentStep(), news, comm.hosts_, awaited);
+  }
+
+ private:
+  static double secondsNow() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  }
+
+  void drain() {
+    for (;;) {
+      int found = 0;
+      MPI_Status status;
+      check(MPI_Iprobe(MPI_ANY_SOURCE, kArrivalTag, MPI_COMM_WORLD, &found, &status), "reading the others' steps");
+      if (!found) return;
+      std::int64_t step = 0;
+      check(MPI_Recv(&step, 1, MPI_INT64_T, status.MPI_SOURCE, kArrivalTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+            "reading the others' steps");
+      last[status.MPI_SOURCE] = std::max(last[status.MPI_SOURCE], step);
+      heard[status.MPI_SOURCE] = secondsNow();
+    }
+  }
+
+  const MpiComm& comm;
+  std::int64_t announced = -1;
+  std::vector<std::int64_t> last;  // by rank
+  std::vector<double> heard;       // by rank: steady seconds of the last message
+  std::vector<std::int64_t> out;   // by rank: the value in flight
+  std::vector<MPI_Request> sends;  // by rank
+};
+
+namespace {
 
 // Polls `done()` until it says true, sleeping between polls so that a rank that waits for
 // slower peers does not steal a core from them. Each wake-up costs CPU, and a sleep lasts
@@ -41,12 +126,26 @@ void check(int rc, const std::string& what) {
 // half as often.
 // With more ranks than cores, the spins rely on Open MPI's mpi_yield_when_idle (which
 // MpiSession sets there): each idle MPI_Test then yields the core to a rank that computes.
+// A wait that lasts patience.warnEvery prints who has not arrived, and again every interval.
 template <typename Done>
 void pollUntil(Done done, double timeoutSeconds, const std::string& what, MpiComm::Patience patience) {
   using Clock = std::chrono::steady_clock;
   using std::chrono::microseconds;
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(timeoutSeconds));
+  const auto start = Clock::now();
+  auto after = [&](double seconds) {
+    return start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  };
+  const auto deadline = after(timeoutSeconds);
+  MpiComm::Arrivals* arrivals = patience.arrivals;
+  const double warnEvery = arrivals ? arrivals->warnEvery() : 0;
+  const double beatEvery = arrivals ? arrivals->beatEvery() : 0;
+  int beats = 0;
+  auto nextWarning = warnEvery > 0 ? after(warnEvery) : Clock::time_point::max();
+  auto nextBeat = warnEvery > 0 ? after(beatEvery) : Clock::time_point::max();
+  // A poll comes at least every 16 ms; a longer gap means this process itself did not run
+  // (SIGSTOP, a laptop asleep), which its warnings do not count as waiting for others.
+  auto previous = start;
+  Clock::duration stopped{};
   constexpr int kSpins = 64;  // a short spin first: most waits on one host end in microseconds
   constexpr microseconds kFirstPause(50), kPollingCap(2000), kLongWaitCap(16000);
   microseconds pause = kFirstPause;
@@ -55,11 +154,24 @@ void pollUntil(Done done, double timeoutSeconds, const std::string& what, MpiCom
   bool rung = false;  // in this wait
   for (int spins = kSpins;;) {
     if (done()) return;
-    if (Clock::now() > deadline) {
+    const auto now = Clock::now();
+    if (now > deadline) {
       throw CommError(fmt::format(
           "{}: no answer from the other ranks within {} s (a rank died, hangs or is unreachable; "
-          "raise --timeout if steps are really this slow)",
-          what, timeoutSeconds));
+          "raise --timeout if steps are really this slow){}",
+          what, timeoutSeconds, arrivals ? "; waiting for " + arrivals->missing(patience.awaited) : ""));
+    }
+    if (now - previous > std::chrono::seconds(1) && warnEvery > 0) {
+      stopped += now - previous;
+      nextWarning = std::max(nextWarning, now + (nextWarning - previous));
+    }
+    previous = now;
+    if (now >= nextBeat) nextBeat = (arrivals->heartbeat(), after(beatEvery * (++beats + 1)));
+    if (now >= nextWarning) {
+      // One write, flushed: the line must show while the job hangs.
+      std::cerr << stallLine(currentStep(), std::chrono::duration<double>(now - start - stopped).count(),
+                             arrivals->missing(patience.awaited)) + "\n" << std::flush;
+      nextWarning = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(warnEvery));
     }
     if (spins > 0) {
       --spins;
@@ -132,9 +244,11 @@ MpiComm::MpiComm() {
   host_.assign(name, length);
   // Errors come back as return codes so that they become CommErrors with context.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  arrivals_ = std::make_unique<Arrivals>(*this);
 }
 
-void MpiComm::connectDoorbell(bool enabled) {
+void MpiComm::connect(bool enabled) {
+  hosts_ = MpiComm::allGather(host_, "start-up (host names)");
   auto env = [](const char* name) {
     const char* value = std::getenv(name);
     return std::string(value ? value : "");
@@ -168,7 +282,7 @@ void MpiComm::broadcast(void* data, std::size_t bytes, int root, const std::stri
     MPI_Request request;
     check(MPI_Ibcast(base + offset, n, MPI_BYTE, root, MPI_COMM_WORLD, &request), "broadcast at " + context);
     wake(Flow::FromRoot, root);
-    waitFor(request, timeoutSeconds(), "broadcast at " + context, patience());
+    waitFor(request, timeoutSeconds(), "broadcast at " + context, patience(root));
     offset += n;
   } while (offset < bytes);
 }
@@ -195,8 +309,9 @@ struct MpiComm::Started {
 
 MpiComm::~MpiComm() = default;
 
-MpiComm::Patience MpiComm::patience() {
-  return {doorbell_.get(), std::exchange(longWaitNext_, false)};
+MpiComm::Patience MpiComm::patience(int awaited) {
+  arrivals_->announce(currentStep());
+  return {doorbell_.get(), std::exchange(longWaitNext_, false), arrivals_.get(), awaited};
 }
 
 std::size_t MpiComm::startReduceSum(float* data, std::size_t count, int root, const std::string& context) {
@@ -288,7 +403,7 @@ void MpiComm::send(const void* data, std::size_t bytes, int dest, const std::str
   MPI_Request request;
   check(MPI_Isend(data, intCount(bytes, what), MPI_BYTE, dest, 0, MPI_COMM_WORLD, &request), what);
   if (doorbell_) doorbell_->ring(dest);
-  waitFor(request, timeoutSeconds(), what, patience());
+  waitFor(request, timeoutSeconds(), what, patience(dest));
 }
 
 Communicator::Received MpiComm::receive(void* data, std::size_t capacity, int source, const std::string& context) {
@@ -301,7 +416,7 @@ Communicator::Received MpiComm::receive(void* data, std::size_t capacity, int so
     check(MPI_Improbe(source == kAnySource ? MPI_ANY_SOURCE : source, 0, MPI_COMM_WORLD, &found, &message, &status),
           what);
     return found != 0;
-  }, timeoutSeconds(), what, patience());
+  }, timeoutSeconds(), what, patience(source == kAnySource ? -1 : source));
   int bytes = 0;
   check(MPI_Get_count(&status, MPI_BYTE, &bytes), what);
   if (bytes < 0) throw CommError(fmt::format("{}: a message of undefined size", what));

@@ -4,8 +4,11 @@
 // with exponential back-off (up to 2 ms of sleep; 16 ms in a wait announced by
 // expectLongWait()), so a waiting rank uses almost no CPU and every wait is bounded by
 // timeoutSeconds(). A rank that posts what others wait for rings their Doorbell, which ends
-// their sleep at once, once connectDoorbell() has run.
+// their sleep at once, once connect() has run. Each rank tells the others, once per step, the
+// step it waits in (currentStep(); tag 1, 8 bytes, never waited for), so that a wait longer
+// than stallWarningSeconds() names who has not arrived (Stall.h).
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "runtime/comm/Communicator.h"
@@ -19,11 +22,12 @@ class MpiComm : public Communicator {
   MpiComm();
   ~MpiComm() override;
 
-  // Collective: every rank makes its doorbell (none if `enabled` is false: --doorbell off),
-  // on the interfaces Open MPI's TCP transport uses (its btl_tcp_if_include/exclude), rank
-  // 0 draws the job's random token, the ranks exchange addresses and ring each other once.
-  // Until then waits sleep their whole pauses.
-  void connectDoorbell(bool enabled);
+  // Collective: the ranks learn each other's host names (for stall warnings), and every
+  // rank makes its doorbell (none if `doorbell` is false: --doorbell off), on the interfaces
+  // Open MPI's TCP transport uses (its btl_tcp_if_include/exclude), rank 0 draws the job's
+  // random token, the ranks exchange addresses and ring each other once. Until then waits
+  // sleep their whole pauses and stall warnings name ranks without their hosts.
+  void connect(bool doorbell);
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
@@ -44,20 +48,30 @@ class MpiComm : public Communicator {
   std::unique_ptr<Window> exposeWindow(std::size_t count, const std::string& context) override;
   void expectLongWait() override { longWaitNext_ = true; }
 
+  // Every rank's last step and when this rank last heard of it (Stall.h), kept by MpiComm.cpp.
+  struct Arrivals;
   // How a wait sleeps between polls (see pollUntil in MpiComm.cpp): woken by `bell` (null:
-  // plain sleeps), with long pauses until the first ring if `longPauses`.
+  // plain sleeps), with long pauses until the first ring if `longPauses`. With `arrivals`
+  // (null: no stall reports), a long wait sends heartbeats and, after stallWarningSeconds(),
+  // names who has not arrived, preferring `awaited` (a rank, or -1: every other rank).
   struct Patience {
     Doorbell* bell = nullptr;
     bool longPauses = false;
+    Arrivals* arrivals = nullptr;
+    int awaited = -1;
   };
 
  private:
   int rank_ = 0;
   int size_ = 1;
   std::string host_;
-  std::unique_ptr<Doorbell> doorbell_;  // null before connectDoorbell()
+  std::vector<std::string> hosts_;      // by rank; empty before connect()
+  std::unique_ptr<Doorbell> doorbell_;  // null before connect()
   bool longWaitNext_ = false;  // set by expectLongWait()
-  Patience patience();         // for this rank's next wait: consumes longWaitNext_
+  // For this rank's next wait, which is for `awaited` (a rank, or -1: every other rank):
+  // consumes longWaitNext_, and tells the others this rank's step if it changed.
+  Patience patience(int awaited = -1);
+  std::unique_ptr<Arrivals> arrivals_;
   // Rings the ranks that receive what this rank just posted: the root of a broadcast
   // (FromRoot) rings every other rank, the contributors to a gather (ToRoot) ring the root,
   // everyone rings everyone in a symmetric collective. Ranks that a tree reaches through
