@@ -40,7 +40,7 @@ launch() {
     runjob "$@" &
     runner=$!
     for _ in $(seq 600); do
-      grep -q '^pstrain: ' "$log" 2>/dev/null && return 0
+      grep -qE '^(\[[0-9]+@[^]]*\] )?pstrain: ' "$log" 2>/dev/null && return 0
       kill -0 "$runner" 2>/dev/null || return 0
       sleep 0.1
     done

@@ -41,7 +41,7 @@ check "dry-run writes nothing" test ! -e "$scratch/dry"
 blas=$(blas_of "$pstrain")
 echo "BLAS: $blas"
 check "version names the BLAS" test -n "$blas"
-check "dry-run: the BLAS line" has "$plan" "^  blas +$(printf '%s' "$blas" | sed 's/[][().*+?^$|\\]/\\&/g')$"
+check "dry-run: the BLAS line" has "$plan" "^\[0@[^]]*\]   blas +$(printf '%s' "$blas" | sed 's/[][().*+?^$|\\]/\\&/g')$"
 
 out=$(with_timeout 60 "$mpirun" -np 3 "$pstrain" --data-dir "$scratch/nowhere" --dry-run --train-dir "$scratch/dry" 2>&1); rc=$?
 check "dry-run rejects a missing dataset" bash -c "[ $rc -ne 0 ] && grep -q 'not found' <<<\"\$0\"" "$out"

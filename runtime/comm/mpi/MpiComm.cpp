@@ -55,7 +55,7 @@ struct MpiComm::Arrivals {
   double beatEvery() const { return std::min(1.0, warnEvery() / 4); }
 
   void announce(std::int64_t step) {
-    if (step == announced) return;
+    if (step == announced || warnEvery() <= 0) return;
     announced = step;
     heartbeat();
   }
@@ -159,7 +159,7 @@ void pollUntil(Done done, double timeoutSeconds, const std::string& what, MpiCom
       throw CommError(fmt::format(
           "{}: no answer from the other ranks within {} s (a rank died, hangs or is unreachable; "
           "raise --timeout if steps are really this slow){}",
-          what, timeoutSeconds, arrivals ? "; waiting for " + arrivals->missing(patience.awaited) : ""));
+          what, timeoutSeconds, warnEvery > 0 ? "; waiting for " + arrivals->missing(patience.awaited) : ""));
     }
     if (now - previous > std::chrono::seconds(1) && warnEvery > 0) {
       stopped += now - previous;
