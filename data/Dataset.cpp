@@ -274,8 +274,11 @@ Dataset loadNpzDataset(const DataSource& source, Split split) {
     d.mean = npzStatistic(npz, "mean", channels);
     d.std = npzStatistic(npz, "std", channels);
   }
-  d.fileIdentity = fmt::format("x_train crc32 {:08x}, y_train crc32 {:08x}", npz.checksum("x_train"),
-                               npz.checksum("y_train"));
+  // Every member, not only the training arrays: mean, std and classes change what a rank
+  // trains on too.
+  std::vector<std::string> identity;
+  for (const std::string& name : npz.names()) identity.push_back(fmt::format("{} crc32 {:08x}", name, npz.checksum(name)));
+  d.fileIdentity = fmt::format("{}", fmt::join(identity, ", "));
   return d;
 }
 

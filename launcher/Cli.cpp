@@ -111,7 +111,9 @@ EvalCommand parseEvalCommand(int argc, char** argv) {
     ("train-dir", "the run's directory (required)", cxxopts::value<std::string>())
     ("follow", "keep waiting for new checkpoints until trained_model.pt appears")
     ("data-dir", "dataset folder (default: the dataset's folder in $PSTRAIN_DATA_DIR, else in /usr/share/datasets)", defaulted(d.dataDir))
-    ("model", "a model file's TorchScript in place of the path the checkpoints record (if it moved)", defaulted(d.model))
+    ("model", "the model file (TorchScript) of checkpoints trained from one: pseval runs a model file only when "
+              "named here, never from the path a checkpoint records", defaulted(d.model))
+    ("trust-model", "run a model file whose code reads or writes files or reaches other machines (refused otherwise)")
     ("device", "cpu | mps | cuda | auto", defaulted(d.device))
     ("poll-seconds", "with --follow: seconds between looks", defaulted(d.pollSeconds))
     ("idle-timeout", "with --follow: give up after this many seconds without a new checkpoint", defaulted(d.idleTimeoutSeconds))
@@ -146,6 +148,7 @@ EvalCommand parseEvalCommand(int argc, char** argv) {
     command.threads = r["threads"].as<int>();
     command.predictionsPath = r["predictions"].as<std::string>();
     command.plot = r.count("plot") > 0;
+    command.trustModel = r.count("trust-model") > 0;
     const std::string tensorboard = r["tensorboard"].as<std::string>();
     if (tensorboard != "on" && tensorboard != "off") {
       throw ConfigError(fmt::format("--tensorboard must be on or off (got '{}')", tensorboard));

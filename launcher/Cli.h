@@ -25,7 +25,8 @@ std::string describeVerdicts(const std::vector<std::string>& verdicts, const std
 struct EvalCommand {
   std::string trainDir;
   std::string dataDir;
-  std::string model;  // a TorchScript file in place of the checkpoints' (moved since training)
+  std::string model;  // the model file of checkpoints that were trained from one (never followed from them)
+  bool trustModel = false;  // that file may call file or network operators (models::trustModelFiles)
   std::string device = "cpu";
   bool follow = false;
   double pollSeconds = 2;

@@ -29,6 +29,7 @@
 #include "runtime/metrics/Clock.h"
 #include "runtime/Portable.h"
 #include "runtime/rundir/RunFiles.h"
+#include "runtime/rundir/TrainDir.h"
 #include "runtime/metrics/Json.h"
 #include "runtime/metrics/JsonLines.h"
 
@@ -251,8 +252,7 @@ class Supervisor {
     // Sharded modes deal each step to a fixed number of virtual shards: never more workers
     // than those (--virtual-shards, else the first launch's workers).
     maxWorkers_ = job_.virtualShards;
-    std::error_code ec;
-    fs::create_directories(job_.trainDir, ec);
+    ::close(rundir::openPrivateDirectory(job_.trainDir));  // as pstrain makes it, before pstrain does
     events_ = std::make_unique<metrics::JsonLines>(rundir::pathOf(job_.trainDir, rundir::kElastic));
     earlier_ = publishedCheckpoints();
   }

@@ -19,12 +19,14 @@
 #include "launcher/ErrorLine.h"
 #include "launcher/Device.h"
 #include "models/Registry.h"
+#include "models/ScriptModel.h"
 #include "runtime/Errors.h"
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/metrics/Json.h"
 #include "runtime/metrics/EventFile.h"
 #include "runtime/metrics/JsonLines.h"
+#include "runtime/metrics/RecordFile.h"
 #include "runtime/roles/Evaluation.h"
 #include "runtime/rundir/RunFiles.h"
 
@@ -39,8 +41,10 @@ std::set<std::int64_t> evaluatedSteps(const fs::path& csv) {
   std::ifstream in(csv);
   std::string line;
   while (std::getline(in, line)) {
-    if (!line.empty() && std::isdigit(static_cast<unsigned char>(line[0]))) {
-      steps.insert(std::stoll(line.substr(0, line.find(','))));
+    // A step as pstrain writes it (at most 18 digits: an int64); any other line is not a row.
+    const std::string step = line.substr(0, line.find(','));
+    if (!step.empty() && step.size() <= 18 && step.find_first_not_of("0123456789") == std::string::npos) {
+      steps.insert(std::stoll(step));
     }
   }
   return steps;
@@ -112,15 +116,15 @@ class Evaluator {
     }
   }
 
-  // The zoo name, or the model file: --model, else where the training found it.
+  // The zoo name, or the model file that --model names. A model file is a program: the
+  // path a checkpoint records is not followed (whoever can write the checkpoints could
+  // point it anywhere), only named.
   std::string modelOf(const checkpoint::Checkpoint& ckpt) const {
     if (!config::isModelFile(ckpt.model)) return ckpt.model;
     if (!cmd_.model.empty()) return cmd_.model;
-    if (!ckpt.modelPath.empty() && fs::exists(ckpt.modelPath)) return ckpt.modelPath;
-    if (fs::exists(ckpt.model)) return ckpt.model;
-    throw Error(fmt::format("the model file {} of the checkpoints is not there any more: pass --model FILE "
-                            "(or evaluate trained_model.torchscript.pt in Python)",
-                            ckpt.modelPath.empty() ? ckpt.model : ckpt.modelPath));
+    throw ConfigError(fmt::format("the checkpoints are of the model file {}: pass --model FILE to evaluate them "
+                                  "(pseval runs a model file only when you name it)",
+                                  ckpt.modelPath.empty() ? ckpt.model : ckpt.modelPath));
   }
 
   const data::Dataset& testSet(const checkpoint::Checkpoint& ckpt) {
@@ -134,23 +138,22 @@ class Evaluator {
 
   void record(const checkpoint::Checkpoint& ckpt, const rundir::Published& published,
               const roles::EvalResult& r) {
-    fs::path csvPath = dir_ / rundir::kEvalCsv;
-    bool fresh = !fs::exists(csvPath);
-    std::ofstream csv(csvPath, std::ios::app);
+    const fs::path csvPath = dir_ / rundir::kEvalCsv;
+    const bool fresh = !fs::exists(csvPath);
+    metrics::RecordFile csv(csvPath.string());  // each row whole or not at all, no symbolic link followed
     // Sequence models (a target per position) have a perplexity column; a label per sample
     // one accuracy column per class.
     const bool perPosition = std::isfinite(r.perplexity);
+    std::string row;
     if (fresh) {
-      csv << "step,epoch,samples,loss,accuracy" << (perPosition ? ",perplexity" : "");
-      for (std::size_t c = 0; c < r.classAccuracy.size(); ++c) csv << ",class" << c;
-      csv << ",checkpoint\n";
+      row += std::string("step,epoch,samples,loss,accuracy") + (perPosition ? ",perplexity" : "");
+      for (std::size_t c = 0; c < r.classAccuracy.size(); ++c) row += fmt::format(",class{}", c);
+      row += ",checkpoint\n";
     }
-    csv << fmt::format("{},{},{},{:.6f},{:.6f}", ckpt.step, ckpt.epoch, r.samples, r.loss, r.accuracy);
-    if (perPosition) csv << fmt::format(",{:.6f}", r.perplexity);
-    for (double a : r.classAccuracy) csv << fmt::format(",{:.6f}", a);
-    csv << "," << published.path << "\n";
-    csv.flush();
-    if (!csv) throw Error(csvPath.string() + ": write failed");
+    row += fmt::format("{},{},{},{:.6f},{:.6f}", ckpt.step, ckpt.epoch, r.samples, r.loss, r.accuracy);
+    if (perPosition) row += fmt::format(",{:.6f}", r.perplexity);
+    for (double a : r.classAccuracy) row += fmt::format(",{:.6f}", a);
+    csv.append(row + "," + published.path + "\n");
 
     metrics::JsonObject line;
     line.add("step", ckpt.step).add("epoch", ckpt.epoch).add("model", ckpt.model);
@@ -217,6 +220,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
+    models::trustModelFiles() = cmd.trustModel;
     launcher::setComputeThreads(cmd.threads > 0 ? cmd.threads
                                                 : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
     if (!fs::is_directory(cmd.trainDir)) {

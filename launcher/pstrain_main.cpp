@@ -19,6 +19,7 @@
 #include "launcher/LinePrefix.h"
 #include "launcher/Device.h"
 #include "models/Registry.h"
+#include "models/ScriptModel.h"
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
 #include "runtime/Stop.h"
@@ -193,6 +194,7 @@ int main(int argc, char** argv) {
           "on its own device thread, and this MPI library does not allow MPI calls from another thread "
           "(MPI_THREAD_SERIALIZED); use --overlap off", device.str()));
     }
+    models::trustModelFiles() = cfg.trustModel;
     torch::manual_seed(cfg.seed);
     // A zoo model is made for the dataset's classes; a model file is what it is.
     auto model = models::makeModel(cfg.model, config::isModelFile(cfg.model) ? 0 : data::datasetInfo(cfg.dataset).classes);

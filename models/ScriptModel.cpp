@@ -2,6 +2,7 @@
 
 #include <caffe2/serialize/inline_container.h>
 #include <fmt/format.h>
+#include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/script.h>
 #include <torch/torch.h>
@@ -9,6 +10,7 @@
 #include <zlib.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -19,6 +21,54 @@ namespace pstrain::models {
 namespace {
 
 std::string firstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+[[noreturn]] void refuseUntrusted(const std::string& path, const std::string& op, const std::string& where) {
+  throw ConfigError(fmt::format("{}: its code calls {} ({}), which reads or writes files or reaches other machines. "
+                                "A model file is a program, like a file for Python's torch.load: use only files you "
+                                "trust, and pass --trust-model to run this one",
+                                path, op, where));
+}
+
+// Before loading: the TorchScript source the archive carries (code/**.py), which the
+// loader compiles and whose __setstate__ methods it runs: each operator's calls as the
+// source spells them.
+void checkSource(caffe2::serialize::PyTorchStreamReader& archive, const std::string& path) {
+  static const std::pair<const char*, const char*> kCalls[] = {
+      {"torch.save(", "aten::save"},           {"ops.aten.save(", "aten::save"},
+      {"torch.from_file(", "aten::from_file"}, {"ops.aten.from_file(", "aten::from_file"},
+      {"rpc_sync(", "prim::rpc_sync"},         {"rpc_async(", "prim::rpc_async"},
+      {"rpc_remote(", "prim::rpc_remote"},     {"ops.prim.rpc_", "prim::rpc_*"}};
+  for (const std::string& record : archive.getAllRecords()) {
+    if (record.size() < 3 || record.compare(record.size() - 3, 3, ".py") != 0) continue;
+    const auto [data, size] = archive.getRecord(record);
+    const std::string code(static_cast<const char*>(data.get()), size);
+    for (const auto& [spelling, op] : kCalls) {
+      if (code.find(spelling) != std::string::npos) refuseUntrusted(path, op, "in " + record);
+    }
+  }
+}
+
+// After loading: every function compiled from the file (methods of the module and its
+// submodules, __setstate__, free functions), blocks included.
+void checkGraphs(const torch::jit::Module& module, const std::string& path) {
+  std::function<void(torch::jit::Block*, const std::string&)> walk = [&](torch::jit::Block* block,
+                                                                          const std::string& function) {
+    for (torch::jit::Node* node : block->nodes()) {
+      const std::string kind = node->kind().toQualString();
+      bool named = false;
+      if (const c10::FunctionSchema* schema = node->maybeSchema()) {
+        for (const auto& argument : schema->arguments()) named = named || argument.name() == "filename";
+      }
+      if (named || kind.rfind("prim::rpc_", 0) == 0) refuseUntrusted(path, kind, "in " + function);
+      for (torch::jit::Block* inner : node->blocks()) walk(inner, function);
+    }
+  };
+  for (torch::jit::Function* function : module._ivalue()->compilation_unit()->get_functions()) {
+    if (function->isGraphFunction()) {
+      walk(torch::jit::toGraphFunction(*function).graph()->block(), function->qualname().qualifiedName());
+    }
+  }
+}
 
 // "crc32 1a2b3c4d, 123456 bytes": what the start-up handshake compares across ranks.
 std::string identityOf(const std::string& path) {
@@ -111,8 +161,9 @@ std::shared_ptr<Net> loadScriptModel(const std::string& path) {
     throw ConfigError(fmt::format("--model {}: no such file (a TorchScript file, from "
                                   "torch.jit.script(model).save(FILE); the zoo's names: --list-models)", path));
   }
+  std::unique_ptr<caffe2::serialize::PyTorchStreamReader> archive;
   try {
-    caffe2::serialize::PyTorchStreamReader archive(path);  // checks the format version
+    archive = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);  // checks the format version
   } catch (const c10::Error& e) {
     const std::string why = firstLine(e.what_without_backtrace());
     if (why.find("version") != std::string::npos) {
@@ -123,6 +174,8 @@ std::shared_ptr<Net> loadScriptModel(const std::string& path) {
     throw ConfigError(fmt::format("{}: not a TorchScript file (not a PyTorch archive: {}); save the model with "
                                   "torch.jit.script(model).save(\"{}\")", path, why, path));
   }
+  if (!trustModelFiles()) checkSource(*archive, path);
+  archive.reset();
   torch::jit::setGraphExecutorOptimize(false);
   torch::jit::Module module;
   try {
@@ -141,7 +194,13 @@ std::shared_ptr<Net> loadScriptModel(const std::string& path) {
   if (!module.find_method("forward")) {
     throw ConfigError(fmt::format("{}: the TorchScript module has no forward method", path));
   }
+  if (!trustModelFiles()) checkGraphs(module, path);
   return std::make_shared<ScriptNet>(std::move(module), path);
+}
+
+bool& trustModelFiles() {
+  static bool trusted = false;
+  return trusted;
 }
 
 }  // namespace pstrain::models

@@ -17,6 +17,15 @@ namespace pstrain::models {
 // Turns TorchScript's graph optimizer off for the whole process: the profiling executor
 // recompiles during the first calls and its fusers may change numerics, and runs must be
 // reproducible.
+// A model file is a program: torch::jit::load runs its __setstate__ methods and training
+// runs its forward, and TorchScript can reach files (aten::save, aten::from_file: any
+// operator with a filename) and other machines (rpc). Unless trustModelFiles() is set
+// (--trust-model), such a file is refused with a ConfigError naming the operator: before
+// loading, by the source it carries (what __setstate__ runs), and after, by every compiled
+// function of its module and submodules.
 std::shared_ptr<Net> loadScriptModel(const std::string& path);
+
+// Whether model files may call such operators (set by main() from --trust-model).
+bool& trustModelFiles();
 
 }  // namespace pstrain::models

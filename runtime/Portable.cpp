@@ -129,4 +129,10 @@ std::string libraryDefining(const char* name) {
   return ::realpath(info.dli_fname, resolved) ? resolved : info.dli_fname;
 }
 
+std::string hostName() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0 || !name[0]) return "localhost";
+  return name;
+}
+
 }  // namespace pstrain::portable

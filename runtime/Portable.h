@@ -42,4 +42,7 @@ void* symbolAddress(const char* name, const std::string& library = "");
 // alternatives make libblas.so.3 a chain of them), or "" when none does.
 std::string libraryDefining(const char* name);
 
+// This host's name (gethostname), "localhost" when it has none.
+std::string hostName();
+
 }  // namespace pstrain::portable

@@ -2,8 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <cstring>
+#include <set>
 #include <string_view>
 #include <vector>
 
@@ -161,10 +164,16 @@ void checkArchive(const std::string& bytes, const std::string& path) {
   };
   const auto failWith = [&](const std::string& what) { fail(what); };
   bool sawPickle = false;
+  // libtorch finds a record by name case-insensitively (miniz's default): so is data.pkl
+  // found here, and two names that differ only in case are two records the loader cannot
+  // tell apart (which one it reads is not the one checked).
+  std::set<std::string> names;
   for (const zip::Entry& entry : zip::readDirectory(b.size(), read, failWith)) {
     if (entry.method != 0 || entry.compressedSize != entry.size) fail(fmt::format("record {} is compressed", entry.name));
     const std::uint64_t data = zip::dataOffset(entry, b.size(), read, failWith);
-    const std::string& name = entry.name;
+    std::string name = entry.name;
+    std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+    if (!names.insert(name).second) fail(fmt::format("two records named {} (letter case aside)", entry.name));
     if (name.size() >= 9 && name.compare(name.size() - 9, 9, "/data.pkl") == 0) {
       checkPickle(b.substr(data, entry.size), fail);
       sawPickle = true;

@@ -12,6 +12,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 
@@ -19,6 +20,7 @@
 #include "runtime/checkpoint/ArchiveCheck.h"
 #include "runtime/rundir/AtomicFile.h"
 #include "runtime/rundir/RunFiles.h"
+#include "runtime/rundir/TrainDir.h"
 
 namespace pstrain::checkpoint {
 namespace {
@@ -99,7 +101,9 @@ struct Written {
 // dicts carry no TorchScript type tag (a call of torch.jit._pickle.restore_type_tag), which
 // torch.load refuses under weights_only=True, its default since PyTorch 2.6: the file holds
 // only what that safe unpickler allows (dicts, strings, ints, tensors).
-Written writePickle(const std::string& path, const c10::IValue& value) {
+// `beforeRename` runs once the file is whole and durable, just before it replaces `path`.
+Written writePickle(const std::string& path, const c10::IValue& value,
+                    const std::function<void()>& beforeRename = nullptr) {
   std::vector<char> pickle;  // the object structure; tensor data are separate records
   torch::jit::Pickler pickler([&](const char* data, std::size_t size) { pickle.insert(pickle.end(), data, data + size); },
                               /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
@@ -126,7 +130,7 @@ Written writePickle(const std::string& path, const c10::IValue& value) {
     throw CheckpointError(fmt::format("{}: could not be written ({})", path, e.what_without_backtrace()));
   }
   if (failure) std::rethrow_exception(failure);
-  file.commit();
+  file.commit(beforeRename);
   return {file.size(), file.crc32()};
 }
 
@@ -141,9 +145,11 @@ GenericDict optimizerDict(const Checkpoint& ckpt) {
 }  // namespace
 
 std::string publish(const std::string& dir, const Checkpoint& ckpt) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw CheckpointError(fmt::format("{}: cannot create directory ({})", dir, ec.message()));
+  try {
+    ::close(rundir::openPrivateDirectory(dir));
+  } catch (const ConfigError& e) {
+    throw CheckpointError(e.what());
+  }
 
   GenericDict meta = stringKeyedDict();
   meta.insert("format", kFormat);
@@ -165,11 +171,15 @@ std::string publish(const std::string& dir, const Checkpoint& ckpt) {
   top.insert("__meta__", meta);
   fs::path base = fs::path(dir) / rundir::checkpointName(ckpt.step);
   std::string ptPath = base.string() + ".pt";
-  // Republishing a step (after a resume): its old marker goes first, so that no reader
-  // pairs it with the new file while that is renamed into place.
-  if (::unlink((base.string() + ".ok").c_str()) == 0) rundir::syncDirectory(dir);
-  const Written pt = writePickle(ptPath, top);
-  rundir::atomicWrite(base.string() + ".ok",
+  // Republishing a step (after a resume): its old marker goes once the new file is whole
+  // and durable, just before that replaces the old one, so that no reader pairs the old
+  // marker with the new file, and a write that fails (a full disk) leaves the old
+  // checkpoint published.
+  const std::string okPath = base.string() + ".ok";
+  const Written pt = writePickle(ptPath, top, [&] {
+    if (::unlink(okPath.c_str()) == 0) rundir::syncDirectory(dir);
+  });
+  rundir::atomicWrite(okPath,
               fmt::format("pstrain-checkpoint {}\nbytes {}\ncrc32 {:08x}\n", kFormat, pt.bytes, pt.crc32));
   return ptPath;
 }

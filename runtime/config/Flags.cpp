@@ -131,6 +131,10 @@ const std::vector<Flag> kFlags = {
        require(!(c.resume && c.overwrite), "--resume continues the run in --train-dir, --overwrite replaces it: choose one"); }},
     {"resume", "Run", "continue the run in --train-dir from its newest valid checkpoint (same result as an uninterrupted run)",
      &TrainConfig::resume, A::Compared, nullptr, nullptr},
+    {"trust-model", "Model and data",
+     "run a model file whose code reads or writes files or reaches other machines (aten::save, aten::from_file, "
+     "rpc); without it such a file is refused: a model file is a program",
+     &TrainConfig::trustModel, A::Compared, nullptr, nullptr},
     {"skip-nonfinite", "Run", "drop and count a step whose loss or averaged gradient is NaN/inf instead of stopping",
      &TrainConfig::skipNonfinite, A::Compared, nullptr, nullptr},
     {"inject-nan", "Run", "testing: RANK:STEP makes worker RANK's loss NaN at STEP",

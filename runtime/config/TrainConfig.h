@@ -53,6 +53,7 @@ struct TrainConfig {
   bool probe = false;
   bool resume = false;
   bool skipNonfinite = false;
+  bool trustModel = false;                // a model file may call file or network operators
   std::string injectNan;                  // testing: "RANK:STEP"
   std::int64_t checkpointEvery = 500;
   std::int64_t logEvery = 50;

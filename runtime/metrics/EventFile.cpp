@@ -4,11 +4,11 @@
 #include <unistd.h>
 
 #include <array>
-#include <cerrno>
 #include <chrono>
 #include <cstring>
 
 #include "runtime/Errors.h"
+#include "runtime/Portable.h"
 
 namespace pstrain::metrics {
 namespace {
@@ -68,12 +68,6 @@ std::string eventHeader(double wallTime, std::int64_t step) {
   return event;
 }
 
-std::string hostName() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0 || !name[0]) return "localhost";
-  return name;
-}
-
 double unixSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -126,22 +120,13 @@ std::string EventFile::scalarEvent(double wallTime, std::int64_t step, const Sca
 }
 
 EventFile::EventFile(const std::string& dir)
-    : path_(fmt::format("{}/events.out.tfevents.{}.{}.{}", dir, static_cast<std::int64_t>(unixSeconds()), hostName(),
-                        static_cast<long>(::getpid()))),
-      file_(std::fopen(path_.c_str(), "ab")) {
-  if (!file_) throw Error(fmt::format("{}: cannot create the TensorBoard event file ({})", path_, std::strerror(errno)));
-  append(versionEvent(unixSeconds()));
+    : file_(fmt::format("{}/events.out.tfevents.{}.{}.{}", dir, static_cast<std::int64_t>(unixSeconds()),
+                        portable::hostName(), static_cast<long>(::getpid()))) {
+  file_.append(record(versionEvent(unixSeconds())));
 }
 
-EventFile::~EventFile() { std::fclose(file_); }
-
-void EventFile::write(std::int64_t step, const Scalars& scalars) { append(scalarEvent(unixSeconds(), step, scalars)); }
-
-void EventFile::append(const std::string& data) {
-  const std::string framed = record(data);
-  if (std::fwrite(framed.data(), 1, framed.size(), file_) != framed.size() || std::fflush(file_) != 0) {
-    throw Error(fmt::format("{}: write failed ({})", path_, std::strerror(errno)));
-  }
+void EventFile::write(std::int64_t step, const Scalars& scalars) {
+  file_.append(record(scalarEvent(unixSeconds(), step, scalars)));
 }
 
 }  // namespace pstrain::metrics

@@ -8,10 +8,11 @@
 // simple_value). `tensorboard --logdir` on the directory or a parent of it shows them.
 // Torch-free.
 #include <cstdint>
-#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "runtime/metrics/RecordFile.h"
 
 namespace pstrain::metrics {
 
@@ -32,15 +33,12 @@ class EventFile {
   // so that a resumed run or pseval adds one beside the earlier ones and TensorBoard reads
   // them as one run. Throws pstrain::Error when it cannot be created.
   explicit EventFile(const std::string& dir);
-  ~EventFile();
-  EventFile(const EventFile&) = delete;
-  EventFile& operator=(const EventFile&) = delete;
 
-  // One event at `step` holding `scalars`, written and flushed (a crash loses at most the
-  // record being written). Non-finite values are written as they are (TensorBoard shows
-  // NaN). Throws pstrain::Error when the write fails.
+  // One event at `step` holding `scalars`, as one record of a RecordFile (whole or not at
+  // all; a crash loses at most the record being written). Non-finite values are written
+  // as they are (TensorBoard shows NaN). Throws pstrain::Error when the write fails.
   void write(std::int64_t step, const Scalars& scalars);
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path(); }
 
   // The wire forms, for the tests: one framed record, and the serialized Event protos.
   static std::string record(const std::string& data);
@@ -48,10 +46,7 @@ class EventFile {
   static std::string scalarEvent(double wallTime, std::int64_t step, const Scalars& scalars);
 
  private:
-  void append(const std::string& data);
-
-  std::string path_;
-  std::FILE* file_;
+  RecordFile file_;
 };
 
 }  // namespace pstrain::metrics

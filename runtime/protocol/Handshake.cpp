@@ -8,9 +8,41 @@
 
 namespace pstrain::protocol {
 
+namespace {
+
+// A fact's key or value on one line: backslash and newline escaped, so that a value (a path,
+// a host name) can neither end its line early nor add a fact of its own.
+std::string escaped(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+std::string unescaped(const std::string& text, int rank) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\\') {
+      out += text[i];
+      continue;
+    }
+    const char next = i + 1 < text.size() ? text[++i] : '\0';
+    if (next != '\\' && next != 'n') {
+      throw CommError(fmt::format("rank {} sent a malformed start-up fact (a different pstrain version?)", rank));
+    }
+    out += next == 'n' ? '\n' : '\\';
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string encodeFacts(const Facts& facts) {
   std::string encoded;
-  for (const auto& [key, value] : facts) encoded += key + "=" + value + "\n";
+  for (const auto& [key, value] : facts) encoded += escaped(key) + "=" + escaped(value) + "\n";
   return encoded;
 }
 
@@ -23,7 +55,7 @@ std::map<std::string, std::string> decodeFacts(const std::string& encoded, int r
     if (eq == std::string::npos) {
       throw CommError(fmt::format("rank {} sent a malformed start-up fact (a different pstrain version?)", rank));
     }
-    facts[line.substr(0, eq)] = line.substr(eq + 1);
+    facts[unescaped(line.substr(0, eq), rank)] = unescaped(line.substr(eq + 1), rank);
   }
   return facts;
 }

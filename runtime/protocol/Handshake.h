@@ -20,8 +20,9 @@ using Facts = std::vector<std::pair<std::string, std::string>>;
 std::vector<std::map<std::string, std::string>> handshake(comm::Communicator& comm,
                                                           const Facts& mine);
 
-// The wire form of a rank's facts: "key=value" lines. decodeFacts accepts any bytes (they
-// come from the network): a line without '=' is a CommError.
+// The wire form of a rank's facts: "key=value" lines, backslash and newline escaped ("\\",
+// "\n") in both. decodeFacts accepts any bytes (they come from the network): a line
+// without '=' or a bad escape is a CommError.
 std::string encodeFacts(const Facts& facts);
 std::map<std::string, std::string> decodeFacts(const std::string& encoded, int rank);
 

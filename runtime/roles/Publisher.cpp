@@ -83,6 +83,25 @@ std::string tensorBoardTag(const std::string& key) {
   return it != tags.end() ? it->second : "mode/" + key;
 }
 
+// Runs `write`, one of the run's periodic outputs (a checkpoint, a metrics line, an event
+// record). A failure (a full disk) costs that output, not the run: it is reported, once
+// until a write of its kind succeeds again (`failing`), and training goes on.
+template <typename Write>
+bool bestEffort(bool& failing, std::int64_t step, const char* what, Write&& write) {
+  try {
+    write();
+    failing = false;
+    return true;
+  } catch (const Error& e) {
+    if (!failing) {
+      std::cerr << fmt::format("pstrain: step {}: {} not written, training goes on: {}", step, what, e.what())
+                << std::endl;
+    }
+    failing = true;
+    return false;
+  }
+}
+
 metrics::Scalars tensorBoardScalars(const metrics::JsonObject& line) {
   metrics::Scalars scalars;
   for (const auto& [key, value] : line.numbers()) {
@@ -123,8 +142,14 @@ void Publisher::record(std::int64_t step, double lr, const StepStats& stats) {
   const std::int64_t done = step + 1;
   if (done % cfg_.logEvery == 0 || done == total_) writeLine(done);
   if (cfg_.checkpointEvery > 0 && done % cfg_.checkpointEvery == 0 && done != total_) {
-    checkpoint::publish(rundir::pathOf(cfg_.trainDir, rundir::kCheckpoints), snapshot(done));
-    rundir::discardSetAside(cfg_.trainDir);  // the earlier run this one replaces goes now
+    // The last published checkpoint stays what --resume and pseval use; the final one is
+    // tried at the end, and its failure is the run's.
+    bool reportEach = false;
+    if (bestEffort(reportEach, done, "checkpoint", [&] {
+          checkpoint::publish(rundir::pathOf(cfg_.trainDir, rundir::kCheckpoints), snapshot(done));
+        })) {
+      rundir::discardSetAside(cfg_.trainDir);  // the earlier run this one replaces goes now
+    }
   }
 }
 
@@ -168,8 +193,8 @@ void Publisher::writeLine(std::int64_t done) {
   windowCpuStart_ = cpu;
   line.add("rank0_peak_rss_mib", portable::peakRssMib());  // does the server fit next to a worker?
   if (extras_) extras_(line);
-  log_.write(line);
-  if (events_) events_->write(done, tensorBoardScalars(line));
+  bestEffort(failing_.metrics, done, "metrics.jsonl line", [&] { log_.write(line); });
+  if (events_) bestEffort(failing_.events, done, "TensorBoard record", [&] { events_->write(done, tensorBoardScalars(line)); });
   std::cout << metrics::progressLine(progress) << std::endl;
   window_ = StepStats();
   windowSteps_ = 0;

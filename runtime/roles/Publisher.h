@@ -36,12 +36,13 @@ class Publisher {
 
   // After update `step` (0-based): adds `stats` to the current window. Every --log-every
   // steps and at the last step it writes a metrics.jsonl line and a progress line; it
-  // publishes a checkpoint when one is due.
+  // publishes a checkpoint when one is due. A checkpoint, line or record that cannot be
+  // written (a full disk) is reported and skipped: training goes on.
   void record(std::int64_t step, double lr, const StepStats& stats);
 
   // After the last update (`stepsDone` of them; fewer than planned after --max-seconds or a
   // stop request): logs what the window still holds, publishes the final checkpoint and
-  // trained_model.pt, except after a stop request, which leaves a run to resume (and sets
+  // trained_model.pt (throwing when they cannot be written), except after a stop request, which leaves a run to resume (and sets
   // stoppedOnRequest()). Reads the extras (setExtras) once more: call it while what they
   // capture is alive.
   void finish(std::int64_t stepsDone);
@@ -58,6 +59,9 @@ class Publisher {
   std::int64_t firstStep_;
   metrics::JsonLines log_;
   std::unique_ptr<metrics::EventFile> events_;  // null with --tensorboard off
+  struct {
+    bool metrics = false, events = false;
+  } failing_;  // the last write of each kind failed (a full disk): reported once
   double start_;  // steady clock seconds
   double windowStart_;
   double windowCpuStart_;  // rank 0's process CPU seconds at windowStart_

@@ -68,10 +68,11 @@ void AtomicFile::write(const void* data, std::size_t bytes) {
   }
 }
 
-void AtomicFile::commit() {
+void AtomicFile::commit(const std::function<void()>& beforeRename) {
   const bool synced = portable::syncToDisk(fd_);
   const bool closed = ::close(fd_) == 0;
   fd_ = -1;
+  if (synced && closed && beforeRename) beforeRename();
   if (!synced || !closed || ::rename(temp_.c_str(), target_.c_str()) != 0) {
     throw CheckpointError(fmt::format("{}: could not be saved ({})", target_, std::strerror(errno)));
   }

@@ -3,6 +3,7 @@
 // and renamed into place. Torch-free; checkpoints, run.json and markers are written so.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace pstrain::rundir {
@@ -19,7 +20,9 @@ class AtomicFile {
   ~AtomicFile();
 
   void write(const void* data, std::size_t bytes);
-  void commit();
+  // Makes the file durable, runs `beforeRename` (if any: the file is then whole on disk,
+  // PATH still the old one), and renames it to PATH.
+  void commit(const std::function<void()>& beforeRename = nullptr);
   std::size_t size() const { return size_; }
   std::uint32_t crc32() const { return crc_; }
 

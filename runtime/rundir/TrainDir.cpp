@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "runtime/Errors.h"
+#include "runtime/Portable.h"
 #include "runtime/rundir/AtomicFile.h"
 #include "runtime/rundir/RunFiles.h"
 
@@ -20,6 +21,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Who holds a lock, from its .lock's "host:pid" ("pid" alone: an earlier version's).
+std::string lockHolder(const std::string& content) {
+  const auto colon = content.rfind(':');
+  if (colon == std::string::npos) return fmt::format("pid {}", content);
+  return fmt::format("pid {} on {}", content.substr(colon + 1), content.substr(0, colon));
+}
 
 }  // namespace
 
@@ -40,35 +47,26 @@ TrainDir::TrainDir(const config::TrainConfig& cfg) : cfg_(cfg) {
     state_ = "writable";
     return;
   }
-  fs::create_directories(dir, ec);
-  if (ec) {
-    throw ConfigError(fmt::format("{}: not writable: cannot create it ({}); choose another --train-dir", cfg.trainDir,
-                                  ec.message()));
-  }
-  struct stat info;
-  if (::stat(dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
-    throw ConfigError(fmt::format("{}: not a directory", cfg.trainDir));
-  }
-  // Checkpoints are unpickled by torch.load and by pstrain --resume: nobody else may write them.
-  if (info.st_uid != ::geteuid() || (info.st_mode & (S_IWGRP | S_IWOTH))) {
-    throw ConfigError(fmt::format("{}: other users can write it (owner uid {}, mode {:04o}); a run's checkpoints "
-                                  "must be yours alone: chmod go-w it, or choose another --train-dir",
-                                  cfg.trainDir, info.st_uid, info.st_mode & 07777));
-  }
-  lock_.fd = ::open((dir / kLock).c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  dir_.fd = openPrivateDirectory(cfg.trainDir);
+  lock_.fd = ::openat(dir_.fd, kLock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (lock_.fd < 0) {
     throw ConfigError(fmt::format("{}: not writable: cannot open its .lock ({})", cfg.trainDir, std::strerror(errno)));
   }
   if (::flock(lock_.fd, LOCK_EX | LOCK_NB) != 0) {
-    char holder[32] = {};
+    if (errno != EWOULDBLOCK) {  // not held: this file system cannot lock (some network mounts)
+      throw ConfigError(fmt::format("{}: cannot lock its .lock ({}); choose a --train-dir on a file system that "
+                                    "supports flock", cfg.trainDir, std::strerror(errno)));
+    }
+    char holder[300] = {};
     (void)::pread(lock_.fd, holder, sizeof holder - 1, 0);
-    const std::string pid(holder);
-    throw ConfigError(fmt::format("{}: another pstrain job is using it (pid {}); wait for it, or choose another "
-                                  "--train-dir", cfg.trainDir, pid.substr(0, pid.find('\n'))));
+    const std::string who(holder);
+    throw ConfigError(fmt::format("{}: another pstrain job is using it ({}); wait for it, or choose another "
+                                  "--train-dir", cfg.trainDir, lockHolder(who.substr(0, who.find('\n')))));
   }
-  const std::string pid = std::to_string(::getpid()) + "\n";
-  // The pid is only for the message of a job that finds the dir locked.
-  if (::ftruncate(lock_.fd, 0) == 0) (void)::pwrite(lock_.fd, pid.data(), pid.size(), 0);
+  // host:pid, only for the message of a job that finds the dir locked (a shared train dir
+  // may be locked from another host).
+  const std::string holder = portable::hostName() + ":" + std::to_string(::getpid()) + "\n";
+  if (::ftruncate(lock_.fd, 0) == 0) (void)::pwrite(lock_.fd, holder.data(), holder.size(), 0);
   if (fs::exists(dir / kSetAside)) {
     throw ConfigError(fmt::format("{}/{} holds the files of a run that an interrupted start (--overwrite or "
                                   "--resume) set aside: move them back into {} to keep that run, or remove {}/{}",
@@ -116,8 +114,7 @@ void TrainDir::begin() {
       if (entry.path().filename().string().find(".tmp") != std::string::npos) fs::remove(entry.path(), ec);
     }
   }
-  fs::create_directories(dir / kCheckpoints, ec);
-  if (ec) throw Error(fmt::format("{}: cannot create ({})", (dir / kCheckpoints).string(), ec.message()));
+  ::close(openPrivateDirectory((dir / kCheckpoints).string()));
 }
 
 void TrainDir::restore() {
@@ -130,6 +127,40 @@ void TrainDir::restore() {
     fs::rename(entry.path(), back, ec);
   }
   fs::remove(aside, ec);
+}
+
+int openPrivateDirectory(const std::string& path) {
+  fs::path made;
+  for (const auto& part : fs::path(path)) {
+    made /= part;
+    if (::mkdir(made.c_str(), 0700) != 0 && errno != EEXIST) {
+      throw ConfigError(fmt::format("{}: not writable: cannot create {} ({}); choose another --train-dir", path,
+                                    made.string(), std::strerror(errno)));
+    }
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    const int error = errno;
+    struct stat link;
+    if (::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
+      throw ConfigError(fmt::format("{}: a symbolic link; give the directory it points to", path));
+    }
+    throw ConfigError(fmt::format("{}: not a directory, or cannot be opened ({})", path, std::strerror(error)));
+  }
+  struct stat info;
+  if (::fstat(fd, &info) != 0) {
+    const int error = errno;
+    ::close(fd);
+    throw ConfigError(fmt::format("{}: cannot be read ({})", path, std::strerror(error)));
+  }
+  // Checkpoints are unpickled by torch.load and by pstrain --resume: nobody else may write them.
+  if (info.st_uid != ::geteuid() || (info.st_mode & (S_IWGRP | S_IWOTH))) {
+    ::close(fd);
+    throw ConfigError(fmt::format("{}: other users can write it (owner uid {}, mode {:04o}); a run's checkpoints "
+                                  "must be yours alone: chmod go-w it, or choose another --train-dir",
+                                  path, info.st_uid, info.st_mode & 07777));
+  }
+  return fd;
 }
 
 void discardSetAside(const std::string& trainDir) {

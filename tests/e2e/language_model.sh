@@ -44,7 +44,7 @@ run_logged walk with_timeout 300 "$mpirun" -np 3 "$pstrain" "${common[@]}" --mod
 check "walk-through: trains, and writes the trained TorchScript module" test -s walk/trained_model.torchscript.pt
 check "walk-through: the progress line counts tokens/s" has walk.log "tokens/s"
 check "walk-through: the optimizer's state beside the weights" test -s walk/trained_model.optimizer.pt
-"$pseval" --train-dir walk > walk.eval.log 2>&1
+"$pseval" --train-dir walk --model gpt.pt > walk.eval.log 2>&1
 sed 's/^/     /' walk.eval.log
 loss=$(tail -1 walk/eval.csv | cut -d, -f4) perplexity=$(tail -1 walk/eval.csv | cut -d, -f6)
 ceiling=$(awk -v v="$vocab" 'BEGIN { printf "%.4f", 0.7 * log(v) }')
@@ -230,14 +230,14 @@ for mode in sync "backup --aggregate 1" async allreduce gossip; do
 done
 run_logged tags with_timeout 120 "$mpirun" -np 3 "$pstrain" "${common[@]}" --model tagger.pt --dataset tags.npz \
   --optimizer adamw --lr 0.05 --batch-size 32 --steps 60 --log-every 20 --checkpoint-every 0 --train-dir tags
-"$pseval" --train-dir tags > tags.eval.log 2>&1
+"$pseval" --train-dir tags --model tagger.pt > tags.eval.log 2>&1
 accuracy=$(tail -1 tags/eval.csv | cut -d, -f5)
 echo "     tagger: $(tail -1 tags.eval.log)"
 check "labels per position: pseval counts the positions, not the padding (token accuracy > 0.95)" ge "$accuracy" 0.95
 "$python" "$tools/text_to_bin.py" input.txt llmc --format llmc --name story > /dev/null
 run_logged llmc with_timeout 120 "$mpirun" -np 3 "$pstrain" "${common[@]}" --model tiny.pt --dataset llmc/story_train.bin \
   --block-size 16 --batch-size 4 --steps 5 --checkpoint-every 0 --train-dir llmc-run
-"$pseval" --train-dir llmc-run > llmc.eval.log 2>&1
+"$pseval" --train-dir llmc-run --model tiny.pt > llmc.eval.log 2>&1
 check "llm.c's token files train, their val split beside them" has llmc.eval.log "perplexity"
 
 # --- 7. bad input -------------------------------------------------------------------------

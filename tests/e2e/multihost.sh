@@ -67,7 +67,7 @@ ip netns exec "${ns[2]}" ip link set "${link[2]}" down
 cut=$(date +%s)
 wait $runner; rc=$?
 took=$(( $(date +%s) - cut ))
-grep -vE '^step ' "$scratch/run2.log" | sed 's/^/     /' | head -12
+grep -vE '^(\[[^]]*\] )?step ' "$scratch/run2.log" | sed 's/^/     /' | head -12
 check "link cut: the job ends non-zero (exit $rc)" test $rc -ne 0 -a $rc -ne 124
 check "link cut: it ends within the timeout (took ${took} s after the cut)" test $took -le 90
 # Open MPI's keepalive (5 + 3 x 2 s) notices the lost host first and ends the whole job,

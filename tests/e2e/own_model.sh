@@ -35,7 +35,7 @@ first_last_loss() { metric "$1" "f\"{lines[0]['loss']} {last['loss']}\""; }
 run 3 "$scratch/walk" --epochs 2 --lr 0.01 --lr-decay cosine --checkpoint-every 60
 check "walk-through: trains" test -f walk/trained_model.pt
 check "walk-through: writes the TorchScript module with its weights" test -s walk/trained_model.torchscript.pt
-"$pseval" --train-dir walk --predictions predictions.txt > walk.eval.log 2>&1
+"$pseval" --train-dir walk --model cnn.pt --predictions predictions.txt > walk.eval.log 2>&1
 accuracy=$(tail -1 walk/eval.csv | cut -d, -f5 | awk '{printf "%.2f", $1 * 100}')
 echo "     4000 samples, 2 epochs: test accuracy $accuracy%"
 check "walk-through: pseval evaluates the checkpoints (accuracy >= 75%)" ge "$accuracy" 75
@@ -116,7 +116,7 @@ PY
 run_logged regression with_timeout 120 "$mpirun" -np 3 "$pstrain" --device cpu --model mlp.pt --dataset regression.npz \
   --batch-size 25 --lr 0.02 --steps 100 --threads 1 --log-every 25 --checkpoint-every 50 --train-dir regression
 read -r first last <<< "$(first_last_loss regression)"
-"$pseval" --train-dir regression > regression.eval.log 2>&1
+"$pseval" --train-dir regression --model mlp.pt > regression.eval.log 2>&1
 echo "     mse: training loss $first -> $last; $(tail -1 regression.eval.log)"
 auto_loss=$("$python" -c "import torch; print(torch.load('regression/ckpt/step-00000100.pt')['__meta__']['loss'])")
 check "mse: --loss auto chose it for the float targets" test "$auto_loss" = mse
@@ -175,6 +175,62 @@ fails_with "unsupported dtype" "uint32.npz: array 'x_train': dtype '<u4' is not 
 fails_with "token ids into an image model" "forward fails on a batch of int64 token ids of shape \[2, 1, 28, 28\]" --model cnn.pt --dataset int16.npz
 fails_with "mse with a zoo model" "--loss mse needs a model of your own" --model lenet --loss mse
 fails_with "mse on class labels" "--loss mse needs float targets" --model cnn.pt --dataset small.npz --loss mse
+# A model file is a program: one that reaches files is refused unless trusted, whether its
+# forward or its __setstate__ (which loading runs) does so.
+"$python" - <<'PY'
+from typing import Tuple
+import torch
+class SavesInForward(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(784, 10)
+    def forward(self, x):
+        torch.ops.aten.save(x.sum(), "forward-wrote.bin")
+        return self.fc(x.flatten(1))
+class ReadsInForward(SavesInForward):
+    def forward(self, x):
+        return self.fc(x.flatten(1)) + torch.from_file("/etc/hostname", False, 1).sum() * 0
+class SavesInSetstate(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(784, 10)
+        self.register_buffer("scale", torch.ones(1))
+    def forward(self, x):
+        return self.fc(x.flatten(1)) * self.scale
+    @torch.jit.export
+    def __getstate__(self):
+        return (self.scale, self.training)
+    @torch.jit.export
+    def __setstate__(self, state: Tuple[torch.Tensor, bool]):
+        torch.ops.aten.save(state[0], "setstate-wrote.bin")
+        self.scale = state[0]
+        self.training = state[1]
+class Holder(torch.nn.Module):  # the culprit a submodule
+    def __init__(self):
+        super().__init__()
+        self.inner = SavesInSetstate()
+    def forward(self, x):
+        return self.inner(x)
+for cls, name in ((SavesInForward, "saves.pt"), (ReadsInForward, "reads.pt"), (Holder, "setstate.pt")):
+    torch.jit.script(cls()).save(name)
+PY
+fails_with "a forward that calls aten::save: refused, naming it" "saves.pt: its code calls aten::save .*--trust-model" \
+  --model saves.pt --dataset small.npz
+fails_with "a forward that calls aten::from_file: refused" "reads.pt: its code calls aten::from_file" --model reads.pt --dataset small.npz
+fails_with "a submodule's __setstate__ that calls aten::save: refused" "setstate.pt: its code calls aten::save" \
+  --model setstate.pt --dataset small.npz
+check "... and refused before loading ran it (nothing written)" test ! -e setstate-wrote.bin
+run_logged trusted with_timeout 60 "$mpirun" -np 3 "$pstrain" --threads 1 --steps 4 --checkpoint-every 2 \
+  --model saves.pt --dataset small.npz --trust-model --train-dir trusted
+check "--trust-model: the same file trains (and its forward wrote its file)" \
+  bash -c "[ -f trusted/trained_model.pt ] && [ -f forward-wrote.bin ]"
+"$pseval" --train-dir trusted > trusted.eval.log 2>&1
+check "pseval: a model file is run only when --model names it" \
+  bash -c "! [ -f trusted/eval.csv ] && grep -q 'pass --model FILE' trusted.eval.log"
+"$pseval" --train-dir trusted --model saves.pt > trusted.eval.log 2>&1
+check "pseval --model: refused without --trust-model" grep -q "its code calls aten::save" trusted.eval.log
+"$pseval" --train-dir trusted --model saves.pt --trust-model > trusted.eval.log 2>&1
+check "pseval --model --trust-model: evaluates" test "$(tail -n +2 trusted/eval.csv | wc -l)" -eq 2
 # Ranks holding different files under one relative path (as hosts with different copies).
 mkdir -p a b && cp cnn.pt a/net.pt && cp other.pt b/net.pt && cp small.npz a/ && cp small.npz b/
 out=$scratch/bad.out

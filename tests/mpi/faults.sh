@@ -41,7 +41,7 @@ kill -9 "$victim"
 killed_at=$(date +%s)
 wait $job; rc=$?
 took=$(( $(date +%s) - killed_at ))
-cat "$scratch/killed.log" | grep -vE '^step ' | sed 's/^/     /'
+cat "$scratch/killed.log" | grep -vE '^(\[[^]]*\] )?step ' | sed 's/^/     /'
 check "killed worker: the job ends non-zero" test $rc -ne 0
 check "killed worker: every rank gone within 30 s (took ${took} s)" test $took -le 30
 check "killed worker: mpirun names the lost rank" has "$scratch/killed.log" "process rank 2 .* exited on signal 9"
@@ -111,5 +111,47 @@ with_timeout 60 "$mpirun" -np 3 "$pstrain" --dataset synthetic --train-dir "$scr
 check "--resume with --overwrite: refused" bash -c "[ $rc -eq 2 ] && grep -q 'choose one' '$out'"
 train "$scratch/fresh" --resume > "$out" 2>&1; rc=$?
 check "--resume in an empty dir: starts at step 0" bash -c "[ $rc -eq 0 ] && grep -q 'no valid checkpoint' '$out'"
+
+# 6. A full disk (an 8 MiB tmpfs, filled after the first checkpoint): the periodic
+#    checkpoints, metrics lines and TensorBoard records that cannot be written are
+#    reported and training goes on; published checkpoints stay whole; only the final
+#    write is fatal. Linux as root (mount); elsewhere skipped.
+disk="$scratch/disk"
+mkdir -p "$disk"
+if [ "$(uname)" = Linux ] && mount -t tmpfs -o size=8m tmpfs "$disk" 2>/dev/null; then  # linux-only
+  trap 'umount "$disk" 2>/dev/null' EXIT
+  full_run() {  # full_run NAME FREE_AFTER_SECONDS (empty: the disk stays full)
+    train "$disk/$1" --straggle 2:20 > "$scratch/$1.log" 2>&1 &
+    local job=$!
+    wait_for "$disk/$1/ckpt/step-00000020.ok"
+    dd if=/dev/zero of="$disk/filler" bs=64k 2>/dev/null
+    if [ -n "$2" ]; then sleep "$2"; rm -f "$disk/filler"; fi
+    wait $job
+    rc=$?
+    rm -f "$disk/filler"
+    grep -E "not written|could not|error" "$scratch/$1.log" | head -4 | sed 's/^/     /'
+  }
+  whole() {  # whole DIR: every published checkpoint evaluates, metrics.jsonl parses, every event record's CRC holds
+    "$pseval" --train-dir "$1" > "$1.eval.log" 2>&1 && ! grep -q skipping "$1.eval.log" &&
+      [ "$(tail -n +2 "$1/eval.csv" | wc -l)" -eq "$(find "$1/ckpt" -name '*.ok' | wc -l)" ] &&
+      python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$1/metrics.jsonl" &&
+      python3 "$(dirname "$0")/../common/tfevents.py" dump "$1"/events.out.tfevents.* > /dev/null &&
+      [ -z "$(find "$1/ckpt" -name '*.tmp*')" ]
+  }
+  full_run filled 2
+  check "full disk: a periodic checkpoint fails with a message naming the step and why" \
+    has "$scratch/filled.log" "pstrain: step [0-9]+: checkpoint not written, training goes on: .*No space left on device"
+  check "full disk, freed before the end: training finishes (exit 0) with its final checkpoint" \
+    bash -c "[ $rc -eq 0 ] && [ -f '$disk/filled/ckpt/step-00000300.ok' ] && [ -f '$disk/filled/trained_model.pt' ]"
+  check "full disk: every published checkpoint loads, no torn line or record, no temporary left" whole "$disk/filled"
+  full_run stays ""
+  check "disk full to the end: only the final write fails the job" \
+    bash -c "[ $rc -ne 0 ] && grep -q 'could not be saved\|write failed' '$scratch/stays.log' && grep -q 'step 300/300' '$scratch/stays.log'"
+  check "disk full to the end: the last good checkpoint still loads" whole "$disk/stays"
+  umount "$disk"
+  trap - EXIT
+else
+  echo "skipped: a full disk needs Linux and root (mount -t tmpfs)"
+fi
 
 checks_done

@@ -92,7 +92,7 @@ with_timeout 120 "$mpirun" -np 3 "$pstrain" --model lenet "${common[@]}" --steps
 first=$!
 for _ in $(seq 300); do [ -e busy/run.json ] && break; sleep 0.1; done
 with_timeout 60 "$mpirun" -np 3 "$pstrain" --model lenet "${common[@]}" --steps 10 --train-dir "$scratch/busy" --overwrite > second.log 2>&1
-check "a second job on the same train dir: refused" has second.log "another pstrain job is using it \(pid [0-9]+\)"
+check "a second job on the same train dir: refused" has second.log "another pstrain job is using it \(pid [0-9]+ on [^)]+\)"
 stop_job $first; wait $first
 mkdir -p shared && chmod 0777 shared
 with_timeout 60 "$mpirun" -np 3 "$pstrain" --model lenet "${common[@]}" --steps 10 --train-dir "$scratch/shared" > shared.log 2>&1

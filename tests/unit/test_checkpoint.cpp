@@ -11,7 +11,9 @@
 #include "runtime/rundir/AtomicFile.h"
 #include "runtime/Errors.h"
 #include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/checkpoint/ArchiveCheck.h"
 #include "tests/common/ScratchDir.h"
+#include "tests/common/ZipOf.h"
 
 using namespace pstrain;
 namespace fs = std::filesystem;
@@ -230,4 +232,26 @@ TEST_F(Checkpoints, RemoveTreeDeletesEverythingBelowButNotWhatLinksPointAt) {
   std::ofstream(dir / "single") << "z";
   rundir::removeTree((dir / "single").string());
   EXPECT_FALSE(fs::exists(dir / "single"));
+}
+
+// libtorch finds data.pkl case-insensitively: so does the check, and names that differ only
+// in case (the loader cannot tell which it reads) are refused.
+TEST(ArchiveCheck, DataPklInAnyCaseIsCheckedAndDuplicateNamesAreRefused) {
+  using testsupport::zipOf;
+  const std::string good = std::string("\x80\x02}.", 4);  // PROTO 2, EMPTY_DICT, STOP
+  const std::string unbalanced = std::string("\x80\x02t.", 4);  // TUPLE without a MARK
+  auto errorOf = [](const std::string& bytes) {
+    try {
+      checkpoint::checkArchive(bytes, "a.pt");
+    } catch (const CheckpointError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(errorOf(zipOf({{"a/data.pkl", good}})), "");
+  EXPECT_NE(errorOf(zipOf({{"a/DATA.PKL", unbalanced}})).find("without a MARK"), std::string::npos);
+  EXPECT_NE(errorOf(zipOf({{"a/Data.pkl", good}, {"a/data.pkl", unbalanced}})).find("two records named a/data.pkl"),
+            std::string::npos);
+  EXPECT_NE(errorOf(zipOf({{"a/data.pkl", good}, {"a/data/0", "x"}, {"A/DATA/0", "y"}})).find("two records"),
+            std::string::npos);
 }

@@ -15,8 +15,11 @@
 #include "data/Npz.h"
 #include "runtime/Errors.h"
 #include "tests/common/ScratchDir.h"
+#include "tests/common/ZipOf.h"
 
 using namespace pstrain;
+using testsupport::Member;
+using testsupport::zipOf;
 
 namespace {
 
@@ -37,55 +40,6 @@ std::string npy(const std::string& descr, const std::string& shape, const std::s
 template <typename T>
 std::string bytesOf(const std::vector<T>& values) {
   return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(T));
-}
-
-void put(std::string& out, std::uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; ++i) out += static_cast<char>((value >> (8 * i)) & 0xff);
-}
-
-struct Member {
-  std::string name, data;
-  bool deflate = false;
-};
-
-// A zip archive of `members` (stored, or raw deflate), with a central directory.
-std::string zipOf(const std::vector<Member>& members) {
-  std::string out, directory;
-  for (const Member& m : members) {
-    const auto crc = static_cast<std::uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(m.data.data()),
-                                                      static_cast<uInt>(m.data.size())));
-    std::string body = m.data;
-    if (m.deflate) {
-      z_stream z{};
-      deflateInit2(&z, 6, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY);
-      body.assign(deflateBound(&z, static_cast<uLong>(m.data.size())), '\0');
-      z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(m.data.data()));
-      z.avail_in = static_cast<uInt>(m.data.size());
-      z.next_out = reinterpret_cast<Bytef*>(body.data());
-      z.avail_out = static_cast<uInt>(body.size());
-      deflate(&z, Z_FINISH);
-      body.resize(z.total_out);
-      deflateEnd(&z);
-    }
-    const std::uint64_t local = out.size();
-    put(out, 0x04034b50, 4);
-    put(out, 20, 2), put(out, 0, 2), put(out, m.deflate ? 8 : 0, 2), put(out, 0, 4);
-    put(out, crc, 4), put(out, body.size(), 4), put(out, m.data.size(), 4);
-    put(out, m.name.size(), 2), put(out, 0, 2);
-    out += m.name + body;
-    put(directory, 0x02014b50, 4);
-    put(directory, 20, 2), put(directory, 20, 2), put(directory, 0, 2), put(directory, m.deflate ? 8 : 0, 2);
-    put(directory, 0, 4), put(directory, crc, 4), put(directory, body.size(), 4), put(directory, m.data.size(), 4);
-    put(directory, m.name.size(), 2), put(directory, 0, 2), put(directory, 0, 2), put(directory, 0, 2);
-    put(directory, 0, 2), put(directory, 0, 4), put(directory, local, 4);
-    directory += m.name;
-  }
-  const std::uint64_t at = out.size();
-  out += directory;
-  put(out, 0x06054b50, 4);
-  put(out, 0, 2), put(out, 0, 2), put(out, members.size(), 2), put(out, members.size(), 2);
-  put(out, directory.size(), 4), put(out, at, 4), put(out, 0, 2);
-  return out;
 }
 
 class Npz : public ::testing::Test {

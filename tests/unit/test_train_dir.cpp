@@ -2,12 +2,14 @@
 // write, an earlier run kept until the new one has a checkpoint; and checkpoint names.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "runtime/Errors.h"
+#include "runtime/Portable.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/rundir/RunFiles.h"
 #include "runtime/rundir/TrainDir.h"
@@ -49,6 +51,9 @@ TEST_F(TrainDir, OneJobAtATime) {
   EXPECT_EQ(first.state(), "writable");
   const std::string second = refusal(cfg());
   EXPECT_NE(second.find("another pstrain job is using it"), std::string::npos) << second;
+  // Who holds it, as its .lock says: host and pid (a shared train dir may be locked elsewhere).
+  EXPECT_NE(second.find("(pid " + std::to_string(::getpid()) + " on " + portable::hostName() + ")"), std::string::npos)
+      << second;
 }
 
 TEST_F(TrainDir, RefusesADirOthersCanWrite) {
@@ -97,4 +102,25 @@ TEST_F(TrainDir, CheckpointNamesReadBack) {
   EXPECT_FALSE(rundir::checkpointStep("step-00000500.pt", ".ok"));             // another kind
   EXPECT_FALSE(rundir::checkpointStep("step-0000000000000000001.ok", ".ok"));  // 19 digits: not ours
   EXPECT_FALSE(rundir::checkpointStep("step-0000x500.ok", ".ok"));
+}
+
+// Run directories are 0700 whatever the umask, and checked on a descriptor that did not
+// follow a symbolic link.
+TEST_F(TrainDir, RunDirectoriesArePrivateAndNotSymbolicLinks) {
+  const mode_t previous = ::umask(0);
+  const fs::path made = scratch.path() / "new" / "run";
+  ::close(rundir::openPrivateDirectory(made.string()));
+  ::umask(previous);
+  struct stat info;
+  ASSERT_EQ(::stat(made.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0700u);
+  ASSERT_EQ(::stat(made.parent_path().c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0700u);  // the parents it created too
+  fs::create_directory_symlink(made, scratch.path() / "link");
+  try {
+    ::close(rundir::openPrivateDirectory((scratch.path() / "link").string()));
+    ADD_FAILURE() << "a symbolic link was followed";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("a symbolic link"), std::string::npos) << e.what();
+  }
 }

@@ -7,6 +7,7 @@
 // 23 scalars to an event file in DIR. Rank 0 prints one JSON line: the medians over the
 // rounds, in microseconds.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
