@@ -28,8 +28,8 @@
 #include "runtime/config/Flags.h"
 #include "runtime/metrics/Clock.h"
 #include "runtime/Portable.h"
+#include "runtime/rundir/AtomicFile.h"
 #include "runtime/rundir/RunFiles.h"
-#include "runtime/rundir/TrainDir.h"
 #include "runtime/metrics/Json.h"
 #include "runtime/metrics/JsonLines.h"
 

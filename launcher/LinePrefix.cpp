@@ -54,6 +54,9 @@ void prefixLines(int rank, const std::string& host) {
   linePrefix() = "[" + std::to_string(rank) + "@" + host + "] ";
   std::cout.flush();
   std::cerr.flush();
+  // Lines, not every insertion: with unitbuf (cerr's default) each << would be flushed and
+  // so written as a line of its own.
+  std::cerr.unsetf(std::ios_base::unitbuf);
   // Never deleted: the streams are flushed during exit, after static objects are gone.
   std::cout.rdbuf(new PrefixedLines(STDOUT_FILENO, linePrefix()));
   std::cerr.rdbuf(new PrefixedLines(STDERR_FILENO, linePrefix()));

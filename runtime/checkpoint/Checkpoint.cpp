@@ -20,7 +20,6 @@
 #include "runtime/checkpoint/ArchiveCheck.h"
 #include "runtime/rundir/AtomicFile.h"
 #include "runtime/rundir/RunFiles.h"
-#include "runtime/rundir/TrainDir.h"
 
 namespace pstrain::checkpoint {
 namespace {
@@ -112,16 +111,20 @@ Written writePickle(const std::string& path, const c10::IValue& value,
   pickler.pushIValue(value);
   pickler.stop();
   rundir::AtomicFile file(path);
-  std::exception_ptr failure;  // an error must not unwind through the zip writer's C code
+  // An error must not unwind through the zip writer's C code, and the writer must never see
+  // a failed write: its destructor finishes the archive, and a failure there (a full disk)
+  // would throw from a destructor and end the process. After the first failure the rest is
+  // discarded, and the failure is thrown once the writer is done.
+  std::exception_ptr failure;
   try {
     caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, std::size_t size) -> std::size_t {
+      if (failure) return size;
       try {
         file.write(data, size);
-        return size;
       } catch (...) {
         failure = std::current_exception();
-        return 0;
       }
+      return size;
     });
     torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), writer);
     writer.writeEndOfFile();

@@ -120,7 +120,7 @@ std::string EventFile::scalarEvent(double wallTime, std::int64_t step, const Sca
 }
 
 EventFile::EventFile(const std::string& dir)
-    : file_(fmt::format("{}/events.out.tfevents.{}.{}.{}", dir, static_cast<std::int64_t>(unixSeconds()),
+    : file_(fmt::format("{}/{}{}.{}.{}", dir, kEventFilePrefix, static_cast<std::int64_t>(unixSeconds()),
                         portable::hostName(), static_cast<long>(::getpid()))) {
   file_.append(record(versionEvent(unixSeconds())));
 }

@@ -27,6 +27,9 @@ std::uint32_t maskedCrc32c(const void* data, std::size_t size);
 // slash) and value, which the file stores as a float.
 using Scalars = std::vector<std::pair<std::string, double>>;
 
+// What every event file's name starts with (TensorBoard finds them by it).
+inline constexpr const char* kEventFilePrefix = "events.out.tfevents.";
+
 class EventFile {
  public:
   // Creates `dir`/events.out.tfevents.<unix seconds>.<host>.<pid>: a new file per process,

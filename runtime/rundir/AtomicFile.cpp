@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
@@ -79,6 +80,40 @@ void AtomicFile::commit(const std::function<void()>& beforeRename) {
   committed_ = true;
   const auto slash = target_.find_last_of('/');
   syncDirectory(slash == std::string::npos ? "." : target_.substr(0, std::max<std::size_t>(slash, 1)));
+}
+
+int openPrivateDirectory(const std::string& path) {
+  std::filesystem::path made;
+  for (const auto& part : std::filesystem::path(path)) {
+    made /= part;
+    if (::mkdir(made.c_str(), 0700) != 0 && errno != EEXIST) {
+      throw ConfigError(fmt::format("{}: not writable: cannot create {} ({}); choose another --train-dir", path,
+                                    made.string(), std::strerror(errno)));
+    }
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    const int error = errno;
+    struct stat link;
+    if (::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
+      throw ConfigError(fmt::format("{}: a symbolic link; give the directory it points to", path));
+    }
+    throw ConfigError(fmt::format("{}: not a directory, or cannot be opened ({})", path, std::strerror(error)));
+  }
+  struct stat info;
+  if (::fstat(fd, &info) != 0) {
+    const int error = errno;
+    ::close(fd);
+    throw ConfigError(fmt::format("{}: cannot be read ({})", path, std::strerror(error)));
+  }
+  // Checkpoints are unpickled by torch.load and by pstrain --resume: nobody else may write them.
+  if (info.st_uid != ::geteuid() || (info.st_mode & (S_IWGRP | S_IWOTH))) {
+    ::close(fd);
+    throw ConfigError(fmt::format("{}: other users can write it (owner uid {}, mode {:04o}); a run's checkpoints "
+                                  "must be yours alone: chmod go-w it, or choose another --train-dir",
+                                  path, info.st_uid, info.st_mode & 07777));
+  }
+  return fd;
 }
 
 void atomicWrite(const std::string& path, const std::string& bytes) {

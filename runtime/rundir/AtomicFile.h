@@ -37,6 +37,13 @@ class AtomicFile {
 // Writes `bytes` to `path` as an AtomicFile.
 void atomicWrite(const std::string& path, const std::string& bytes);
 
+// A directory of a run (the train dir, ckpt/): the missing ones on its path are created
+// 0700 (never left to the umask), then the last is opened with O_NOFOLLOW and checked on
+// that descriptor, not by its path again: a directory (not a symbolic link to one), this
+// user's, that nobody else can write. Returns the open descriptor (the caller closes it).
+// Throws ConfigError naming the path and what to do.
+int openPrivateDirectory(const std::string& path);
+
 // Makes the directory entries of `dir` durable (after a rename or unlink in it).
 void syncDirectory(const std::string& dir);
 

@@ -5,13 +5,20 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "runtime/metrics/EventFile.h"
+
 namespace pstrain::rundir {
 
 namespace fs = std::filesystem;
 
-const std::vector<std::string>& runFiles() {
-  static const std::vector<std::string> names = {kCheckpoints, kMetrics,  kTrainedModel, kTrainedScript, kTrainedOptimizer,
-                                                 kEvalCsv,     kEvalJsonl, kRunJson,     kPlots};
+std::vector<std::string> runFiles(const std::string& trainDir) {
+  std::vector<std::string> names = {kCheckpoints, kMetrics,  kTrainedModel, kTrainedScript, kTrainedOptimizer,
+                                    kEvalCsv,     kEvalJsonl, kRunJson,     kPlots};
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(trainDir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(metrics::kEventFilePrefix, 0) == 0) names.push_back(name);
+  }
   return names;
 }
 

@@ -25,8 +25,10 @@ inline constexpr const char* kSetAside = ".replaced";           // an earlier ru
 
 // What --overwrite sets aside: everything a run, its evaluator and its plots leave. Not
 // elastic.jsonl (pstrain-run's, open while it relaunches the job with --overwrite) nor
-// probe.json (a measurement taken before the run, for the run that follows it).
-const std::vector<std::string>& runFiles();
+// probe.json (a measurement taken before the run, for the run that follows it). The
+// TensorBoard event files (one per process, named by time, host and pid) are those in
+// `trainDir` now.
+std::vector<std::string> runFiles(const std::string& trainDir);
 // What --resume writes again at the end: until then the run is not finished.
 const std::vector<std::string>& finalFiles();
 

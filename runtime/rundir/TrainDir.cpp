@@ -106,7 +106,7 @@ void TrainDir::begin() {
     if (ec) throw Error(fmt::format("{}: cannot set {} aside ({})", cfg_.trainDir, name, ec.message()));
   };
   if (earlierRun_ && cfg_.overwrite) {
-    for (const auto& name : runFiles()) setAside(name);
+    for (const auto& name : runFiles(cfg_.trainDir)) setAside(name);
   } else if (cfg_.resume) {
     for (const auto& name : finalFiles()) setAside(name);
     // Temporary files of a write that a killed job left behind.
@@ -121,46 +121,17 @@ void TrainDir::restore() {
   const fs::path dir(cfg_.trainDir), aside = dir / kSetAside;
   std::error_code ec;
   if (!fs::exists(aside)) return;
+  // What the failed run wrote (its run.json, its event file...) goes: every run file now
+  // in the dir is its, since --overwrite set all of the earlier run's aside.
+  if (earlierRun_ && cfg_.overwrite) {
+    for (const auto& name : runFiles(cfg_.trainDir)) removeTree((dir / name).string());
+  }
   for (const auto& entry : fs::directory_iterator(aside, ec)) {
     const fs::path back = dir / entry.path().filename();
     removeTree(back.string());  // what the failed run wrote in its place
     fs::rename(entry.path(), back, ec);
   }
   fs::remove(aside, ec);
-}
-
-int openPrivateDirectory(const std::string& path) {
-  fs::path made;
-  for (const auto& part : fs::path(path)) {
-    made /= part;
-    if (::mkdir(made.c_str(), 0700) != 0 && errno != EEXIST) {
-      throw ConfigError(fmt::format("{}: not writable: cannot create {} ({}); choose another --train-dir", path,
-                                    made.string(), std::strerror(errno)));
-    }
-  }
-  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) {
-    const int error = errno;
-    struct stat link;
-    if (::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode)) {
-      throw ConfigError(fmt::format("{}: a symbolic link; give the directory it points to", path));
-    }
-    throw ConfigError(fmt::format("{}: not a directory, or cannot be opened ({})", path, std::strerror(error)));
-  }
-  struct stat info;
-  if (::fstat(fd, &info) != 0) {
-    const int error = errno;
-    ::close(fd);
-    throw ConfigError(fmt::format("{}: cannot be read ({})", path, std::strerror(error)));
-  }
-  // Checkpoints are unpickled by torch.load and by pstrain --resume: nobody else may write them.
-  if (info.st_uid != ::geteuid() || (info.st_mode & (S_IWGRP | S_IWOTH))) {
-    ::close(fd);
-    throw ConfigError(fmt::format("{}: other users can write it (owner uid {}, mode {:04o}); a run's checkpoints "
-                                  "must be yours alone: chmod go-w it, or choose another --train-dir",
-                                  path, info.st_uid, info.st_mode & 07777));
-  }
-  return fd;
 }
 
 void discardSetAside(const std::string& trainDir) {

@@ -46,11 +46,4 @@ class TrainDir {
 // After a checkpoint of the new run is published: the files set aside go for good.
 void discardSetAside(const std::string& trainDir);
 
-// A directory of a run (the train dir, ckpt/): the missing ones on its path are created
-// 0700 (never left to the umask), then the last is opened with O_NOFOLLOW and checked on
-// that descriptor, not by its path again: a directory (not a symbolic link to one), this
-// user's, that nobody else can write. Returns the open descriptor (the caller closes it).
-// Throws ConfigError naming the path and what to do.
-int openPrivateDirectory(const std::string& path);
-
 }  // namespace pstrain::rundir

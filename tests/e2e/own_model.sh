@@ -176,8 +176,9 @@ fails_with "token ids into an image model" "forward fails on a batch of int64 to
 fails_with "mse with a zoo model" "--loss mse needs a model of your own" --model lenet --loss mse
 fails_with "mse on class labels" "--loss mse needs float targets" --model cnn.pt --dataset small.npz --loss mse
 # A model file is a program: one that reaches files is refused unless trusted, whether its
-# forward or its __setstate__ (which loading runs) does so.
-"$python" - <<'PY'
+# forward or its __setstate__ (which loading runs) does so. (A file: torch.jit.script reads
+# the classes' source.)
+cat > untrusted_models.py <<'PY'
 from typing import Tuple
 import torch
 class SavesInForward(torch.nn.Module):
@@ -214,6 +215,7 @@ class Holder(torch.nn.Module):  # the culprit a submodule
 for cls, name in ((SavesInForward, "saves.pt"), (ReadsInForward, "reads.pt"), (Holder, "setstate.pt")):
     torch.jit.script(cls()).save(name)
 PY
+"$python" untrusted_models.py || exit 1
 fails_with "a forward that calls aten::save: refused, naming it" "saves.pt: its code calls aten::save .*--trust-model" \
   --model saves.pt --dataset small.npz
 fails_with "a forward that calls aten::from_file: refused" "reads.pt: its code calls aten::from_file" --model reads.pt --dataset small.npz

@@ -112,13 +112,13 @@ check "--resume with --overwrite: refused" bash -c "[ $rc -eq 2 ] && grep -q 'ch
 train "$scratch/fresh" --resume > "$out" 2>&1; rc=$?
 check "--resume in an empty dir: starts at step 0" bash -c "[ $rc -eq 0 ] && grep -q 'no valid checkpoint' '$out'"
 
-# 6. A full disk (an 8 MiB tmpfs, filled after the first checkpoint): the periodic
+# 6. A full disk (a 48 MiB tmpfs, filled after the first checkpoint): the periodic
 #    checkpoints, metrics lines and TensorBoard records that cannot be written are
 #    reported and training goes on; published checkpoints stay whole; only the final
 #    write is fatal. Linux as root (mount); elsewhere skipped.
 disk="$scratch/disk"
 mkdir -p "$disk"
-if [ "$(uname)" = Linux ] && mount -t tmpfs -o size=8m tmpfs "$disk" 2>/dev/null; then  # linux-only
+if [ "$(uname)" = Linux ] && mount -t tmpfs -o size=48m tmpfs "$disk" 2>/dev/null; then  # linux-only
   trap 'umount "$disk" 2>/dev/null' EXIT
   full_run() {  # full_run NAME FREE_AFTER_SECONDS (empty: the disk stays full)
     train "$disk/$1" --straggle 2:20 > "$scratch/$1.log" 2>&1 &
@@ -144,6 +144,7 @@ if [ "$(uname)" = Linux ] && mount -t tmpfs -o size=8m tmpfs "$disk" 2>/dev/null
   check "full disk, freed before the end: training finishes (exit 0) with its final checkpoint" \
     bash -c "[ $rc -eq 0 ] && [ -f '$disk/filled/ckpt/step-00000300.ok' ] && [ -f '$disk/filled/trained_model.pt' ]"
   check "full disk: every published checkpoint loads, no torn line or record, no temporary left" whole "$disk/filled"
+  rm -rf "$disk/filled"
   full_run stays ""
   check "disk full to the end: only the final write fails the job" \
     bash -c "[ $rc -ne 0 ] && grep -q 'could not be saved\|write failed' '$scratch/stays.log' && grep -q 'step 300/300' '$scratch/stays.log'"

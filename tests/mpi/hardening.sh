@@ -80,7 +80,7 @@ with_timeout 60 "$mpirun" -np 3 "$pstrain" --model mlp "${common[@]}" --steps 40
 check "killed --overwrite: the earlier run waits in .replaced/" test "$(fingerprint run/.replaced)" = "$before"
 with_timeout 60 "$mpirun" -np 3 "$pstrain" --model mlp "${common[@]}" --steps 40 --train-dir "$scratch/run" --overwrite > next.log 2>&1
 check "killed --overwrite: the next start says where the earlier run is" has next.log "run/.replaced holds the files of a run"
-rm -rf run/ckpt run/metrics.jsonl run/run.json && mv run/.replaced/* run/ && rmdir run/.replaced
+rm -rf run/ckpt run/metrics.jsonl run/run.json run/events.out.tfevents.* && mv run/.replaced/* run/ && rmdir run/.replaced
 check "killed --overwrite: moved back, the earlier run is whole again" test "$(fingerprint run)" = "$before"
 run_logged replaced with_timeout 120 "$mpirun" -np 3 "$pstrain" --model mlp "${common[@]}" --steps 30 --checkpoint-every 10 \
   --train-dir run --overwrite

@@ -11,6 +11,7 @@
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
 #include "runtime/config/TrainConfig.h"
+#include "runtime/rundir/AtomicFile.h"
 #include "runtime/rundir/RunFiles.h"
 #include "runtime/rundir/TrainDir.h"
 #include "tests/common/ScratchDir.h"
