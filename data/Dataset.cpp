@@ -15,6 +15,7 @@
 #include "data/Npz.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/Errors.h"
+#include "runtime/Portable.h"
 
 namespace pstrain::data {
 namespace {
@@ -250,6 +251,18 @@ Dataset loadNpzDataset(const DataSource& source, Split split) {
   if (d.classes > 0 && d.labels.dim() > 2) {
     throw DataError(fmt::format("{}: '{}' must hold one class label per sample [N], or one per position [N, L]; it is "
                                 "[{}]", path, yName, fmt::join(d.labels.sizes(), ", ")));
+  }
+  // Before the allocation: the split's samples must fit this host's memory, shared by its
+  // ranks (each holds its own copy). Ids become int64 beside the file's array.
+  const double need = static_cast<double>(xh.elements()) * static_cast<double>(xh.itemSize + (d.ids ? 8 : 0));
+  const std::uint64_t memory = portable::physicalMemoryBytes();
+  const int ranks = portable::ranksOnThisHost();
+  if (memory > 0 && need * ranks > static_cast<double>(memory)) {
+    constexpr double kGiB = 1024.0 * 1024 * 1024;
+    throw DataError(fmt::format("{}: '{}' needs {:.2f} GiB of memory in each of this host's {} rank(s), {:.2f} GiB "
+                                "in all, but the host has {:.2f} GiB; use fewer ranks per host, or a smaller or "
+                                "token file (--block-size, memory-mapped)", path, xName, need / kGiB, ranks,
+                                need * ranks / kGiB, static_cast<double>(memory) / kGiB));
   }
   d.images = npzTensor(npz, xName, xh);
   if (d.ids) {

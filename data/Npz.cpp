@@ -210,6 +210,15 @@ NpzFile::NpzFile(const std::string& path) : path_(path) {
       if (entry.encrypted) throw DataError(fmt::format("{}: member {} is encrypted", path, entry.name));
       const std::string& name = entry.name;
       if (name.size() <= 4 || name.compare(name.size() - 4, 4, ".npy") != 0) continue;
+      // Deflate turns a byte into at most 1032 (258-byte matches at 2 bits each): a member
+      // that claims more is a zip bomb or damaged, and its claim would size an allocation.
+      constexpr std::uint64_t kDeflateRatio = 1032;
+      if ((entry.method == 8 && entry.size / kDeflateRatio > entry.compressedSize + 1) ||
+          (entry.method == 0 && entry.size != entry.compressedSize)) {
+        throw DataError(fmt::format("{}: member {} claims {} bytes from {} stored; deflate cannot produce more than "
+                                    "{}:1 (a zip bomb, or a damaged file)",
+                                    path, name, entry.size, entry.compressedSize, kDeflateRatio));
+      }
       const std::string array = name.substr(0, name.size() - 4);
       members_[array] = std::move(entry);
     }

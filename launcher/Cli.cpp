@@ -15,6 +15,7 @@
 #include "models/Registry.h"
 #include "runtime/codec/Codec.h"
 #include "runtime/Errors.h"
+#include "runtime/Portable.h"
 #include "runtime/Text.h"
 
 namespace pstrain::launcher {
@@ -58,7 +59,7 @@ int launchedRank() { return envInt("OMPI_COMM_WORLD_RANK", 0); }
 
 int autoThreads() {
   int cores = static_cast<int>(std::thread::hardware_concurrency());
-  int local = std::max(1, envInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1));
+  const int local = portable::ranksOnThisHost();
   return std::max(1, cores / local);
 }
 

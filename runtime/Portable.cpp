@@ -135,4 +135,15 @@ std::string hostName() {
   return name;
 }
 
+std::uint64_t physicalMemoryBytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), pageSize = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && pageSize > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(pageSize) : 0;
+}
+
+int ranksOnThisHost() {
+  const char* text = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const long ranks = text ? std::strtol(text, nullptr, 10) : 1;
+  return ranks >= 1 && ranks <= (1 << 20) ? static_cast<int>(ranks) : 1;
+}
+
 }  // namespace pstrain::portable

@@ -3,6 +3,7 @@
 // that only one of them has lives in Portable.cpp, behind `__linux__` or `__APPLE__` with a
 // portable path beside it (the portability check's lint enforces it). Torch-free.
 #include <optional>
+#include <cstdint>
 #include <string>
 
 namespace pstrain::portable {
@@ -44,5 +45,10 @@ std::string libraryDefining(const char* name);
 
 // This host's name (gethostname), "localhost" when it has none.
 std::string hostName();
+
+// The host's physical memory in bytes (0 when unknown).
+std::uint64_t physicalMemoryBytes();
+// How many ranks Open MPI started on this host (OMPI_COMM_WORLD_LOCAL_SIZE; 1 outside mpirun).
+int ranksOnThisHost();
 
 }  // namespace pstrain::portable

@@ -16,6 +16,7 @@ inline void put(std::string& out, std::uint64_t value, int bytes) {
 struct Member {
   std::string name, data;
   bool deflate = false;
+  std::uint64_t declaredSize = 0;  // the uncompressed size the headers claim (0: the data's; a forged one for bombs)
 };
 
 // A zip archive of `members` (stored, or raw deflate), with a central directory.
@@ -40,12 +41,13 @@ inline std::string zipOf(const std::vector<Member>& members) {
     const std::uint64_t local = out.size();
     put(out, 0x04034b50, 4);
     put(out, 20, 2), put(out, 0, 2), put(out, m.deflate ? 8 : 0, 2), put(out, 0, 4);
-    put(out, crc, 4), put(out, body.size(), 4), put(out, m.data.size(), 4);
+    const std::uint64_t size = m.declaredSize ? m.declaredSize : m.data.size();
+    put(out, crc, 4), put(out, body.size(), 4), put(out, size, 4);
     put(out, m.name.size(), 2), put(out, 0, 2);
     out += m.name + body;
     put(directory, 0x02014b50, 4);
     put(directory, 20, 2), put(directory, 20, 2), put(directory, 0, 2), put(directory, m.deflate ? 8 : 0, 2);
-    put(directory, 0, 4), put(directory, crc, 4), put(directory, body.size(), 4), put(directory, m.data.size(), 4);
+    put(directory, 0, 4), put(directory, crc, 4), put(directory, body.size(), 4), put(directory, size, 4);
     put(directory, m.name.size(), 2), put(directory, 0, 2), put(directory, 0, 2), put(directory, 0, 2);
     put(directory, 0, 2), put(directory, 0, 4), put(directory, local, 4);
     directory += m.name;

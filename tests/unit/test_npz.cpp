@@ -6,6 +6,7 @@
 #include <zlib.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -109,6 +110,23 @@ TEST_F(Npz, DamagedArchivesAreClearErrors) {
   EXPECT_NE(shortError.find("holds 24 bytes of data, its shape needs 8 x 4"), std::string::npos) << shortError;
 }
 
+// A deflated member that claims more than deflate can produce from its bytes (a zip bomb:
+// the claim would size the allocation) is refused when the archive is opened, before any
+// array is read; so is a stored one whose two sizes differ.
+TEST_F(Npz, ClaimsBeyondDeflatesRatioAreRefusedBeforeAnyAllocation) {
+  const std::string x = npy("<f4", "(6,)", bytesOf(kValues));
+  Member bomb{"x.npy", x, true, std::uint64_t(1) << 31};  // 2 GiB from a few dozen bytes
+  const std::string error = errorOf(write("bomb.npz", zipOf({bomb})), "x");
+  EXPECT_NE(error.find("claims 2147483648 bytes"), std::string::npos) << error;
+  EXPECT_NE(error.find("zip bomb"), std::string::npos) << error;
+  Member stored{"x.npy", x, false, x.size() * 2};
+  EXPECT_NE(errorOf(write("stored.npz", zipOf({stored})), "x").find("zip bomb"), std::string::npos);
+  // Honest compressed zeros are far from the limit and read back.
+  const std::vector<float> zeros(1 << 16, 0.0f);
+  const std::string path = write("zeros.npz", zipOf({{"x.npy", npy("<f4", "(65536,)", bytesOf(zeros)), true}}));
+  EXPECT_EQ(errorOf(path, "x"), "");
+}
+
 TEST_F(Npz, UnsupportedLayoutsSayWhatToDo) {
   const std::string big = errorOf(write("be.npz", zipOf({{"x.npy", npy(">f4", "(6,)", bytesOf(kValues))}})), "x");
   EXPECT_NE(big.find("dtype '>f4' is not supported"), std::string::npos) << big;
@@ -130,6 +148,26 @@ std::string datasetNpz(const std::string& xType, const std::string& x, const std
 }
 
 }  // namespace
+
+// A split that needs more memory than the host has for its ranks is refused, with the
+// numbers, before its array is allocated. (The host's ranks as Open MPI tells them: a
+// million ranks leave each of them less than 1 MiB of this host.)
+TEST_F(Npz, ASplitBeyondTheHostsMemoryForItsRanksIsRefused) {
+  const std::vector<std::uint8_t> pixels(1 << 20, 7);  // 1 MiB of samples
+  const std::string y = bytesOf(std::vector<std::int64_t>(1024, 1));
+  const std::string path = write("big.npz", datasetNpz("|u1", bytesOf(pixels), "(1024, 1, 32, 32)", "<i8", y, "(1024,)"));
+  ::setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "1000000", 1);
+  std::string error;
+  try {
+    data::loadDataset(path, "", data::Split::Train, 0);
+  } catch (const DataError& e) {
+    error = e.what();
+  }
+  ::unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  EXPECT_NE(error.find("'x_train' needs 0.00 GiB of memory in each of this host's 1000000 rank(s), 976.56 GiB in all"),
+            std::string::npos) << error;
+  EXPECT_EQ(data::loadDataset(path, "", data::Split::Train, 0).images.size(0), 1024);  // one rank: it fits
+}
 
 // Integer samples are token ids: int64 as they are, never scaled or normalised; uint8 only
 // with ids=1 (else pixels). uint16 above 32767 stays what it is.
