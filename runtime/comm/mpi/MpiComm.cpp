@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <chrono>
 #include <climits>
-#include <cmath>
 #include <iostream>
 #include <random>
 #include <thread>
@@ -18,6 +17,7 @@
 #include "runtime/Errors.h"
 #include "runtime/Stop.h"
 #include "runtime/comm/Stall.h"
+#include "runtime/metrics/Clock.h"
 
 namespace pstrain::comm {
 namespace {
@@ -76,17 +76,13 @@ struct MpiComm::Arrivals {
   // heartbeats.
   std::string missing(int awaited) {
     drain();
-    const double now = secondsNow();
+    const double now = metrics::steadySeconds();
     std::vector<RankNews> news(last.size());
     for (std::size_t r = 0; r < news.size(); ++r) news[r] = {last[r], now - heard[r] > 3 * beatEvery()};
     return describeMissing(comm.rank_, currentStep(), news, comm.hosts_, awaited);
   }
 
  private:
-  static double secondsNow() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-  }
-
   void drain() {
     for (;;) {
       int found = 0;
@@ -97,7 +93,7 @@ struct MpiComm::Arrivals {
       check(MPI_Recv(&step, 1, MPI_INT64_T, status.MPI_SOURCE, kArrivalTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
             "reading the others' steps");
       last[status.MPI_SOURCE] = std::max(last[status.MPI_SOURCE], step);
-      heard[status.MPI_SOURCE] = secondsNow();
+      heard[status.MPI_SOURCE] = metrics::steadySeconds();
     }
   }
 
