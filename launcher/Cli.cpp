@@ -104,12 +104,15 @@ EvalCommand parseEvalCommand(int argc, char** argv) {
   cxxopts::Options options(
       "pseval",
       "Evaluates every checkpoint that pstrain publishes in TRAIN_DIR/ckpt, once each, on the\n"
-      "test set; appends TRAIN_DIR/eval.csv and eval.jsonl. The model and dataset are read\n"
-      "from the checkpoint.\n");
+      "test set; appends eval.csv and eval.jsonl in TRAIN_DIR (or --out-dir). The model and\n"
+      "dataset are read from the checkpoint. TRAIN_DIR is only read: a shared directory that\n"
+      "this user cannot write needs --out-dir.\n");
   options.set_width(100);
   // clang-format off
   options.add_options()
     ("train-dir", "the run's directory (required)", cxxopts::value<std::string>())
+    ("out-dir", "where eval.csv, eval.jsonl, the TensorBoard event file and plots/ go (default: TRAIN_DIR); "
+                "created if missing", defaulted(d.outDir))
     ("follow", "keep waiting for new checkpoints until trained_model.pt appears")
     ("data-dir", "dataset folder (default: the dataset's folder in $PSTRAIN_DATA_DIR, else in /usr/share/datasets)", defaulted(d.dataDir))
     ("model", "the model file (TorchScript) of checkpoints trained from one: pseval runs a model file only when "
@@ -118,14 +121,17 @@ EvalCommand parseEvalCommand(int argc, char** argv) {
     ("device", "cpu | mps | cuda | auto", defaulted(d.device))
     ("poll-seconds", "with --follow: seconds between looks", defaulted(d.pollSeconds))
     ("idle-timeout", "with --follow: give up after this many seconds without a new checkpoint", defaulted(d.idleTimeoutSeconds))
+    ("retry-for", "a checkpoint that fails its checks is read again 1, 2, 4 ... s later for this many seconds "
+                  "before it is skipped (a shared file system's caches can show a new file incomplete)",
+     defaulted(d.retrySeconds))
     ("batch-size", "evaluation batch size", defaulted(d.batchSize))
     ("eval-windows", "a token file's val split: evaluate this many windows of --block-size, spread evenly over "
                      "the file (the first at offset 0, the last ending at its end); 0: all its non-overlapping windows",
      defaulted(d.evalWindows))
     ("threads", "intra-op threads (0: all cores)", defaulted(d.threads))
     ("tensorboard", "on | off: each checkpoint's test loss, accuracy (and perplexity) also into a TensorBoard "
-                    "event file in TRAIN_DIR", cxxopts::value<std::string>()->default_value("on"))
-    ("plot", "when done, render TRAIN_DIR/plots/*.png with tools/plot (needs gnuplot)")
+                    "event file in TRAIN_DIR (or --out-dir)", cxxopts::value<std::string>()->default_value("on"))
+    ("plot", "when done, render plots/*.png in TRAIN_DIR (or --out-dir) with tools/plot (needs gnuplot)")
     ("predictions", "write the predicted class of every test sample (last checkpoint evaluated) to this file", defaulted(d.predictionsPath))
     ("h,help", "print this help");
   // clang-format on
@@ -138,6 +144,9 @@ EvalCommand parseEvalCommand(int argc, char** argv) {
   try {
     if (!r.count("train-dir")) throw ConfigError("--train-dir is required");
     command.trainDir = r["train-dir"].as<std::string>();
+    command.outDir = r["out-dir"].as<std::string>();
+    if (command.outDir.empty()) command.outDir = command.trainDir;
+    command.retrySeconds = r["retry-for"].as<double>();
     command.follow = r.count("follow") > 0;
     command.dataDir = r["data-dir"].as<std::string>();
     command.model = r["model"].as<std::string>();
@@ -167,6 +176,10 @@ EvalCommand parseEvalCommand(int argc, char** argv) {
       throw ConfigError(fmt::format("{} must be a positive number of seconds up to {} (got {})", flag,
                                     config::kMaxSeconds, value));
     }
+  }
+  if (!(std::isfinite(command.retrySeconds) && command.retrySeconds >= 0 && command.retrySeconds <= config::kMaxSeconds)) {
+    throw ConfigError(fmt::format("--retry-for must be 0 (no second look) or seconds up to {} (got {})",
+                                  config::kMaxSeconds, command.retrySeconds));
   }
   return command;
 }

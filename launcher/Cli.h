@@ -24,6 +24,7 @@ std::string describeVerdicts(const std::vector<std::string>& verdicts, const std
 
 struct EvalCommand {
   std::string trainDir;
+  std::string outDir;  // eval.csv, eval.jsonl, the event file and plots/ (default: the train dir)
   std::string dataDir;
   std::string model;  // the model file of checkpoints that were trained from one (never followed from them)
   bool trustModel = false;  // that file may call file or network operators (models::trustModelFiles)
@@ -31,6 +32,10 @@ struct EvalCommand {
   bool follow = false;
   double pollSeconds = 2;
   double idleTimeoutSeconds = 900;
+  // A checkpoint that fails its checks is read again 1, 2, 4 ... s later, for this long: on a
+  // shared file system another host's new file can look incomplete until the client's
+  // caches expire (NFS keeps attributes and names up to 60 s by default).
+  double retrySeconds = 60;
   std::int64_t batchSize = 1000;
   std::int64_t evalWindows = 1000;  // a token file's val split: this many windows, spread evenly (0: all)
   int threads = 0;

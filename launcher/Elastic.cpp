@@ -41,8 +41,42 @@ using metrics::Clock;
 using metrics::secondsSince;
 
 
-std::atomic<int> gStopSignal{0};  // SIGINT/SIGTERM to pstrain-run: stop the job, relaunch nothing
-extern "C" void onStopSignal(int signal) { gStopSignal = signal; }
+// SIGINT/SIGTERM to pstrain-run: stop the job, relaunch nothing. Each further signal
+// hurries the job's stop one stage on (Supervisor::passOnStop).
+std::atomic<int> gStopSignal{0};
+std::atomic<int> gStopSignals{0};
+extern "C" void onStopSignal(int signal) {
+  gStopSignal = signal;
+  ++gStopSignals;
+}
+
+// Sleeps `seconds`, waking early for a stop signal; false if one came.
+bool sleepUnlessStopped(double seconds) {
+  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  while (!gStopSignal && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  return !gStopSignal;
+}
+
+constexpr int kMostSlots = 1 << 16;  // per host: more is a typo, not a machine
+
+// A slot count of 0..kMostSlots, else ConfigError naming `where`.
+int parseSlots(const std::string& text, const std::string& where) {
+  if (text.empty() || text.size() > 6 || text.find_first_not_of("0123456789") != std::string::npos ||
+      std::stoi(text) > kMostSlots) {
+    throw ConfigError(fmt::format("{}: the slots '{}' are not a number from 0 to {}", where, text, kMostSlots));
+  }
+  return std::stoi(text);
+}
+
+// Host names go on mpirun's command line and into its hostfile: letters, digits, '.', '_'
+// and '-', not starting with '-' (which mpirun would read as a flag).
+void checkHostName(const std::string& name, const std::string& where) {
+  if (name.empty() || name.size() > 253 || name[0] == '-' ||
+      name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != std::string::npos) {
+    throw ConfigError(fmt::format("{}: '{}' is not a host name (letters, digits, '.', '_', '-'; no leading '-')",
+                                  where, name));
+  }
+}
 
 }  // namespace
 
@@ -53,19 +87,12 @@ std::vector<Host> parseHostList(const std::string& text) {
   for (int number = 1; std::getline(lines, line); ++number) {
     line = trim(line.substr(0, line.find('#')));
     if (line.empty()) continue;
+    const std::string where = fmt::format("host discovery line {}", number);
     Host h;
     const auto colon = line.rfind(':');
     h.name = trim(line.substr(0, colon));
-    if (colon != std::string::npos) {
-      const std::string slots = trim(line.substr(colon + 1));
-      if (slots.empty() || slots.find_first_not_of("0123456789") != std::string::npos || slots.size() > 6) {
-        throw ConfigError(fmt::format("host discovery line {}: '{}' is not host:slots", number, line));
-      }
-      h.slots = std::stoi(slots);
-    }
-    if (h.name.empty() || h.name.find_first_of(" \t") != std::string::npos) {
-      throw ConfigError(fmt::format("host discovery line {}: '{}' is not host:slots", number, line));
-    }
+    checkHostName(h.name, where);
+    if (colon != std::string::npos) h.slots = parseSlots(trim(line.substr(colon + 1)), where);
     if (h.slots > 0) hosts.push_back(h);
   }
   return hosts;
@@ -75,15 +102,24 @@ std::vector<Host> parseHostfile(const std::string& text) {
   std::vector<Host> hosts;
   std::istringstream lines(text);
   std::string line;
-  static const std::regex slots(R"(slots\s*=\s*(\d+))");
-  while (std::getline(lines, line)) {
+  static const std::regex equals(R"(\s*=\s*)");
+  for (int number = 1; std::getline(lines, line); ++number) {
     line = trim(line.substr(0, line.find('#')));
     if (line.empty()) continue;
+    const std::string where = fmt::format("hostfile line {}", number);
+    std::istringstream words(std::regex_replace(line, equals, "="));
     Host h;
-    h.name = line.substr(0, line.find_first_of(" \t"));
-    std::smatch m;
-    if (std::regex_search(line, m, slots)) h.slots = std::stoi(m[1]);
-    hosts.push_back(h);
+    words >> h.name;
+    checkHostName(h.name, where);
+    // Open MPI's keys: slots (or its old names count and cpu); max_slots and the rest are mpirun's.
+    for (std::string word; words >> word;) {
+      const auto eq = word.find('=');
+      const std::string key = word.substr(0, eq);
+      if (eq != std::string::npos && (key == "slots" || key == "count" || key == "cpu")) {
+        h.slots = parseSlots(word.substr(eq + 1), where);
+      }
+    }
+    if (h.slots > 0) hosts.push_back(h);
   }
   return hosts;
 }
@@ -101,32 +137,37 @@ std::int64_t newestCheckpointStep(const std::string& trainDir) {
 
 namespace {
 
-// Starts `argv` (PATH searched) as a child process: in a process group of its own when
-// `ownGroup` (so that a timeout can kill whatever it started), with its standard output on
-// `stdoutFd` unless that is -1. Returns its pid, or -1 when it could not fork; a child that
-// cannot run the command exits 127.
-pid_t spawn(const std::vector<std::string>& argv, bool ownGroup, int stdoutFd) {
+// Starts `argv` (PATH searched) as a child process in a process group of its own, so that
+// a terminal's Ctrl-C reaches pstrain-run alone (which passes it on in stages) and a last
+// SIGKILL reaches whatever the command started. Its standard input is /dev/null (a
+// background group reading a terminal would stop), its standard output `stdoutFd` unless
+// that is -1. Returns its pid, or -1 when it could not fork; a child that cannot run the
+// command exits 127.
+pid_t spawn(const std::vector<std::string>& argv, int stdoutFd) {
   std::vector<char*> args;  // made before the fork: the child only calls what is async-signal-safe
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   const pid_t child = ::fork();
   if (child == 0) {
-    if (ownGroup) ::setpgid(0, 0);
+    ::setpgid(0, 0);
+    const int devNull = ::open("/dev/null", O_RDONLY);
+    if (devNull >= 0) ::dup2(devNull, STDIN_FILENO);
     if (stdoutFd >= 0) ::dup2(stdoutFd, STDOUT_FILENO);
     ::execvp(args[0], args.data());
     ::_exit(127);
   }
-  if (child > 0 && ownGroup) ::setpgid(child, child);  // either side may run first
+  if (child > 0) ::setpgid(child, child);  // either side may run first
   return child;
 }
 
 }  // namespace
 
-CommandResult runCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout, bool captureOutput) {
+CommandResult runCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout, bool captureOutput,
+                         const std::function<bool()>& cancelled) {
   CommandResult result;
   int pipeFds[2] = {-1, -1};
   if (!portable::closeOnExecPipe(pipeFds)) return result;
-  const pid_t child = spawn(argv, true, captureOutput ? pipeFds[1] : -1);
+  const pid_t child = spawn(argv, captureOutput ? pipeFds[1] : -1);
   ::close(pipeFds[1]);
   if (child < 0) {
     ::close(pipeFds[0]);
@@ -136,7 +177,7 @@ CommandResult runCommand(const std::vector<std::string>& argv, std::chrono::mill
   char buffer[4096];
   for (bool open = true; open;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) {
+    if (left <= 0 || (cancelled && cancelled())) {
       result.timedOut = true;
       break;
     }
@@ -195,6 +236,8 @@ ElasticOptions parseElasticCommand(int argc, char** argv) {
     ("discovery-interval", "seconds between asking for hosts while the job runs", defaulted(d.discoveryIntervalSeconds))
     ("wait-for-hosts", "seconds to wait for --min-workers before giving up", defaulted(d.waitForHostsSeconds))
     ("probe-timeout", "seconds one probe launch of a hostfile's host may take", defaulted(d.probeTimeoutSeconds))
+    ("stop-grace", "on SIGINT/SIGTERM the job gets SIGUSR1 (checkpoint and stop at its next step), this many seconds "
+                   "later SIGTERM, as many again later SIGKILL; each further signal skips a wait", defaulted(d.stopGraceSeconds))
     ("mpirun", "the mpirun to run", defaulted(d.mpirun))
     ("mpirun-arg", "an argument for mpirun (repeat it: --mpirun-arg=--mca --mpirun-arg=btl_tcp_if_include --mpirun-arg=en0)", cxxopts::value<std::vector<std::string>>())
     ("pstrain", "the pstrain binary (default: the one next to pstrain-run)", defaulted(d.pstrain))
@@ -219,6 +262,7 @@ ElasticOptions parseElasticCommand(int argc, char** argv) {
   o.discoveryIntervalSeconds = r["discovery-interval"].as<double>();
   o.waitForHostsSeconds = r["wait-for-hosts"].as<double>();
   o.probeTimeoutSeconds = r["probe-timeout"].as<double>();
+  o.stopGraceSeconds = r["stop-grace"].as<double>();
   o.mpirun = r["mpirun"].as<std::string>();
   if (r.count("mpirun-arg")) o.mpirunArgs = r["mpirun-arg"].as<std::vector<std::string>>();
   o.pstrain = r["pstrain"].as<std::string>();
@@ -232,8 +276,10 @@ ElasticOptions parseElasticCommand(int argc, char** argv) {
   if (o.maxRanks < 0 || o.minWorkers < 1 || o.maxRestarts < 0) {
     throw ConfigError("--np must be 0 or more, --min-workers 1 or more, --max-restarts 0 or more");
   }
-  for (double s : {o.discoveryIntervalSeconds, o.waitForHostsSeconds, o.probeTimeoutSeconds}) {
-    if (!(s > 0 && s <= 30 * 86400.0)) throw ConfigError("the seconds of --discovery-interval, --wait-for-hosts and --probe-timeout must be positive");
+  for (double s : {o.discoveryIntervalSeconds, o.waitForHostsSeconds, o.probeTimeoutSeconds, o.stopGraceSeconds}) {
+    if (!(s > 0 && s <= 30 * 86400.0)) {
+      throw ConfigError("the seconds of --discovery-interval, --wait-for-hosts, --probe-timeout and --stop-grace must be positive");
+    }
   }
   if (o.pstrainArgs.empty()) throw ConfigError("give pstrain's arguments after -- (at least --train-dir)");
   try {
@@ -264,6 +310,10 @@ class Supervisor {
     Clock::time_point failedAt{};
     for (;;) {
       if (!waitForHosts(hosts, restarts)) {
+        if (gStopSignal) {
+          event("stop", 0, hosts, fmt::format("signal {} to pstrain-run while it waited for hosts", gStopSignal.load()));
+          return 128 + gStopSignal;
+        }
         event("gave-up", 0, hosts, fmt::format("fewer than --min-workers {} workers' slots for {:.0f} s",
                                                o_.minWorkers, o_.waitForHostsSeconds));
         return lastFailure;
@@ -275,12 +325,17 @@ class Supervisor {
       // A relaunch continues the job with --resume, but under --overwrite only once the job
       // has published a checkpoint of its own: before that, the train dir's checkpoints are
       // the earlier run's, which the job was started to replace, not to continue.
-      const bool resume = !first && (!job_.overwrite || publishedCheckpoints() != earlier_);
+      const auto before = publishedCheckpoints();
+      const bool resume = !first && (!job_.overwrite || before != earlier_);
       const int code = launch(hosts, ranks, resume);
       first = false;
       if (gStopSignal) {
-        event("failure", ranks, hosts, fmt::format("pstrain-run stopped by signal {}", gStopSignal.load()));
-        return 128 + gStopSignal;
+        event("stop", ranks, hosts,
+              code == kResumableExit
+                  ? fmt::format("signal {} to pstrain-run: the job checkpointed and stopped; --resume continues it",
+                                gStopSignal.load())
+                  : fmt::format("signal {} to pstrain-run: the job ended with exit {}", gStopSignal.load(), code));
+        return code == kResumableExit ? code : 128 + gStopSignal;
       }
       if (code == 0) {
         event("done", ranks, hosts, "");
@@ -298,12 +353,16 @@ class Supervisor {
         return code;
       }
       lastFailure = code;
+      // --max-restarts counts failures in a row: a launch that published a checkpoint made
+      // progress, and the count starts again.
+      if (publishedCheckpoints() != before) restarts = 0;
       // 128 + N: a process ended by signal N (mpirun passes that on); Open MPI's own codes are above.
       event("failure", ranks, hosts, code > 128 && code <= 128 + 31
                                          ? fmt::format("mpirun exit {}: a process ended by signal {}", code, code - 128)
                                          : fmt::format("mpirun exit {}", code));
       if (++restarts > o_.maxRestarts) {
-        event("gave-up", ranks, hosts, fmt::format("{} restarts (--max-restarts {})", restarts - 1, o_.maxRestarts));
+        event("gave-up", ranks, hosts, fmt::format("{} restarts in a row without a new checkpoint (--max-restarts {})",
+                                                   restarts - 1, o_.maxRestarts));
         return code;
       }
     }
@@ -311,56 +370,64 @@ class Supervisor {
 
  private:
   int workersFor(const std::vector<Host>& hosts) const {
-    int slots = 0;
-    for (const auto& h : hosts) slots += h.slots;
+    std::int64_t offered = 0;
+    for (const auto& h : hosts) offered += h.slots;
+    int slots = static_cast<int>(std::min<std::int64_t>(offered, kMostSlots));
     if (o_.maxRanks > 0) slots = std::min(slots, o_.maxRanks);
     int workers = job_.modeInfo().peers() ? slots : slots - 1;
     if (maxWorkers_ > 0) workers = std::min(workers, maxWorkers_);
     return std::max(workers, 0);
   }
 
-  // The hosts that answer now, as the hostfile's probes or the script say.
+  // The hosts that answer now, as the hostfile's probes or the script say. Never throws:
+  // a script's garbage or a broken hostfile is reported and offers no hosts this time. A
+  // stop signal ends a hanging script or probe at once.
   std::vector<Host> discover(const std::vector<Host>& inUse = {}) {
-    if (!o_.discoveryScript.empty()) {
-      auto r = runCommand({o_.discoveryScript}, std::chrono::seconds(30), true);
-      if (r.exitCode != 0) {
-        std::cout << fmt::format("pstrain-run: {} failed (exit {}); no hosts this time", o_.discoveryScript, r.exitCode)
-                  << std::endl;
-        return {};
-      }
-      try {
+    const auto stopping = [] { return gStopSignal != 0; };
+    try {
+      if (!o_.discoveryScript.empty()) {
+        auto r = runCommand({o_.discoveryScript}, std::chrono::seconds(30), true, stopping);
+        if (r.exitCode != 0) {
+          if (!gStopSignal) {
+            std::cout << fmt::format("pstrain-run: {} {}; no hosts this time", o_.discoveryScript,
+                                     r.timedOut ? "did not answer within 30 s" : fmt::format("failed (exit {})", r.exitCode))
+                      << std::endl;
+          }
+          return {};
+        }
         return parseHostList(r.output);
-      } catch (const ConfigError& e) {
-        std::cout << "pstrain-run: " << e.what() << std::endl;
-        return {};
       }
-    }
-    std::ifstream in(o_.hostfile);
-    std::stringstream text;
-    text << in.rdbuf();
-    std::vector<Host> answering;
-    for (const Host& h : parseHostfile(text.str())) {
-      const bool busy = std::any_of(inUse.begin(), inUse.end(), [&](const Host& u) { return u.name == h.name; });
-      std::vector<std::string> probe = {o_.mpirun, "--host", h.name + ":1", "-np", "1"};
-      probe.insert(probe.end(), o_.mpirunArgs.begin(), o_.mpirunArgs.end());
-      probe.push_back("true");
-      if (busy || runCommand(probe, std::chrono::milliseconds(static_cast<long long>(o_.probeTimeoutSeconds * 1000)),
-                              true).exitCode == 0) {
-        answering.push_back(h);
+      std::ifstream in(o_.hostfile);
+      if (!in) throw ConfigError(fmt::format("cannot read the hostfile {}", o_.hostfile));
+      std::stringstream text;
+      text << in.rdbuf();
+      std::vector<Host> answering;
+      for (const Host& h : parseHostfile(text.str())) {
+        if (gStopSignal) return {};
+        const bool busy = std::any_of(inUse.begin(), inUse.end(), [&](const Host& u) { return u.name == h.name; });
+        std::vector<std::string> probe = {o_.mpirun, "--host", h.name + ":1", "-np", "1"};
+        probe.insert(probe.end(), o_.mpirunArgs.begin(), o_.mpirunArgs.end());
+        probe.push_back("true");
+        const auto timeout = std::chrono::milliseconds(static_cast<long long>(o_.probeTimeoutSeconds * 1000));
+        if (busy || runCommand(probe, timeout, true, stopping).exitCode == 0) answering.push_back(h);
       }
+      return answering;
+    } catch (const std::exception& e) {
+      std::cout << "pstrain-run: " << e.what() << "; no hosts this time" << std::endl;
+      return {};
     }
-    return answering;
   }
 
   // Finds hosts with at least --min-workers workers' slots, backing off between looks (the
-  // first after a failure at once, then 1, 2, 4 ... 30 s); false after --wait-for-hosts.
+  // first after a failure at once, then 1, 2, 4 ... 30 s); false after --wait-for-hosts or
+  // on a stop signal.
   bool waitForHosts(std::vector<Host>& hosts, int restarts) {
     const auto start = Clock::now();
     double pause = restarts > 0 ? 1 : 0;
     for (;;) {
-      if (pause > 0) std::this_thread::sleep_for(std::chrono::duration<double>(pause));
-      if (gStopSignal) return false;
+      if (!sleepUnlessStopped(pause)) return false;
       hosts = discover();
+      if (gStopSignal) return false;
       if (workersFor(hosts) >= o_.minWorkers) return true;
       if (secondsSince(start) > o_.waitForHostsSeconds) return false;
       std::cout << fmt::format("pstrain-run: {} worker(s) available ({}), waiting for --min-workers {}",
@@ -369,21 +436,48 @@ class Supervisor {
     }
   }
 
+  // A hostfile for one launch, removed when the launch ends, however it ends.
+  struct LaunchHostfile {
+    char path[32] = "/tmp/pstrain-run-hosts-XXXXXX";
+    explicit LaunchHostfile(const std::vector<Host>& hosts) {
+      const int fd = ::mkstemp(path);
+      if (fd < 0) throw Error("cannot create a temporary hostfile in /tmp");
+      std::string text;
+      for (const auto& h : hosts) text += fmt::format("{} slots={}\n", h.name, h.slots);
+      const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+      ::close(fd);
+      if (!written) {
+        ::unlink(path);
+        throw Error(fmt::format("cannot write {}", path));
+      }
+    }
+    ~LaunchHostfile() { ::unlink(path); }
+    LaunchHostfile(const LaunchHostfile&) = delete;
+    LaunchHostfile& operator=(const LaunchHostfile&) = delete;
+  };
+
+  // Stage `stage` of stopping the job on a stop signal: 1 SIGUSR1 (checkpoint and stop at
+  // the next step, as pstrain does on it), 2 SIGTERM (every rank leaves at once), 3 SIGKILL
+  // to mpirun's process group.
+  void passOnStop(pid_t mpirun, int stage) const {
+    static const char* const kWhat[] = {"", "SIGUSR1: checkpoint and stop at the next step", "SIGTERM", "SIGKILL"};
+    std::cout << fmt::format("pstrain-run: signal {}: the job gets {}{}", gStopSignal.load(), kWhat[stage],
+                             stage < 3 ? fmt::format(" ({} in {:g} s, or on another signal)", kWhat[stage + 1],
+                                                     o_.stopGraceSeconds)
+                                       : "")
+              << std::endl;
+    if (stage == 1) ::kill(mpirun, SIGUSR1);
+    if (stage == 2) ::kill(mpirun, SIGTERM);
+    if (stage == 3) ::kill(-mpirun, SIGKILL);
+  }
+
   // Runs the job on `hosts` and returns mpirun's exit status. While it runs, asks for hosts
   // every --discovery-interval: more workers' slots than it has make it stop at its next
-  // step with a checkpoint (SIGUSR1, which mpirun forwards), to be relaunched larger.
+  // step with a checkpoint (SIGUSR1, which mpirun forwards), to be relaunched larger. A stop
+  // signal is passed on in stages, --stop-grace apart (passOnStop).
   int launch(const std::vector<Host>& hosts, int ranks, bool resume) {
-    char hostfile[] = "/tmp/pstrain-run-hosts-XXXXXX";
-    const int fd = ::mkstemp(hostfile);
-    if (fd < 0) throw Error("cannot create a temporary hostfile in /tmp");
-    std::string text;
-    for (const auto& h : hosts) text += fmt::format("{} slots={}\n", h.name, h.slots);
-    if (::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
-      ::close(fd);
-      throw Error(fmt::format("cannot write {}", hostfile));
-    }
-    ::close(fd);
-    std::vector<std::string> argv = {o_.mpirun, "--hostfile", hostfile, "-np", std::to_string(ranks)};
+    const LaunchHostfile hostfile(hosts);
+    std::vector<std::string> argv = {o_.mpirun, "--hostfile", hostfile.path, "-np", std::to_string(ranks)};
     argv.insert(argv.end(), o_.mpirunArgs.begin(), o_.mpirunArgs.end());
     argv.push_back(o_.pstrain);
     for (const auto& a : o_.pstrainArgs) {
@@ -391,34 +485,38 @@ class Supervisor {
       argv.push_back(a);
     }
     if (resume) argv.push_back("--resume");
-    const pid_t child = spawn(argv, false, -1);
+    const pid_t child = spawn(argv, -1);
     if (child < 0) throw Error("cannot start mpirun");
     const int workers = job_.modeInfo().peers() ? ranks : ranks - 1;
-    auto nextLook = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                       std::chrono::duration<double>(o_.discoveryIntervalSeconds));
-    bool forwarded = false;
+    const auto interval = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.discoveryIntervalSeconds));
+    auto nextLook = Clock::now() + interval;
+    int stopStage = 0;
+    Clock::time_point stageAt;
     int status = 0;
     for (;;) {
       if (::waitpid(child, &status, WNOHANG) == child) break;
-      if (gStopSignal && !forwarded) {
-        ::kill(child, SIGTERM);
-        forwarded = true;
+      if (gStopSignals > 0) {
+        const bool graceOver = stopStage > 0 && secondsSince(stageAt) >= o_.stopGraceSeconds;
+        const int wanted = std::min(3, std::max(gStopSignals.load(), stopStage + (graceOver ? 1 : 0)));
+        if (wanted > stopStage) {
+          stopStage = wanted;
+          stageAt = Clock::now();
+          passOnStop(child, stopStage);
+        }
       }
       const bool canGrow = maxWorkers_ == 0 || workers < maxWorkers_;
       if (!regrowing_ && !gStopSignal && canGrow && Clock::now() >= nextLook) {
         const auto offered = discover(hosts);
-        if (workersFor(offered) > workers) {
+        if (!gStopSignal && workersFor(offered) > workers) {
           std::cout << fmt::format("pstrain-run: more slots offered ({}): stopping the job at its next step to "
                                    "relaunch it larger", describeHosts(offered)) << std::endl;
           ::kill(child, SIGUSR1);
           regrowing_ = true;
         }
-        nextLook = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                      std::chrono::duration<double>(o_.discoveryIntervalSeconds));
+        nextLook = Clock::now() + interval;
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    ::unlink(hostfile);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
 

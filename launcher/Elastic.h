@@ -7,6 +7,7 @@
 // and of its output.
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -29,13 +30,16 @@ std::string describeHosts(const std::vector<Host>& hosts);
 std::int64_t newestCheckpointStep(const std::string& trainDir);
 
 // A command run to completion: its exit code (128 + N after signal N; -1 if it could not
-// start), its standard output when captured, and whether `timeout` stopped it (killed).
+// start), its standard output when captured (the first MiB), and whether it was killed,
+// with whatever it started, because `timeout` passed or `cancelled` (asked every 200 ms)
+// said so.
 struct CommandResult {
   int exitCode = -1;
   std::string output;
   bool timedOut = false;
 };
-CommandResult runCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout, bool captureOutput);
+CommandResult runCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout, bool captureOutput,
+                         const std::function<bool()>& cancelled = {});
 
 struct ElasticOptions {
   std::string hostfile;         // hosts probed with a short launch each, or
@@ -46,6 +50,7 @@ struct ElasticOptions {
   double discoveryIntervalSeconds = 5;  // asking for hosts while the job runs
   double waitForHostsSeconds = 600;     // for at least --min-workers, before giving up
   double probeTimeoutSeconds = 15;      // one probe launch of a hostfile's host
+  double stopGraceSeconds = 30;         // SIGUSR1 to SIGTERM, and SIGTERM to SIGKILL, on a stop
   std::string mpirun = "mpirun";
   std::vector<std::string> mpirunArgs;
   std::string pstrain;                  // the binary (default: next to pstrain-run)
@@ -57,7 +62,8 @@ struct ElasticOptions {
 ElasticOptions parseElasticCommand(int argc, char** argv);
 
 // Runs the job to its end; returns the job's exit status (0 done, 2 a configuration
-// error, else the last failure's once it gave up).
+// error, 3 stopped with a checkpoint on SIGINT/SIGTERM, else the last failure's once it
+// gave up, or 128 + the signal when a stop found no job or the job did not checkpoint).
 int superviseElastic(const ElasticOptions& options);
 
 }  // namespace pstrain::launcher

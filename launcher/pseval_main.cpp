@@ -1,6 +1,7 @@
 // pseval: evaluates the checkpoints a pstrain run publishes, each exactly once.
 #include <fmt/format.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -53,7 +54,7 @@ std::set<std::int64_t> evaluatedSteps(const fs::path& csv) {
 class Evaluator {
  public:
   Evaluator(const launcher::EvalCommand& cmd, c10::Device device)
-      : cmd_(cmd), device_(device), dir_(cmd.trainDir), done_(evaluatedSteps(dir_ / rundir::kEvalCsv)) {}
+      : cmd_(cmd), device_(device), dir_(cmd.trainDir), out_(cmd.outDir), done_(evaluatedSteps(out_ / rundir::kEvalCsv)) {}
 
   // Evaluates every published checkpoint not seen yet; returns how many it evaluated.
   int pass() {
@@ -61,15 +62,20 @@ class Evaluator {
     for (const auto& published : rundir::listPublished((dir_ / rundir::kCheckpoints).string())) {
       if (done_.count(published.step) || skipped_.count(published.step)) continue;
       bool gone = false;
-      // A checkpoint can fail its check while pstrain republishes it (after a resume, the
-      // old marker goes before the new file arrives): look again before giving up on it.
+      // A checkpoint can fail its check while pstrain republishes it, or while a shared file
+      // system's cache still shows another host's file incomplete: look again, 1, 2, 4 ... s
+      // later, for --retry-for seconds before giving up on it.
+      const auto firstLook = std::chrono::steady_clock::now();
+      double pause = 1;
       for (int attempt = 1;; ++attempt) {
         try {
           evaluateOne(published);
           ++evaluated;
         } catch (const CheckpointError& e) {
-          if (attempt < kAttempts) {
-            std::this_thread::sleep_for(std::chrono::seconds(1));
+          const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - firstLook).count();
+          if (waited < cmd_.retrySeconds) {
+            std::this_thread::sleep_for(std::chrono::duration<double>(std::min(pause, cmd_.retrySeconds - waited)));
+            pause *= 2;
             continue;
           }
           if (!stillPublished(published)) {
@@ -78,8 +84,8 @@ class Evaluator {
             gone = true;
             break;
           }
-          launcher::printErrorLine(fmt::format("pseval: skipping step {} (after {} tries): {}", published.step,
-                                               kAttempts, e.what()));
+          launcher::printErrorLine(fmt::format("pseval: skipping step {} (after {} tries in {:.0f} s): {}",
+                                               published.step, attempt, waited, e.what()));
           skipped_.insert(published.step);
         }
         break;
@@ -138,7 +144,7 @@ class Evaluator {
 
   void record(const checkpoint::Checkpoint& ckpt, const rundir::Published& published,
               const roles::EvalResult& r) {
-    const fs::path csvPath = dir_ / rundir::kEvalCsv;
+    const fs::path csvPath = out_ / rundir::kEvalCsv;
     const bool fresh = !fs::exists(csvPath);
     metrics::RecordFile csv(csvPath.string());  // each row whole or not at all, no symbolic link followed
     // Sequence models (a target per position) have a perplexity column; a label per sample
@@ -160,9 +166,9 @@ class Evaluator {
     line.add("samples", r.samples).add("targets", r.targets).add("loss", r.loss).add("accuracy", r.accuracy);
     if (std::isfinite(r.perplexity)) line.add("perplexity", r.perplexity);
     line.addRaw("class_accuracy", metrics::jsonArray(r.classAccuracy)).add("checkpoint", published.path);
-    metrics::JsonLines((dir_ / rundir::kEvalJsonl).string()).write(line);
+    metrics::JsonLines((out_ / rundir::kEvalJsonl).string()).write(line);
     if (cmd_.tensorboard) {
-      if (!events_) events_ = std::make_unique<metrics::EventFile>(dir_.string());  // at the first result
+      if (!events_) events_ = std::make_unique<metrics::EventFile>(out_.string());  // at the first result
       metrics::Scalars scalars{{"test/loss", r.loss}};
       if (std::isfinite(r.accuracy)) scalars.emplace_back("test/accuracy", r.accuracy);
       if (perPosition) scalars.emplace_back("test/perplexity", r.perplexity);
@@ -176,19 +182,19 @@ class Evaluator {
               << std::endl;
   }
 
-  static constexpr int kAttempts = 3;
   const launcher::EvalCommand& cmd_;
   c10::Device device_;
-  fs::path dir_;
+  fs::path dir_;  // the train dir: only read
+  fs::path out_;  // where results go
   std::set<std::int64_t> done_;
   std::set<std::int64_t> skipped_;
   std::map<std::string, data::Dataset> testSets_;
   std::unique_ptr<metrics::EventFile> events_;
 };
 
-// Runs tools/plot (PSTRAIN_PLOT overrides where it is) on the train dir; a missing script or
-// gnuplot is a note, not an error: the evaluation itself succeeded.
-void plot(const std::string& trainDir) {
+// Runs tools/plot (PSTRAIN_PLOT overrides where it is) on the train dir, its plots/ going to
+// `outDir`; a missing script or gnuplot is a note, not an error: the evaluation itself succeeded.
+void plot(const std::string& trainDir, const std::string& outDir) {
   const char* custom = std::getenv("PSTRAIN_PLOT");
   std::string script = custom ? custom : PSTRAIN_TOOLS_DIR "/plot";
   if (!fs::exists(script)) {
@@ -200,8 +206,22 @@ void plot(const std::string& trainDir) {
     for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
     return q + "'";
   };
-  if (std::system((quote(script) + " " + quote(trainDir)).c_str()) != 0) {
+  if (std::system((quote(script) + " " + quote(trainDir) + " " + quote(outDir)).c_str()) != 0) {
     launcher::printErrorLine(fmt::format("pseval: --plot: {} failed (is gnuplot installed?)", script));
+  }
+}
+
+// Makes --out-dir and checks, before any checkpoint is read, that the results can be
+// written there: a reader of a shared train dir it cannot write is told to give --out-dir.
+void prepareOutDir(const launcher::EvalCommand& cmd) {
+  std::error_code error;
+  fs::create_directories(cmd.outDir, error);
+  if (error) throw ConfigError(fmt::format("cannot create --out-dir {}: {}", cmd.outDir, error.message()));
+  if (::access(cmd.outDir.c_str(), W_OK) != 0) {
+    throw ConfigError(cmd.outDir == cmd.trainDir
+                          ? fmt::format("cannot write {}/{} (the train dir is read-only for this user): give --out-dir "
+                                        "DIR for the results", cmd.trainDir, rundir::kEvalCsv)
+                          : fmt::format("cannot write into --out-dir {}", cmd.outDir));
   }
 }
 
@@ -226,6 +246,7 @@ int main(int argc, char** argv) {
     if (!fs::is_directory(cmd.trainDir)) {
       throw ConfigError(fmt::format("{}: no such directory", cmd.trainDir));
     }
+    prepareOutDir(cmd);
     Evaluator evaluator(cmd, launcher::chooseDevice(cmd.device, 0));
     const fs::path finalWeights = fs::path(cmd.trainDir) / rundir::kTrainedModel;
     auto lastNews = std::chrono::steady_clock::now();
@@ -247,7 +268,7 @@ int main(int argc, char** argv) {
     if (evaluator.skipped() > 0) {
       launcher::printErrorLine(fmt::format("pseval: {} checkpoint(s) could not be evaluated", evaluator.skipped()));
     }
-    if (cmd.plot) plot(cmd.trainDir);
+    if (cmd.plot) plot(cmd.trainDir, cmd.outDir);
   } catch (const std::exception& e) {
     launcher::printErrorLine(fmt::format("pseval: error: {}", e.what()));
     return 1;

@@ -46,20 +46,25 @@ bool matches(const std::vector<std::string>& items, const std::string& name, in_
   return false;
 }
 
+// An interface address that the doorbell listens on, with its network's mask.
+struct Listening {
+  in_addr address{}, netmask{};
+};
+
 // The IPv4 addresses of the interfaces that are up and that `interfaces` selects.
-std::vector<std::string> selectAddresses(const Doorbell::Interfaces& interfaces) {
+std::vector<Listening> selectAddresses(const Doorbell::Interfaces& interfaces) {
   const auto include = splitList(interfaces.include), exclude = splitList(interfaces.exclude);
-  std::vector<std::string> external, loopback;
+  std::vector<Listening> external, loopback;
   ifaddrs* list = nullptr;
   if (::getifaddrs(&list) != 0) return {};
   for (const ifaddrs* i = list; i; i = i->ifa_next) {
     if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP)) continue;
-    const in_addr address = reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr;
-    if (!include.empty() && !matches(include, i->ifa_name, address)) continue;
-    if (matches(exclude, i->ifa_name, address)) continue;
-    char text[INET_ADDRSTRLEN];
-    if (!::inet_ntop(AF_INET, &address, text, sizeof text)) continue;
-    ((i->ifa_flags & IFF_LOOPBACK) && include.empty() ? loopback : external).emplace_back(text);
+    Listening l;
+    l.address = reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr;
+    if (i->ifa_netmask) l.netmask = reinterpret_cast<const sockaddr_in*>(i->ifa_netmask)->sin_addr;
+    if (!include.empty() && !matches(include, i->ifa_name, l.address)) continue;
+    if (matches(exclude, i->ifa_name, l.address)) continue;
+    ((i->ifa_flags & IFF_LOOPBACK) && include.empty() ? loopback : external).push_back(l);
   }
   ::freeifaddrs(list);
   // A peer on another host cannot reach this loopback; one on this host reaches the
@@ -67,49 +72,105 @@ std::vector<std::string> selectAddresses(const Doorbell::Interfaces& interfaces)
   return external.empty() ? loopback : external;
 }
 
-}  // namespace
-
-Doorbell::Doorbell(const Interfaces& interfaces, bool enabled) {
-  if (!enabled) return;
-  addresses_ = selectAddresses(interfaces);
-  if (addresses_.empty()) return;
+// A non-blocking UDP socket bound to `address`:`port` (0: an ephemeral port), or -1.
+// select() needs the descriptor below FD_SETSIZE.
+int bindSocket(in_addr address, int& port) {
   const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
-  if (fd < 0) return;
+  if (fd < 0) return -1;
   sockaddr_in bound{};
   bound.sin_family = AF_INET;
-  bound.sin_addr.s_addr = htonl(INADDR_ANY);
-  // One address: listen there only. Several: every interface (a socket binds one address);
-  // datagrams arriving elsewhere are no rings without the token anyway.
-  if (addresses_.size() == 1) ::inet_pton(AF_INET, addresses_[0].c_str(), &bound.sin_addr);
-  bound.sin_port = 0;
+  bound.sin_addr = address;
+  bound.sin_port = htons(static_cast<std::uint16_t>(port));
   socklen_t length = sizeof bound;
   // Non-blocking: a ring never waits for buffer space, and sleep() drains without blocking.
-  // select() needs the descriptor below FD_SETSIZE.
   if (fd >= FD_SETSIZE || ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK) != 0 ||
       ::bind(fd, reinterpret_cast<sockaddr*>(&bound), sizeof bound) != 0 ||
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) != 0) {
     ::close(fd);
-    return;
+    return -1;
   }
-  socket_ = fd;
-  port_ = ntohs(bound.sin_port);
+  port = ntohs(bound.sin_port);
+  return fd;
+}
+
+std::uint64_t rotl(std::uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
+
+void putBigEndian(std::uint64_t value, int bytes, unsigned char* out) {
+  for (int i = 0; i < bytes; ++i) out[i] = static_cast<unsigned char>(value >> (8 * (bytes - 1 - i)));
+}
+
+std::uint64_t getBigEndian(const unsigned char* in, int bytes) {
+  std::uint64_t value = 0;
+  for (int i = 0; i < bytes; ++i) value = value << 8 | in[i];
+  return value;
+}
+
+}  // namespace
+
+std::uint64_t Doorbell::sipHash24(const Key& key, const unsigned char* bytes, std::size_t size) {
+  std::uint64_t v0 = 0x736f6d6570736575ull ^ key.k0, v1 = 0x646f72616e646f6dull ^ key.k1;
+  std::uint64_t v2 = 0x6c7967656e657261ull ^ key.k0, v3 = 0x7465646279746573ull ^ key.k1;
+  auto round = [&] {
+    v0 += v1, v1 = rotl(v1, 13), v1 ^= v0, v0 = rotl(v0, 32);
+    v2 += v3, v3 = rotl(v3, 16), v3 ^= v2;
+    v0 += v3, v3 = rotl(v3, 21), v3 ^= v0;
+    v2 += v1, v1 = rotl(v1, 17), v1 ^= v2, v2 = rotl(v2, 32);
+  };
+  auto word = [](const unsigned char* p, std::size_t n) {  // little-endian, n <= 8 bytes
+    std::uint64_t w = 0;
+    for (std::size_t i = 0; i < n; ++i) w |= std::uint64_t(p[i]) << (8 * i);
+    return w;
+  };
+  std::size_t at = 0;
+  for (; at + 8 <= size; at += 8) {
+    const std::uint64_t m = word(bytes + at, 8);
+    v3 ^= m, round(), round(), v0 ^= m;
+  }
+  const std::uint64_t last = word(bytes + at, size - at) | std::uint64_t(size & 0xff) << 56;
+  v3 ^= last, round(), round(), v0 ^= last;
+  v2 ^= 0xff;
+  round(), round(), round(), round();
+  return v0 ^ v1 ^ v2 ^ v3;
+}
+
+Doorbell::Doorbell(const Interfaces& interfaces, bool enabled, bool oneHost) {
+  if (!enabled) return;
+  std::vector<Listening> addresses;
+  if (oneHost) {
+    Listening loopback;
+    loopback.address.s_addr = htonl(INADDR_LOOPBACK);
+    loopback.netmask.s_addr = htonl(0xff000000u);
+    addresses.push_back(loopback);
+  } else {
+    addresses = selectAddresses(interfaces);
+  }
+  // Every socket on the port of the first: an address advertises one port. An address
+  // whose socket cannot have it is left out (peers do not ring it).
+  for (const Listening& l : addresses) {
+    const int fd = bindSocket(l.address, port_);
+    if (fd >= 0) sockets_.push_back({fd, l.address, l.netmask});
+  }
 }
 
 Doorbell::~Doorbell() {
-  if (socket_ >= 0) ::close(socket_);
+  for (const Socket& s : sockets_) ::close(s.fd);
 }
 
 std::string Doorbell::address() const {
-  if (socket_ < 0) return "";
+  if (sockets_.empty()) return "";
   std::string out = std::to_string(port_);
-  for (const auto& a : addresses_) out += " " + a;
+  for (const Socket& s : sockets_) {
+    char text[INET_ADDRSTRLEN];
+    if (::inet_ntop(AF_INET, &s.address, text, sizeof text)) out += std::string(" ") + text;
+  }
   return out;
 }
 
-void Doorbell::connect(const std::vector<std::string>& addresses, int self, std::uint64_t token) {
+void Doorbell::connect(const std::vector<std::string>& addresses, int self, const Key& key) {
   peers_.assign(addresses.size(), {});
   self_ = static_cast<std::uint32_t>(self);
-  token_ = token;
+  key_ = key;
+  lastCounter_.assign(addresses.size(), 0);
   heard_.assign(addresses.size(), false);
   if (self >= 0 && static_cast<std::size_t>(self) < heard_.size()) heard_[self] = true;
   unheard_ = static_cast<std::size_t>(std::count(heard_.begin(), heard_.end(), false));
@@ -126,9 +187,10 @@ void Doorbell::connect(const std::vector<std::string>& addresses, int self, std:
   }
 }
 
-void Doorbell::encodeRing(std::uint64_t token, std::uint32_t rank, unsigned char out[kRingBytes]) {
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<unsigned char>(token >> (56 - 8 * i));
-  for (int i = 0; i < 4; ++i) out[8 + i] = static_cast<unsigned char>(rank >> (24 - 8 * i));
+void Doorbell::encodeRing(const Key& key, const Ring& ring, unsigned char out[kRingBytes]) {
+  putBigEndian(ring.rank, 4, out);
+  putBigEndian(ring.counter, 8, out + 4);
+  putBigEndian(sipHash24(key, out, 12), 8, out + 12);
 }
 
 int Doorbell::treeParent(int rank, int root, int ranks) {
@@ -136,52 +198,67 @@ int Doorbell::treeParent(int rank, int root, int ranks) {
   return relative == 0 ? -1 : ((relative & (relative - 1)) + root) % ranks;
 }
 
-std::optional<std::uint32_t> Doorbell::parseRing(const void* bytes, std::size_t size, std::uint64_t token,
+std::optional<Doorbell::Ring> Doorbell::parseRing(const void* bytes, std::size_t size, const Key& key,
                                                   std::size_t ranks) {
   if (size != kRingBytes) return std::nullopt;
   const auto* p = static_cast<const unsigned char*>(bytes);
-  std::uint64_t theirs = 0;
-  std::uint32_t rank = 0;
-  for (int i = 0; i < 8; ++i) theirs = theirs << 8 | p[i];
-  for (int i = 8; i < 12; ++i) rank = rank << 8 | p[i];
-  if (theirs != token || rank >= ranks) return std::nullopt;
-  return rank;
+  if (getBigEndian(p + 12, 8) != sipHash24(key, p, 12)) return std::nullopt;
+  Ring ring{static_cast<std::uint32_t>(getBigEndian(p, 4)), getBigEndian(p + 4, 8)};
+  if (ring.rank >= ranks) return std::nullopt;
+  return ring;
+}
+
+const Doorbell::Socket& Doorbell::socketFor(const sockaddr_in& to) const {
+  for (const Socket& s : sockets_) {
+    if ((to.sin_addr.s_addr & s.netmask.s_addr) == (s.address.s_addr & s.netmask.s_addr)) return s;
+  }
+  return sockets_.front();  // routed: any socket's datagrams reach it
 }
 
 void Doorbell::ring(int rank) {
-  if (socket_ < 0 || rank < 0 || static_cast<std::size_t>(rank) >= peers_.size()) return;
+  if (sockets_.empty() || rank < 0 || static_cast<std::size_t>(rank) >= peers_.size()) return;
   unsigned char datagram[kRingBytes];
-  encodeRing(token_, self_, datagram);
+  encodeRing(key_, {self_, ++counter_}, datagram);
   for (const sockaddr_in& to : peers_[rank]) {
     // Best effort by contract: a failed or dropped datagram only costs the peer its pause.
-    (void)::sendto(socket_, datagram, sizeof datagram, 0, reinterpret_cast<const sockaddr*>(&to), sizeof to);
+    (void)::sendto(socketFor(to).fd, datagram, sizeof datagram, 0, reinterpret_cast<const sockaddr*>(&to), sizeof to);
   }
 }
 
 bool Doorbell::sleep(std::chrono::microseconds pause) {
   const auto until = std::chrono::steady_clock::now() + pause;
-  if (socket_ < 0) {
+  if (sockets_.empty()) {
     std::this_thread::sleep_until(until);
     return false;
   }
   fd_set readable;
   FD_ZERO(&readable);
-  FD_SET(socket_, &readable);
+  int highest = -1;
+  for (const Socket& s : sockets_) {
+    FD_SET(s.fd, &readable);
+    highest = std::max(highest, s.fd);
+  }
   timeval timeout{static_cast<decltype(timeout.tv_sec)>(pause.count() / 1000000),
                   static_cast<decltype(timeout.tv_usec)>(pause.count() % 1000000)};
-  if (::select(socket_ + 1, &readable, nullptr, nullptr, &timeout) <= 0) return false;
-  // Drain the rings waiting, at most kMaxDrain datagrams, noting whose they are; anything
-  // else is a stray (the buffer is larger than a ring so that a longer datagram shows).
+  if (::select(highest + 1, &readable, nullptr, nullptr, &timeout) <= 0) return false;
+  // Drain the rings waiting, at most kMaxDrain datagrams in all, noting whose they are: a
+  // ring counts when its MAC is the job's and its counter newer than its ringer's last;
+  // anything else is a stray (the buffer is larger than a ring so that a longer datagram
+  // shows).
   unsigned char datagram[2 * kRingBytes];
   bool rung = false;
-  ssize_t got = 0;
-  for (int read = 0; read < kMaxDrain && (got = ::recv(socket_, datagram, sizeof datagram, 0)) >= 0; ++read) {
-    const auto rank = parseRing(datagram, static_cast<std::size_t>(got), token_, heard_.size());
-    if (!rank) continue;
-    rung = true;
-    if (!heard_[*rank]) {
-      heard_[*rank] = true;
-      --unheard_;
+  int read = 0;
+  for (const Socket& s : sockets_) {
+    if (!FD_ISSET(s.fd, &readable)) continue;
+    for (ssize_t got = 0; read < kMaxDrain && (got = ::recv(s.fd, datagram, sizeof datagram, 0)) >= 0; ++read) {
+      const auto ring = parseRing(datagram, static_cast<std::size_t>(got), key_, heard_.size());
+      if (!ring || ring->counter <= lastCounter_[ring->rank]) continue;
+      lastCounter_[ring->rank] = ring->counter;
+      rung = true;
+      if (!heard_[ring->rank]) {
+        heard_[ring->rank] = true;
+        --unheard_;
+      }
     }
   }
   // Strays alone: sleep out the pause without listening (a flood must not spin this rank).

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End to end: a real 3-rank run on Fashion-MNIST with pseval following it, the weights
-# loaded into PyTorch, and the evaluator's handling of damaged checkpoints.
+# loaded into PyTorch, the evaluator's handling of damaged checkpoints (looked at again
+# with a backoff, as on a shared file system) and of a train dir it cannot write (--out-dir).
 # Usage: train_evaluate.sh PSTRAIN PSEVAL MPIRUN SCRATCH
 set -euo pipefail
 source "$(dirname "$0")/../common/checks.sh"
@@ -64,10 +65,56 @@ mkdir -p "$damaged/ckpt" && cp "$run"/ckpt/* "$damaged/ckpt/"
 printf '\x00\x01\x02' | dd of="$damaged/ckpt/step-00000050.pt" bs=1 seek=100000 conv=notrunc 2>/dev/null
 head -c 1000 "$damaged/ckpt/step-00000100.pt" > "$scratch/cut" && mv "$scratch/cut" "$damaged/ckpt/step-00000100.pt"
 echo "garbage" > "$damaged/ckpt/step-00000200.pt" && echo "garbage" > "$damaged/ckpt/step-00000200.ok"
-out=$("$pseval" --train-dir "$damaged" 2>&1) || fail "pseval crashed on damaged checkpoints: $out"
+out=$("$pseval" --train-dir "$damaged" --retry-for 3 2>&1) || fail "pseval crashed on damaged checkpoints: $out"
 echo "$out"
-grep -q "skipping step 50 (after 3 tries): .*checksum" <<<"$out" || fail "flipped bytes not reported"
-grep -q "skipping step 100 (after 3 tries): .*truncated" <<<"$out" || fail "truncation not reported"
-grep -q "skipping step 200 (after 3 tries): .*marker" <<<"$out" || fail "garbage marker not reported"
+grep -q "skipping step 50 (after 3 tries in 3 s): .*checksum" <<<"$out" || fail "flipped bytes not reported"
+grep -q "skipping step 100 (after 3 tries in 3 s): .*truncated" <<<"$out" || fail "truncation not reported"
+grep -q "skipping step 200 (after 3 tries in 3 s): .*marker" <<<"$out" || fail "garbage marker not reported"
 [ "$(tail -n +2 "$damaged/eval.csv" | cut -d, -f1)" = "150" ] || fail "the good checkpoint was not evaluated"
+
+# 5. A checkpoint that a shared file system shows incomplete for a while (here: cut short,
+#    made whole 5 s later) is evaluated once it is whole, not skipped: pseval looks again
+#    1, 2, 4 ... s later.
+late="$scratch/late"
+mkdir -p "$late/ckpt" && cp "$run"/ckpt/step-00000050.* "$late/ckpt/"
+head -c 1000 "$run/ckpt/step-00000050.pt" > "$late/ckpt/step-00000050.pt"
+(sleep 5 && cp "$run/ckpt/step-00000050.pt" "$late/ckpt/step-00000050.pt.tmp" &&
+  mv "$late/ckpt/step-00000050.pt.tmp" "$late/ckpt/step-00000050.pt") &
+out=$("$pseval" --train-dir "$late" 2>&1) || fail "pseval on a checkpoint whole after 5 s: $out"
+wait
+echo "$out"
+[ "$(tail -n +2 "$late/eval.csv" | cut -d, -f1)" = "50" ] || fail "the checkpoint made whole after 5 s was not evaluated"
+
+# 6. A train dir this user cannot write (a read-only copy): pseval says to give --out-dir,
+#    and with it evaluates into that directory, the train dir untouched.
+readonly_run="$scratch/readonly"
+mkdir -p "$readonly_run"
+# out_dir_checks: the checks of 6, on $readonly_run made read-only.
+out_dir_checks() {
+  local before after rc=0 out
+  before=$(ls -lR "$readonly_run")
+  out=$("$pseval" --train-dir "$readonly_run" 2>&1) || rc=$?
+  echo "$out"
+  { [ $rc -ne 0 ] && grep -q "read-only for this user): give --out-dir" <<<"$out"; } || fail "no --out-dir advice (exit $rc)"
+  out=$("$pseval" --train-dir "$readonly_run" --out-dir "$scratch/mine/results" 2>&1) || fail "--out-dir: $out"
+  after=$(ls -lR "$readonly_run")
+  [ "$(tail -n +2 "$scratch/mine/results/eval.csv" | cut -d, -f1)" = "150" ] || fail "--out-dir: no eval.csv row"
+  [ -s "$scratch/mine/results/eval.jsonl" ] && ls "$scratch/mine/results"/events.out.tfevents.* > /dev/null ||
+    fail "--out-dir: eval.jsonl or the event file missing"
+  [ "$before" = "$after" ] || fail "--out-dir: the train dir changed"
+}
+if [ "$(id -u)" -ne 0 ]; then
+  mkdir -p "$readonly_run/ckpt" && cp "$run"/ckpt/step-00000150.* "$readonly_run/ckpt/"
+  chmod -R a-w "$readonly_run"
+  trap 'chmod -R u+w "$readonly_run"' EXIT
+  out_dir_checks
+elif [ "$(uname)" = Linux ] && mount -t tmpfs -o size=16m tmpfs "$readonly_run"; then  # linux-only
+  # root writes whatever the modes say: a read-only mount
+  trap 'umount "$readonly_run"' EXIT  # linux-only
+  mkdir -p "$readonly_run/ckpt" && cp "$run"/ckpt/step-00000150.* "$readonly_run/ckpt/"
+  mount -o remount,ro "$readonly_run"  # linux-only
+  out_dir_checks
+else
+  echo "skipped: a train dir read-only to root needs Linux (mount -t tmpfs)"
+fi
 echo "e2e: all checks passed"

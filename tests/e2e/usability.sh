@@ -107,6 +107,9 @@ done
 rm -rf "$scratch/run/plots"
 "$root/tools/plot" "$scratch/run" > /dev/null; rc=$?
 check "tools/plot alone renders the four plots" bash -c "[ $rc -eq 0 ] && [ \$(ls '$scratch/run/plots'/*.png | wc -l) -eq 4 ]"
+"$root/tools/plot" "$scratch/run" "$scratch/elsewhere" > /dev/null; rc=$?
+check "tools/plot TRAIN_DIR OUT_DIR: the plots in OUT_DIR (no eval.csv there: three)" \
+  bash -c "[ $rc -eq 0 ] && [ \$(ls '$scratch/elsewhere/plots'/*.png | wc -l) -eq 3 ]"
 out=$("$root/tools/plot" "$scratch/nothing-here" 2>&1); rc=$?
 check "tools/plot on a non-run says so" bash -c "[ $rc -ne 0 ] && grep -q 'metrics.jsonl not found' <<<\"\$0\"" "$out"
 

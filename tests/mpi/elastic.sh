@@ -4,12 +4,17 @@
 #      with 1 worker, stopped again and resumed with 3, ends with the weights of an
 #      uninterrupted run with 2 workers; its metrics count every step once;
 #   2. pstrain-run, a worker SIGKILLed while a discovery script then offers one slot fewer:
-#      relaunched within 10 s, finished with 1 worker; elastic.jsonl says launch, failure,
-#      launch (smaller), done; the result is the uninterrupted run's (Fashion-MNIST accuracy);
+#      relaunched within 10 s, finished with 1 worker; killed again after new checkpoints,
+#      relaunched though --max-restarts is 1 (progress resets the count); elastic.jsonl says
+#      launch, failure, launch (smaller), failure, launch, done; the result is the
+#      uninterrupted run's (Fashion-MNIST accuracy);
 #   3. pstrain-run, the slot offered again: the job stops at a step and relaunches larger,
 #      no step lost (the steps of metrics.jsonl contiguous);
 #   4. --balance: a slow worker gets fewer virtual shards, the weights do not change;
-#   5. a configuration error, or a train dir that holds a run: exit 2, not retried.
+#   5. a configuration error, or a train dir that holds a run: exit 2, not retried;
+#   6. SIGTERM to pstrain-run: the job checkpoints and stops (exit 3) at once, though the
+#      discovery script hangs (and printed garbage before); a job that ignores SIGUSR1 and
+#      SIGTERM is SIGKILLed after twice --stop-grace; a stop while waiting for hosts is a stop.
 # Usage: elastic.sh PSTRAIN PSEVAL MPIRUN SCRATCH
 set -uo pipefail
 pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
@@ -56,12 +61,16 @@ echo 3 > slots
 printf '#!/bin/sh\necho "localhost:$(cat %s/slots)"\n' "$scratch" > discover.sh && chmod +x discover.sh
 data=(--device cpu --model lenet --batch-size 32 --steps 240 --lr 0.02 --checkpoint-every 20 --log-every 1 --threads 1 --timeout 60)
 run_logged reference with_timeout 300 "$mpirun" -np 3 "$pstrain" "${data[@]}" --train-dir "$scratch/reference"
-"$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" --discovery-interval 1 \
+"$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" --discovery-interval 1 --max-restarts 1 \
   -- "${data[@]}" --train-dir "$scratch/killed" > killed.log 2>&1 &
 supervisor=$!
 wait_for killed/ckpt/step-00000040.ok
 echo 2 > slots
 victim=$(rank_pid "$scratch/killed" 2)
+[ -n "$victim" ] && kill -9 "$victim"
+# The relaunch publishes checkpoints (steady progress): a second failure is relaunched too.
+wait_for killed/ckpt/step-00000120.ok
+victim=$(rank_pid "$scratch/killed" 1)
 [ -n "$victim" ] && kill -9 "$victim"
 wait $supervisor; rc=$?
 grep '^pstrain-run' killed.log | sed 's/^/     /'
@@ -69,7 +78,8 @@ events=$(python3 -c "import json,sys; print(' '.join(f\"{e['event']}:{e['world_s
 relaunch=$(python3 -c "import json; print([e for e in map(json.loads, open('killed/elastic.jsonl')) if 'seconds_since_failure' in e][0]['seconds_since_failure'])")
 echo "     events: $events; relaunched $relaunch s after the failure"
 check "pstrain-run: finishes (exit 0)" test $rc -eq 0
-check "pstrain-run: launch, failure, launch with the smaller world, done" test "$events" = "launch:3 failure:3 launch:2 done:2"
+check "pstrain-run: launch, failure, launch with the smaller world, failure, launch (the count reset), done" \
+  test "$events" = "launch:3 failure:3 launch:2 failure:2 launch:2 done:2"
 check "pstrain-run: relaunched within 10 s of the failure" ge 10 "$relaunch"
 a=$(final_accuracy "$pseval" reference) b=$(final_accuracy "$pseval" killed)
 diff=$(max_weight_diff reference/trained_model.pt killed/trained_model.pt)
@@ -142,4 +152,67 @@ printf 'train-dir = %s\nmode = allreduce\nsteps = 6\nmodel = mlp\ndataset = synt
 rc=$?
 check "--config under pstrain-run: its train dir gets the events, its mode the ranks (exit $rc)" \
   bash -c "[ $rc -eq 0 ] && grep -q '\"event\":\"done\"' '$scratch/configured/elastic.jsonl' && grep -q 'allreduce mode, 3 ranks' configured.log"
+
+# --- 6. SIGTERM to pstrain-run ----------------------------------------------------------
+# events DIR: elastic.jsonl's events as "event:world_size ...".
+events() { python3 -c "import json,sys; print(' '.join(f\"{e['event']}:{e['world_size']}\" for e in map(json.loads, open(sys.argv[1]))))" "$1/elastic.jsonl"; }
+# seconds_since T0: the seconds since T0 (a `date +%s.%N`).
+seconds_since() { python3 -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.1f}')" "$1"; }
+# A script that offers 3 slots, then garbage (an overflowing slot count), then hangs. The
+# job may grow (--virtual-shards 4): pstrain-run keeps asking the script while it runs.
+cat > moody.sh <<EOF
+#!/bin/sh
+[ -e "$scratch/hang" ] && exec sleep 599
+[ -e "$scratch/garbage" ] && { echo "localhost:99999999999"; exit 0; }
+echo localhost:3
+EOF
+chmod +x moody.sh
+endless=(--device cpu --model lenet --dataset synthetic --batch-size 32 --steps 1000000 --checkpoint-every 1000000
+         --log-every 5 --threads 1 --timeout 60)
+"$pstrain_run" --host-discovery-script ./moody.sh "${mpi_args[@]}" --discovery-interval 1 --stop-grace 20 \
+  -- "${endless[@]}" --virtual-shards 4 --train-dir "$scratch/stopped" > stopped.log 2>&1 &
+supervisor=$!
+wait_for stopped/metrics.jsonl
+touch garbage; sleep 2.5; touch hang; sleep 2
+hanging=$(pgrep -f 'sleep 59[9]' | wc -l)
+t0=$(date +%s.%N)
+kill -TERM $supervisor
+wait $supervisor; rc=$?
+took=$(seconds_since "$t0")
+grep '^pstrain-run' stopped.log | sed 's/^/     /'
+echo "     SIGTERM to pstrain-run, discovery hanging: the job stopped ${took} s later (--stop-grace 20)"
+check "garbage from the discovery script is reported and the job goes on" has stopped.log "line 1: the slots '99999999999' are not"
+check "SIGTERM: the job checkpointed and stopped (exit 3, events launch, stop)" \
+  bash -c "[ $rc -eq 3 ] && [ '$(events stopped)' = 'launch:3 stop:3' ] && ls stopped/ckpt/step-*.ok"
+check "SIGTERM: the discovery script was hanging when it came" test "$hanging" -ge 1
+check "SIGTERM: within the grace period, though the discovery script hangs" ge 19 "$took"
+check "SIGTERM: the hanging discovery script is gone" bash -c "! pgrep -f 'sleep 59[9]'"
+stopped_at=$(cd stopped/ckpt && ls step-*.ok | tail -1 | tr -dc 0-9 | sed 's/^0*//')
+"$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" -- "${endless[@]}" --steps $((stopped_at + 10)) --resume \
+  --train-dir "$scratch/stopped" > resumed.log 2>&1
+rc=$?
+check "SIGTERM: --resume continues the stopped run (exit $rc)" bash -c "[ $rc -eq 0 ] && grep -q 'resuming at step' resumed.log"
+# A job deaf to SIGUSR1 and SIGTERM: SIGKILL after twice --stop-grace, nothing left running.
+printf '#!/bin/sh\ntrap "" USR1 TERM INT\nexec sleep 598\n' > deaf.sh && chmod +x deaf.sh
+"$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" --stop-grace 2 --pstrain ./deaf.sh \
+  -- --train-dir "$scratch/deaf" > deaf.log 2>&1 &
+supervisor=$!
+wait_for deaf/elastic.jsonl; sleep 2
+t0=$(date +%s.%N)
+kill -TERM $supervisor
+wait $supervisor; rc=$?
+took=$(seconds_since "$t0"); sleep 0.5
+echo "     a job deaf to SIGUSR1 and SIGTERM: pstrain-run exited ${took} s after SIGTERM (--stop-grace 2), exit $rc"
+check "a deaf job: SIGUSR1, SIGTERM, then SIGKILL, 4 s in all (within 8 s), nothing left" \
+  bash -c "[ $rc -eq 143 ] && grep -q 'gets SIGKILL' deaf.log && ! pgrep -f 'sleep 59[8]' && awk -v t=$took 'BEGIN { exit !(t >= 3.9 && t < 8) }'"
+# Too few slots: pstrain-run waits for hosts; a SIGTERM then is a stop, not "gave-up".
+echo 1 > slots
+"$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" -- "${endless[@]}" --train-dir "$scratch/waiting" \
+  > waiting.log 2>&1 &
+supervisor=$!
+for _ in $(seq 300); do grep -q 'waiting for --min-workers' waiting.log && break; sleep 0.1; done
+kill -TERM $supervisor
+wait $supervisor; rc=$?
+check "a stop while waiting for hosts: exit 143, logged as a stop" \
+  bash -c "[ $rc -eq 143 ] && [ '$(events waiting)' = 'stop:0' ]"
 checks_done

@@ -19,15 +19,15 @@ using std::chrono::milliseconds;
 
 namespace {
 
-constexpr std::uint64_t kToken = 0x0123456789abcdefull;
+const Doorbell::Key kKey{0x0123456789abcdefull, 0xfedcba9876543210ull};
 
 // Two doorbells that know each other, as ranks 0 and 1 of a job.
 struct Pair {
   Doorbell zero, one;
   Pair() {
     const std::vector<std::string> addresses{zero.address(), one.address()};
-    zero.connect(addresses, 0, kToken);
-    one.connect(addresses, 1, kToken);
+    zero.connect(addresses, 0, kKey);
+    one.connect(addresses, 1, kKey);
   }
 };
 
@@ -106,35 +106,96 @@ TEST(Doorbell, UnrungSleepLastsItsPauseAndRingsAreConsumedAtOnce) {
 // Addresses come from other ranks: whatever they hold, ringing is harmless.
 TEST(Doorbell, MalformedOrMissingAddressesOnlyDropRings) {
   Pair pair;
-  pair.zero.connect({"", "garbage", "70000 127.0.0.1", "123 not-an-address", pair.one.address()}, 0, kToken);
-  pair.one.connect({"", "", "", "", pair.one.address()}, 4, kToken);
+  pair.zero.connect({"", "garbage", "70000 127.0.0.1", "123 not-an-address", pair.one.address()}, 0, kKey);
+  pair.one.connect({"", "", "", "", pair.one.address()}, 4, kKey);
   for (int rank : {-1, 0, 1, 2, 3, 4, 99}) pair.zero.ring(rank);
   EXPECT_TRUE(pair.one.sleep(std::chrono::seconds(20)));  // rank 4 is `one`
 }
 
-// A ring is the job's token and a rank of the job; nothing else wakes a rank or counts.
-TEST(Doorbell, RingsCarryTheTokenAndARankOfTheJob) {
+// SipHash-2-4's reference vectors (the paper's appendix A; the first of its vectors.h).
+TEST(Doorbell, SipHashReferenceVectors) {
+  const Doorbell::Key key{0x0706050403020100ull, 0x0f0e0d0c0b0a0908ull};  // bytes 00..0f, little-endian
+  unsigned char message[15];
+  for (int i = 0; i < 15; ++i) message[i] = static_cast<unsigned char>(i);
+  EXPECT_EQ(Doorbell::sipHash24(key, message, 15), 0xa129ca6149be45e5ull);
+  EXPECT_EQ(Doorbell::sipHash24(key, message, 0), 0x726fdb47dd0e0e31ull);
+}
+
+// A ring is a rank of the job, a counter and their MAC under the job's key; nothing else
+// parses.
+TEST(Doorbell, RingsCarryARankACounterAndTheirMac) {
   unsigned char ring[Doorbell::kRingBytes];
-  Doorbell::encodeRing(kToken, 3, ring);
-  EXPECT_EQ(Doorbell::parseRing(ring, sizeof ring, kToken, 4), std::optional<std::uint32_t>(3));
-  EXPECT_EQ(Doorbell::parseRing(ring, sizeof ring, kToken, 3), std::nullopt);       // no such rank
-  EXPECT_EQ(Doorbell::parseRing(ring, sizeof ring, kToken + 1, 4), std::nullopt);   // another job
-  EXPECT_EQ(Doorbell::parseRing(ring, sizeof ring - 1, kToken, 4), std::nullopt);   // too short
+  Doorbell::encodeRing(kKey, {3, 41}, ring);
+  const auto parsed = Doorbell::parseRing(ring, sizeof ring, kKey, 4);
+  ASSERT_TRUE(parsed);
+  EXPECT_EQ(parsed->rank, 3u);
+  EXPECT_EQ(parsed->counter, 41u);
+  EXPECT_FALSE(Doorbell::parseRing(ring, sizeof ring, kKey, 3));                            // no such rank
+  EXPECT_FALSE(Doorbell::parseRing(ring, sizeof ring, {kKey.k0, kKey.k1 ^ 1}, 4));          // another job's key
+  EXPECT_FALSE(Doorbell::parseRing(ring, sizeof ring - 1, kKey, 4));                        // too short
   unsigned char longer[Doorbell::kRingBytes + 1] = {};
   std::copy(ring, ring + sizeof ring, longer);
-  EXPECT_EQ(Doorbell::parseRing(longer, sizeof longer, kToken, 4), std::nullopt);
+  EXPECT_FALSE(Doorbell::parseRing(longer, sizeof longer, kKey, 4));
+  for (std::size_t byte = 0; byte < sizeof ring; ++byte) {  // any bit changed: the MAC fails
+    unsigned char forged[Doorbell::kRingBytes];
+    std::copy(ring, ring + sizeof ring, forged);
+    forged[byte] ^= 0x10;
+    EXPECT_FALSE(Doorbell::parseRing(forged, sizeof forged, kKey, 1u << 31)) << "byte " << byte;
+  }
+}
+
+// A captured ring sent again wakes nobody: its counter is not newer than its ringer's
+// last. Forged rings (another key, a counter changed without the MAC) neither.
+TEST(Doorbell, ReplayedAndForgedRingsDoNotWake) {
+  Pair pair;
+  unsigned char ring[Doorbell::kRingBytes];
+  Doorbell::encodeRing(kKey, {0, 5}, ring);  // as rank 0's fifth ring
+  sendRaw(pair.one, ring, sizeof ring);
+  EXPECT_TRUE(pair.one.sleep(std::chrono::seconds(20)));
+  sendRaw(pair.one, ring, sizeof ring, 20);  // replayed
+  unsigned char older[Doorbell::kRingBytes], otherKey[Doorbell::kRingBytes], bumped[Doorbell::kRingBytes];
+  Doorbell::encodeRing(kKey, {0, 4}, older);
+  Doorbell::encodeRing({kKey.k0 + 1, kKey.k1}, {0, 99}, otherKey);
+  std::copy(ring, ring + sizeof ring, bumped);
+  bumped[11] ^= 0x40;  // the counter's last byte: 5 -> 69, the MAC left
+  for (const unsigned char* forged : {older, otherKey, bumped}) sendRaw(pair.one, forged, Doorbell::kRingBytes);
+  std::this_thread::sleep_for(milliseconds(50));
+  const auto start = Clock::now();
+  EXPECT_FALSE(pair.one.sleep(milliseconds(40)));
+  EXPECT_GE(Clock::now() - start, milliseconds(40));
+  Doorbell::encodeRing(kKey, {0, 6}, ring);  // the next ring
+  sendRaw(pair.one, ring, sizeof ring);
+  EXPECT_TRUE(pair.one.sleep(std::chrono::seconds(20)));
+}
+
+// A job on one host listens on the loopback alone; otherwise on each selected address,
+// never on the wildcard address.
+TEST(Doorbell, ListensOnlyWherePeersRing) {
+  Doorbell local({}, true, true);
+  std::istringstream in(local.address());
+  int port = 0;
+  std::string only, more;
+  ASSERT_TRUE(in >> port >> only) << local.address();
+  EXPECT_EQ(only, "127.0.0.1");
+  EXPECT_FALSE(in >> more);
+  Doorbell loopbackOnly(Doorbell::Interfaces{"lo", ""});
+  EXPECT_NE(loopbackOnly.address().find(" 127.0.0.1"), std::string::npos) << loopbackOnly.address();
+  Doorbell none(Doorbell::Interfaces{"no-such-interface0", ""});
+  EXPECT_EQ(none.address(), "");  // nothing selected: no socket, rings dropped
+  Doorbell every;
+  EXPECT_EQ(every.address().find(" 0.0.0.0"), std::string::npos) << every.address();
 }
 
 // A rank trusts its doorbell once every other rank's ring has reached it; forged rings
-// (another token), rings of ranks it does not know and other datagrams neither wake it
-// nor count.
+// (another key), rings of ranks it does not know and other datagrams neither wake it nor
+// count.
 TEST(Doorbell, HearsEveryoneOnlyAfterARingFromEachOtherRank) {
   Pair pair;
   EXPECT_FALSE(Doorbell().hearsEveryone());  // not connected
   EXPECT_FALSE(pair.one.hearsEveryone());
   unsigned char forged[Doorbell::kRingBytes], stranger[Doorbell::kRingBytes];
-  Doorbell::encodeRing(kToken ^ 1, 0, forged);
-  Doorbell::encodeRing(kToken, 7, stranger);
+  Doorbell::encodeRing({kKey.k0 ^ 1, kKey.k1}, {0, 1}, forged);
+  Doorbell::encodeRing(kKey, {7, 1}, stranger);
   const std::uint32_t notARing[2] = {0, 0};
   sendRaw(pair.one, forged, sizeof forged);
   sendRaw(pair.one, stranger, sizeof stranger);

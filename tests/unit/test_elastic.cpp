@@ -18,8 +18,29 @@ TEST(Elastic, HostListsAndHostfilesParse) {
   EXPECT_EQ(launcher::describeHosts(hosts), "studio:2 mbp-1:1 10.0.0.7:4");
   EXPECT_THROW(launcher::parseHostList("studio:two\n"), ConfigError);
   EXPECT_THROW(launcher::parseHostList("a b:1\n"), ConfigError);
-  auto file = launcher::parseHostfile("localhost slots=3\n# comment\nmbp-1.local slots = 2 max_slots=4\nbare\n");
-  EXPECT_EQ(launcher::describeHosts(file), "localhost:3 mbp-1.local:2 bare:1");
+  auto file = launcher::parseHostfile(
+      "localhost slots=3\n# comment\nmbp-1.local slots = 2 max_slots=4\nbare\nmini max_slots=8 slots=2\noff slots=0\n");
+  EXPECT_EQ(launcher::describeHosts(file), "localhost:3 mbp-1.local:2 bare:1 mini:2");
+}
+
+// A discovery script's garbage and a hostfile's typos are errors that name the line, never
+// an exception of another kind (which would leave mpirun without its supervisor), and
+// never a name that mpirun would read as a flag or a shell would split.
+TEST(Elastic, GarbageHostsAndSlotCountsAreConfigErrors) {
+  for (const char* bad : {"host:99999999999\n", "host:70000\n", "host:-1\n", "--mca:1\n", "-np\n", "a;b:1\n",
+                          "h\xc3\xa9:1\n", ":1\n", "host:\n", "a$(reboot):1\n"}) {
+    EXPECT_THROW(launcher::parseHostList(bad), ConfigError) << bad;
+  }
+  for (const char* bad : {"host slots=99999999999\n", "host slots=\n", "host slots=two\n", "-host slots=1\n",
+                          "h*st\n"}) {
+    EXPECT_THROW(launcher::parseHostfile(bad), ConfigError) << bad;
+  }
+  try {
+    launcher::parseHostList("ok:1\nok-2.local_3:65536\nx:65537\n");
+    ADD_FAILURE() << "65537 slots accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("line 3"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Elastic, CommandsRunWithATimeout) {
@@ -32,4 +53,11 @@ TEST(Elastic, CommandsRunWithATimeout) {
   EXPECT_TRUE(slow.timedOut);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
   EXPECT_EQ(launcher::runCommand({"/no/such/program"}, std::chrono::seconds(5), false).exitCode, 127);
+  // Cancelled (pstrain-run's stop signal): the command and what it started end at once.
+  const auto cancelledAt = std::chrono::steady_clock::now();
+  auto cancelled = launcher::runCommand({"sh", "-c", "sleep 30 & sleep 30"}, std::chrono::seconds(60), true, [&] {
+    return std::chrono::steady_clock::now() - cancelledAt > std::chrono::milliseconds(300);
+  });
+  EXPECT_TRUE(cancelled.timedOut);
+  EXPECT_LT(std::chrono::steady_clock::now() - cancelledAt, std::chrono::seconds(5));
 }

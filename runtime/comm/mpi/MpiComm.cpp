@@ -249,15 +249,18 @@ void MpiComm::connect(bool enabled) {
     const char* value = std::getenv(name);
     return std::string(value ? value : "");
   };
+  // A job on one host rings over the loopback alone: no other machine can reach it.
+  const bool oneHost = std::all_of(hosts_.begin(), hosts_.end(), [&](const std::string& h) { return h == hosts_[0]; });
   doorbell_ = std::make_unique<Doorbell>(
-      Doorbell::Interfaces{env("OMPI_MCA_btl_tcp_if_include"), env("OMPI_MCA_btl_tcp_if_exclude")}, enabled);
-  std::uint64_t token = 0;
+      Doorbell::Interfaces{env("OMPI_MCA_btl_tcp_if_include"), env("OMPI_MCA_btl_tcp_if_exclude")}, enabled, oneHost);
+  std::uint64_t key[2] = {0, 0};
   if (rank_ == 0) {
     std::random_device entropy;  // the kernel's random source
-    token = static_cast<std::uint64_t>(entropy()) << 32 | entropy();
+    for (auto& half : key) half = static_cast<std::uint64_t>(entropy()) << 32 | entropy();
   }
-  broadcast(&token, sizeof token, 0, "start-up (doorbell token)");
-  doorbell_->connect(MpiComm::allGather(doorbell_->address(), "start-up (doorbell addresses)"), rank_, token);
+  broadcast(key, sizeof key, 0, "start-up (doorbell key)");
+  doorbell_->connect(MpiComm::allGather(doorbell_->address(), "start-up (doorbell addresses)"), rank_,
+                     Doorbell::Key{key[0], key[1]});
   wake(Flow::AllToAll);  // so that each rank learns whose rings reach it (Doorbell::hearsEveryone)
 }
 
