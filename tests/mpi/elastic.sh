@@ -156,7 +156,8 @@ check "--config under pstrain-run: its train dir gets the events, its mode the r
 # --- 6. SIGTERM to pstrain-run ----------------------------------------------------------
 # events DIR: elastic.jsonl's events as "event:world_size ...".
 events() { python3 -c "import json,sys; print(' '.join(f\"{e['event']}:{e['world_size']}\" for e in map(json.loads, open(sys.argv[1]))))" "$1/elastic.jsonl"; }
-# seconds_since T0: the seconds since T0 (a `date +%s.%N`).
+# now: the time in seconds, to a microsecond; seconds_since T0: the seconds since T0 (a `now`).
+now() { python3 -c 'import time; print(time.time())'; }
 seconds_since() { python3 -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.1f}')" "$1"; }
 # A script that offers 3 slots, then garbage (an overflowing slot count), then hangs. The
 # job may grow (--virtual-shards 4): pstrain-run keeps asking the script while it runs.
@@ -175,7 +176,7 @@ supervisor=$!
 wait_for stopped/metrics.jsonl
 touch garbage; sleep 2.5; touch hang; sleep 2
 hanging=$(pgrep -f 'sleep 59[9]' | wc -l)
-t0=$(date +%s.%N)
+t0=$(now)
 kill -TERM $supervisor
 wait $supervisor; rc=$?
 took=$(seconds_since "$t0")
@@ -198,7 +199,7 @@ printf '#!/bin/sh\ntrap "" USR1 TERM INT\nexec sleep 598\n' > deaf.sh && chmod +
   -- --train-dir "$scratch/deaf" > deaf.log 2>&1 &
 supervisor=$!
 wait_for deaf/elastic.jsonl; sleep 2
-t0=$(date +%s.%N)
+t0=$(now)
 kill -TERM $supervisor
 wait $supervisor; rc=$?
 took=$(seconds_since "$t0"); sleep 0.5
