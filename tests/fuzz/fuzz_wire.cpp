@@ -21,17 +21,29 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (pstrain::protocol::decodeFacts(pstrain::protocol::encodeFacts(list), 1) != facts) __builtin_trap();
   } catch (const pstrain::CommError&) {
   }
-  // A ring: accepted only with the token of the input's first 8 bytes and a rank below 16,
-  // and then its rank is that of bytes 8..11.
-  std::uint64_t token = 0;
-  for (std::size_t i = 0; i < 8 && i < size; ++i) token = token << 8 | data[i];
-  if (auto rank = pstrain::comm::Doorbell::parseRing(data, size, token, 16)) {
-    if (size != pstrain::comm::Doorbell::kRingBytes || *rank >= 16) __builtin_trap();
-    unsigned char again[pstrain::comm::Doorbell::kRingBytes];
-    pstrain::comm::Doorbell::encodeRing(token, *rank, again);
+  // A ring: the input as a datagram parses only with a valid MAC under the job's key, and
+  // then encodes back to itself; a ring made of the input's rank and counter parses back
+  // to them, under that key alone, and only with its rank among the ranks.
+  using pstrain::comm::Doorbell;
+  const Doorbell::Key key{0x0123456789abcdefull, 0x0f1e2d3c4b5a6978ull};
+  if (auto ring = Doorbell::parseRing(data, size, key, 16)) {
+    if (size != Doorbell::kRingBytes || ring->rank >= 16) __builtin_trap();
+    unsigned char again[Doorbell::kRingBytes];
+    Doorbell::encodeRing(key, *ring, again);
     if (std::memcmp(again, data, sizeof again) != 0) __builtin_trap();
   }
-  if (pstrain::comm::Doorbell::parseRing(data, size, token + 1, 16)) __builtin_trap();  // another job's token
+  if (size >= 12) {
+    Doorbell::Ring made;
+    for (std::size_t i = 0; i < 4; ++i) made.rank = made.rank << 8 | data[i];
+    for (std::size_t i = 4; i < 12; ++i) made.counter = made.counter << 8 | data[i];
+    unsigned char bytes[Doorbell::kRingBytes];
+    Doorbell::encodeRing(key, made, bytes);
+    const std::size_t ranks = std::size_t(made.rank) + 1;
+    auto back = Doorbell::parseRing(bytes, sizeof bytes, key, ranks);
+    if (!back || back->rank != made.rank || back->counter != made.counter) __builtin_trap();
+    if (Doorbell::parseRing(bytes, sizeof bytes, key, ranks - 1)) __builtin_trap();                  // no such rank
+    if (Doorbell::parseRing(bytes, sizeof bytes, {key.k0, key.k1 + 1}, ranks)) __builtin_trap();  // another job's key
+  }
   if (size >= sizeof(float)) {
     float value;
     std::memcpy(&value, data, sizeof value);

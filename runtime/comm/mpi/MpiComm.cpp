@@ -249,8 +249,15 @@ void MpiComm::connect(bool enabled) {
     const char* value = std::getenv(name);
     return std::string(value ? value : "");
   };
-  // A job on one host rings over the loopback alone: no other machine can reach it.
-  const bool oneHost = std::all_of(hosts_.begin(), hosts_.end(), [&](const std::string& h) { return h == hosts_[0]; });
+  // A job on one host rings over the loopback alone: no other machine can reach it. One
+  // host as Open MPI places ranks (shared memory), not by name: cloned machines, and
+  // network namespaces, can share a host name.
+  MPI_Comm local = MPI_COMM_NULL;
+  int localSize = 0;
+  check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local), "start-up (ranks per host)");
+  MPI_Comm_size(local, &localSize);
+  MPI_Comm_free(&local);
+  const bool oneHost = localSize == size_;
   doorbell_ = std::make_unique<Doorbell>(
       Doorbell::Interfaces{env("OMPI_MCA_btl_tcp_if_include"), env("OMPI_MCA_btl_tcp_if_exclude")}, enabled, oneHost);
   std::uint64_t key[2] = {0, 0};
