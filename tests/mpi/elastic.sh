@@ -198,7 +198,7 @@ printf '#!/bin/sh\ntrap "" USR1 TERM INT\nexec sleep 598\n' > deaf.sh && chmod +
 "$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" --stop-grace 2 --pstrain ./deaf.sh \
   -- --train-dir "$scratch/deaf" > deaf.log 2>&1 &
 supervisor=$!
-wait_for deaf/elastic.jsonl; sleep 2
+for _ in $(seq 300); do [ "$(pgrep -f 'sleep 59[8]' | wc -l)" -ge 3 ] && break; sleep 0.1; done  # its 3 ranks run
 t0=$(now)
 kill -TERM $supervisor
 wait $supervisor; rc=$?
