@@ -50,9 +50,14 @@ extern "C" void onStopSignal(int signal) {
   ++gStopSignals;
 }
 
+// `seconds` as the clock's duration.
+Clock::duration toDuration(double seconds) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
 // Sleeps `seconds`, waking early for a stop signal; false if one came.
 bool sleepUnlessStopped(double seconds) {
-  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  const auto until = Clock::now() + toDuration(seconds);
   while (!gStopSignal && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   return !gStopSignal;
 }
@@ -61,11 +66,12 @@ constexpr int kMostSlots = 1 << 16;  // per host: more is a typo, not a machine
 
 // A slot count of 0..kMostSlots, else ConfigError naming `where`.
 int parseSlots(const std::string& text, const std::string& where) {
-  if (text.empty() || text.size() > 6 || text.find_first_not_of("0123456789") != std::string::npos ||
-      std::stoi(text) > kMostSlots) {
+  const bool digits = !text.empty() && text.size() <= 6 && text.find_first_not_of("0123456789") == std::string::npos;
+  const int slots = digits ? std::stoi(text) : -1;
+  if (slots < 0 || slots > kMostSlots) {
     throw ConfigError(fmt::format("{}: the slots '{}' are not a number from 0 to {}", where, text, kMostSlots));
   }
-  return std::stoi(text);
+  return slots;
 }
 
 // Host names go on mpirun's command line and into its hostfile: letters, digits, '.', '_'
@@ -372,6 +378,7 @@ class Supervisor {
   int workersFor(const std::vector<Host>& hosts) const {
     std::int64_t offered = 0;
     for (const auto& h : hosts) offered += h.slots;
+    // Capped so that the sum fits an int: more ranks than one host's slot limit is beyond any job here.
     int slots = static_cast<int>(std::min<std::int64_t>(offered, kMostSlots));
     if (o_.maxRanks > 0) slots = std::min(slots, o_.maxRanks);
     int workers = job_.modeInfo().peers() ? slots : slots - 1;
@@ -488,7 +495,7 @@ class Supervisor {
     const pid_t child = spawn(argv, -1);
     if (child < 0) throw Error("cannot start mpirun");
     const int workers = job_.modeInfo().peers() ? ranks : ranks - 1;
-    const auto interval = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.discoveryIntervalSeconds));
+    const auto interval = toDuration(o_.discoveryIntervalSeconds);
     auto nextLook = Clock::now() + interval;
     int stopStage = 0;
     Clock::time_point stageAt;

@@ -24,6 +24,7 @@
 #include "runtime/Errors.h"
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/config/TrainConfig.h"
+#include "runtime/metrics/Clock.h"
 #include "runtime/metrics/Json.h"
 #include "runtime/metrics/EventFile.h"
 #include "runtime/metrics/JsonLines.h"
@@ -65,14 +66,14 @@ class Evaluator {
       // A checkpoint can fail its check while pstrain republishes it, or while a shared file
       // system's cache still shows another host's file incomplete: look again, 1, 2, 4 ... s
       // later, for --retry-for seconds before giving up on it.
-      const auto firstLook = std::chrono::steady_clock::now();
+      const auto firstLook = metrics::Clock::now();
       double pause = 1;
       for (int attempt = 1;; ++attempt) {
         try {
           evaluateOne(published);
           ++evaluated;
         } catch (const CheckpointError& e) {
-          const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - firstLook).count();
+          const double waited = metrics::secondsSince(firstLook);
           if (waited < cmd_.retrySeconds) {
             std::this_thread::sleep_for(std::chrono::duration<double>(std::min(pause, cmd_.retrySeconds - waited)));
             pause *= 2;

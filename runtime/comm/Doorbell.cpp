@@ -171,9 +171,8 @@ void Doorbell::connect(const std::vector<std::string>& addresses, int self, cons
   self_ = static_cast<std::uint32_t>(self);
   key_ = key;
   lastCounter_.assign(addresses.size(), 0);
-  heard_.assign(addresses.size(), false);
-  if (self >= 0 && static_cast<std::size_t>(self) < heard_.size()) heard_[self] = true;
-  unheard_ = static_cast<std::size_t>(std::count(heard_.begin(), heard_.end(), false));
+  const bool selfAmong = self >= 0 && static_cast<std::size_t>(self) < addresses.size();
+  unheard_ = addresses.size() - (selfAmong ? 1 : 0);
   for (std::size_t rank = 0; rank < addresses.size(); ++rank) {
     std::istringstream in(addresses[rank]);
     int port = 0;
@@ -251,14 +250,11 @@ bool Doorbell::sleep(std::chrono::microseconds pause) {
   for (const Socket& s : sockets_) {
     if (!FD_ISSET(s.fd, &readable)) continue;
     for (ssize_t got = 0; read < kMaxDrain && (got = ::recv(s.fd, datagram, sizeof datagram, 0)) >= 0; ++read) {
-      const auto ring = parseRing(datagram, static_cast<std::size_t>(got), key_, heard_.size());
+      const auto ring = parseRing(datagram, static_cast<std::size_t>(got), key_, lastCounter_.size());
       if (!ring || ring->counter <= lastCounter_[ring->rank]) continue;
+      if (lastCounter_[ring->rank] == 0 && ring->rank != self_) --unheard_;  // its first ring
       lastCounter_[ring->rank] = ring->counter;
       rung = true;
-      if (!heard_[ring->rank]) {
-        heard_[ring->rank] = true;
-        --unheard_;
-      }
     }
   }
   // Strays alone: sleep out the pause without listening (a flood must not spin this rank).

@@ -62,7 +62,7 @@ class Doorbell {
   bool sleep(std::chrono::microseconds pause);
   // Whether a ring from every other rank has reached this one (as seen by sleep(); false
   // before connect()): then rings get through and a sleep may be long.
-  bool hearsEveryone() const { return !heard_.empty() && unheard_ == 0; }
+  bool hearsEveryone() const { return !lastCounter_.empty() && unheard_ == 0; }
 
   // The wire form of a ring (rank, counter, MAC: big-endian), and its reading: the ringer's
   // rank and counter if `bytes` is a ring with a valid MAC under `key` from one of `ranks`
@@ -96,9 +96,8 @@ class Doorbell {
   std::uint32_t self_ = 0;                       // what this rank's rings carry
   std::uint64_t counter_ = 0;                    // of the last ring sent
   Key key_;
-  std::vector<std::uint64_t> lastCounter_;       // by rank: the newest ring accepted (0: none)
-  std::vector<bool> heard_;                      // by rank: a ring of theirs arrived (self: true)
-  std::size_t unheard_ = 0;                      // how many of heard_ are false
+  std::vector<std::uint64_t> lastCounter_;       // by rank: the newest ring accepted (0: none yet)
+  std::size_t unheard_ = 0;                      // other ranks whose lastCounter_ is still 0
 };
 
 }  // namespace pstrain::comm

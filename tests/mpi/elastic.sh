@@ -39,6 +39,9 @@ sys.exit(0 if steps == list(range(1, len(steps) + 1)) else 1)
 PY
 }
 
+# events DIR: elastic.jsonl's events as "event:world_size ...".
+events() { python3 -c "import json,sys; print(' '.join(f\"{e['event']}:{e['world_size']}\" for e in map(json.loads, open(sys.argv[1]))))" "$1/elastic.jsonl"; }
+
 # --- 1. 2 -> 1 -> 3 workers with 6 virtual shards, under mpirun ------------------------
 job=(--device cpu --model lenet --dataset synthetic --synthetic-size 1200 --batch-size 8 --virtual-shards 6 --steps 60
      --lr 0.02 --momentum 0.9 --weight-decay 1e-4 --checkpoint-every 5 --log-every 1 --threads 1 --timeout 60
@@ -74,7 +77,7 @@ victim=$(rank_pid "$scratch/killed" 1)
 [ -n "$victim" ] && kill -9 "$victim"
 wait $supervisor; rc=$?
 grep '^pstrain-run' killed.log | sed 's/^/     /'
-events=$(python3 -c "import json,sys; print(' '.join(f\"{e['event']}:{e['world_size']}\" for e in map(json.loads, open('killed/elastic.jsonl'))))")
+events=$(events killed)
 relaunch=$(python3 -c "import json; print([e for e in map(json.loads, open('killed/elastic.jsonl')) if 'seconds_since_failure' in e][0]['seconds_since_failure'])")
 echo "     events: $events; relaunched $relaunch s after the failure"
 check "pstrain-run: finishes (exit 0)" test $rc -eq 0
@@ -97,7 +100,7 @@ wait_for regrow/ckpt/step-00000040.ok
 echo 3 > slots
 wait $supervisor; rc=$?
 grep '^pstrain-run' regrow.log | sed 's/^/     /'
-events=$(python3 -c "import json; print(' '.join(f\"{e['event']}:{e['world_size']}\" for e in map(json.loads, open('regrow/elastic.jsonl'))))")
+events=$(events regrow)
 check "regrow: finishes (exit 0)" test $rc -eq 0
 check "regrow: launch, regrow, launch with the larger world, done" test "$events" = "launch:2 regrow:2 launch:3 done:3"
 check "regrow: no step lost or repeated (metrics.jsonl contiguous)" steps_once regrow
@@ -154,8 +157,6 @@ check "--config under pstrain-run: its train dir gets the events, its mode the r
   bash -c "[ $rc -eq 0 ] && grep -q '\"event\":\"done\"' '$scratch/configured/elastic.jsonl' && grep -q 'allreduce mode, 3 ranks' configured.log"
 
 # --- 6. SIGTERM to pstrain-run ----------------------------------------------------------
-# events DIR: elastic.jsonl's events as "event:world_size ...".
-events() { python3 -c "import json,sys; print(' '.join(f\"{e['event']}:{e['world_size']}\" for e in map(json.loads, open(sys.argv[1]))))" "$1/elastic.jsonl"; }
 # now: the time in seconds, to a microsecond; seconds_since T0: the seconds since T0 (a `now`).
 now() { python3 -c 'import time; print(time.time())'; }
 seconds_since() { python3 -c "import sys, time; print(f'{time.time() - float(sys.argv[1]):.1f}')" "$1"; }
