@@ -12,6 +12,7 @@
 #include <limits>
 #include <memory>
 
+#include "data/ReadAt.h"
 #include "runtime/Errors.h"
 #include "runtime/zip/ZipDirectory.h"
 
@@ -21,19 +22,6 @@ namespace {
 constexpr std::size_t kMaxHeader = 1 << 20;  // .npy headers are a few hundred bytes
 
 std::uint64_t le(const unsigned char* p, int bytes) { return zip::littleEndian(p, bytes); }
-
-// Reads exactly `n` bytes at `offset`, or throws.
-void readAt(int fd, std::uint64_t offset, void* out, std::size_t n, const std::string& what) {
-  auto* p = static_cast<char*>(out);
-  while (n > 0) {
-    const ssize_t got = ::pread(fd, p, n, static_cast<off_t>(offset));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) throw DataError(fmt::format("{}: truncated (could not read {} bytes at offset {})", what, n, offset));
-    p += got;
-    n -= static_cast<std::size_t>(got);
-    offset += static_cast<std::uint64_t>(got);
-  }
-}
 
 // One member's uncompressed bytes, in order, whatever its method; finish() checks that all
 // of them were read and that their CRC-32 is the directory's.

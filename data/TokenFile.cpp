@@ -12,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "data/ReadAt.h"
 #include "runtime/Errors.h"
 
 namespace pstrain::data {
@@ -35,20 +36,6 @@ std::string baseName(const std::string& path) {
 bool nanoGptName(const std::string& path) {
   const std::string name = baseName(path);
   return name == "train.bin" || name == "val.bin";
-}
-
-// Reads exactly `n` bytes at `offset`, or throws.
-void readAt(int fd, std::uint64_t offset, void* out, std::size_t n, const std::string& path) {
-  auto* p = static_cast<char*>(out);
-  while (n > 0) {
-    const ssize_t got = ::pread(fd, p, n, static_cast<off_t>(offset));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) throw DataError(fmt::format("{}: cannot read {} bytes at offset {} ({})", path, n, offset,
-                                              got < 0 ? std::strerror(errno) : "end of file"));
-    p += got;
-    n -= static_cast<std::size_t>(got);
-    offset += static_cast<std::uint64_t>(got);
-  }
 }
 
 }  // namespace

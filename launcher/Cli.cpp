@@ -17,6 +17,7 @@
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
 #include "runtime/Text.h"
+#include "runtime/config/Devices.h"
 
 namespace pstrain::launcher {
 namespace {
@@ -118,7 +119,7 @@ EvalCommand parseEvalCommand(int argc, char** argv) {
     ("model", "the model file (TorchScript) of checkpoints trained from one: pseval runs a model file only when "
               "named here, never from the path a checkpoint records", defaulted(d.model))
     ("trust-model", "run a model file whose code reads or writes files or reaches other machines (refused otherwise)")
-    ("device", "cpu | mps | cuda | auto", defaulted(d.device))
+    ("device", config::deviceNames() + " (auto: MPS, else CUDA, else CPU)", defaulted(d.device))
     ("poll-seconds", "with --follow: seconds between looks", defaulted(d.pollSeconds))
     ("idle-timeout", "with --follow: give up after this many seconds without a new checkpoint", defaulted(d.idleTimeoutSeconds))
     ("retry-for", "a checkpoint that fails its checks is read again 1, 2, 4 ... s later for this many seconds "
@@ -167,6 +168,7 @@ EvalCommand parseEvalCommand(int argc, char** argv) {
   } catch (const cxxopts::exceptions::exception& e) {
     throw ConfigError(e.what());
   }
+  config::deviceInfo(command.device);
   if (command.batchSize <= 0 || command.batchSize > 1'000'000) throw ConfigError("--batch-size must be in [1, 1000000]");
   if (command.evalWindows < 0) throw ConfigError("--eval-windows must be 0 (all) or a positive number of windows");
   if (command.threads < 0 || command.threads > 1024) throw ConfigError("--threads must be 0 (all cores) or up to 1024");

@@ -1,12 +1,14 @@
 #include "launcher/Device.h"
 
-#include <torch/cuda.h>
-#include <torch/version.h>
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 #include <ATen/Version.h>
+#include <fmt/format.h>
+#include <torch/cuda.h>
+#include <torch/version.h>
 
 #include "runtime/Errors.h"
+#include "runtime/config/Devices.h"
 
 namespace pstrain::launcher {
 namespace {
@@ -28,23 +30,25 @@ bool deviceAvailable(c10::DeviceType type) {
 }
 
 c10::Device chooseDevice(const std::string& wanted, int localRank) {
-  const bool mps = mpsAvailable();
-  const bool cuda = torch::cuda::is_available();
-  auto cudaDevice = [&] {
-    return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(localRank % torch::cuda::device_count()));
+  const config::DeviceInfo& row = config::deviceInfo(wanted);
+  auto device = [&](c10::DeviceType type) {
+    if (!deviceAvailable(type)) {
+      throw ConfigError(fmt::format("--device {}: this libtorch or machine lacks it (it needs {})", row.name, row.needs));
+    }
+    return type != c10::kCUDA ? c10::Device(type)
+                              : c10::Device(type, static_cast<c10::DeviceIndex>(localRank % torch::cuda::device_count()));
   };
-  if (wanted == "cpu") return c10::Device(c10::kCPU);
-  if (wanted == "mps") {
-    if (!mps) throw ConfigError("--device mps: this libtorch or machine has no Apple MPS");
-    return c10::Device(c10::kMPS);
+  switch (row.kind) {
+    case config::DeviceKind::Cpu: return device(c10::kCPU);
+    case config::DeviceKind::Mps: return device(c10::kMPS);
+    case config::DeviceKind::Cuda: return device(c10::kCUDA);
+    case config::DeviceKind::Auto:
+      for (c10::DeviceType type : {c10::kMPS, c10::kCUDA}) {
+        if (deviceAvailable(type)) return device(type);
+      }
+      return device(c10::kCPU);
   }
-  if (wanted == "cuda") {
-    if (!cuda) throw ConfigError("--device cuda: this libtorch has no CUDA or no GPU is visible");
-    return cudaDevice();
-  }
-  if (mps) return c10::Device(c10::kMPS);
-  if (cuda) return cudaDevice();
-  return c10::Device(c10::kCPU);
+  throw InternalError(fmt::format("device '{}' has a row but no libtorch device", row.name));
 }
 
 BlasInfo processBlas() {

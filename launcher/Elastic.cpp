@@ -39,6 +39,7 @@ namespace {
 namespace fs = std::filesystem;
 using metrics::Clock;
 using metrics::secondsSince;
+using metrics::toDuration;
 
 
 // SIGINT/SIGTERM to pstrain-run: stop the job, relaunch nothing. Each further signal
@@ -48,11 +49,6 @@ std::atomic<int> gStopSignals{0};
 extern "C" void onStopSignal(int signal) {
   gStopSignal = signal;
   ++gStopSignals;
-}
-
-// `seconds` as the clock's duration.
-Clock::duration toDuration(double seconds) {
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
 // Sleeps `seconds`, waking early for a stop signal; false if one came.

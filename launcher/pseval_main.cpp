@@ -29,7 +29,7 @@
 #include "runtime/metrics/EventFile.h"
 #include "runtime/metrics/JsonLines.h"
 #include "runtime/metrics/RecordFile.h"
-#include "runtime/roles/Evaluation.h"
+#include "runtime/loss/Evaluation.h"
 #include "runtime/rundir/RunFiles.h"
 
 namespace {
@@ -114,7 +114,7 @@ class Evaluator {
     auto model = models::makeModel(modelOf(ckpt), test.tokens ? 0 : test.classes);
     models::loadStateDict(*model, ckpt.modelState, published.path);
     model->to(device_);
-    roles::EvalResult r = roles::evaluate(*model, test, device_, ckpt.loss, cmd_.batchSize);
+    loss::EvalResult r = loss::evaluate(*model, test, device_, ckpt.loss, cmd_.batchSize);
     record(ckpt, published, r);
     if (!cmd_.predictionsPath.empty() && !r.classAccuracy.empty()) {  // a label per sample
       std::ofstream out(cmd_.predictionsPath);
@@ -144,7 +144,7 @@ class Evaluator {
   }
 
   void record(const checkpoint::Checkpoint& ckpt, const rundir::Published& published,
-              const roles::EvalResult& r) {
+              const loss::EvalResult& r) {
     const fs::path csvPath = out_ / rundir::kEvalCsv;
     const bool fresh = !fs::exists(csvPath);
     metrics::RecordFile csv(csvPath.string());  // each row whole or not at all, no symbolic link followed
@@ -250,13 +250,13 @@ int main(int argc, char** argv) {
     prepareOutDir(cmd);
     Evaluator evaluator(cmd, launcher::chooseDevice(cmd.device, 0));
     const fs::path finalWeights = fs::path(cmd.trainDir) / rundir::kTrainedModel;
-    auto lastNews = std::chrono::steady_clock::now();
+    auto lastNews = metrics::Clock::now();
     for (;;) {
       // Looked at before the pass: the final checkpoint is published before trained_model.pt.
       bool finished = fs::exists(finalWeights);
-      if (evaluator.pass() > 0) lastNews = std::chrono::steady_clock::now();
+      if (evaluator.pass() > 0) lastNews = metrics::Clock::now();
       if (!cmd.follow || finished) break;
-      double idle = std::chrono::duration<double>(std::chrono::steady_clock::now() - lastNews).count();
+      double idle = metrics::secondsSince(lastNews);
       if (idle > cmd.idleTimeoutSeconds) {
         throw Error(fmt::format("no new checkpoint in {}/ckpt for {:.0f} s and no trained_model.pt: "
                                 "is the training still running?", cmd.trainDir, idle));

@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "models/Zoo.h"
@@ -166,7 +167,7 @@ std::shared_ptr<Net> makeResNet(int depth, int classes) {
     case 50: counts = {3, 4, 6, 3}; break;
     case 101: counts = {3, 4, 23, 3}; break;
     case 152: counts = {3, 8, 36, 3}; break;
-    default: throw ConfigError("ResNet depth must be 18, 34, 50, 101 or 152");
+    default: throw InternalError(fmt::format("makeResNet: no ImageNet ResNet of depth {} (the registry offers 18, 34, 50, 101, 152)", depth));
   }
   const int expansion = bottleneck ? 4 : 1;
   auto net = std::make_shared<ResNet>(64, "fc", 512 * expansion, classes);

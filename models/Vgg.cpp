@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "models/Zoo.h"
@@ -15,7 +16,7 @@ std::vector<int> layout(int depth) {
     case 13: return {64, 64, 0, 128, 128, 0, 256, 256, 0, 512, 512, 0, 512, 512, 0};
     case 16: return {64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0, 512, 512, 512, 0};
     case 19: return {64, 64, 0, 128, 128, 0, 256, 256, 256, 256, 0, 512, 512, 512, 512, 0, 512, 512, 512, 512, 0};
-    default: throw ConfigError("VGG depth must be 11, 13, 16 or 19");
+    default: throw InternalError(fmt::format("VGG: no layout of depth {} (the registry offers 11, 13, 16, 19)", depth));
   }
 }
 

@@ -16,6 +16,20 @@ struct ConfigError : Error {
   using Error::Error;
 };
 
+// Throws ConfigError(message) unless `ok`: the checks of flags and configurations.
+inline void require(bool ok, const std::string& message) {
+  if (!ok) throw ConfigError(message);
+}
+
+// A broken promise of pstrain's own (a switch that met a value its table does not have, a
+// call out of its order): never the user's doing, whatever the input. The message says so
+// and asks for a report.
+struct InternalError : Error {
+  explicit InternalError(const std::string& what)
+      : Error("internal error: " + what +
+              " (a bug in pstrain, not in your command or data: please report it with the command line)") {}
+};
+
 // A ConfigError that every rank raises at the same point of the protocol (ranks that
 // disagree in the handshake, a world without workers): the launcher can end every rank
 // cleanly, printing once, instead of aborting the job.

@@ -10,10 +10,10 @@ import re
 import sys
 
 # Lowest first. runtime/'s own files (Errors.h, Portable.h, Stop.h, Text.h) are below all;
-# models/ and data/ (outside runtime/) sit between checkpoint and protocol.
+# models/ and data/ (outside runtime/) sit between checkpoint and loss.
 LAYERS = ["runtime", "runtime/zip", "runtime/config", "runtime/metrics", "runtime/rundir", "runtime/comm",
           "runtime/comm/mpi", "runtime/codec", "runtime/optim", "runtime/checkpoint", "models", "data",
-          "runtime/protocol", "runtime/roles", "runtime/probe"]
+          "runtime/loss", "runtime/protocol", "runtime/roles", "runtime/probe"]
 # Folders at the same height that must not include each other either.
 SIBLINGS = {("models", "data"), ("data", "models")}
 

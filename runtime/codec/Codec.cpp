@@ -11,6 +11,8 @@
 #include <random>
 
 #include "runtime/Errors.h"
+#include "runtime/Varint.h"
+#include "runtime/config/TrainConfig.h"
 
 namespace pstrain::codec {
 namespace {
@@ -149,15 +151,6 @@ class Int8 : public Codec {
   }
   std::size_t maxBodyBytes() const override { return count() + shapes().size() * sizeof(float); }
 };
-
-// Appends `value` as a LEB128 varint (7 bits a byte, high bit: more follow).
-void putVarint(std::string& out, std::uint64_t value) {
-  while (value >= 0x80) {
-    out.push_back(static_cast<char>((value & 0x7F) | 0x80));
-    value >>= 7;
-  }
-  out.push_back(static_cast<char>(value));
-}
 
 std::uint64_t getVarint(Reader& in) {
   std::uint64_t value = 0;
@@ -382,7 +375,7 @@ std::unique_ptr<Codec> make(const CodecArgs& a) {
 
 // clang-format off
 const CodecRow kCodecs[] = {
-  {"none", 0, Parameter::None, nullptr, false, make<Raw>},
+  {config::kRawCodec, 0, Parameter::None, nullptr, false, make<Raw>},
   {"zlib", 1, Parameter::Level, nullptr, false, make<Zlib>},
   {"fp16", 2, Parameter::None, nullptr, false, [](const CodecArgs& a) -> std::unique_ptr<Codec> {
      return std::make_unique<HalfPrecision>(a, torch::kHalf); }},

@@ -8,6 +8,7 @@
 #include <shared_mutex>
 
 #include "runtime/Errors.h"
+#include "runtime/metrics/Clock.h"
 
 namespace pstrain::comm {
 
@@ -177,9 +178,7 @@ void InProcessWorld::arrive(int rank, void* ptr, const std::string& what, double
 template <typename Ready>
 void InProcessWorld::waitUntil(std::unique_lock<std::mutex>& lock, Ready ready, const std::string& what,
                                double timeoutSeconds) {
-  auto deadline = std::chrono::steady_clock::now() +
-                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                      std::chrono::duration<double>(timeoutSeconds));
+  auto deadline = metrics::Clock::now() + metrics::toDuration(timeoutSeconds);
   bool done = changed_.wait_until(lock, deadline, [&] { return ready() || aborted_; });
   if (ready()) return;  // completed, even if a rank failed right after
   if (aborted_) throw CommError(fmt::format("{}: another rank failed", what));

@@ -11,6 +11,9 @@
 
 #include "runtime/Errors.h"
 #include "runtime/Text.h"
+#include "runtime/config/Devices.h"
+#include "runtime/config/Losses.h"
+#include "runtime/config/Optimizers.h"
 
 namespace pstrain::config {
 namespace {
@@ -33,21 +36,11 @@ struct Flag {
   void (*check)(const TrainConfig&);  // throws ConfigError naming the flag; null: any value
 };
 
-void require(bool ok, const std::string& message) {
-  if (!ok) throw ConfigError(message);
-}
-
 void requireOneOf(const char* flag, const std::string& value, const std::set<std::string>& allowed) {
   if (allowed.count(value)) return;
   std::string list;
   for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
   throw ConfigError(fmt::format("--{} '{}' is not one of: {}", flag, value, list));
-}
-
-// A whole number in [low, high].
-template <typename T>
-void requireRange(const char* flag, T value, T low, T high, const char* what) {
-  require(value >= low && value <= high, fmt::format("--{} must be {} (got {})", flag, what, value));
 }
 
 // Readings of flags that only some modes (or datasets) use.
@@ -72,8 +65,8 @@ std::optional<std::string> onlyWhenOn(const TrainConfig& c, const std::string& v
 std::optional<std::string> unlessDefault(const TrainConfig&, const std::string& v, const std::string& standard) {
   return v == standard ? std::nullopt : std::optional<std::string>(v);
 }
-std::optional<std::string> whenAdam(const TrainConfig& c, const std::string& v) {
-  return c.optimizer == "sgd" ? std::nullopt : std::optional<std::string>(v);
+std::optional<std::string> whenAdaptive(const TrainConfig& c, const std::string& v) {
+  return optimizerInfo(c.optimizer).adaptive ? std::optional<std::string>(v) : std::nullopt;
 }
 
 using A = Agreement;
@@ -111,12 +104,12 @@ const std::vector<Flag> kFlags = {
     {"compress", "Compression",
      "gradients (worker -> server, allreduce): none, zlib[:LEVEL], fp16, bf16, int8, topk:RATIO, randomk:RATIO, powersgd:RANK",
      &TrainConfig::compress, A::Fingerprint, nullptr, [](const TrainConfig& c) {
-       require(c.modeInfo().exchange != Exchange::Gossip || (c.compress == "none" && c.compressWeights == "none"),
+       require(c.modeInfo().exchange != Exchange::Gossip || (!c.compressesGradients() && !c.compressesWeights()),
                fmt::format("--mode {} reads peers' weights one-sidedly: --compress and --compress-weights do not apply",
                            c.modeInfo().name)); }},
     {"compress-weights", "Compression", "weights (server -> worker): none, zlib[:LEVEL], fp16, bf16, int8",
      &TrainConfig::compressWeights, A::Fingerprint, nullptr, [](const TrainConfig& c) {
-       require(!c.modeInfo().peers() || c.compressWeights == "none",
+       require(!c.modeInfo().peers() || !c.compressesWeights(),
                fmt::format("--mode {} sends no weights: --compress-weights does not apply (--compress does)",
                            c.modeInfo().name)); }},
     {"error-feedback", "Compression", "auto (on for topk, randomk, powersgd) | on | off: add what was not sent to the next gradient",
@@ -159,12 +152,13 @@ const std::vector<Flag> kFlags = {
      "dataset: fashion-mnist, mnist, cifar10, cifar100, synthetic, synthetic-cifar (see --list-datasets), or a NumPy "
      ".npz file (x_train, y_train, x_test, y_test)", &TrainConfig::dataset, A::Fingerprint, nullptr, nullptr},
     {"loss", "Model and data",
-     "auto | cross-entropy (on logits) | nll (on log-probabilities) | mse (float targets); auto: mse for float "
-     "targets, else nll for the zoo and cross-entropy for a model file; over the last dimension of every position "
-     "when the targets are [N, L]", &TrainConfig::loss, A::Fingerprint, resolvedLoss, [](const TrainConfig& c) {
-       requireOneOf("loss", c.loss, {"auto", "cross-entropy", "nll", "mse"});
-       require(c.loss != "mse" || isModelFile(c.model),
-               "--loss mse needs a model of your own (--model FILE): the zoo's models output class log-probabilities"); }},
+     "auto | " + lossNames(true) + "; auto: mse for float targets, else nll for the zoo and cross-entropy for a model "
+     "file; over the last dimension of every position when the targets are [N, L]",
+     &TrainConfig::loss, A::Fingerprint, resolvedLoss, [](const TrainConfig& c) {
+       if (c.loss == "auto") return;
+       require(lossInfo(c.loss).zooOutputs || isModelFile(c.model),
+               fmt::format("--loss {} needs a model of your own (--model FILE): the zoo's models output class "
+                           "log-probabilities", c.loss)); }},
     {"data-dir", "Model and data",
      "dataset folder (default: the dataset's folder in $PSTRAIN_DATA_DIR, else in /usr/share/datasets; see --list-datasets)",
      &TrainConfig::dataDir, A::HostLocal, nullptr, nullptr},
@@ -232,9 +226,8 @@ const std::vector<Flag> kFlags = {
     {"threads", "Run", "intra-op threads per rank (0: cores / ranks on the host)",
      &TrainConfig::threads, A::HostLocal, nullptr, [](const TrainConfig& c) {
        require(c.threads >= 0 && c.threads <= 1024, fmt::format("--threads must be 0 (auto) or up to 1024 (got {})", c.threads)); }},
-    {"device", "Run", "auto | cpu | mps | cuda (auto: MPS, else CUDA, else CPU)",
-     &TrainConfig::device, A::HostLocal, nullptr, [](const TrainConfig& c) {
-       requireOneOf("device", c.device, {"auto", "cpu", "mps", "cuda"}); }},
+    {"device", "Run", deviceNames() + " (auto: MPS, else CUDA, else CPU)",
+     &TrainConfig::device, A::HostLocal, nullptr, [](const TrainConfig& c) { deviceInfo(c.device); }},
     {"timeout", "Run", "seconds any rank waits for the others before giving up",
      &TrainConfig::timeoutSeconds, A::HostLocal, nullptr, [](const TrainConfig& c) {
        require(std::isfinite(c.timeoutSeconds) && c.timeoutSeconds > 0 && c.timeoutSeconds <= kMaxSeconds,
@@ -277,14 +270,14 @@ const std::vector<Flag> kFlags = {
     {"ignore-index", "Model and data", "a target of this value adds no loss and no accuracy (padding), as in PyTorch",
      &TrainConfig::ignoreIndex, A::Fingerprint,
      [](const TrainConfig& c, const std::string& v) { return unlessDefault(c, v, "-100"); }, nullptr},
-    {"optimizer", "Optimization", "sgd | adam | adamw (torch.optim's; on the server, or every rank of the peer modes)",
+    {"optimizer", "Optimization", optimizerNames() + " (torch.optim's; on the server, or every rank of the peer modes)",
      &TrainConfig::optimizer, A::Fingerprint,
      [](const TrainConfig& c, const std::string& v) { return unlessDefault(c, v, "sgd"); }, [](const TrainConfig& c) {
-       requireOneOf("optimizer", c.optimizer, {"sgd", "adam", "adamw"}); }},
+       optimizerInfo(c.optimizer); }},
     {"betas", "Optimization", "adam, adamw: B1,B2 (the moments' decay rates)",
-     &TrainConfig::betas, A::Fingerprint, whenAdam, [](const TrainConfig& c) { c.adamBetas(); }},
+     &TrainConfig::betas, A::Fingerprint, whenAdaptive, [](const TrainConfig& c) { c.adamBetas(); }},
     {"eps", "Optimization", "adam, adamw: added to the denominator",
-     &TrainConfig::eps, A::Fingerprint, whenAdam, [](const TrainConfig& c) {
+     &TrainConfig::eps, A::Fingerprint, whenAdaptive, [](const TrainConfig& c) {
        require(std::isfinite(c.eps) && c.eps > 0 && c.eps < 1, fmt::format("--eps must be in (0, 1) (got {})", c.eps)); }},
     {"clip-grad-norm", "Optimization",
      "clip the averaged gradient's global L2 norm to MAX before the update, as torch.nn.utils.clip_grad_norm_ (0: off)",

@@ -31,7 +31,7 @@ const ModeInfo& info(Mode mode) {
   for (const auto& row : modes()) {
     if (row.mode == mode) return row;
   }
-  throw ConfigError(fmt::format("mode {} has no row in the mode table", static_cast<int>(mode)));
+  throw InternalError(fmt::format("mode {} has no row in the mode table", static_cast<int>(mode)));
 }
 
 const char* nameOf(Mode mode) { return info(mode).name; }

@@ -13,10 +13,6 @@
 namespace pstrain::config {
 namespace {
 
-void require(bool ok, const std::string& message) {
-  if (!ok) throw ConfigError(message);
-}
-
 // "RANK:NUMBER" with RANK >= minRank and NUMBER >= 0, for the testing flags.
 std::pair<int, double> rankAndNumber(const std::string& flag, const std::string& text, int minRank,
                                      const char* what) {
@@ -96,8 +92,8 @@ TrainConfig::Interpolation TrainConfig::gossipInterpolation() const {
 }
 
 bool TrainConfig::overlapping() const {
-  return overlap == "on" && modeInfo().exchange == Exchange::Collective && compress == "none" &&
-         compressWeights == "none" && !skipNonfinite && clipGradNorm == 0;
+  return overlap == "on" && modeInfo().exchange == Exchange::Collective && !compressesGradients() &&
+         !compressesWeights() && !skipNonfinite && clipGradNorm == 0;
 }
 
 int TrainConfig::batchesPerUpdate(int workers) const {

@@ -12,6 +12,10 @@
 
 namespace pstrain::config {
 
+// The codec spec of raw floats, the identity coding (runtime/codec's "none" row): the
+// default of --compress and --compress-weights.
+constexpr const char* kRawCodec = "none";
+
 // Bounds of the numbers a run takes (checked by the flags, so that no product or cast of
 // them overflows): steps and step counts, and seconds of any wait or limit (30 days).
 constexpr std::int64_t kMaxSteps = std::int64_t(1) << 40;
@@ -79,8 +83,8 @@ struct TrainConfig {
   double simulateComputeMs = 0;           // benchmarks
 
   // Compression (runtime/codec).
-  std::string compress = "none";
-  std::string compressWeights = "none";
+  std::string compress = kRawCodec;
+  std::string compressWeights = kRawCodec;
   std::string errorFeedback = "auto";
 
   // Throws ConfigError naming the flag when a value is out of range or flags contradict
@@ -89,6 +93,9 @@ struct TrainConfig {
   void validate() const;
 
   const ModeInfo& modeInfo() const { return info(mode); }
+  // Whether --compress / --compress-weights code the messages (a codec other than raw floats).
+  bool compressesGradients() const { return compress != kRawCodec; }
+  bool compressesWeights() const { return compressWeights != kRawCodec; }
 
   // --inject-nan parsed: worker `rank`'s loss turns NaN at `step`; rank 0 when not set.
   // Throws ConfigError when the text is not "RANK:STEP" with RANK >= 1 and STEP >= 0.

@@ -12,6 +12,11 @@ inline double secondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// `seconds` as the clock's duration (for deadlines: now() + toDuration(s)).
+inline Clock::duration toDuration(double seconds) {
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
 // Seconds on the steady clock (only differences mean anything).
 inline double steadySeconds() {
   return std::chrono::duration<double>(Clock::now().time_since_epoch()).count();

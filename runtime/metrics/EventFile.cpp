@@ -9,6 +9,7 @@
 
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
+#include "runtime/Varint.h"
 
 namespace pstrain::metrics {
 namespace {
@@ -26,14 +27,6 @@ std::array<std::uint32_t, 256> crcTable() {
 // Protocol buffers' wire format, the few pieces an Event needs: a field's key is
 // (number << 3 | wire type); varints carry 7 bits per byte, low bits first.
 enum WireType : std::uint32_t { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5 };
-
-void putVarint(std::string& out, std::uint64_t value) {
-  while (value >= 0x80) {
-    out += static_cast<char>((value & 0x7f) | 0x80);
-    value >>= 7;
-  }
-  out += static_cast<char>(value);
-}
 
 void putKey(std::string& out, std::uint32_t field, WireType type) { putVarint(out, (field << 3) | type); }
 

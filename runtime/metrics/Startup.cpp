@@ -2,21 +2,14 @@
 
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <optional>
 
 #include "runtime/Portable.h"
+#include "runtime/metrics/Clock.h"
 #include "runtime/metrics/Json.h"
 
 namespace pstrain::metrics {
-namespace {
-
-double steadySeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-}  // namespace
 
 Startup& Startup::process() {
   static Startup startup;

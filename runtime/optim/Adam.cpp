@@ -45,23 +45,18 @@ bool adamOnCpu(float* __restrict w, const float* __restrict g, float* __restrict
   return largest != kExponent;
 }
 
-bool onCpuInOnePass(const at::Tensor& t) {
-  return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous();
-}
-
 }  // namespace
+
+Adam::Adam(AdamOptions options)
+    : Optimizer(config::optimizerInfo(options.decoupled ? "adamw" : "adam")), options_(options) {}
 
 bool Adam::stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t offset, std::int64_t total,
                      double gradDivisor) {
-  if (step_ == 0) throw Error("Adam: stepSlice() before beginUpdate()");
-  if (!expAvg_.defined()) {
-    expAvg_ = at::zeros({total}, params.options());
-    expAvgSq_ = at::zeros({total}, params.options());
-  }
+  if (updates() == 0) throw InternalError("Adam: stepSlice() before beginUpdate()");
   const std::int64_t n = params.numel();
-  at::Tensor m = expAvg_.narrow(0, offset, n), v = expAvgSq_.narrow(0, offset, n);
-  const double biasCorrection1 = 1 - std::pow(options_.beta1, static_cast<double>(step_));
-  const double biasCorrection2 = 1 - std::pow(options_.beta2, static_cast<double>(step_));
+  at::Tensor m = stateSlice(0, params, offset, n, total), v = stateSlice(1, params, offset, n, total);
+  const double biasCorrection1 = 1 - std::pow(options_.beta1, static_cast<double>(updates()));
+  const double biasCorrection2 = 1 - std::pow(options_.beta2, static_cast<double>(updates()));
   const bool decay = !options_.decoupled && options_.weightDecay != 0;
   const bool shrink = options_.decoupled && options_.weightDecay != 0;
   const Scalars s{static_cast<float>(gradDivisor),
@@ -91,21 +86,6 @@ bool Adam::stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t
   v.mul_(options_.beta2).addcmul_(grad, grad, 1 - options_.beta2);
   params.addcdiv_(m, (v.sqrt() / std::sqrt(biasCorrection2)).add_(options_.eps), -lr / biasCorrection1);
   return at::isfinite(params).all().item<bool>();
-}
-
-std::vector<std::pair<std::string, at::Tensor>> Adam::state() const {
-  if (!expAvg_.defined()) return {};
-  return {{"exp_avg", expAvg_}, {"exp_avg_sq", expAvgSq_}};
-}
-
-void Adam::restore(const std::string& name, at::Tensor buffer) {
-  if (name == "exp_avg") {
-    expAvg_ = std::move(buffer);
-  } else if (name == "exp_avg_sq") {
-    expAvgSq_ = std::move(buffer);
-  } else {
-    throw CheckpointError("Adam has no optimizer state '" + name + "'");
-  }
 }
 
 }  // namespace pstrain::optim

@@ -17,20 +17,13 @@ struct AdamOptions {
 
 class Adam : public Optimizer {
  public:
-  explicit Adam(AdamOptions options) : options_(options) {}
+  explicit Adam(AdamOptions options);
 
-  void beginUpdate() override { ++step_; }
   bool stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t offset, std::int64_t total,
                  double gradDivisor = 1) override;
-  std::vector<std::pair<std::string, at::Tensor>> state() const override;
-  std::int64_t updates() const override { return step_; }
-  void restore(const std::string& name, at::Tensor buffer) override;
-  void restoreUpdates(std::int64_t updates) override { step_ = updates; }
 
  private:
   AdamOptions options_;
-  std::int64_t step_ = 0;
-  at::Tensor expAvg_, expAvgSq_;  // zeros of the whole buffer from the first update on
 };
 
 }  // namespace pstrain::optim

@@ -1,8 +1,12 @@
 #include "runtime/optim/Optimizer.h"
 
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <tuple>
 
 #include "runtime/Errors.h"
 #include "runtime/optim/Adam.h"
@@ -10,18 +14,77 @@
 
 namespace pstrain::optim {
 
-std::unique_ptr<Optimizer> makeOptimizer(const config::TrainConfig& cfg) {
-  if (cfg.optimizer == "sgd") return std::make_unique<Sgd>(SgdOptions{cfg.momentum, cfg.weightDecay, cfg.nesterov});
-  if (cfg.optimizer == "adam" || cfg.optimizer == "adamw") {
-    const auto [beta1, beta2] = cfg.adamBetas();
-    return std::make_unique<Adam>(AdamOptions{beta1, beta2, cfg.eps, cfg.weightDecay, cfg.optimizer == "adamw"});
+Optimizer::Optimizer(const config::OptimizerInfo& row) : row_(row), state_(row.state.size()) {}
+
+void Optimizer::beginUpdate() {
+  if (row_.countsUpdates) ++updates_;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> Optimizer::state() const {
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  for (std::size_t i = 0; i < state_.size(); ++i) {
+    if (state_[i].defined()) named.emplace_back(row_.state[i], state_[i]);
   }
-  throw ConfigError("--optimizer '" + cfg.optimizer + "' is not one of: sgd, adam, adamw");
+  return named;
+}
+
+void Optimizer::restore(const std::string& name, at::Tensor buffer) {
+  for (std::size_t i = 0; i < state_.size(); ++i) {
+    if (name == row_.state[i]) {
+      state_[i] = std::move(buffer);
+      return;
+    }
+  }
+  throw CheckpointError(fmt::format("{} has no optimizer state '{}'", row_.name, name));
+}
+
+at::Tensor Optimizer::stateSlice(std::size_t index, const at::Tensor& like, std::int64_t offset, std::int64_t n,
+                                 std::int64_t total) {
+  at::Tensor& buffer = state_.at(index);
+  if (!buffer.defined()) buffer = at::zeros({total}, like.options());
+  return buffer.narrow(0, offset, n);
+}
+
+namespace {
+
+using Maker = std::unique_ptr<Optimizer> (*)(const Hyperparameters&);
+
+// How each row of config/Optimizers.h is made: one line per rule.
+const std::pair<const char*, Maker> kMakers[] = {
+    {"sgd", [](const Hyperparameters& h) -> std::unique_ptr<Optimizer> {
+       return std::make_unique<Sgd>(SgdOptions{h.momentum, h.weightDecay, h.nesterov}); }},
+    {"adam", [](const Hyperparameters& h) -> std::unique_ptr<Optimizer> {
+       return std::make_unique<Adam>(AdamOptions{h.beta1, h.beta2, h.eps, h.weightDecay, false}); }},
+    {"adamw", [](const Hyperparameters& h) -> std::unique_ptr<Optimizer> {
+       return std::make_unique<Adam>(AdamOptions{h.beta1, h.beta2, h.eps, h.weightDecay, true}); }},
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> makeOptimizer(const std::string& name, const Hyperparameters& h) {
+  const config::OptimizerInfo& row = config::optimizerInfo(name);
+  for (const auto& [rowName, make] : kMakers) {
+    if (name == rowName) return make(h);
+  }
+  throw InternalError(fmt::format("optimizer '{}' has a row but no maker in optim/Optimizer.cpp", row.name));
+}
+
+std::unique_ptr<Optimizer> makeOptimizer(const config::TrainConfig& cfg) {
+  Hyperparameters h{cfg.momentum, cfg.nesterov, cfg.weightDecay};
+  if (config::optimizerInfo(cfg.optimizer).adaptive) {
+    std::tie(h.beta1, h.beta2) = cfg.adamBetas();
+    h.eps = cfg.eps;
+  }
+  return makeOptimizer(cfg.optimizer, h);
 }
 
 double clipFactor(double norm, double maxNorm) {
   if (maxNorm <= 0) return 1;
   return std::min(1.0, maxNorm / (norm + 1e-6));
+}
+
+bool onCpuInOnePass(const at::Tensor& t) {
+  return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous();
 }
 
 double sumOfSquares(const at::Tensor& values) {

@@ -1,8 +1,8 @@
 #pragma once
 // The update rule where the weights are updated (the server; every rank of the peer modes),
-// on one flat parameter buffer: --optimizer sgd | adam | adamw with exactly torch.optim's
-// semantics, and --clip-grad-norm. One class per rule (Sgd.h, Adam.h), made by
-// makeOptimizer(); their state (momentum, Adam's moments and step) is what checkpoints hold.
+// on one flat parameter buffer: --optimizer's rows (config/Optimizers.h) with exactly
+// torch.optim's semantics, and --clip-grad-norm. One class per rule (Sgd.h, Adam.h), made
+// by makeOptimizer(); their state (momentum, Adam's moments and step) is what checkpoints hold.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -11,17 +11,21 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/config/Optimizers.h"
 #include "runtime/config/TrainConfig.h"
 
 namespace pstrain::optim {
 
+// An update rule (a row of config/Optimizers.h) with its state: flat buffers the size of the
+// parameters, by the names the row gives them, made on first use; and the updates it counts.
 class Optimizer {
  public:
+  explicit Optimizer(const config::OptimizerInfo& row);
   virtual ~Optimizer() = default;
 
-  // Starts an update: what the rule counts per update (Adam's step, for its bias
+  // Starts an update: counts it when the row counts updates (Adam's step, for its bias
   // correction). stepSlice() then runs once per slice of it.
-  virtual void beginUpdate() {}
+  void beginUpdate();
 
   // params -= lr * direction(grad / gradDivisor) on the slice [offset, offset +
   // params.numel()) of a flat buffer of `total` elements (the server updates a gradient
@@ -39,23 +43,50 @@ class Optimizer {
     return stepSlice(params, grad, lr, 0, params.numel(), gradDivisor);
   }
 
-  // The state: flat buffers the size of the parameters, by the name torch.optim gives them
-  // ("momentum_buffer"; "exp_avg", "exp_avg_sq"), none before the first update; and the
-  // updates counted (Adam's "step"; 0 for SGD).
-  virtual std::vector<std::pair<std::string, at::Tensor>> state() const = 0;
-  virtual std::int64_t updates() const { return 0; }
+  const config::OptimizerInfo& info() const { return row_; }
+  // The state made so far, by the row's names ("momentum_buffer"; "exp_avg", "exp_avg_sq"),
+  // none before the first update; and the updates counted (0 where the row counts none).
+  std::vector<std::pair<std::string, at::Tensor>> state() const;
+  std::int64_t updates() const { return updates_; }
   // Restores what state() and updates() returned (a checkpoint's); throws CheckpointError
-  // for a name the rule does not have.
-  virtual void restore(const std::string& name, at::Tensor buffer) = 0;
-  virtual void restoreUpdates(std::int64_t) {}
+  // for a name the row does not have.
+  void restore(const std::string& name, at::Tensor buffer);
+  void restoreUpdates(std::int64_t updates) { updates_ = updates; }
+
+ protected:
+  // The slice [offset, offset + n) of the row's state buffer `index`: `total` zeros like
+  // `like` from the first call on (as torch.optim's state: zeros, or a momentum buffer that
+  // zeros times momentum plus the first gradient make exactly).
+  at::Tensor stateSlice(std::size_t index, const at::Tensor& like, std::int64_t offset, std::int64_t n,
+                        std::int64_t total);
+  const at::Tensor& stateBuffer(std::size_t index) const { return state_.at(index); }
+
+ private:
+  const config::OptimizerInfo& row_;
+  std::vector<at::Tensor> state_;  // by the row's state names; undefined until made
+  std::int64_t updates_ = 0;
 };
 
+// The hyperparameters a rule reads (each rule the ones its row names).
+struct Hyperparameters {
+  double momentum = 0;
+  bool nesterov = false;
+  double weightDecay = 0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+};
+
+// The rule of row `name` with `h`; throws ConfigError for a name without a row.
+std::unique_ptr<Optimizer> makeOptimizer(const std::string& name, const Hyperparameters& h);
 // cfg's --optimizer with its --momentum, --nesterov, --weight-decay, --betas, --eps.
 std::unique_ptr<Optimizer> makeOptimizer(const config::TrainConfig& cfg);
 
 // torch.nn.utils.clip_grad_norm_'s factor for a gradient of L2 norm `norm` under
 // --clip-grad-norm `maxNorm`: min(1, maxNorm / (norm + 1e-6)); 1 when maxNorm is 0 (off).
 double clipFactor(double norm, double maxNorm);
+
+// Whether the update rules' one-pass CPU loops take `t`: contiguous floats on the CPU
+// (elsewhere they run one ATen call per operation).
+bool onCpuInOnePass(const at::Tensor& t);
 
 // The sum of squares of a contiguous float tensor, in double.
 double sumOfSquares(const at::Tensor& values);

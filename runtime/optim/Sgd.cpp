@@ -57,21 +57,14 @@ bool stepOnCpu(float* w, float* g, float* v, std::int64_t n, float lr, float div
   return stepOnCpu<kDivide, false, true, false>(w, g, v, n, lr, divisor, decay, mu);
 }
 
-bool onCpuInOnePass(const at::Tensor& t) {
-  return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous();
-}
-
 }  // namespace
+
+Sgd::Sgd(SgdOptions options) : Optimizer(config::optimizerInfo("sgd")), options_(options) {}
 
 bool Sgd::stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t offset, std::int64_t total,
                     double gradDivisor) {
   const std::int64_t n = params.numel();
-  if (options_.momentum != 0 && !momentum_.defined()) {
-    // A zero buffer times momentum plus the first gradient is that gradient, exactly: the
-    // same as PyTorch's buffer initialised to the first gradient.
-    momentum_ = at::zeros({total}, params.options());
-  }
-  at::Tensor momentum = options_.momentum != 0 ? momentum_.narrow(0, offset, n) : at::Tensor();
+  at::Tensor momentum = options_.momentum != 0 ? stateSlice(0, params, offset, n, total) : at::Tensor();
   if (onCpuInOnePass(params) && onCpuInOnePass(grad)) {
     float* w = params.data_ptr<float>();
     float* g = grad.data_ptr<float>();
@@ -93,16 +86,6 @@ bool Sgd::stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t 
   }
   params.add_(*update, -lr);
   return at::isfinite(params).all().item<bool>();
-}
-
-std::vector<std::pair<std::string, at::Tensor>> Sgd::state() const {
-  if (!momentum_.defined()) return {};
-  return {{"momentum_buffer", momentum_}};
-}
-
-void Sgd::restore(const std::string& name, at::Tensor buffer) {
-  if (name != "momentum_buffer") throw CheckpointError("SGD has no optimizer state '" + name + "'");
-  momentum_ = std::move(buffer);
 }
 
 }  // namespace pstrain::optim

@@ -16,7 +16,7 @@ struct SgdOptions {
 
 class Sgd : public Optimizer {
  public:
-  explicit Sgd(SgdOptions options) : options_(options) {}
+  explicit Sgd(SgdOptions options);
 
   bool stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t offset, std::int64_t total,
                  double gradDivisor = 1) override;
@@ -24,13 +24,10 @@ class Sgd : public Optimizer {
   // The momentum buffer: undefined until the first step with momentum (as in PyTorch's
   // optimizer state, which starts as the first gradient; here as zeros times momentum plus
   // it: the same values).
-  const at::Tensor& momentumBuffer() const { return momentum_; }
-  std::vector<std::pair<std::string, at::Tensor>> state() const override;
-  void restore(const std::string& name, at::Tensor buffer) override;
+  const at::Tensor& momentumBuffer() const { return stateBuffer(0); }
 
  private:
   SgdOptions options_;
-  at::Tensor momentum_;
 };
 
 }  // namespace pstrain::optim

@@ -88,8 +88,8 @@ bool predictable(config::Mode mode) { return config::info(mode).exchange != conf
 std::vector<Prediction> predict(const ProbeMeasurements& m) {
   const int workers = static_cast<int>(m.computeSeconds.size());
   if (workers == 0 || m.latencySeconds.size() != m.computeSeconds.size() ||
-      m.bytesPerSecond.size() != m.computeSeconds.size() || !m.gradientCodecs.count("none") ||
-      !m.weightCodecs.count("none")) {
+      m.bytesPerSecond.size() != m.computeSeconds.size() || !m.gradientCodecs.count(config::kRawCodec) ||
+      !m.weightCodecs.count(config::kRawCodec)) {
     throw std::invalid_argument("cost model: incomplete measurements");
   }
   const double fastest = *std::min_element(m.computeSeconds.begin(), m.computeSeconds.end());
@@ -100,10 +100,10 @@ std::vector<Prediction> predict(const ProbeMeasurements& m) {
       if (!predictable(mode.mode)) continue;
       for (const auto& [gradSpec, grad] : m.gradientCodecs) {
         for (const auto& [weightSpec, weights] : m.weightCodecs) {
-          if (mode.peers() && weightSpec != "none") continue;
+          if (mode.peers() && weightSpec != config::kRawCodec) continue;
           const CodecCost none;  // peers send no weights
           double samples = 0;
-          const double step = stepSeconds(mode, grad, mode.peers() ? none : weights, gradSpec == "none", m, n, samples);
+          const double step = stepSeconds(mode, grad, mode.peers() ? none : weights, gradSpec == config::kRawCodec, m, n, samples);
           Prediction p{mode.mode, gradSpec, mode.peers() ? "-" : weightSpec, n, step, samples / step, 0};
           p.efficiency = p.samplesPerSecond / (n * alone);
           out.push_back(p);
@@ -126,7 +126,7 @@ const Prediction& best(const std::vector<Prediction>& predictions, int workers) 
 std::string recommendation(const Prediction& p, const ProbeMeasurements& m) {
   const double fastest = *std::min_element(m.computeSeconds.begin(), m.computeSeconds.end());
   const double alone = m.batchSamples / fastest;
-  auto named = [](const std::string& spec) { return spec == "none" ? std::string("uncompressed") : spec; };
+  auto named = [](const std::string& spec) { return spec == config::kRawCodec ? std::string("uncompressed") : spec; };
   std::string codecs = config::info(p.mode).peers()
                            ? named(p.gradientCodec) + " gradients"
                            : named(p.weightCodec) + " weights + " + named(p.gradientCodec) + " gradients";

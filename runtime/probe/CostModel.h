@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "runtime/config/Mode.h"
+#include "runtime/config/TrainConfig.h"
 
 namespace pstrain::probe {
 

@@ -39,15 +39,15 @@ double medianSeconds(int repeats, F&& f) {
 }
 
 constexpr int kWarmupBatches = 2, kTimedBatches = 8;
-// The codecs the probe times; "none" first (the cost model needs it).
-constexpr const char* kGradientCodecs[] = {"none", "fp16", "topk:0.01", "powersgd:4"};
-constexpr const char* kWeightCodecs[] = {"none", "fp16"};
+// The codecs the probe times; raw floats first (the cost model needs it).
+constexpr const char* kGradientCodecs[] = {config::kRawCodec, "fp16", "topk:0.01", "powersgd:4"};
+constexpr const char* kWeightCodecs[] = {config::kRawCodec, "fp16"};
 constexpr std::size_t kGradientCodecCount = std::size(kGradientCodecs), kWeightCodecCount = std::size(kWeightCodecs);
 
 // Encodes the flat buffer `values` with `spec` a few times: its bytes and times.
 CodecCost costOf(const std::string& spec, const models::Net& model, const at::Tensor& values, bool weights) {
   CodecCost cost;
-  if (spec == "none") {
+  if (spec == config::kRawCodec) {
     cost.bytes = static_cast<double>(values.numel() * sizeof(float));
     return cost;
   }

@@ -172,13 +172,13 @@ class CodedDown : public DownFrame {
 
 std::unique_ptr<UpFrame> makeUpFrame(const config::TrainConfig& cfg, const models::Net& model, StepMessages& messages,
                                      std::uint64_t seed) {
-  if (cfg.compress == "none") return std::make_unique<RawUp>(messages);
+  if (!cfg.compressesGradients()) return std::make_unique<RawUp>(messages);
   return std::make_unique<CodedUp>(cfg, model, messages, seed);
 }
 
 std::unique_ptr<DownFrame> makeDownFrame(const config::TrainConfig& cfg, const models::Net& model,
                                          StepMessages& messages, std::uint64_t seed) {
-  if (cfg.compressWeights == "none") return std::make_unique<RawDown>(messages);
+  if (!cfg.compressesWeights()) return std::make_unique<RawDown>(messages);
   return std::make_unique<CodedDown>(cfg, model, messages, seed);
 }
 

@@ -9,9 +9,10 @@
 #include <thread>
 
 #include "runtime/Errors.h"
+#include "runtime/metrics/Clock.h"
 #include "runtime/roles/DeviceSync.h"
 #include "runtime/protocol/FlatParameters.h"
-#include "runtime/roles/Loss.h"
+#include "runtime/loss/Loss.h"
 
 namespace pstrain::roles {
 
@@ -136,7 +137,7 @@ void LocalTrainer::handOverReadyBuckets() {
 }
 
 void LocalTrainer::computeGradient(std::int64_t batch, std::int64_t version) {
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = metrics::Clock::now();
   double dataWait = 0;
   const auto micro = prefetcher_->take(batch, shards_, &dataWait);
   // Every virtual shard's batch of a step has the same size (ShardSampler::batchSizeAt).
@@ -156,7 +157,7 @@ void LocalTrainer::computeGradient(std::int64_t batch, std::int64_t version) {
   trailer[kSamples] = count * static_cast<float>(micro.size());
   // Only this rank's slot: the allreduce mode left the last step's sum in the others.
   std::fill(trailer + kComputeSeconds, trailer + trailerFloats(messages_.ranks), 0.0f);
-  trailer[kComputeSeconds + rank_] = std::chrono::duration<float>(std::chrono::steady_clock::now() - start).count();
+  trailer[kComputeSeconds + rank_] = static_cast<float>(metrics::secondsSince(start));
   trailer[kNonFinite] = std::isfinite(lossValue) ? 0.0f : 1.0f;
   trailer[kDataWaitSeconds] = static_cast<float>(dataWait);
   trailer[kVersion] = static_cast<float>(version);
@@ -186,7 +187,7 @@ float LocalTrainer::forwardBackward(std::int64_t batch, const data::Prefetcher::
     // Dropout draws from torch's generator: seeded by (seed, batch, virtual shard), like the
     // batch and its augmentation, so that a resumed run draws what the uninterrupted one did.
     torch::manual_seed(mix(cfg_.seed ^ 0x5eedu, static_cast<std::uint64_t>(batch), static_cast<std::uint64_t>(shards_[m])));
-    at::Tensor loss = lossOf(lossName_, model_.forward(images), labels, cfg_.ignoreIndex);
+    at::Tensor loss = loss::lossOf(lossName_, model_.forward(images), labels, cfg_.ignoreIndex);
     loss.backward();
     if (!streaming) collectGradients(model_, grad_);
     lossSum = m == 0 ? loss.detach() : lossSum + loss.detach();
@@ -217,8 +218,7 @@ float LocalTrainer::forwardBackward(std::int64_t batch, const data::Prefetcher::
 }
 
 float LocalTrainer::simulateBatches(std::int64_t batch, float count, std::size_t microBatches) {
-  const auto wake = std::chrono::steady_clock::now() +
-                    std::chrono::duration<double>(simulatedSeconds_ * static_cast<double>(microBatches));
+  const auto wake = metrics::Clock::now() + metrics::toDuration(simulatedSeconds_ * static_cast<double>(microBatches));
   torch::manual_seed(mix(cfg_.seed ^ 0x51u, static_cast<std::uint64_t>(batch), static_cast<std::uint64_t>(shards_.front())));
   grad_.normal_(0, 1e-3).mul_(count * static_cast<float>(microBatches));
   at::Tensor& summedBuffers = device_.is_cpu() ? messages_.workerBuffers : workerBuffers_;

@@ -14,6 +14,7 @@
 #include "runtime/Text.h"
 #include "runtime/codec/Codec.h"
 #include "runtime/config/Flags.h"
+#include "runtime/config/Optimizers.h"
 #include "runtime/metrics/Clock.h"
 #include "runtime/metrics/Json.h"
 #include "runtime/metrics/Startup.h"
@@ -21,7 +22,7 @@
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/protocol/Handshake.h"
 #include "runtime/protocol/StepProtocol.h"
-#include "runtime/roles/Loss.h"
+#include "runtime/loss/Loss.h"
 #include "runtime/roles/ParameterServer.h"
 #include "runtime/roles/PeerTraining.h"
 #include "runtime/roles/Worker.h"
@@ -179,9 +180,7 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
   out += fmt::format("  steps     {} updates ({} per epoch{})\n", total, updatesPerEpoch,
                      cfg.steps > 0 ? "; --steps" : fmt::format(" x {} epochs", cfg.epochs));
   const double target = optim::learningRate(cfg, perUpdate, cfg.warmupSteps, total + cfg.warmupSteps + 1);
-  std::string rule = cfg.optimizer == "sgd"
-                         ? fmt::format("sgd, momentum {}{}", cfg.momentum, cfg.nesterov ? " (Nesterov)" : "")
-                         : fmt::format("{}, betas {}, eps {}", cfg.optimizer, cfg.betas, cfg.eps);
+  std::string rule = config::describeOptimizer(cfg);
   rule += fmt::format(", weight decay {}{}", cfg.weightDecay,
                       cfg.clipGradNorm > 0 ? fmt::format(", gradient norm clipped to {}", cfg.clipGradNorm) : "");
   out += fmt::format("  lr        {:.4g}{}{}{}; {}\n", target,
@@ -199,7 +198,7 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
                             "as each bucket is updated",
                             gradientBuckets(model, cfg.bucketKb * 1024).size(), cfg.bucketKb);
   }
-  if (cfg.compress != "none" || cfg.compressWeights != "none") {
+  if (cfg.compressesGradients() || cfg.compressesWeights()) {
     const bool feedback = codec::errorFeedbackOn(cfg.errorFeedback, cfg.compress);
     exchange += fmt::format("; gradients {}{}, weights {}", cfg.compress, feedback ? " with error feedback" : "",
                             cfg.compressWeights);
@@ -350,7 +349,7 @@ StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, mo
     models::loadStateDict(model, started.resume->modelState, fmt::format("step {} checkpoint", started.resume->step));
   }
   // A model of the user's must fit the data before anything is waited for (--dry-run too).
-  if (train) checkModelFitsData(model, cfg.model, *train, cfg.lossFunction(), device);
+  if (train) loss::checkModelFitsData(model, cfg.model, *train, cfg.lossFunction(), device);
   started.facts = handshake(comm, factsOf(comm, cfg, started.run, model, train, device, info));
   metrics::Startup::process().mark("handshake");
   if (comm.rank() == 0) warnOfReferenceBlas(cfg, started.facts);

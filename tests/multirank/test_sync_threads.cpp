@@ -10,7 +10,7 @@
 
 #include "runtime/Errors.h"
 #include "runtime/comm/InProcessComm.h"
-#include "runtime/roles/Evaluation.h"
+#include "runtime/loss/Evaluation.h"
 #include "runtime/roles/Training.h"
 #include "tests/common/Ranks.h"
 #include "tests/common/Reference.h"
@@ -240,8 +240,8 @@ TEST(SyncThreads, BatchNormBuffersReachTheServerAndItsCheckpointEvaluatesLikeThe
   for (int r = 1; r < 3; ++r) {
     EXPECT_EQ(testsupport::maxAbsDiff(models::stateDict(*nets[r]), ckpt.modelState), 0.0) << "worker " << r;
   }
-  auto server = roles::evaluate(*fromCheckpoint, test, c10::Device(c10::kCPU));
-  auto worker = roles::evaluate(*nets[1], test, c10::Device(c10::kCPU));
+  auto server = loss::evaluate(*fromCheckpoint, test, c10::Device(c10::kCPU));
+  auto worker = loss::evaluate(*nets[1], test, c10::Device(c10::kCPU));
   EXPECT_EQ(server.accuracy, worker.accuracy);
   EXPECT_EQ(server.predictions, worker.predictions);
   EXPECT_NEAR(server.loss, worker.loss, 1e-6);
@@ -253,5 +253,5 @@ TEST(SyncThreads, BatchNormBuffersReachTheServerAndItsCheckpointEvaluatesLikeThe
     if (key.find("running_var") != std::string::npos) tensor = torch::ones_like(tensor);
   }
   models::loadStateDict(*stale, staleState, "stale");
-  EXPECT_GT(std::abs(roles::evaluate(*stale, test, c10::Device(c10::kCPU)).loss - server.loss), 1e-3);
+  EXPECT_GT(std::abs(loss::evaluate(*stale, test, c10::Device(c10::kCPU)).loss - server.loss), 1e-3);
 }

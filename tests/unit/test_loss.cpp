@@ -1,4 +1,4 @@
-// The loss (roles/Loss) per sample and per position, its evaluation (roles/Evaluation) and
+// The loss (loss/Loss) per sample and per position, its evaluation (loss/Evaluation) and
 // the start-up check of a model against its data, for sequence models on token ids.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -9,8 +9,8 @@
 #include "data/Dataset.h"
 #include "models/Registry.h"
 #include "runtime/Errors.h"
-#include "runtime/roles/Evaluation.h"
-#include "runtime/roles/Loss.h"
+#include "runtime/loss/Evaluation.h"
+#include "runtime/loss/Loss.h"
 
 using namespace pstrain;
 
@@ -41,9 +41,9 @@ data::Dataset taggedSequences() {
   return d;
 }
 
-std::string configErrorOf(models::Net& model, const data::Dataset& d, const std::string& loss) {
+std::string configErrorOf(models::Net& model, const data::Dataset& d, const std::string& lossName) {
   try {
-    roles::checkModelFitsData(model, "tagger.pt", d, loss, c10::Device(c10::kCPU));
+    loss::checkModelFitsData(model, "tagger.pt", d, lossName, c10::Device(c10::kCPU));
   } catch (const ConfigError& e) {
     return e.what();
   }
@@ -69,22 +69,22 @@ TEST(Loss, CrossEntropyPerPositionSkipsTheIgnoreIndex) {
       ++counted;
     }
   }
-  EXPECT_NEAR(roles::lossOf("cross-entropy", logits, target).item<double>(), sum / counted, 1e-6);
-  EXPECT_NEAR(roles::lossOf("cross-entropy", logits, target, -100, true).item<double>(), sum, 1e-5);
-  EXPECT_NEAR(roles::lossOf("nll", logProbabilities, target).item<double>(), sum / counted, 1e-6);
+  EXPECT_NEAR(loss::lossOf("cross-entropy", logits, target).item<double>(), sum / counted, 1e-6);
+  EXPECT_NEAR(loss::lossOf("cross-entropy", logits, target, -100, true).item<double>(), sum, 1e-5);
+  EXPECT_NEAR(loss::lossOf("nll", logProbabilities, target).item<double>(), sum / counted, 1e-6);
   // Another ignore index: -100 would be a class, and out of range.
-  EXPECT_THROW(roles::lossOf("cross-entropy", logits, target, 3), std::exception);
-  EXPECT_THROW(roles::lossOf("cross-entropy", torch::randn({2, 4, 4}), target), Error);  // [2, 4] positions
+  EXPECT_THROW(loss::lossOf("cross-entropy", logits, target, 3), std::exception);
+  EXPECT_THROW(loss::lossOf("cross-entropy", torch::randn({2, 4, 4}), target), Error);  // [2, 4] positions
 }
 
 TEST(Loss, EvaluationCountsPositionsAndReportsPerplexity) {
   const data::Dataset d = taggedSequences();
   TinyTagger model(10, 3);
-  const roles::EvalResult r = roles::evaluate(model, d, c10::Device(c10::kCPU), "cross-entropy", 4);
+  const loss::EvalResult r = loss::evaluate(model, d, c10::Device(c10::kCPU), "cross-entropy", 4);
   EXPECT_EQ(r.samples, 6);
   EXPECT_EQ(r.targets, 24);  // 6 x 4 positions; the fifth is padding
   const at::Tensor logits = model.forward(d.images);
-  EXPECT_NEAR(r.loss, roles::lossOf("cross-entropy", logits, d.labels).item<double>(), 1e-5);
+  EXPECT_NEAR(r.loss, loss::lossOf("cross-entropy", logits, d.labels).item<double>(), 1e-5);
   EXPECT_NEAR(r.perplexity, std::exp(r.loss), 1e-9);
   const at::Tensor counted = d.labels.ne(-100);
   const double right = logits.argmax(-1).eq(d.labels).logical_and(counted).sum().item<double>();

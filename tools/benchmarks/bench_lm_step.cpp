@@ -19,7 +19,7 @@
 #include "runtime/Portable.h"
 #include "runtime/optim/Optimizer.h"
 #include "runtime/protocol/FlatParameters.h"
-#include "runtime/roles/Loss.h"
+#include "runtime/loss/Loss.h"
 
 using namespace pstrain;
 
@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   auto trainingStep = [&] {
     auto [x, y] = train.batch(sampler.batch(0, step++));
     grad.zero_();
-    roles::lossOf("cross-entropy", model->forward(x), y).backward();
+    loss::lossOf("cross-entropy", model->forward(x), y).backward();
     protocol::collectGradients(*model, grad);
     const double norm = std::sqrt(optim::sumOfSquares(grad));
     optimizer->step(weights, grad, 1e-3, 1 / optim::clipFactor(norm, cfg.clipGradNorm));

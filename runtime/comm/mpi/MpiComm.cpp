@@ -125,12 +125,10 @@ namespace {
 // A wait that lasts patience.warnEvery prints who has not arrived, and again every interval.
 template <typename Done>
 void pollUntil(Done done, double timeoutSeconds, const std::string& what, MpiComm::Patience patience) {
-  using Clock = std::chrono::steady_clock;
+  using metrics::Clock;
   using std::chrono::microseconds;
   const auto start = Clock::now();
-  auto after = [&](double seconds) {
-    return start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  };
+  auto after = [&](double seconds) { return start + metrics::toDuration(seconds); };
   const auto deadline = after(timeoutSeconds);
   MpiComm::Arrivals* arrivals = patience.arrivals;
   const double warnEvery = arrivals ? arrivals->warnEvery() : 0;
@@ -280,31 +278,35 @@ void MpiComm::wake(Flow flow, int root) {
   }
 }
 
-void MpiComm::broadcast(void* data, std::size_t bytes, int root, const std::string& context) {
-  auto* base = static_cast<char*>(data);
+template <typename Start>
+void MpiComm::inChunks(std::size_t count, std::size_t elementBytes, const std::string& what, int awaited, Start start) {
+  const std::size_t chunk = kMaxChunk / elementBytes;
   std::size_t offset = 0;
   do {
-    int n = static_cast<int>(std::min(kMaxChunk, bytes - offset));
+    const int n = static_cast<int>(std::min(chunk, count - offset));
     MPI_Request request;
-    check(MPI_Ibcast(base + offset, n, MPI_BYTE, root, MPI_COMM_WORLD, &request), "broadcast at " + context);
+    check(start(offset, n, request), what);
+    waitFor(request, timeoutSeconds(), what, patience(awaited));
+    offset += static_cast<std::size_t>(n);
+  } while (offset < count);
+}
+
+void MpiComm::broadcast(void* data, std::size_t bytes, int root, const std::string& context) {
+  auto* base = static_cast<char*>(data);
+  inChunks(bytes, 1, "broadcast at " + context, root, [&](std::size_t offset, int n, MPI_Request& r) {
+    const int code = MPI_Ibcast(base + offset, n, MPI_BYTE, root, MPI_COMM_WORLD, &r);
     wake(Flow::FromRoot, root);
-    waitFor(request, timeoutSeconds(), "broadcast at " + context, patience(root));
-    offset += n;
-  } while (offset < bytes);
+    return code;
+  });
 }
 
 void MpiComm::reduceSum(float* data, std::size_t count, int root, const std::string& context) {
-  const std::size_t chunk = kMaxChunk / sizeof(float);
-  std::size_t offset = 0;
-  do {
-    int n = static_cast<int>(std::min(chunk, count - offset));
-    MPI_Request request;
+  inChunks(count, sizeof(float), "reduce at " + context, -1, [&](std::size_t offset, int n, MPI_Request& r) {
     const float* send = rank_ == root ? zeros(n) : data + offset;
-    check(MPI_Ireduce(send, data + offset, n, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD, &request), "reduce at " + context);
+    const int code = MPI_Ireduce(send, data + offset, n, MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD, &r);
     wake(Flow::UpTree, root);
-    waitFor(request, timeoutSeconds(), "reduce at " + context, patience());
-    offset += n;
-  } while (offset < count);
+    return code;
+  });
 }
 
 struct MpiComm::Started {
@@ -356,17 +358,11 @@ void MpiComm::progress() {
 }
 
 void MpiComm::allReduceSum(float* data, std::size_t count, const std::string& context) {
-  const std::size_t chunk = kMaxChunk / sizeof(float);
-  std::size_t offset = 0;
-  do {
-    int n = static_cast<int>(std::min(chunk, count - offset));
-    MPI_Request request;
-    check(MPI_Iallreduce(MPI_IN_PLACE, data + offset, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &request),
-          "allreduce at " + context);
+  inChunks(count, sizeof(float), "allreduce at " + context, -1, [&](std::size_t offset, int n, MPI_Request& r) {
+    const int code = MPI_Iallreduce(MPI_IN_PLACE, data + offset, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &r);
     wake(Flow::AllToAll);
-    waitFor(request, timeoutSeconds(), "allreduce at " + context, patience());
-    offset += n;
-  } while (offset < count);
+    return code;
+  });
 }
 
 std::vector<std::string> MpiComm::gather(const std::string& mine, int root, const std::string& context) {

@@ -10,7 +10,7 @@
 #include "data/Dataset.h"
 #include "models/Registry.h"
 
-namespace pstrain::roles {
+namespace pstrain::loss {
 
 struct EvalResult {
   std::int64_t samples = 0;
@@ -30,4 +30,4 @@ struct EvalResult {
 EvalResult evaluate(models::Net& model, const data::Dataset& test, c10::Device device,
                     const std::string& loss = "nll", std::int64_t batchSize = 1000);
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::loss

@@ -1,13 +1,13 @@
-#include "runtime/roles/Evaluation.h"
+#include "runtime/loss/Evaluation.h"
 
 #include <torch/torch.h>
 
 #include <cmath>
 #include <numeric>
 
-#include "runtime/roles/Loss.h"
+#include "runtime/loss/Loss.h"
 
-namespace pstrain::roles {
+namespace pstrain::loss {
 
 EvalResult evaluate(models::Net& model, const data::Dataset& test, c10::Device device, const std::string& loss,
                     std::int64_t batchSize) {
@@ -69,4 +69,4 @@ EvalResult evaluate(models::Net& model, const data::Dataset& test, c10::Device d
   return result;
 }
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::loss

@@ -10,10 +10,10 @@
 #include "data/Dataset.h"
 #include "models/Registry.h"
 
-namespace pstrain::roles {
+namespace pstrain::loss {
 
-// `loss` ("cross-entropy" on logits, "nll" on log-probabilities, "mse" against float
-// targets) of `output` for `target`, the mean (over the targets not equal to `ignoreIndex`
+// `loss` (a row of config/Losses.h: "cross-entropy" on logits, "nll" on log-probabilities,
+// "mse" against float targets) of `output` for `target`, the mean (over the targets not equal to `ignoreIndex`
 // for the class losses; over every element for mse, as nn.MSELoss), or the sum with `sum`.
 // Class targets [B] meet an output [B, C]; targets [B, L] (one per position) an output
 // [B, L, C], as F.cross_entropy(output.flatten(0, -2), target.flatten(), ignore_index=...)
@@ -31,4 +31,4 @@ at::Tensor lossOf(const std::string& loss, const at::Tensor& output, const at::T
 void checkModelFitsData(models::Net& model, const std::string& modelName, const data::Dataset& data,
                         const std::string& loss, c10::Device device);
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::loss

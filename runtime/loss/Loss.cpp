@@ -1,12 +1,13 @@
-#include "runtime/roles/Loss.h"
+#include "runtime/loss/Loss.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include "runtime/Errors.h"
+#include "runtime/config/Losses.h"
 
-namespace pstrain::roles {
+namespace pstrain::loss {
 namespace {
 
 std::string shapeOf(const at::Tensor& t) { return fmt::format("[{}]", fmt::join(t.sizes(), ", ")); }
@@ -21,22 +22,28 @@ std::string essence(const std::string& text) {
 
 }  // namespace
 
-at::Tensor lossOf(const std::string& loss, const at::Tensor& output, const at::Tensor& target, std::int64_t ignoreIndex,
-                  bool sum) {
-  const auto reduction = sum ? at::Reduction::Sum : at::Reduction::Mean;
-  if (loss == "nll" || loss == "cross-entropy") {
-    at::Tensor scores = output, labels = target;
-    if (target.dim() > 1) {  // one target per position: the classes are the output's last dimension
-      if (output.dim() != target.dim() + 1 || output.sizes().slice(0, target.dim()) != target.sizes()) {
-        throw Error(fmt::format("--loss {}: the model's output {} does not fit the targets {} (expected [{}, C])",
-                                loss, shapeOf(output), shapeOf(target), fmt::join(target.sizes(), ", ")));
-      }
-      scores = output.flatten(0, -2);
-      labels = target.flatten();
+namespace {
+
+using Reduction = at::Reduction::Reduction;
+
+// nll on log-probabilities (cross-entropy's are log_softmax of logits), over the last
+// dimension of every position when the targets are [B, L].
+at::Tensor classLoss(const char* name, bool logits, const at::Tensor& output, const at::Tensor& target,
+                     std::int64_t ignoreIndex, Reduction reduction) {
+  at::Tensor scores = output, labels = target;
+  if (target.dim() > 1) {  // one target per position: the classes are the output's last dimension
+    if (output.dim() != target.dim() + 1 || output.sizes().slice(0, target.dim()) != target.sizes()) {
+      throw Error(fmt::format("--loss {}: the model's output {} does not fit the targets {} (expected [{}, C])",
+                              name, shapeOf(output), shapeOf(target), fmt::join(target.sizes(), ", ")));
     }
-    if (loss == "cross-entropy") scores = torch::log_softmax(scores, 1);
-    return torch::nll_loss(scores, labels, {}, reduction, ignoreIndex);
+    scores = output.flatten(0, -2);
+    labels = target.flatten();
   }
+  if (logits) scores = torch::log_softmax(scores, 1);
+  return torch::nll_loss(scores, labels, {}, reduction, ignoreIndex);
+}
+
+at::Tensor meanSquaredError(const at::Tensor& output, const at::Tensor& target, Reduction reduction) {
   at::Tensor out = output;
   if (out.dim() == 2 && out.size(1) == 1 && target.dim() == 1) out = out.squeeze(1);
   if (out.sizes() != target.sizes()) {
@@ -46,18 +53,41 @@ at::Tensor lossOf(const std::string& loss, const at::Tensor& output, const at::T
   return torch::mse_loss(out, target, reduction);
 }
 
+using LossFunction = at::Tensor (*)(const at::Tensor& output, const at::Tensor& target, std::int64_t ignoreIndex,
+                                    Reduction reduction);
+
+// The function of each row of config/Losses.h: one line per loss.
+const std::pair<const char*, LossFunction> kLosses[] = {
+    {"cross-entropy", [](const at::Tensor& o, const at::Tensor& t, std::int64_t ignore, Reduction r) {
+       return classLoss("cross-entropy", true, o, t, ignore, r); }},
+    {"nll", [](const at::Tensor& o, const at::Tensor& t, std::int64_t ignore, Reduction r) {
+       return classLoss("nll", false, o, t, ignore, r); }},
+    {"mse", [](const at::Tensor& o, const at::Tensor& t, std::int64_t, Reduction r) { return meanSquaredError(o, t, r); }},
+};
+
+}  // namespace
+
+at::Tensor lossOf(const std::string& loss, const at::Tensor& output, const at::Tensor& target, std::int64_t ignoreIndex,
+                  bool sum) {
+  const config::LossInfo& row = config::lossInfo(loss);
+  for (const auto& [name, function] : kLosses) {
+    if (loss == name) return function(output, target, ignoreIndex, sum ? at::Reduction::Sum : at::Reduction::Mean);
+  }
+  throw InternalError(fmt::format("loss '{}' has a row but no function in loss/Loss.cpp", row.name));
+}
+
 void checkModelFitsData(models::Net& model, const std::string& modelName, const data::Dataset& data,
                         const std::string& loss, c10::Device device) {
   std::vector<std::int64_t> two = {0, std::min<std::int64_t>(1, data.size() - 1)};
   auto [input, target] = data.batch(two);
   const std::string where = fmt::format("--model {} on --dataset {}", modelName, data.name);
-  const bool classes = loss != "mse";
+  const bool classes = config::lossInfo(loss).classTargets;
   if (classes && data.classes == 0) {
     throw ConfigError(fmt::format("{}: the dataset has float targets, not class labels: use --loss mse (or --loss "
                                   "auto)", where));
   }
   if (!classes && data.classes > 0) {
-    throw ConfigError(fmt::format("{}: --loss mse needs float targets, the dataset has {} classes", where, data.classes));
+    throw ConfigError(fmt::format("{}: --loss {} needs float targets, the dataset has {} classes", where, loss, data.classes));
   }
   if (data.ids) input.view(-1)[0] = data.maxId;  // the largest id goes through the model once
   model.eval();
@@ -105,4 +135,4 @@ void checkModelFitsData(models::Net& model, const std::string& modelName, const 
   model.train();
 }
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::loss

@@ -1,0 +1,32 @@
+#pragma once
+// Positioned reads of the dataset readers (token files, .npz members).
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "runtime/Errors.h"
+
+namespace pstrain::data {
+
+// Reads exactly `n` bytes at `offset` of `fd`, or throws DataError naming `what` (the file,
+// or a member of it), the range and why: the file ends before it (truncated) or the OS's error.
+inline void readAt(int fd, std::uint64_t offset, void* out, std::size_t n, const std::string& what) {
+  auto* p = static_cast<char*>(out);
+  while (n > 0) {
+    const ssize_t got = ::pread(fd, p, n, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      throw DataError(fmt::format("{}: truncated (could not read {} bytes at offset {}: {})", what, n, offset,
+                                  got < 0 ? std::strerror(errno) : "the file ends before"));
+    }
+    p += got;
+    n -= static_cast<std::size_t>(got);
+    offset += static_cast<std::uint64_t>(got);
+  }
+}
+
+}  // namespace pstrain::data

@@ -1,0 +1,32 @@
+#include "runtime/config/Devices.h"
+
+#include <fmt/format.h>
+
+#include "runtime/Errors.h"
+
+namespace pstrain::config {
+
+const std::vector<DeviceInfo>& devices() {
+  static const std::vector<DeviceInfo> table = {
+      {DeviceKind::Auto, "auto", ""},
+      {DeviceKind::Cpu, "cpu", ""},
+      {DeviceKind::Mps, "mps", "a libtorch with Apple MPS (1.12 or newer, macOS) on Apple silicon or an AMD GPU"},
+      {DeviceKind::Cuda, "cuda", "a CUDA build of libtorch and a visible NVIDIA GPU"},
+  };
+  return table;
+}
+
+std::string deviceNames() {
+  std::string names;
+  for (const auto& row : devices()) names += (names.empty() ? "" : " | ") + std::string(row.name);
+  return names;
+}
+
+const DeviceInfo& deviceInfo(const std::string& name, const std::string& flag) {
+  for (const auto& row : devices()) {
+    if (name == row.name) return row;
+  }
+  throw ConfigError(fmt::format("--{} '{}' is not one of: {}", flag, name, deviceNames()));
+}
+
+}  // namespace pstrain::config

@@ -1,0 +1,25 @@
+#pragma once
+// The training losses (--loss), one row each in one table (Losses.cpp): the targets and the
+// model output each takes. The function itself is in runtime/loss (Loss.cpp), found by the
+// row's name. --loss auto is not a row: it resolves to one (TrainConfig::lossFunction).
+// Torch-free.
+#include <string>
+#include <vector>
+
+namespace pstrain::config {
+
+struct LossInfo {
+  const char* name;
+  const char* help;   // what the model's output is to it, for --help
+  bool classTargets;  // integer class labels (one per sample or per position); else float targets
+  bool zooOutputs;    // fits the zoo's models, whose outputs are class log-probabilities
+};
+
+// Every loss, in --help's order.
+const std::vector<LossInfo>& losses();
+// The row of `name` ("auto" is not one); throws ConfigError naming --loss and the names otherwise.
+const LossInfo& lossInfo(const std::string& name);
+// "cross-entropy | nll | mse"; the same with each one's help: "cross-entropy (on logits) | ...".
+std::string lossNames(bool withHelp = false);
+
+}  // namespace pstrain::config

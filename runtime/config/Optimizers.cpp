@@ -1,0 +1,45 @@
+#include "runtime/config/Optimizers.h"
+
+#include <fmt/format.h>
+
+#include "runtime/Errors.h"
+#include "runtime/config/TrainConfig.h"
+
+namespace pstrain::config {
+
+const std::vector<OptimizerInfo>& optimizers() {
+  // clang-format off
+  static const std::vector<OptimizerInfo> table = {
+      {"sgd", "torch.optim.SGD: --momentum (heavy ball, or --nesterov), --weight-decay as an L2 term",
+       true, false, false, {"momentum_buffer"}, false},
+      {"adam", "torch.optim.Adam: --betas, --eps, --weight-decay as an L2 term",
+       false, true, false, {"exp_avg", "exp_avg_sq"}, true},
+      {"adamw", "torch.optim.AdamW: --betas, --eps, --weight-decay decoupled (the weights shrink by lr x decay)",
+       false, true, true, {"exp_avg", "exp_avg_sq"}, true},
+  };
+  // clang-format on
+  return table;
+}
+
+std::string optimizerNames() {
+  std::string names;
+  for (const auto& row : optimizers()) names += (names.empty() ? "" : " | ") + std::string(row.name);
+  return names;
+}
+
+const OptimizerInfo& optimizerInfo(const std::string& name, const std::string& flag) {
+  for (const auto& row : optimizers()) {
+    if (name == row.name) return row;
+  }
+  throw ConfigError(fmt::format("--{} '{}' is not one of: {}", flag, name, optimizerNames()));
+}
+
+std::string describeOptimizer(const TrainConfig& cfg) {
+  const OptimizerInfo& row = optimizerInfo(cfg.optimizer);
+  std::string text = row.name;
+  if (row.momentum) text += fmt::format(", momentum {}{}", cfg.momentum, cfg.nesterov ? " (Nesterov)" : "");
+  if (row.adaptive) text += fmt::format(", betas {}, eps {}", cfg.betas, cfg.eps);
+  return text;
+}
+
+}  // namespace pstrain::config
