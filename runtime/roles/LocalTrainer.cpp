@@ -69,8 +69,7 @@ LocalTrainer::LocalTrainer(const config::TrainConfig& cfg, models::Net& model, c
   });
   const auto nan = cfg.nanInjection();
   if (nan.rank == rank) nanBatch_ = nan.step;
-  const auto straggler = cfg.straggler();
-  if (straggler.rank == rank) straggleMs_ = straggler.milliseconds;
+  straggleMs_ = cfg.straggleMilliseconds(rank);
   simulatedSeconds_ = cfg.simulateComputeMs / 1000;
 }
 

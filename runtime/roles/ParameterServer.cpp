@@ -25,12 +25,11 @@ using metrics::secondsSince;
 // The server's state: the model's parameters are views into the down message, so nothing
 // is copied before a send.
 struct Server : UpdateState {
-  Server(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model, std::int64_t trainSamples,
-         const checkpoint::Checkpoint* resumeFrom)
-      : UpdateState(comm, cfg, model, trainSamples, resumeFrom ? resumeFrom->step : 0, c10::kCPU, cfg.seed) {
+  explicit Server(const RoleArgs& a)
+      : UpdateState(a.comm, a.cfg, a.model, a.trainSamples, a.resume ? a.resume->step : 0, c10::kCPU, a.cfg.seed) {
     bindParameters(model, messages.weights);
     readBuffers(model, messages.serverBuffers);
-    if (resumeFrom) restoreOptimizer(*optimizer, model, *resumeFrom);
+    if (a.resume) restoreOptimizer(*optimizer, model, *a.resume);
   }
   void setHeader(std::int64_t step, Control control, double lr = 0) {
     messages.setHeader({step, publisher->epochOf(std::min(step, std::max<std::int64_t>(total - 1, 0))), control,
@@ -232,11 +231,11 @@ void runPointToPoint(Server& s) {
   s.publisher->finish(step);
 }
 
-}  // namespace
-
-void runServer(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model, std::int64_t trainSamples,
-               const checkpoint::Checkpoint* resumeFrom) {
-  Server s(comm, cfg, model, trainSamples, resumeFrom);
+// The server's announcement of the run, then `loop` until every step is done (or
+// --max-seconds, or a stop request).
+void runServer(const RoleArgs& args, void (*loop)(Server&)) {
+  Server s(args);
+  const config::TrainConfig& cfg = args.cfg;
   const config::ModeInfo& mode = cfg.modeInfo();
   if (s.total >= kMaxVersionedSteps && mode.versioned()) {
     throw ConfigError(fmt::format("--mode {} counts at most {} steps", mode.name, kMaxVersionedSteps - 1));
@@ -249,16 +248,18 @@ void runServer(comm::Communicator& comm, const config::TrainConfig& cfg, models:
   std::cout << fmt::format("pstrain: {} mode, {} workers, {} steps ({} per epoch), model {} ({} parameters), "
                            "{}, batch {} per worker{}{}",
                            modeText, s.computing, s.total, s.updatesPerEpoch, cfg.model, s.messages.weights.numel(),
-                           cfg.describeTrainSet(trainSamples), cfg.batchSize,
+                           cfg.describeTrainSet(args.trainSamples), cfg.batchSize,
                            s.shards != s.computing ? fmt::format(" and virtual shard ({} virtual shards: {} per step)",
                                                                  s.shards, s.shards * cfg.batchSize) : "",
                            s.firstStep ? fmt::format("; resuming at step {}", s.firstStep) : "")
             << std::endl;
-  switch (mode.exchange) {
-    case config::Exchange::Collective: return runCollective(s);
-    case config::Exchange::PointToPoint: return runPointToPoint(s);
-    default: throw ConfigError(fmt::format("--mode {} has no server", mode.name));
-  }
+  loop(s);
 }
+
+}  // namespace
+
+void serveCollective(const RoleArgs& args) { runServer(args, runCollective); }
+
+void servePointToPoint(const RoleArgs& args) { runServer(args, runPointToPoint); }
 
 }  // namespace pstrain::roles

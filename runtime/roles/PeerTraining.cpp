@@ -8,7 +8,6 @@
 #include <optional>
 #include <random>
 
-#include "runtime/Errors.h"
 #include "runtime/Stop.h"
 #include "runtime/metrics/Clock.h"
 #include "runtime/protocol/FlatParameters.h"
@@ -56,14 +55,13 @@ void shareOptimizerState(comm::Communicator& comm, optim::Optimizer& optimizer, 
 // One peer rank: rank 0's weights, buffers and momentum are broadcast at the start, so every
 // rank begins from the same state (and from the checkpoint after a resume).
 struct Peer : UpdateState {
-  Peer(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model, const data::Dataset& train,
-       c10::Device device, const checkpoint::Checkpoint* resumeFrom, std::int64_t firstStep)
-      : UpdateState(comm, cfg, model, train.size(), firstStep, device,
-                    cfg.seed * 7919u + static_cast<std::uint64_t>(comm.rank())) {
-    trainer.emplace(cfg, model, train, device, messages, comm.rank(), comm.size(), comm.rank());
+  Peer(const RoleArgs& a, std::int64_t firstStep)
+      : UpdateState(a.comm, a.cfg, a.model, a.train->size(), firstStep, a.device,
+                    a.cfg.seed * 7919u + static_cast<std::uint64_t>(a.comm.rank())) {
+    trainer.emplace(cfg, model, *a.train, a.device, messages, comm.rank(), comm.size(), comm.rank());
     if (comm.rank() == 0) {
       readBuffers(model, messages.serverBuffers);
-      if (resumeFrom) restoreOptimizer(*optimizer, model, *resumeFrom);
+      if (a.resume) restoreOptimizer(*optimizer, model, *a.resume);
     }
     comm.broadcast(messages.down.data(), messages.downBytes(), 0, "start");
     shareOptimizerState(comm, *optimizer, messages.weights);
@@ -276,25 +274,25 @@ void runGossip(Peer& p) {
   p.finish(step);
 }
 
-}  // namespace
-
-void runPeers(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
-              const data::Dataset& train, c10::Device device, const checkpoint::Checkpoint* resumeFrom) {
-  Peer peer(comm, cfg, model, train, device, resumeFrom, agreeOnStart(comm, resumeFrom));
-  const config::ModeInfo& mode = cfg.modeInfo();
-  if (comm.rank() == 0) {
+// Every rank: the start from rank 0's state, rank 0's announcement of the run, then `loop`.
+void runPeers(const RoleArgs& args, void (*loop)(Peer&)) {
+  const config::TrainConfig& cfg = args.cfg;
+  Peer peer(args, agreeOnStart(args.comm, args.resume));
+  if (args.comm.rank() == 0) {
     std::cout << fmt::format("pstrain: {} mode, {} ranks (all compute), {} steps ({} per epoch), model {} ({} "
                              "parameters), {}, batch {} per rank{}",
-                             mode.name, comm.size(), peer.total, peer.updatesPerEpoch, cfg.model,
-                             peer.messages.weights.numel(), cfg.describeTrainSet(train.size()), cfg.batchSize,
+                             cfg.modeInfo().name, args.comm.size(), peer.total, peer.updatesPerEpoch, cfg.model,
+                             peer.messages.weights.numel(), cfg.describeTrainSet(args.train->size()), cfg.batchSize,
                              peer.firstStep ? fmt::format("; resuming at step {}", peer.firstStep) : "")
               << std::endl;
   }
-  switch (mode.exchange) {
-    case config::Exchange::AllReduce: return runAllreduce(peer);
-    case config::Exchange::Gossip: return runGossip(peer);
-    default: throw ConfigError(fmt::format("--mode {} is not a peer mode", mode.name));
-  }
+  loop(peer);
 }
+
+}  // namespace
+
+void runAllreducePeer(const RoleArgs& args) { runPeers(args, runAllreduce); }
+
+void runGossipPeer(const RoleArgs& args) { runPeers(args, runGossip); }
 
 }  // namespace pstrain::roles

@@ -11,20 +11,14 @@
 //              al. 2016, "Gossip training for deep learning"; the dpwa scheme of Daily et
 //              al. 2018). f comes from --interpolation, damped by --divergence-threshold;
 //              a peer whose read took longer than --peer-timeout-ms is picked less often.
-#include <c10/core/Device.h>
-
-#include "data/Dataset.h"
-#include "models/Registry.h"
-#include "runtime/checkpoint/Checkpoint.h"
-#include "runtime/comm/Communicator.h"
-#include "runtime/config/TrainConfig.h"
+#include "runtime/roles/RoleArgs.h"
 
 namespace pstrain::roles {
 
-// Collective over every rank. Rank 0's `model` holds the starting weights (resumed from
-// `resumeFrom` when not null, on rank 0 only); every rank starts from them. On return
+// Collective over every rank. Rank 0's args.model holds the starting weights (resumed from
+// args.resume when not null, on rank 0 only); every rank starts from them. On return
 // every rank's model holds its final weights.
-void runPeers(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
-              const data::Dataset& train, c10::Device device, const checkpoint::Checkpoint* resumeFrom);
+void runAllreducePeer(const RoleArgs& args);
+void runGossipPeer(const RoleArgs& args);
 
 }  // namespace pstrain::roles

@@ -23,9 +23,7 @@
 #include "runtime/protocol/Handshake.h"
 #include "runtime/protocol/StepProtocol.h"
 #include "runtime/loss/Loss.h"
-#include "runtime/roles/ParameterServer.h"
-#include "runtime/roles/PeerTraining.h"
-#include "runtime/roles/Worker.h"
+#include "runtime/roles/Exchanges.h"
 #include "runtime/rundir/AtomicFile.h"
 #include "runtime/rundir/RunFiles.h"
 
@@ -301,11 +299,7 @@ void trainInRoles(comm::Communicator& comm, StartedRun& started, models::Net& mo
            c10::Device device, const RunInfo& info) {
   const config::TrainConfig& run = started.run;
   const checkpoint::Checkpoint* resume = started.resume ? &*started.resume : nullptr;
-  auto roles = [&] {
-    if (run.modeInfo().peers()) return runPeers(comm, run, model, *train, device, resume);
-    if (comm.rank() == 0) return runServer(comm, run, model, started.trainSamples, resume);
-    runWorker(comm, run, model, *train, device);
-  };
+  auto roles = [&] { runRole({comm, run, model, train, started.trainSamples, device, resume}); };
   if (comm.rank() != 0) return roles();
   started.trainDir->begin();
   const std::int64_t parameters = models::parameterCount(model), firstStep = resume ? resume->step : 0;

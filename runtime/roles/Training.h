@@ -48,9 +48,8 @@ struct StartedRun {
 StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
                     const data::Dataset* train, c10::Device device, const RunInfo& info);
 
-// startRun, then with --dry-run rank 0 prints the plan; otherwise the roles of cfg.mode:
-// runServer on rank 0 and runWorker on the others, or runPeers on every rank. Collective
-// over every rank of `comm`; throws on any error.
+// startRun, then with --dry-run rank 0 prints the plan; otherwise this rank's role in
+// cfg's mode (roles/Exchanges.h). Collective over every rank of `comm`; throws on any error.
 void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
                  const data::Dataset* train, c10::Device device, const RunInfo& info);
 

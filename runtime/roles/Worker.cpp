@@ -13,24 +13,30 @@ namespace pstrain::roles {
 
 using namespace protocol;
 
-void runWorker(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
-               const data::Dataset& train, c10::Device device) {
-  StepMessages messages(models::parameterCount(model), bufferCount(model), comm.size(), device);
-  LocalTrainer trainer(cfg, model, train, device, messages, comm.rank() - 1, comm.size() - 1, comm.rank());
-  StepLink link(comm, cfg, model, messages, cfg.seed * 7919u + static_cast<std::uint64_t>(comm.rank()));
-  const bool collective = cfg.modeInfo().exchange == config::Exchange::Collective;
+namespace {
+
+// How a worker's messages travel in one exchange: the weights down, the gradient up, and
+// whether its batches are the server's steps (lockstep) or its own count.
+struct WorkerExchange {
+  void (StepLink::*down)(const std::string& context);
+  void (StepLink::*up)(const std::string& context);
+  bool lockstep;
+};
+
+void runWorker(const RoleArgs& args, const WorkerExchange& exchange) {
+  const config::TrainConfig& cfg = args.cfg;
+  comm::Communicator& comm = args.comm;
+  StepMessages messages(models::parameterCount(args.model), bufferCount(args.model), comm.size(), args.device);
+  LocalTrainer trainer(cfg, args.model, *args.train, args.device, messages, comm.rank() - 1, comm.size() - 1,
+                       comm.rank());
+  StepLink link(comm, cfg, args.model, messages, cfg.seed * 7919u + static_cast<std::uint64_t>(comm.rank()));
   auto useWeights = [&] {
     trainer.loadWeights();
     if (cfg.balance) trainer.assign(shardsOfRank(messages.shares.data_ptr<float>(), comm.size(), comm.rank()));
     return messages.header();
   };
   auto receiveWeights = [&](std::int64_t expected) {
-    const std::string context = fmt::format("step {}", expected);
-    if (collective) {
-      link.broadcastDown(context);
-    } else {
-      link.receiveDown(context);
-    }
+    (link.*exchange.down)(fmt::format("step {}", expected));
     return useWeights();
   };
   std::string context;
@@ -42,21 +48,27 @@ void runWorker(comm::Communicator& comm, const config::TrainConfig& cfg, models:
   for (StepHeader header = receiveWeights(0); header.control != Control::Stop;) {
     currentStep() = header.step;
     context = fmt::format("step {}", header.step);
-    trainer.computeGradient(collective ? header.step : batch, header.step);
+    trainer.computeGradient(exchange.lockstep ? header.step : batch, header.step);
     if (overlap) {
       link.finishStep(context);  // the next down message comes with it
       header = useWeights();
     } else {
-      if (collective) {
-        link.reduceUp(context);
-      } else {
-        link.sendUp(context);
-      }
+      (link.*exchange.up)(context);
       header = receiveWeights(header.step + 1);
     }
     if (header.control == Control::Train) ++batch;  // Retry: the same batch again
   }
   // The model now holds the final state (its parameters keep the weights' memory alive).
+}
+
+}  // namespace
+
+void runCollectiveWorker(const RoleArgs& args) {
+  runWorker(args, {&StepLink::broadcastDown, &StepLink::reduceUp, true});
+}
+
+void runPointToPointWorker(const RoleArgs& args) {
+  runWorker(args, {&StepLink::receiveDown, &StepLink::sendUp, false});
 }
 
 }  // namespace pstrain::roles
