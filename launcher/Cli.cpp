@@ -100,14 +100,17 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
   return command;
 }
 
-EvalCommand parseEvalCommand(int argc, char** argv) {
-  EvalCommand d;
+namespace {
+
+// pseval's flags, with `d`'s values as their defaults.
+cxxopts::Options evalOptions(const EvalCommand& d) {
   cxxopts::Options options(
       "pseval",
       "Evaluates every checkpoint that pstrain publishes in TRAIN_DIR/ckpt, once each, on the\n"
       "test set; appends eval.csv and eval.jsonl in TRAIN_DIR (or --out-dir). The model and\n"
       "dataset are read from the checkpoint. TRAIN_DIR is only read: a shared directory that\n"
-      "this user cannot write needs --out-dir.\n");
+      "this user cannot write needs --out-dir. Exit status: 0 every checkpoint evaluated, 3 some\n"
+      "skipped (each named), 2 bad flags, 1 any other error.\n");
   options.set_width(100);
   // clang-format off
   options.add_options()
@@ -136,6 +139,32 @@ EvalCommand parseEvalCommand(int argc, char** argv) {
     ("predictions", "write the predicted class of every test sample (last checkpoint evaluated) to this file", defaulted(d.predictionsPath))
     ("h,help", "print this help");
   // clang-format on
+  return options;
+}
+
+// Throws ConfigError naming the flag whose value `command` cannot use.
+void checkEvalCommand(const EvalCommand& command) {
+  config::deviceInfo(command.device);
+  if (command.batchSize <= 0 || command.batchSize > 1'000'000) throw ConfigError("--batch-size must be in [1, 1000000]");
+  if (command.evalWindows < 0) throw ConfigError("--eval-windows must be 0 (all) or a positive number of windows");
+  if (command.threads < 0 || command.threads > 1024) throw ConfigError("--threads must be 0 (all cores) or up to 1024");
+  for (auto [flag, value] : {std::pair<const char*, double>{"--poll-seconds", command.pollSeconds},
+                             {"--idle-timeout", command.idleTimeoutSeconds}}) {
+    if (!(std::isfinite(value) && value > 0 && value <= config::kMaxSeconds)) {
+      throw ConfigError(fmt::format("{} must be a positive number of seconds up to {} (got {})", flag,
+                                    config::kMaxSeconds, value));
+    }
+  }
+  if (!(std::isfinite(command.retrySeconds) && command.retrySeconds >= 0 && command.retrySeconds <= config::kMaxSeconds)) {
+    throw ConfigError(fmt::format("--retry-for must be 0 (no second look) or seconds up to {} (got {})",
+                                  config::kMaxSeconds, command.retrySeconds));
+  }
+}
+
+}  // namespace
+
+EvalCommand parseEvalCommand(int argc, char** argv) {
+  cxxopts::Options options = evalOptions(EvalCommand());
   EvalCommand command;
   auto r = parseOrThrow(options, argc, argv);
   if (r.count("help")) {
@@ -168,21 +197,7 @@ EvalCommand parseEvalCommand(int argc, char** argv) {
   } catch (const cxxopts::exceptions::exception& e) {
     throw ConfigError(e.what());
   }
-  config::deviceInfo(command.device);
-  if (command.batchSize <= 0 || command.batchSize > 1'000'000) throw ConfigError("--batch-size must be in [1, 1000000]");
-  if (command.evalWindows < 0) throw ConfigError("--eval-windows must be 0 (all) or a positive number of windows");
-  if (command.threads < 0 || command.threads > 1024) throw ConfigError("--threads must be 0 (all cores) or up to 1024");
-  for (auto [flag, value] : {std::pair<const char*, double>{"--poll-seconds", command.pollSeconds},
-                             {"--idle-timeout", command.idleTimeoutSeconds}}) {
-    if (!(std::isfinite(value) && value > 0 && value <= config::kMaxSeconds)) {
-      throw ConfigError(fmt::format("{} must be a positive number of seconds up to {} (got {})", flag,
-                                    config::kMaxSeconds, value));
-    }
-  }
-  if (!(std::isfinite(command.retrySeconds) && command.retrySeconds >= 0 && command.retrySeconds <= config::kMaxSeconds)) {
-    throw ConfigError(fmt::format("--retry-for must be 0 (no second look) or seconds up to {} (got {})",
-                                  config::kMaxSeconds, command.retrySeconds));
-  }
+  checkEvalCommand(command);
   return command;
 }
 

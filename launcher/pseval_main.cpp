@@ -146,7 +146,9 @@ class Evaluator {
   void record(const checkpoint::Checkpoint& ckpt, const rundir::Published& published,
               const loss::EvalResult& r) {
     const fs::path csvPath = out_ / rundir::kEvalCsv;
-    const bool fresh = !fs::exists(csvPath);
+    // A header unless rows are there already: an empty file (a full disk's leftover) gets one too.
+    std::error_code ec;
+    const bool fresh = !fs::exists(csvPath) || fs::file_size(csvPath, ec) == 0;
     metrics::RecordFile csv(csvPath.string());  // each row whole or not at all, no symbolic link followed
     // Sequence models (a target per position) have a perplexity column; a label per sample
     // one accuracy column per class.
@@ -228,6 +230,10 @@ void prepareOutDir(const launcher::EvalCommand& cmd) {
 
 }  // namespace
 
+// pseval's exit status when it evaluated what it could but skipped a checkpoint that failed
+// its checks (1: it could not do its work at all; 2: bad flags).
+constexpr int kSkippedExit = 3;
+
 int main(int argc, char** argv) {
   launcher::EvalCommand cmd;
   try {
@@ -266,10 +272,12 @@ int main(int argc, char** argv) {
     if (evaluator.seen() == 0) {
       throw Error(fmt::format("{}/ckpt: no published checkpoints", cmd.trainDir));
     }
-    if (evaluator.skipped() > 0) {
-      launcher::printErrorLine(fmt::format("pseval: {} checkpoint(s) could not be evaluated", evaluator.skipped()));
-    }
     if (cmd.plot) plot(cmd.trainDir, cmd.outDir);
+    if (evaluator.skipped() > 0) {
+      launcher::printErrorLine(fmt::format("pseval: {} checkpoint(s) could not be evaluated (exit {})",
+                                           evaluator.skipped(), kSkippedExit));
+      return kSkippedExit;
+    }
   } catch (const std::exception& e) {
     launcher::printErrorLine(fmt::format("pseval: error: {}", e.what()));
     return 1;

@@ -7,11 +7,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <future>
 #include <iostream>
 #include <optional>
+#include <thread>
 
 #include "data/Dataset.h"
 #include "launcher/Cli.h"
@@ -65,55 +67,54 @@ void printModes() {
   }
 }
 
-int gRank = -1;
-
-// Appends the decimal digits of `value` to `out` (async-signal-safe).
-char* appendNumber(char* out, long long value) {
-  char digits[24];
-  int n = 0;
-  bool negative = value < 0;
-  unsigned long long v = negative ? 0ull - static_cast<unsigned long long>(value) : static_cast<unsigned long long>(value);
-  do {
-    digits[n++] = static_cast<char>('0' + v % 10);
-    v /= 10;
-  } while (v);
-  if (negative) *out++ = '-';
-  while (n) *out++ = digits[--n];
-  return out;
-}
-
-char* appendText(char* out, const char* text) {
-  while (*text) *out++ = *text++;
-  return out;
-}
-
-// SIGTERM/SIGINT/SIGHUP (mpirun forwards them, and sends SIGTERM to every rank when one
-// dies): say which rank stopped at which step, then leave at once. Checkpoints are written
-// to a temporary name and renamed, so leaving mid-write never exposes a partial file.
-char gSignalPrefix[160] = "";  // linePrefix(), for the handler below
+std::atomic<int> gRank{-1};
+char gSignalPrefix[160] = "";  // linePrefix(), for the signal thread's last words
 
 void setSignalPrefix(const std::string& prefix) {
   std::snprintf(gSignalPrefix, sizeof gSignalPrefix, "%s", prefix.c_str());
 }
 
+// SIGTERM/SIGINT/SIGHUP (mpirun forwards them, and sends SIGTERM to every rank when one
+// dies): say which rank stopped at which step, undo what must be (runTerminationCleanup:
+// rank 0's train dir), then leave at once. Checkpoints are written to a temporary name and
+// renamed, so leaving mid-write never exposes a partial file. The handler only writes the
+// signal's number into a pipe (any thread may take the signal: libraries start threads
+// before main), and a thread of its own does the rest as ordinary code.
+int gSignalPipe[2] = {-1, -1};
+
 extern "C" void onTerminate(int signal) {
-  char line[400];
-  char* p = appendText(line, gSignalPrefix);
-  p = appendText(p, "pstrain: rank ");
-  p = appendNumber(p, gRank);
-  p = appendText(p, ": stopped by signal ");
-  p = appendNumber(p, signal);
-  p = appendText(p, " at step ");
-  p = appendNumber(p, currentStep().load());
-  p = appendText(p, " (the job was interrupted, or another rank failed)\n");
-  ssize_t ignored = ::write(STDERR_FILENO, line, static_cast<std::size_t>(p - line));
+  const unsigned char number = static_cast<unsigned char>(signal);
+  ssize_t ignored = ::write(gSignalPipe[1], &number, 1);
   (void)ignored;
-  ::_exit(128 + signal);
 }
 
 // SIGUSR1 (mpirun forwards it to every rank): checkpoint at the next step and exit with a
 // resumable status (pstrain-run's way to take hosts back).
 extern "C" void onStopRequest(int) { stopRequested() = true; }
+
+void handleSignals() {
+  if (!portable::closeOnExecPipe(gSignalPipe)) return;  // the signals' default actions: the process ends at once
+  std::thread([] {
+    unsigned char signal = 0;
+    while (::read(gSignalPipe[0], &signal, 1) != 1) {
+    }
+    // Straight to the descriptor: std::cerr's line buffer belongs to the other threads.
+    const std::string line = fmt::format("{}pstrain: rank {}: stopped by signal {} at step {} (the job was "
+                                         "interrupted, or another rank failed)\n",
+                                         gSignalPrefix, gRank.load(), signal, currentStep().load());
+    ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
+    (void)ignored;
+    runTerminationCleanup();
+    ::_exit(128 + signal);
+  }).detach();
+  struct sigaction action {};
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  action.sa_handler = onTerminate;
+  for (int signal : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(signal, &action, nullptr);
+  action.sa_handler = onStopRequest;
+  ::sigaction(SIGUSR1, &action, nullptr);
+}
 
 std::string commandLine(int argc, char** argv) {
   std::string line;
@@ -121,10 +122,81 @@ std::string commandLine(int argc, char** argv) {
   return line;
 }
 
+// The ranks agree on whether their command lines hold: the same argv fails the same way on
+// every rank (rank 0 says it once), but a --config file missing on one host fails there
+// alone, and that rank must neither leave the others waiting nor go unheard. False when
+// any rank's does not hold.
+bool commandLinesHold(comm::MpiComm& comm, const std::string& parseError) {
+  try {
+    const auto verdicts = comm.allGather(parseError, "start-up (command lines)");
+    if (std::all_of(verdicts.begin(), verdicts.end(), [](const std::string& v) { return v.empty(); })) return true;
+    if (comm.rank() == 0) {
+      launcher::printErrorLine(launcher::describeVerdicts(verdicts, "pstrain: error: ", " (see pstrain --help)"));
+    }
+    return false;
+  } catch (const std::exception& e) {
+    launcher::printErrorLine(fmt::format("pstrain: rank {}: {}", comm.rank(), e.what()));
+    comm::MpiSession::abortJob(1);
+  }
+}
+
+// What --help, --version and the lists ask for (rank 0 prints it).
+void printRequested(const launcher::TrainCommand& cli) {
+  if (!cli.helpText.empty()) std::cout << cli.helpText;
+  if (cli.version) {
+    fmt::print("pstrain 0.1 (libtorch {}, {}, BLAS: {})\n", TORCH_VERSION, comm::MpiSession::libraryVersion(),
+               launcher::processBlas().name);
+  }
+  if (cli.listModels) printModels();
+  if (cli.listDatasets) printDatasets();
+  if (cli.listModes) printModes();
+}
+
+// This rank's device, model and data, then its part of the training (or of the probe).
+// `prefetched` holds the training set's loading when this rank computes. Throws on any error.
+void trainOrProbe(comm::MpiComm& comm, const config::TrainConfig& cfg, std::future<data::Dataset>& prefetched,
+                  const std::string& command) {
+  metrics::Startup& startup = metrics::Startup::process();
+  comm.connect(cfg.doorbell == "on");
+  startup.mark("command_line");
+  const bool computes = config::computesGradients(cfg.mode, comm.rank());
+  launcher::setComputeThreads(!computes ? 1 : (cfg.threads > 0 ? cfg.threads : launcher::autoThreads()));
+  // A server never computes: it keeps the weights on the CPU next to the network.
+  c10::Device device = computes ? launcher::chooseDevice(cfg.device, launcher::localRank()) : c10::Device(c10::kCPU);
+  if (!device.is_cpu() && cfg.overlapping() && !comm::MpiSession::callableFromAnyThread()) {
+    throw ConfigError(fmt::format(
+        "--overlap on with a worker on {}: autograd runs its gradient hooks, which start the MPI reductions, "
+        "on its own device thread, and this MPI library does not allow MPI calls from another thread "
+        "(MPI_THREAD_SERIALIZED); use --overlap off", device.str()));
+  }
+  models::trustModelFiles() = cfg.trustModel;
+  torch::manual_seed(cfg.seed);
+  // A zoo model is made for the dataset's classes; a model file is what it is.
+  auto model = models::makeModel(cfg.model, config::isModelFile(cfg.model) ? 0 : data::datasetInfo(cfg.dataset).classes);
+  model->to(device);
+  startup.mark("model");
+  std::optional<data::Dataset> train;
+  if (computes) {
+    // Rethrows the loading thread's error, if any (mpirun's rank numbering is MPI's, so
+    // the prefetch is there exactly when this rank computes).
+    train = prefetched.valid() ? prefetched.get() : data::loadDataset(data::sourceOf(cfg), data::Split::Train);
+    portable::keepFreedMemoryForReuse();  // after loading: its big temporaries go back at once
+    startup.mark("data");
+  }
+  roles::RunInfo info{comm::MpiSession::libraryVersion(), command, comm::MpiSession::yieldWhenIdleSetting(),
+                      launcher::processBlas()};
+  if (cfg.probe) {
+    probe::runProbe(comm, cfg, *model, train ? &*train : nullptr, device, info);
+  } else {
+    roles::runTraining(comm, cfg, *model, train ? &*train : nullptr, device, info);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   metrics::Startup& startup = metrics::Startup::process();  // main()'s start
+  handleSignals();
   const std::string command = commandLine(argc, argv);
   // The command line is read before MPI starts, so that a rank that will train can decode
   // its data while MPI_Init runs (both take about 0.3 s on a laptop); the ranks agree on
@@ -152,70 +224,13 @@ int main(int argc, char** argv) {
   comm::MpiComm comm;
   const int rank = comm.rank();
   gRank = rank;
-  for (int signal : {SIGTERM, SIGINT, SIGHUP}) std::signal(signal, onTerminate);
-  std::signal(SIGUSR1, onStopRequest);
-  // The ranks agree on whether their command lines hold: the same argv fails the same way
-  // on every rank (rank 0 says it once), but a --config file missing on one host fails
-  // there alone, and that rank must neither leave the others waiting nor go unheard.
-  try {
-    const auto verdicts = comm.allGather(parseError, "start-up (command lines)");
-    if (std::any_of(verdicts.begin(), verdicts.end(), [](const std::string& v) { return !v.empty(); })) {
-      if (rank == 0) launcher::printErrorLine(launcher::describeVerdicts(verdicts, "pstrain: error: ", " (see pstrain --help)"));
-      return kConfigErrorExit;
-    }
-  } catch (const std::exception& e) {
-    launcher::printErrorLine(fmt::format("pstrain: rank {}: {}", rank, e.what()));
-    comm::MpiSession::abortJob(1);
-  }
-  if (rank == 0) {
-    if (!cli.helpText.empty()) std::cout << cli.helpText;
-    if (cli.version) {
-      fmt::print("pstrain 0.1 (libtorch {}, {}, BLAS: {})\n", TORCH_VERSION, comm::MpiSession::libraryVersion(),
-                 launcher::processBlas().name);
-    }
-    if (cli.listModels) printModels();
-    if (cli.listDatasets) printDatasets();
-    if (cli.listModes) printModes();
-  }
+  if (!commandLinesHold(comm, parseError)) return kConfigErrorExit;
+  if (rank == 0) printRequested(cli);
   if (!training) return 0;
   launcher::prefixLines(rank, comm.hostName());
   setSignalPrefix(launcher::linePrefix());
-
   try {
-    comm.connect(cfg.doorbell == "on");
-    startup.mark("command_line");
-    const bool computes = config::computesGradients(cfg.mode, rank);
-    launcher::setComputeThreads(!computes ? 1 : (cfg.threads > 0 ? cfg.threads : launcher::autoThreads()));
-    // A server never computes: it keeps the weights on the CPU next to the network.
-    c10::Device device = computes ? launcher::chooseDevice(cfg.device, launcher::localRank()) : c10::Device(c10::kCPU);
-    if (!device.is_cpu() && cfg.overlapping() && !comm::MpiSession::callableFromAnyThread()) {
-      throw ConfigError(fmt::format(
-          "--overlap on with a worker on {}: autograd runs its gradient hooks, which start the MPI reductions, "
-          "on its own device thread, and this MPI library does not allow MPI calls from another thread "
-          "(MPI_THREAD_SERIALIZED); use --overlap off", device.str()));
-    }
-    models::trustModelFiles() = cfg.trustModel;
-    torch::manual_seed(cfg.seed);
-    // A zoo model is made for the dataset's classes; a model file is what it is.
-    auto model = models::makeModel(cfg.model, config::isModelFile(cfg.model) ? 0 : data::datasetInfo(cfg.dataset).classes);
-    model->to(device);
-    startup.mark("model");
-    std::optional<data::Dataset> train;
-    if (computes) {
-      // Rethrows the loading thread's error, if any (mpirun's rank numbering is MPI's, so
-      // the prefetch is there exactly when this rank computes).
-      train = prefetched.valid() ? prefetched.get()
-                                 : data::loadDataset(data::sourceOf(cfg), data::Split::Train);
-      portable::keepFreedMemoryForReuse();  // after loading: its big temporaries go back at once
-      startup.mark("data");
-    }
-    roles::RunInfo info{comm::MpiSession::libraryVersion(), command, comm::MpiSession::yieldWhenIdleSetting(),
-                        launcher::processBlas()};
-    if (cfg.probe) {
-      probe::runProbe(comm, cfg, *model, train ? &*train : nullptr, device, info);
-    } else {
-      roles::runTraining(comm, cfg, *model, train ? &*train : nullptr, device, info);
-    }
+    trainOrProbe(comm, cfg, prefetched, command);
   } catch (const CollectiveConfigError& e) {
     if (rank == 0) launcher::printErrorLine(fmt::format("pstrain: error: {}", e.what()));
     return kConfigErrorExit;

@@ -1,9 +1,9 @@
-// pstrain-run: the elastic supervisor (launcher/Elastic.h). It runs mpirun, never links MPI.
+// pstrain-run: the elastic supervisor (launcher/elastic/). It runs mpirun, never links MPI.
 #include <fmt/format.h>
 
 #include <iostream>
 
-#include "launcher/Elastic.h"
+#include "launcher/elastic/Supervisor.h"
 #include "launcher/ErrorLine.h"
 #include "runtime/Errors.h"
 

@@ -1,5 +1,7 @@
 #include "runtime/Stop.h"
 
+#include <mutex>
+
 namespace pstrain {
 
 std::atomic<std::int64_t>& currentStep() {
@@ -17,6 +19,37 @@ std::atomic<bool>& stopRequested() {
 std::atomic<bool>& stoppedOnRequest() {
   static std::atomic<bool> stopped{false};
   return stopped;
+}
+
+namespace {
+
+struct TerminationCleanup {
+  std::mutex lock;
+  std::function<void()> cleanup;
+};
+
+TerminationCleanup& terminationCleanup() {
+  static TerminationCleanup* const state = new TerminationCleanup;  // never destroyed: used until _exit
+  return *state;
+}
+
+}  // namespace
+
+void setTerminationCleanup(std::function<void()> cleanup) {
+  TerminationCleanup& state = terminationCleanup();
+  std::lock_guard<std::mutex> hold(state.lock);
+  state.cleanup = std::move(cleanup);
+}
+
+void runTerminationCleanup() {
+  TerminationCleanup& state = terminationCleanup();
+  state.lock.lock();  // never unlocked: the process ends
+  if (!state.cleanup) return;
+  try {
+    state.cleanup();
+  } catch (...) {
+    // Ending anyway: the next start reports what is left (TrainDir).
+  }
 }
 
 }  // namespace pstrain

@@ -3,6 +3,7 @@
 // signal handler sets (lock-free, so async-signal-safe). Torch-free: the supervisor uses it.
 #include <atomic>
 #include <cstdint>
+#include <functional>
 
 namespace pstrain {
 
@@ -22,5 +23,15 @@ std::atomic<bool>& stopRequested();
 // Set by rank 0 when the run ended on such a request, before its last step: main() then
 // exits with kResumableExit.
 std::atomic<bool>& stoppedOnRequest();
+
+// What must be undone when a stop signal ends the process at once (SIGTERM, SIGINT,
+// SIGHUP): rank 0's train dir puts back the earlier run's files it set aside, until the new
+// run's first checkpoint. pstrain's handler hands those signals to a thread of its own, so
+// the cleanup is ordinary code that may allocate and touch files. One cleanup at a time; null
+// clears it. Thread-safe: a call made while the cleanup runs waits, and never returns (the
+// process ends), so nothing changes the files behind the cleanup's back.
+void setTerminationCleanup(std::function<void()> cleanup);
+// Runs the cleanup, if any, and keeps the lock: called once, just before _exit.
+void runTerminationCleanup();
 
 }  // namespace pstrain

@@ -246,8 +246,9 @@ const std::vector<Flag> kFlags = {
        require(std::isfinite(c.stallWarningSeconds) && c.stallWarningSeconds >= 0 && c.stallWarningSeconds <= kMaxSeconds,
                fmt::format("--stall-warning must be 0 (off) or seconds up to {} (got {})", kMaxSeconds,
                            c.stallWarningSeconds)); }},
-    {"straggle", "Run", "testing: RANK:MS makes rank RANK sleep MS ms after each batch (per virtual shard it computes)",
-     &TrainConfig::straggle, A::HostLocal, nullptr, [](const TrainConfig& c) { c.straggler(); }},
+    {"straggle", "Run", "testing: RANK:MS makes rank RANK sleep MS ms after each batch (per virtual shard it computes); "
+                  "a comma-separated list slows several ranks",
+     &TrainConfig::straggle, A::HostLocal, nullptr, [](const TrainConfig& c) { c.straggleMilliseconds(0); }},
     {"seed", "Optimization", "seed of weights and data order", &TrainConfig::seed, A::Fingerprint, nullptr, nullptr},
     {"simulate-compute", "Run",
      "benchmarks of the protocol at scale: every computing rank sleeps MS ms per batch instead of forward/backward "
@@ -462,6 +463,12 @@ std::vector<std::pair<std::string, std::string>> TrainConfig::sharedFields() con
     if (reading) fields.emplace_back(flag.name, *reading);
   }
   return fields;
+}
+
+std::vector<std::string> commandLineOf(const TrainConfig& cfg) {
+  std::vector<std::string> args;
+  for (const Flag& flag : kFlags) args.push_back(fmt::format("--{}={}", flag.name, canonical(cfg, flag.member)));
+  return args;
 }
 
 std::vector<std::pair<std::string, std::string>> agreedFields(const TrainConfig& cfg) {

@@ -40,6 +40,11 @@ TrainFlags parseTrainFlags(const std::vector<std::string>& args);
 // the file and line of a malformed line.
 std::vector<std::string> configFileArguments(const std::string& path);
 
+// The command line that stands for `cfg`: every flag of the table as "--name=value" with
+// its canonical value, in the table's order; parseTrainFlags() of it gives `cfg` back.
+// pstrain-run launches its jobs with it (a --config file's flags included).
+std::vector<std::string> commandLineOf(const TrainConfig& cfg);
+
 // Every flag with Agreement::Compared or Fingerprint, as (name, canonical value), in the
 // table's order; a field that does not apply to cfg's mode reads "-".
 std::vector<std::pair<std::string, std::string>> agreedFields(const TrainConfig& cfg);

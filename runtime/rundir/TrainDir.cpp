@@ -13,6 +13,7 @@
 
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
+#include "runtime/Stop.h"
 #include "runtime/rundir/AtomicFile.h"
 #include "runtime/rundir/RunFiles.h"
 
@@ -90,7 +91,7 @@ TrainDir::TrainDir(const config::TrainConfig& cfg) : cfg_(cfg) {
                           "its first checkpoint";
 }
 
-TrainDir::~TrainDir() = default;
+TrainDir::~TrainDir() { setTerminationCleanup(nullptr); }
 
 TrainDir::LockFile::~LockFile() {
   if (fd >= 0) ::close(fd);  // releases the flock
@@ -115,16 +116,27 @@ void TrainDir::begin() {
     }
   }
   ::close(openPrivateDirectory((dir / kCheckpoints).string()));
+  // Killed by a signal before the first checkpoint: the earlier run's files go back.
+  if (fs::exists(dir / kSetAside)) {
+    setTerminationCleanup([trainDir = cfg_.trainDir, wholeRun = earlierRun_ && cfg_.overwrite] {
+      restoreSetAside(trainDir, wholeRun);
+    });
+  }
 }
 
 void TrainDir::restore() {
-  const fs::path dir(cfg_.trainDir), aside = dir / kSetAside;
+  setTerminationCleanup(nullptr);  // (waits for a stop signal's cleanup, which does the same)
+  restoreSetAside(cfg_.trainDir, earlierRun_ && cfg_.overwrite);
+}
+
+void restoreSetAside(const std::string& trainDir, bool wholeRun) {
+  const fs::path dir(trainDir), aside = dir / kSetAside;
   std::error_code ec;
   if (!fs::exists(aside)) return;
   // What the failed run wrote (its run.json, its event file...) goes: every run file now
   // in the dir is its, since --overwrite set all of the earlier run's aside.
-  if (earlierRun_ && cfg_.overwrite) {
-    for (const auto& name : runFiles(cfg_.trainDir)) removeTree((dir / name).string());
+  if (wholeRun) {
+    for (const auto& name : runFiles(trainDir)) removeTree((dir / name).string());
   }
   for (const auto& entry : fs::directory_iterator(aside, ec)) {
     const fs::path back = dir / entry.path().filename();
@@ -135,6 +147,7 @@ void TrainDir::restore() {
 }
 
 void discardSetAside(const std::string& trainDir) {
+  setTerminationCleanup(nullptr);  // nothing to put back any more
   const fs::path aside = fs::path(trainDir) / kSetAside;
   if (fs::exists(aside)) removeTree(aside.string());
 }

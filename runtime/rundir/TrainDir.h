@@ -4,8 +4,8 @@
 // --overwrite (and --resume, for the final weights it writes again) the earlier run's
 // files are set aside in <train-dir>/.replaced/ only once every start-up check has passed,
 // and deleted only once the new run has published its first checkpoint; a failure before
-// that puts them back (or, if the process was killed, leaves them there and the next
-// start says so).
+// that puts them back, also on a stop signal (runtime/Stop.h); if the process was
+// killed outright, they stay there and the next start says so (pstrain-run puts them back).
 #include <string>
 
 #include "runtime/config/TrainConfig.h"
@@ -45,5 +45,10 @@ class TrainDir {
 
 // After a checkpoint of the new run is published: the files set aside go for good.
 void discardSetAside(const std::string& trainDir);
+// A run that failed before its first checkpoint: the files set aside in `trainDir` go back
+// in place of what the run wrote; with `wholeRun` (--overwrite set every run file aside)
+// every run file the failed run wrote goes first. Nothing set aside: nothing happens.
+// TrainDir::restore(), and pstrain-run for a launch that was killed before it could.
+void restoreSetAside(const std::string& trainDir, bool wholeRun);
 
 }  // namespace pstrain::rundir

@@ -14,7 +14,10 @@
 #   5. a configuration error, or a train dir that holds a run: exit 2, not retried;
 #   6. SIGTERM to pstrain-run: the job checkpoints and stops (exit 3) at once, though the
 #      discovery script hangs (and printed garbage before); a job that ignores SIGUSR1 and
-#      SIGTERM is SIGKILLed after twice --stop-grace; a stop while waiting for hosts is a stop.
+#      SIGTERM is SIGKILLed after twice --stop-grace; a stop while waiting for hosts is a stop;
+#   7. --overwrite however spelled (a --config file's "overwrite = true", --overwrite=true,
+#      --overwrite): a worker killed after the new run's first checkpoint, or before it, is
+#      relaunched and the run finishes, replacing the earlier one; no .replaced/ is left.
 # Usage: elastic.sh PSTRAIN PSEVAL MPIRUN SCRATCH
 set -uo pipefail
 pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
@@ -217,4 +220,37 @@ kill -TERM $supervisor
 wait $supervisor; rc=$?
 check "a stop while waiting for hosts: exit 143, logged as a stop" \
   bash -c "[ $rc -eq 143 ] && [ '$(events waiting)' = 'stop:0' ]"
+# --- 7. --overwrite, however spelled, survives a killed worker --------------------------
+# A train dir that holds a finished run; the job replaces it. After the job's own first
+# checkpoint a relaunch resumes it; before, it starts afresh (still replacing the old run).
+echo 3 > slots
+replace=(--device cpu --model lenet --dataset synthetic --synthetic-size 1200 --batch-size 8 --steps 60 --lr 0.02
+         --log-every 1 --threads 1 --timeout 60 --straggle 1:50)
+# overwrite_survives NAME WAIT_FOR PSTRAIN_ARGS...: pstrain-run over a copy of the reference
+# run; a worker SIGKILLed once WAIT_FOR (a path in the train dir) exists.
+overwrite_survives() {
+  local name=$1 marker=$2 victim; shift 2
+  rm -rf "$scratch/$name" && cp -R "$scratch/reference" "$scratch/$name"
+  "$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" --discovery-interval 1 --max-restarts 2 \
+    -- "$@" > "$name.log" 2>&1 &
+  local supervisor=$!
+  wait_for "$name/$marker"
+  for _ in $(seq 100); do victim=$(rank_pid "$scratch/$name" 2); [ -n "$victim" ] && break; sleep 0.1; done
+  [ -n "$victim" ] && kill -9 "$victim"
+  wait $supervisor; local rc=$?
+  grep '^pstrain-run' "$name.log" | sed 's/^/     /'
+  local steps
+  steps=$(python3 -c "import json; print(json.load(open('$name/run.json'))['config']['steps'])")
+  [ $rc -eq 0 ] && [ "$(events "$name")" = "launch:3 failure:3 launch:3 done:3" ] && [ "$steps" = 60 ] &&
+    [ -e "$name/ckpt/step-00000060.ok" ] && [ ! -e "$name/ckpt/step-00000240.ok" ] && [ ! -e "$name/.replaced" ]
+}
+printf 'overwrite = true\ntrain-dir = %s\ncheckpoint-every = 10\n' "$scratch/conf_overwrite" > overwrite.conf
+check "overwrite = true in --config: a worker killed after the first checkpoint; relaunched, resumed, done" \
+  overwrite_survives conf_overwrite ckpt/step-00000010.ok --config overwrite.conf "${replace[@]}"
+check "--overwrite=true: a worker killed after the first checkpoint; relaunched, resumed, done" \
+  overwrite_survives eq_overwrite ckpt/step-00000010.ok "${replace[@]}" --checkpoint-every 10 --overwrite=true \
+  --train-dir "$scratch/eq_overwrite"
+check "--overwrite: a worker killed before the first checkpoint; relaunched afresh, done" \
+  overwrite_survives early_overwrite metrics.jsonl "${replace[@]}" --checkpoint-every 1000 --overwrite \
+  --train-dir "$scratch/early_overwrite"
 checks_done

@@ -2,6 +2,7 @@
 // the fingerprint.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -149,5 +150,32 @@ TEST(Config, ConfigFileUnderTheCommandLine) {
     out << "colour = blue\n";
   }
   EXPECT_THROW(config::parseTrainFlags({"--config", path}), ConfigError);
+  std::remove(path.c_str());
+}
+
+// pstrain-run launches jobs with commandLineOf(the parsed flags): parsing it gives every
+// field back, a --config file's and the spellings "--flag=true" included; odd values too.
+TEST(Config, CommandLineOfGivesTheConfigBack) {
+  const std::string path = ::testing::TempDir() + "pstrain-relaunch.conf";
+  {
+    std::ofstream out(path);
+    out << "overwrite = true\nmode = async\nmax-staleness = 3\ntrain-dir = /tmp/a dir with spaces\n";
+  }
+  const config::TrainConfig parsed =
+      config::parseTrainFlags({"--config", path, "--lr=0.1234567890123", "--straggle", "1:20", "--model", "mlp",
+                               "--weight-decay", "1e-300", "--seed", "18446744073709551615"}).cfg;
+  EXPECT_TRUE(parsed.overwrite);
+  const config::TrainConfig again = config::parseTrainFlags(config::commandLineOf(parsed)).cfg;
+  EXPECT_EQ(config::allFields(again), config::allFields(parsed));
+  EXPECT_TRUE(again.overwrite);
+  EXPECT_EQ(again.trainDir, "/tmp/a dir with spaces");
+  EXPECT_EQ(again.lr, parsed.lr);
+  config::TrainConfig resumed = parsed;
+  resumed.overwrite = false;
+  resumed.resume = true;
+  const auto args = config::commandLineOf(resumed);
+  EXPECT_EQ(std::count(args.begin(), args.end(), "--overwrite=false"), 1);
+  EXPECT_EQ(std::count(args.begin(), args.end(), "--resume=true"), 1);
+  EXPECT_NO_THROW(config::parseTrainFlags(args));  // not both
   std::remove(path.c_str());
 }

@@ -1,4 +1,4 @@
-// pstrain-run's parts that need no job (launcher/Elastic): host lists, commands with a
+// pstrain-run's parts that need no job (launcher/elastic/): host lists, commands with a
 // timeout, and its reading of pstrain's flags.
 #include <gtest/gtest.h>
 
@@ -6,7 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/Elastic.h"
+#include "launcher/elastic/Command.h"
+#include "launcher/elastic/Hosts.h"
 #include "runtime/Errors.h"
 
 using namespace pstrain;

@@ -1,10 +1,6 @@
-#include "launcher/Elastic.h"
+#include "launcher/elastic/Supervisor.h"
 
-#include <cxxopts.hpp>
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,26 +8,24 @@
 #include <algorithm>
 #include <atomic>
 #include <csignal>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
 
-#include "launcher/OptionValues.h"
+#include "launcher/elastic/Command.h"
+#include "launcher/elastic/Hosts.h"
 #include "runtime/Errors.h"
 #include "runtime/Stop.h"
-#include "runtime/Text.h"
 #include "runtime/config/Flags.h"
 #include "runtime/metrics/Clock.h"
-#include "runtime/Portable.h"
-#include "runtime/rundir/AtomicFile.h"
-#include "runtime/rundir/RunFiles.h"
 #include "runtime/metrics/Json.h"
 #include "runtime/metrics/JsonLines.h"
+#include "runtime/rundir/AtomicFile.h"
+#include "runtime/rundir/RunFiles.h"
+#include "runtime/rundir/TrainDir.h"
 
 namespace pstrain::launcher {
 namespace {
@@ -40,7 +34,6 @@ namespace fs = std::filesystem;
 using metrics::Clock;
 using metrics::secondsSince;
 using metrics::toDuration;
-
 
 // SIGINT/SIGTERM to pstrain-run: stop the job, relaunch nothing. Each further signal
 // hurries the job's stop one stage on (Supervisor::passOnStop).
@@ -58,242 +51,6 @@ bool sleepUnlessStopped(double seconds) {
   return !gStopSignal;
 }
 
-constexpr int kMostSlots = 1 << 16;  // per host: more is a typo, not a machine
-
-// A slot count of 0..kMostSlots, else ConfigError naming `where`.
-int parseSlots(const std::string& text, const std::string& where) {
-  const bool digits = !text.empty() && text.size() <= 6 && text.find_first_not_of("0123456789") == std::string::npos;
-  const int slots = digits ? std::stoi(text) : -1;
-  if (slots < 0 || slots > kMostSlots) {
-    throw ConfigError(fmt::format("{}: the slots '{}' are not a number from 0 to {}", where, text, kMostSlots));
-  }
-  return slots;
-}
-
-// Host names go on mpirun's command line and into its hostfile: letters, digits, '.', '_'
-// and '-', not starting with '-' (which mpirun would read as a flag).
-void checkHostName(const std::string& name, const std::string& where) {
-  if (name.empty() || name.size() > 253 || name[0] == '-' ||
-      name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != std::string::npos) {
-    throw ConfigError(fmt::format("{}: '{}' is not a host name (letters, digits, '.', '_', '-'; no leading '-')",
-                                  where, name));
-  }
-}
-
-}  // namespace
-
-std::vector<Host> parseHostList(const std::string& text) {
-  std::vector<Host> hosts;
-  std::istringstream lines(text);
-  std::string line;
-  for (int number = 1; std::getline(lines, line); ++number) {
-    line = trim(line.substr(0, line.find('#')));
-    if (line.empty()) continue;
-    const std::string where = fmt::format("host discovery line {}", number);
-    Host h;
-    const auto colon = line.rfind(':');
-    h.name = trim(line.substr(0, colon));
-    checkHostName(h.name, where);
-    if (colon != std::string::npos) h.slots = parseSlots(trim(line.substr(colon + 1)), where);
-    if (h.slots > 0) hosts.push_back(h);
-  }
-  return hosts;
-}
-
-std::vector<Host> parseHostfile(const std::string& text) {
-  std::vector<Host> hosts;
-  std::istringstream lines(text);
-  std::string line;
-  static const std::regex equals(R"(\s*=\s*)");
-  for (int number = 1; std::getline(lines, line); ++number) {
-    line = trim(line.substr(0, line.find('#')));
-    if (line.empty()) continue;
-    const std::string where = fmt::format("hostfile line {}", number);
-    std::istringstream words(std::regex_replace(line, equals, "="));
-    Host h;
-    words >> h.name;
-    checkHostName(h.name, where);
-    // Open MPI's keys: slots (or its old names count and cpu); max_slots and the rest are mpirun's.
-    for (std::string word; words >> word;) {
-      const auto eq = word.find('=');
-      const std::string key = word.substr(0, eq);
-      if (eq != std::string::npos && (key == "slots" || key == "count" || key == "cpu")) {
-        h.slots = parseSlots(word.substr(eq + 1), where);
-      }
-    }
-    if (h.slots > 0) hosts.push_back(h);
-  }
-  return hosts;
-}
-
-std::string describeHosts(const std::vector<Host>& hosts) {
-  std::vector<std::string> parts;
-  for (const auto& h : hosts) parts.push_back(fmt::format("{}:{}", h.name, h.slots));
-  return fmt::format("{}", fmt::join(parts, " "));
-}
-
-std::int64_t newestCheckpointStep(const std::string& trainDir) {
-  const auto published = rundir::listPublished(rundir::pathOf(trainDir, rundir::kCheckpoints));
-  return published.empty() ? 0 : published.back().step;
-}
-
-namespace {
-
-// Starts `argv` (PATH searched) as a child process in a process group of its own, so that
-// a terminal's Ctrl-C reaches pstrain-run alone (which passes it on in stages) and a last
-// SIGKILL reaches whatever the command started. Its standard input is /dev/null (a
-// background group reading a terminal would stop), its standard output `stdoutFd` unless
-// that is -1. Returns its pid, or -1 when it could not fork; a child that cannot run the
-// command exits 127.
-pid_t spawn(const std::vector<std::string>& argv, int stdoutFd) {
-  std::vector<char*> args;  // made before the fork: the child only calls what is async-signal-safe
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const pid_t child = ::fork();
-  if (child == 0) {
-    ::setpgid(0, 0);
-    const int devNull = ::open("/dev/null", O_RDONLY);
-    if (devNull >= 0) ::dup2(devNull, STDIN_FILENO);
-    if (stdoutFd >= 0) ::dup2(stdoutFd, STDOUT_FILENO);
-    ::execvp(args[0], args.data());
-    ::_exit(127);
-  }
-  if (child > 0) ::setpgid(child, child);  // either side may run first
-  return child;
-}
-
-}  // namespace
-
-CommandResult runCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout, bool captureOutput,
-                         const std::function<bool()>& cancelled) {
-  CommandResult result;
-  int pipeFds[2] = {-1, -1};
-  if (!portable::closeOnExecPipe(pipeFds)) return result;
-  const pid_t child = spawn(argv, captureOutput ? pipeFds[1] : -1);
-  ::close(pipeFds[1]);
-  if (child < 0) {
-    ::close(pipeFds[0]);
-    return result;
-  }
-  const auto deadline = Clock::now() + timeout;
-  char buffer[4096];
-  for (bool open = true; open;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0 || (cancelled && cancelled())) {
-      result.timedOut = true;
-      break;
-    }
-    pollfd fd{pipeFds[0], POLLIN, 0};
-    if (::poll(&fd, 1, static_cast<int>(std::min<long long>(left, 200))) > 0) {
-      const ssize_t n = ::read(pipeFds[0], buffer, sizeof buffer);
-      if (n > 0) {
-        if (result.output.size() < (1 << 20)) result.output.append(buffer, static_cast<std::size_t>(n));
-      } else {
-        open = false;  // EOF: the command (and what inherited its stdout) is done with it
-      }
-    }
-  }
-  ::close(pipeFds[0]);
-  if (result.timedOut) ::kill(-child, SIGKILL);
-  int status = 0;
-  for (;;) {
-    if (::waitpid(child, &status, result.timedOut ? 0 : WNOHANG) == child) break;
-    if (Clock::now() > deadline + std::chrono::seconds(2)) {
-      result.timedOut = true;
-      ::kill(-child, SIGKILL);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  result.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return result;
-}
-
-ElasticOptions parseElasticCommand(int argc, char** argv) {
-  const ElasticOptions d;  // defaults
-  ElasticOptions o;
-  // Everything after "--" is pstrain's.
-  int split = argc;
-  for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--") {
-      split = i;
-      break;
-    }
-  }
-  for (int i = split + 1; i < argc; ++i) o.pstrainArgs.emplace_back(argv[i]);
-  cxxopts::Options options(
-      "pstrain-run",
-      "Runs a pstrain job that survives hosts coming and going (README: \"The night on laptops\"):\n"
-      "  pstrain-run --hostfile hostfiles/macs --min-workers 1 -- --model lenet --epochs 20 --train-dir runs/night\n"
-      "It launches mpirun with pstrain, relaunches with --resume from the newest checkpoint on the hosts that\n"
-      "still answer when the job fails, and stops it at a step (SIGUSR1) to relaunch it larger when hosts\n"
-      "come back. Events go to TRAIN_DIR/elastic.jsonl. Its exit status is the job's.\n");
-  options.set_width(100);
-  // clang-format off
-  options.add_options()
-    ("hostfile", "the hosts (Open MPI hostfile); each is probed with a short launch to find those that answer", defaulted(d.hostfile))
-    ("host-discovery-script", "an executable printing one host:slots line per available host (Horovod's convention)", defaulted(d.discoveryScript))
-    ("np", "the most ranks to start, server included (0: every slot offered)", defaulted(d.maxRanks))
-    ("min-workers", "fewer workers than this: wait for hosts (then give up)", defaulted(d.minWorkers))
-    ("max-restarts", "relaunches after failures before giving up", defaulted(d.maxRestarts))
-    ("discovery-interval", "seconds between asking for hosts while the job runs", defaulted(d.discoveryIntervalSeconds))
-    ("wait-for-hosts", "seconds to wait for --min-workers before giving up", defaulted(d.waitForHostsSeconds))
-    ("probe-timeout", "seconds one probe launch of a hostfile's host may take", defaulted(d.probeTimeoutSeconds))
-    ("stop-grace", "on SIGINT/SIGTERM the job gets SIGUSR1 (checkpoint and stop at its next step), this many seconds "
-                   "later SIGTERM, as many again later SIGKILL; each further signal skips a wait", defaulted(d.stopGraceSeconds))
-    ("mpirun", "the mpirun to run", defaulted(d.mpirun))
-    ("mpirun-arg", "an argument for mpirun (repeat it: --mpirun-arg=--mca --mpirun-arg=btl_tcp_if_include --mpirun-arg=en0)", cxxopts::value<std::vector<std::string>>())
-    ("pstrain", "the pstrain binary (default: the one next to pstrain-run)", defaulted(d.pstrain))
-    ("h,help", "print this help");
-  // clang-format on
-  cxxopts::ParseResult r;
-  try {
-    r = options.parse(split, argv);
-    if (!r.unmatched().empty()) throw ConfigError(fmt::format("unexpected argument '{}' (pstrain's go after --)", r.unmatched().front()));
-  } catch (const cxxopts::exceptions::exception& e) {
-    throw ConfigError(e.what());
-  }
-  if (r.count("help")) {
-    o.helpText = options.help();
-    return o;
-  }
-  o.hostfile = r["hostfile"].as<std::string>();
-  o.discoveryScript = r["host-discovery-script"].as<std::string>();
-  o.maxRanks = r["np"].as<int>();
-  o.minWorkers = r["min-workers"].as<int>();
-  o.maxRestarts = r["max-restarts"].as<int>();
-  o.discoveryIntervalSeconds = r["discovery-interval"].as<double>();
-  o.waitForHostsSeconds = r["wait-for-hosts"].as<double>();
-  o.probeTimeoutSeconds = r["probe-timeout"].as<double>();
-  o.stopGraceSeconds = r["stop-grace"].as<double>();
-  o.mpirun = r["mpirun"].as<std::string>();
-  if (r.count("mpirun-arg")) o.mpirunArgs = r["mpirun-arg"].as<std::vector<std::string>>();
-  o.pstrain = r["pstrain"].as<std::string>();
-  if (o.pstrain.empty()) {
-    const fs::path self = fs::path(argv[0]).parent_path() / "pstrain";
-    o.pstrain = fs::exists(self) ? self.string() : "pstrain";
-  }
-  if (o.hostfile.empty() == o.discoveryScript.empty()) {
-    throw ConfigError("give one of --hostfile and --host-discovery-script");
-  }
-  if (o.maxRanks < 0 || o.minWorkers < 1 || o.maxRestarts < 0) {
-    throw ConfigError("--np must be 0 or more, --min-workers 1 or more, --max-restarts 0 or more");
-  }
-  for (double s : {o.discoveryIntervalSeconds, o.waitForHostsSeconds, o.probeTimeoutSeconds, o.stopGraceSeconds}) {
-    if (!(s > 0 && s <= 30 * 86400.0)) {
-      throw ConfigError("the seconds of --discovery-interval, --wait-for-hosts, --probe-timeout and --stop-grace must be positive");
-    }
-  }
-  if (o.pstrainArgs.empty()) throw ConfigError("give pstrain's arguments after -- (at least --train-dir)");
-  try {
-    config::parseTrainFlags(o.pstrainArgs);  // pstrain's own verdict on them, --config included
-  } catch (const ConfigError& e) {
-    throw ConfigError(fmt::format("pstrain's flags (after --): {}", e.what()));
-  }
-  return o;
-}
-
-namespace {
-
 class Supervisor {
  public:
   explicit Supervisor(const ElasticOptions& o) : o_(o), job_(config::parseTrainFlags(o.pstrainArgs).cfg) {
@@ -303,6 +60,7 @@ class Supervisor {
     ::close(rundir::openPrivateDirectory(job_.trainDir));  // as pstrain makes it, before pstrain does
     events_ = std::make_unique<metrics::JsonLines>(rundir::pathOf(job_.trainDir, rundir::kElastic));
     earlier_ = publishedCheckpoints();
+    setAsideBefore_ = fs::exists(rundir::pathOf(job_.trainDir, rundir::kSetAside));
   }
 
   int run() {
@@ -326,9 +84,11 @@ class Supervisor {
       event("launch", ranks, hosts, "", failedAt != Clock::time_point{} ? secondsSince(failedAt) : -1);
       // A relaunch continues the job with --resume, but under --overwrite only once the job
       // has published a checkpoint of its own: before that, the train dir's checkpoints are
-      // the earlier run's, which the job was started to replace, not to continue.
+      // the earlier run's, which the job was started to replace, not to continue; it starts
+      // afresh, replacing them still.
       const auto before = publishedCheckpoints();
-      const bool resume = !first && (!job_.overwrite || before != earlier_);
+      const bool resume = !first && (!job_.overwrite || publishedOwn(before));
+      if (!first) tidySetAside(publishedOwn(before));
       const int code = launch(hosts, ranks, resume);
       first = false;
       if (gStopSignal) {
@@ -483,11 +243,13 @@ class Supervisor {
     std::vector<std::string> argv = {o_.mpirun, "--hostfile", hostfile.path, "-np", std::to_string(ranks)};
     argv.insert(argv.end(), o_.mpirunArgs.begin(), o_.mpirunArgs.end());
     argv.push_back(o_.pstrain);
-    for (const auto& a : o_.pstrainArgs) {
-      if (resume && (a == "--overwrite" || a == "--resume")) continue;  // a relaunch continues the run
-      argv.push_back(a);
+    // pstrain's flags as parsed (a --config file's too, however spelled), not as typed.
+    config::TrainConfig cfg = job_;
+    if (resume) {
+      cfg.resume = true;  // a relaunch continues the run
+      cfg.overwrite = false;
     }
-    if (resume) argv.push_back("--resume");
+    for (auto& a : config::commandLineOf(cfg)) argv.push_back(std::move(a));
     const pid_t child = spawn(argv, -1);
     if (child < 0) throw Error("cannot start mpirun");
     const int workers = job_.modeInfo().peers() ? ranks : ranks - 1;
@@ -539,6 +301,28 @@ class Supervisor {
                              step, reason.empty() ? "" : " (" + reason + ")") << std::endl;
   }
 
+  // Whether `published` holds a checkpoint that this job wrote (none from before its first launch).
+  bool publishedOwn(const std::set<std::pair<std::string, fs::file_time_type>>& published) const {
+    return std::any_of(published.begin(), published.end(), [&](const auto& c) { return !earlier_.count(c); });
+  }
+
+  // A launch killed outright (SIGKILL: no time for its own clean-up) may have left the
+  // earlier run's files set aside in .replaced/, which the next start refuses: do what that
+  // launch would have done, discard them once it published a checkpoint of its own (a
+  // resume), else put them back (a fresh start, which sets them aside again).
+  void tidySetAside(bool ownCheckpoint) {
+    if (setAsideBefore_ || !fs::exists(rundir::pathOf(job_.trainDir, rundir::kSetAside))) return;
+    if (ownCheckpoint) {
+      rundir::discardSetAside(job_.trainDir);
+    } else {
+      rundir::restoreSetAside(job_.trainDir, job_.overwrite);
+    }
+    std::cout << fmt::format("pstrain-run: the failed launch left {}/{}: {}", job_.trainDir, rundir::kSetAside,
+                             ownCheckpoint ? "removed (the job has a checkpoint of its own)"
+                                           : "put back (the relaunch starts afresh)")
+              << std::endl;
+  }
+
   // The published checkpoints of the train dir, each with its file's time: a checkpoint
   // written again at the same step is a new one.
   std::set<std::pair<std::string, fs::file_time_type>> publishedCheckpoints() const {
@@ -553,12 +337,18 @@ class Supervisor {
   const ElasticOptions& o_;
   const config::TrainConfig job_;  // pstrain's flags, --config included
   std::set<std::pair<std::string, fs::file_time_type>> earlier_;  // those before the first launch
+  bool setAsideBefore_ = false;  // .replaced/ was there before the first launch (which then refuses to start)
   int maxWorkers_ = 0;
   bool regrowing_ = false;
   std::unique_ptr<metrics::JsonLines> events_;
 };
 
 }  // namespace
+
+std::int64_t newestCheckpointStep(const std::string& trainDir) {
+  const auto published = rundir::listPublished(rundir::pathOf(trainDir, rundir::kCheckpoints));
+  return published.empty() ? 0 : published.back().step;
+}
 
 int superviseElastic(const ElasticOptions& options) {
   std::signal(SIGINT, onStopSignal);

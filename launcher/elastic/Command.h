@@ -1,0 +1,33 @@
+#pragma once
+// The commands pstrain-run starts (mpirun, a discovery script, a host's probe), each in a
+// process group of its own.
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace pstrain::launcher {
+
+// A command run to completion: its exit code (128 + N after signal N; -1 if it could not
+// start), its standard output when captured (the first MiB), and whether it was killed,
+// with whatever it started, because `timeout` passed or `cancelled` (asked every 200 ms)
+// said so.
+struct CommandResult {
+  int exitCode = -1;
+  std::string output;
+  bool timedOut = false;
+};
+CommandResult runCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout, bool captureOutput,
+                         const std::function<bool()>& cancelled = {});
+
+// Starts `argv` (PATH searched) as a child process in a process group of its own, so that
+// a terminal's Ctrl-C reaches pstrain-run alone (which passes it on in stages) and a last
+// SIGKILL reaches whatever the command started. Its standard input is /dev/null (a
+// background group reading a terminal would stop), its standard output `stdoutFd` unless
+// that is -1. Returns its pid, or -1 when it could not fork; a child that cannot run the
+// command exits 127.
+pid_t spawn(const std::vector<std::string>& argv, int stdoutFd);
+
+}  // namespace pstrain::launcher
