@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <limits>
 #include <random>
 
 #include "data/Cifar.h"
@@ -314,7 +315,6 @@ Dataset loadTokenDataset(const DataSource& source, Split split) {
   d.tokens = tokens;
   d.blockSize = length;
   d.maxId = tokens->maxId();
-  d.classes = static_cast<int>(d.maxId + 1);
   d.fileIdentity = tokens->identity();
   if (split == Split::Train) {
     d.windows = count - length;
@@ -325,12 +325,14 @@ Dataset loadTokenDataset(const DataSource& source, Split split) {
       val = validationPath(source.name);
     } catch (const DataError&) {  // a name without "train": no test split to check
     }
-    if (!val.empty() && fs::exists(val)) loadTokenDataset(source, Split::Test);
+    // Its ids too must fit the model's vocabulary (checked at start-up against maxId).
+    if (!val.empty() && fs::exists(val)) d.maxId = std::max(d.maxId, loadTokenDataset(source, Split::Test).maxId);
   } else {
     const std::int64_t all = (count - 1) / length;
     d.windows = source.evalWindows > 0 ? std::min(all, source.evalWindows) : all;
     d.windowStride = d.windows > 1 ? (count - 1 - length) / (d.windows - 1) : length;
   }
+  d.classes = static_cast<int>(std::min<std::int64_t>(d.maxId + 1, std::numeric_limits<int>::max()));
   return d;
 }
 

@@ -18,8 +18,16 @@
 namespace pstrain::data {
 namespace {
 
-constexpr std::int32_t kLlmcMagic = 20240520;
-constexpr std::int32_t kLlmcVersion = 1;  // uint16 ids (GPT-2's vocabulary and smaller)
+// llm.c's token files: a header of 256 int32 (magic, version, token count), then the ids.
+struct LlmcFormat {
+  std::int32_t magic, version;
+  std::uint64_t idBytes;
+  const char* ids;
+};
+constexpr LlmcFormat kLlmcFormats[] = {
+    {20240520, 1, 2, "uint16"},  // GPT-2's vocabulary and smaller
+    {20240801, 7, 4, "uint32"},  // larger vocabularies (LLaMA-3's)
+};
 constexpr std::size_t kLlmcHeaderBytes = 256 * sizeof(std::int32_t);
 
 std::int32_t int32At(const unsigned char* p) {
@@ -38,34 +46,69 @@ bool nanoGptName(const std::string& path) {
   return name == "train.bin" || name == "val.bin";
 }
 
+// Whether a first int32 reads as a date, the way llm.c's magics are made (20240520): a
+// header of a format pstrain does not know, never nanoGPT's ids.
+bool looksLikeAMagic(std::int32_t first) { return first >= 20000101 && first <= 20991231; }
+
+// The largest of the `n` little-endian ids of type Id at `bytes`.
+template <typename Id>
+std::uint32_t largest(const unsigned char* bytes, std::size_t n) {
+  Id most = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    Id id;
+    std::memcpy(&id, bytes + i * sizeof(Id), sizeof id);
+    most = std::max(most, id);
+  }
+  return most;
+}
+
+std::string llmcFormats() {
+  std::string text;
+  for (const auto& f : kLlmcFormats) {
+    text += fmt::format("{}magic {} version {} ({} ids)", text.empty() ? "" : ", ", f.magic, f.version, f.ids);
+  }
+  return text;
+}
+
 }  // namespace
 
 TokenLayout tokenLayout(const unsigned char* head, std::size_t headBytes, std::uint64_t fileSize,
                         const std::string& path) {
-  const bool llmcMagic = headBytes >= 12 && int32At(head) == kLlmcMagic;
-  if (llmcMagic && fileSize >= kLlmcHeaderBytes) {
-    const std::int32_t version = int32At(head + 4), count = int32At(head + 8);
-    if (version != kLlmcVersion) {
-      throw DataError(fmt::format("{}: an llm.c token file of version {}; pstrain reads version {} (uint16 ids)", path,
-                                  version, kLlmcVersion));
+  const std::int32_t first = headBytes >= 4 ? int32At(head) : 0;
+  for (const auto& format : kLlmcFormats) {
+    if (first != format.magic) continue;
+    const std::int32_t version = headBytes >= 8 ? int32At(head + 4) : -1;
+    if (version != format.version || headBytes < 12 || fileSize < kLlmcHeaderBytes) {
+      throw DataError(fmt::format("{}: an llm.c token file (magic {}) of version {}{}; pstrain reads {}", path,
+                                  first, version, fileSize < kLlmcHeaderBytes ? " shorter than its header" : "",
+                                  llmcFormats()));
     }
-    const std::uint64_t expected = kLlmcHeaderBytes + 2 * static_cast<std::uint64_t>(std::max(count, 0));
+    const std::int32_t count = int32At(head + 8);
+    const std::uint64_t expected = kLlmcHeaderBytes + format.idBytes * static_cast<std::uint64_t>(std::max(count, 0));
     if (count < 0 || fileSize != expected) {
-      throw DataError(fmt::format("{}: its llm.c header says {} tokens ({} bytes with the header), the file has {} "
-                                  "bytes (truncated or not a token file)", path, count, expected, fileSize));
+      throw DataError(fmt::format("{}: its llm.c header says {} tokens ({} ids: {} bytes with the header), the file "
+                                  "has {} bytes (truncated or not a token file)", path, count, format.ids, expected,
+                                  fileSize));
     }
-    return {kLlmcHeaderBytes, static_cast<std::uint64_t>(count)};
+    return {kLlmcHeaderBytes, static_cast<std::uint64_t>(count), format.idBytes};
   }
   if (nanoGptName(path)) {
+    if (looksLikeAMagic(first)) {
+      throw DataError(fmt::format("{}: its first int32 is {}, a header's magic, not token ids: pstrain reads llm.c's "
+                                  "{}, and nanoGPT's flat uint16 files (train.bin, val.bin) have no header; write the "
+                                  "tokens again with tools/text_to_bin.py", path, first, llmcFormats()));
+    }
     if (fileSize % 2 != 0) {
       throw DataError(fmt::format("{}: {} bytes, an odd size: not a file of uint16 token ids (truncated?)", path,
                                   fileSize));
     }
-    return {0, fileSize / 2};
+    return {0, fileSize / 2, 2};
   }
-  throw DataError(fmt::format("{}: not an llm.c token file (its first int32 is {}, llm.c's magic is {}); nanoGPT's "
-                              "flat files of uint16 ids are named train.bin and val.bin", path,
-                              headBytes >= 4 ? int32At(head) : 0, kLlmcMagic));
+  throw DataError(fmt::format("{}: not an llm.c token file (its first int32 is {}; llm.c's are {}){}", path, first,
+                              llmcFormats(),
+                              looksLikeAMagic(first) ? ""
+                                                     : "; nanoGPT's flat files of uint16 ids are named train.bin and "
+                                                       "val.bin"));
 }
 
 std::string validationPath(const std::string& trainPath) {
@@ -100,20 +143,36 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
     }
     // The largest id, and the identity: a pass of read(2)s (the page cache, not this
     // process's memory) with the CRC-32 of the first and the last MiB of ids.
-    std::vector<std::uint16_t> chunk(1 << 19);
+    std::vector<unsigned char> chunk(1 << 20);
     uLong crc = crc32(0, nullptr, 0);
-    const std::uint64_t ids = layout_.count, chunkIds = chunk.size();
+    const std::uint64_t ids = layout_.count, chunkIds = chunk.size() / layout_.idBytes;
     for (std::uint64_t at = 0; at < ids; at += chunkIds) {
       const std::size_t n = static_cast<std::size_t>(std::min(chunkIds, ids - at));
-      readAt(fd_, layout_.offset + 2 * at, chunk.data(), 2 * n, path);
-      maxId_ = std::max(maxId_, *std::max_element(chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(n)));
-      if (at == 0 || at + n == ids) crc = crc32(crc, reinterpret_cast<const Bytef*>(chunk.data()), static_cast<uInt>(2 * n));
+      readAt(fd_, layout_.offset + layout_.idBytes * at, chunk.data(), layout_.idBytes * n, path);
+      maxId_ = std::max(maxId_, layout_.idBytes == 2 ? largest<std::uint16_t>(chunk.data(), n)
+                                                     : largest<std::uint32_t>(chunk.data(), n));
+      if (at == 0 || at + n == ids) crc = crc32(crc, chunk.data(), static_cast<uInt>(layout_.idBytes * n));
     }
-    identity_ = fmt::format("{} tokens, crc32 of the first and last MiB {:08x}", ids, crc);
+    identity_ = fmt::format("{} tokens{}, crc32 of the first and last MiB {:08x}", ids,
+                            layout_.idBytes == 2 ? "" : " (uint32)", crc);
   } catch (...) {
     ::close(fd_);
     throw;
   }
+}
+
+const char* TokenFile::idType() const { return layout_.idBytes == 4 ? "uint32" : "uint16"; }
+
+std::uint32_t TokenFile::idAt(const unsigned char* ids, std::uint64_t i) const {
+  // Little-endian, and need not be aligned (llm.c's header keeps them aligned, nanoGPT's too).
+  if (layout_.idBytes == 2) {
+    std::uint16_t id;
+    std::memcpy(&id, ids + 2 * i, sizeof id);
+    return id;
+  }
+  std::uint32_t id;
+  std::memcpy(&id, ids + 4 * i, sizeof id);
+  return id;
 }
 
 TokenFile::~TokenFile() {
@@ -125,16 +184,12 @@ void TokenFile::copy(std::uint64_t offset, std::uint64_t n, std::int64_t* out) c
   if (offset > layout_.count || n > layout_.count - offset) {
     throw DataError(fmt::format("{}: ids {}..{} are past its {} tokens", path_, offset, offset + n, layout_.count));
   }
-  const unsigned char* first = base_ + layout_.offset + 2 * offset;
-  for (std::uint64_t i = 0; i < n; ++i) {
-    std::uint16_t id;
-    std::memcpy(&id, first + 2 * i, sizeof id);  // the ids need not be aligned (llm.c's header is, nanoGPT's too)
-    out[i] = id;
-  }
+  const unsigned char* first = base_ + layout_.offset + layout_.idBytes * offset;
+  for (std::uint64_t i = 0; i < n; ++i) out[i] = idAt(first, i);
   // The pages stay in the page cache; this process's resident memory does not keep them.
   static const std::uintptr_t page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
   const auto from = reinterpret_cast<std::uintptr_t>(first) & ~(page - 1);
-  const auto to = reinterpret_cast<std::uintptr_t>(first + 2 * n);
+  const auto to = reinterpret_cast<std::uintptr_t>(first + layout_.idBytes * n);
   ::madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
 }
 

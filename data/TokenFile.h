@@ -1,12 +1,16 @@
 #pragma once
 // Token streams for language models: a file of token ids, memory-mapped, so that a file
-// larger than memory trains and a rank's memory does not grow with it. Two layouts:
+// larger than memory trains and a rank's memory does not grow with it. Layouts:
 //   nanoGPT's:  a flat array of little-endian uint16 ids, named train.bin (val.bin beside
 //               it is the test split);
-//   llm.c's:    a header of 256 int32 (magic 20240520, version 1, the token count, the rest
-//               0) and then the count's uint16 ids; any name, its test split the name with
-//               its last "train" turned to "val" (tiny_shakespeare_train.bin, ..._val.bin).
-// A train.bin that starts with llm.c's header (and whose size says so) is read as llm.c's.
+//   llm.c's:    a header of 256 int32 (magic, version, the token count, the rest 0) and then
+//               the count's ids: magic 20240520 version 1 for uint16 ids, magic 20240801
+//               version 7 for uint32 ids (vocabularies over 65,536, LLaMA-3's); any name,
+//               its test split the name with its last "train" turned to "val"
+//               (tiny_shakespeare_train.bin, ..._val.bin).
+// A file that starts with an llm.c magic is read as llm.c's or refused (another version, a
+// size its header does not give), whatever its name; a train.bin whose first int32 reads as
+// a date (how llm.c's magics are made) is refused too: the ids are never guessed.
 // Torch-free, so that it can be fuzzed; every error is a DataError naming the file.
 #include <cstdint>
 #include <string>
@@ -17,6 +21,7 @@ namespace pstrain::data {
 struct TokenLayout {
   std::uint64_t offset = 0;  // bytes of header before the first id
   std::uint64_t count = 0;   // ids
+  std::uint64_t idBytes = 2; // 2 (uint16) or 4 (uint32)
 };
 
 // The layout of a file of `fileSize` bytes named `path` whose first `headBytes` bytes (up to
@@ -37,8 +42,10 @@ class TokenFile {
 
   const std::string& path() const { return path_; }
   std::uint64_t count() const { return layout_.count; }
+  // "uint16" or "uint32": how its ids are stored.
+  const char* idType() const;
   // The largest id (one pass over the file with read(2), so that it does not stay mapped).
-  std::uint16_t maxId() const { return maxId_; }
+  std::uint32_t maxId() const { return maxId_; }
   // "N tokens, crc32 of the first and last MiB ..." : what ranks compare at start-up.
   const std::string& identity() const { return identity_; }
 
@@ -47,12 +54,14 @@ class TokenFile {
   void copy(std::uint64_t offset, std::uint64_t n, std::int64_t* out) const;
 
  private:
+  std::uint32_t idAt(const unsigned char* ids, std::uint64_t i) const;  // the i-th id from `ids`
+
   std::string path_;
   int fd_ = -1;
   std::uint64_t fileSize_ = 0;
   TokenLayout layout_;
   const unsigned char* base_ = nullptr;  // the whole file, mapped read-only
-  std::uint16_t maxId_ = 0;
+  std::uint32_t maxId_ = 0;
   std::string identity_;
 };
 

@@ -118,8 +118,9 @@ TEST(TokenDataset, WindowsAndTheirTargets) {
   const data::Dataset train = data::loadDataset(source, data::Split::Train);
   EXPECT_EQ(train.size(), 992);  // offsets 0 .. 991
   EXPECT_TRUE(train.ids);
-  EXPECT_EQ(train.maxId, 999);
-  EXPECT_EQ(train.classes, 1000);
+  // The largest id of both splits: the model's vocabulary must take val.bin's too (2000 + 100).
+  EXPECT_EQ(train.maxId, 2100);
+  EXPECT_EQ(train.classes, 2101);
   auto [x, y] = train.batch({0, 991});
   EXPECT_EQ(x.sizes(), (std::vector<std::int64_t>{2, 8}));
   EXPECT_EQ(x.scalar_type(), torch::kInt64);
@@ -138,4 +139,54 @@ TEST(TokenDataset, WindowsAndTheirTargets) {
   source.blockSize = 200;
   EXPECT_NE(errorOf([&] { data::loadDataset(source, data::Split::Train); }).find("val.bin: 101 tokens, too few"),
             std::string::npos);
+}
+
+namespace {
+
+// llm.c's version 7: magic 20240801, uint32 ids after the 256-int32 header.
+void writeTokens32(const std::filesystem::path& path, const std::vector<std::uint32_t>& ids,
+                   std::int32_t version = 7) {
+  std::ofstream out(path, std::ios::binary);
+  std::vector<std::int32_t> header(256, 0);
+  header[0] = 20240801, header[1] = version, header[2] = static_cast<std::int32_t>(ids.size());
+  out.write(reinterpret_cast<const char*>(header.data()), 1024);
+  out.write(reinterpret_cast<const char*>(ids.data()), static_cast<std::streamsize>(4 * ids.size()));
+}
+
+}  // namespace
+
+// LLaMA-3-sized vocabularies: version 7 files are read as uint32, whatever their name, and
+// a header pstrain does not know is never read as ids.
+TEST(TokenFile, ReadsVersion7AndNeverMisreadsAHeader) {
+  testsupport::ScratchDir dir("tokens32");
+  std::vector<std::uint32_t> ids(300);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = 128000 + static_cast<std::uint32_t>(i) * 7;
+  writeTokens32(dir / "train.bin", ids);  // nanoGPT's name, llm.c's header: llm.c's layout
+  writeTokens32(dir / "s_train.bin", ids);
+  for (const char* name : {"train.bin", "s_train.bin"}) {
+    data::TokenFile file((dir / name).string());
+    EXPECT_EQ(file.count(), 300u) << name;
+    EXPECT_STREQ(file.idType(), "uint32");
+    EXPECT_EQ(file.maxId(), 128000u + 299 * 7);
+    std::vector<std::int64_t> out(3);
+    file.copy(297, 3, out.data());
+    EXPECT_EQ(out, (std::vector<std::int64_t>{128000 + 297 * 7, 128000 + 298 * 7, 128000 + 299 * 7}));
+  }
+  // An llm.c magic with a version pstrain does not read: named, with what pstrain reads.
+  writeTokens32(dir / "v8_train.bin", ids, 8);
+  const std::string v8 = errorOf([&] { data::TokenFile((dir / "v8_train.bin").string()); });
+  EXPECT_NE(v8.find("magic 20240801) of version 8"), std::string::npos) << v8;
+  EXPECT_NE(v8.find("version 7 (uint32 ids)"), std::string::npos) << v8;
+  // A header's magic that is no llm.c's in a train.bin: refused, not read as uint16 ids.
+  std::filesystem::create_directories(dir / "other");
+  writeTokens(dir / "other" / "train.bin", iota(100), true, 20250101, 1);
+  const std::string other = errorOf([&] { data::TokenFile((dir / "other" / "train.bin").string()); });
+  EXPECT_NE(other.find("a header's magic, not token ids"), std::string::npos) << other;
+  // A v7 header on uint16-sized data is a size mismatch, never uint16 ids.
+  writeTokens(dir / "short_train.bin", iota(300), true, 20240801, 7);
+  EXPECT_NE(errorOf([&] { data::TokenFile((dir / "short_train.bin").string()); }).find("says 300 tokens (uint32 ids"),
+            std::string::npos);
+  // Without "train" in a name that llm.c's magic does not start, the name to use is said.
+  writeTokens(dir / "tokens.bin", iota(100), true, 1234, 1);
+  EXPECT_NE(errorOf([&] { data::TokenFile((dir / "tokens.bin").string()); }).find("named train.bin"), std::string::npos);
 }
