@@ -1,7 +1,9 @@
 #include "runtime/checkpoint/Checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/import_read.h>
@@ -10,9 +12,11 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <fstream>
 #include <sstream>
 
@@ -37,6 +41,32 @@ c10::Dict<std::string, at::Tensor> tensorDict(const TensorList& list) {
   return dict;
 }
 
+// `t` as read from a file: libtorch does not check that its sizes, strides and offset stay
+// within its storage (a crafted file makes every later read go out of bounds). Refuses one
+// that does not, and returns it contiguous (what the flat copies into messages expect).
+at::Tensor checkedTensor(const at::Tensor& t, const std::string& path, const std::string& name) {
+  const auto fail = [&](const std::string& why) {
+    return CheckpointError(fmt::format("{}: tensor '{}' {} (a damaged or crafted file)", path, name, why));
+  };
+  if (!t.has_storage() || t.is_sparse()) throw fail("is not a dense tensor");
+  if (t.storage_offset() < 0) throw fail("has a negative offset");
+  for (std::int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) < 0 || t.stride(d) < 0) throw fail("has a negative size or stride");
+  }
+  if (t.numel() > 0) {
+    // The last element's index from the storage's start; past 2^64 it is out of bounds anyway.
+    unsigned __int128 last = static_cast<std::uint64_t>(t.storage_offset());
+    for (std::int64_t d = 0; d < t.dim() && last <= std::numeric_limits<std::uint64_t>::max(); ++d) {
+      last += static_cast<unsigned __int128>(t.size(d) - 1) * static_cast<std::uint64_t>(t.stride(d));
+    }
+    if (last >= t.storage().nbytes() / std::max<std::size_t>(t.element_size(), 1)) {
+      throw fail(fmt::format("reaches past its storage ({} bytes): sizes {}, strides {}, offset {}",
+                             t.storage().nbytes(), t.sizes(), t.strides(), t.storage_offset()));
+    }
+  }
+  return t.contiguous();
+}
+
 TensorList tensorList(const c10::IValue& value, const std::string& path, const std::string& what) {
   if (!value.isGenericDict()) throw CheckpointError(fmt::format("{}: '{}' is not a dict", path, what));
   TensorList list;
@@ -44,17 +74,34 @@ TensorList tensorList(const c10::IValue& value, const std::string& path, const s
     if (!item.key().isString() || !item.value().isTensor()) {
       throw CheckpointError(fmt::format("{}: '{}' holds a non-tensor entry", path, what));
     }
-    list.emplace_back(item.key().toStringRef(), item.value().toTensor());
+    const std::string& name = item.key().toStringRef();
+    list.emplace_back(name, checkedTensor(item.value().toTensor(), path, what + "." + name));
   }
   return list;
 }
 
+// The whole of the regular file `path`. Opened without blocking, so that a FIFO or a device
+// put in a checkpoint's place is refused instead of waited on.
 std::string readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CheckpointError(fmt::format("{}: cannot open", path));
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) throw CheckpointError(fmt::format("{}: cannot open ({})", path, std::strerror(errno)));
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    throw CheckpointError(fmt::format("{}: not a regular file", path));
+  }
+  std::string bytes;
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw CheckpointError(fmt::format("{}: cannot read ({})", path, std::strerror(errno)));
+    if (n == 0) return bytes;
+    bytes.append(buffer, static_cast<std::size_t>(n));
+  }
 }
 
 // A read adapter that never reads past the end of its bytes. torch::pickle_load's own

@@ -65,8 +65,10 @@ mkdir -p "$damaged/ckpt" && cp "$run"/ckpt/* "$damaged/ckpt/"
 printf '\x00\x01\x02' | dd of="$damaged/ckpt/step-00000050.pt" bs=1 seek=100000 conv=notrunc 2>/dev/null
 head -c 1000 "$damaged/ckpt/step-00000100.pt" > "$scratch/cut" && mv "$scratch/cut" "$damaged/ckpt/step-00000100.pt"
 echo "garbage" > "$damaged/ckpt/step-00000200.pt" && echo "garbage" > "$damaged/ckpt/step-00000200.ok"
-out=$("$pseval" --train-dir "$damaged" --retry-for 3 2>&1) || fail "pseval crashed on damaged checkpoints: $out"
+out=$("$pseval" --train-dir "$damaged" --retry-for 3 2>&1); rc=$?
 echo "$out"
+[ $rc -eq 3 ] || fail "pseval on damaged checkpoints: exit $rc, not 3 (some skipped)"
+grep -q "3 checkpoint(s) could not be evaluated (exit 3)" <<<"$out" || fail "no summary of the skipped checkpoints"
 grep -q "skipping step 50 (after 3 tries in 3 s): .*checksum" <<<"$out" || fail "flipped bytes not reported"
 grep -q "skipping step 100 (after 3 tries in 3 s): .*truncated" <<<"$out" || fail "truncation not reported"
 grep -q "skipping step 200 (after 3 tries in 3 s): .*marker" <<<"$out" || fail "garbage marker not reported"
@@ -117,4 +119,16 @@ elif [ "$(uname)" = Linux ] && mount -t tmpfs -o size=16m tmpfs "$readonly_run";
 else
   echo "skipped: a train dir read-only to root needs Linux (mount -t tmpfs)"
 fi
+# 7. A FIFO in a checkpoint's place is skipped, not waited on (pseval exits 3, the others
+#    evaluated); an empty eval.csv (a full disk's leftover) gets its header before the rows.
+fifo="$scratch/fifo"
+mkdir -p "$fifo/ckpt" && cp "$run"/ckpt/step-00000050.* "$run"/ckpt/step-00000150.* "$fifo/ckpt/"
+rm "$fifo/ckpt/step-00000150.pt" && mkfifo "$fifo/ckpt/step-00000150.pt"
+: > "$fifo/eval.csv"
+rc=0; out=$(with_timeout 60 "$pseval" --train-dir "$fifo" --retry-for 0 2>&1) || rc=$?
+echo "$out"
+[ $rc -eq 3 ] || fail "a FIFO for a checkpoint: exit $rc, not 3"
+grep -q "skipping step 150 .*not a regular file" <<<"$out" || fail "the FIFO not named"
+[ "$(head -1 "$fifo/eval.csv" | cut -d, -f1)" = step ] && [ "$(tail -n +2 "$fifo/eval.csv" | cut -d, -f1)" = 50 ] ||
+  fail "an empty eval.csv got no header, or the good checkpoint no row: $(cat "$fifo/eval.csv")"
 echo "e2e: all checks passed"

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "models/Registry.h"
 #include "runtime/rundir/AtomicFile.h"
@@ -157,6 +158,33 @@ TEST_F(Checkpoints, PicklesThatPopMoreThanTheStackHoldsAreRefused) {
       EXPECT_TRUE(what.find("underflow") != std::string::npos || what.find("MARK") != std::string::npos ||
                   what.find("odd number") != std::string::npos)
           << name << ": " << what;
+    }
+  }
+}
+
+// libtorch does not check a loaded tensor against its storage: a data.pkl that gives
+// fc1.weight a stride of 65535 (or 1000), or fc1.bias an offset past the storage, made pseval
+// and --resume crash or read garbage. The fuzz corpus keeps them (make_crafted_checkpoints.py).
+TEST_F(Checkpoints, TensorsThatReachPastTheirStorageAreRefused) {
+  const fs::path corpus = fs::path(PSTRAIN_FUZZ_CORPUS) / "checkpoint";
+  auto publishCopy = [&](const std::string& name) {
+    std::ifstream in(corpus / name, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_FALSE(bytes.empty()) << name;
+    rundir::atomicWrite((dir / "step-00000001.pt").string(), bytes);
+    const auto crc = crc32(0, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size()));
+    rundir::atomicWrite((dir / "step-00000001.ok").string(),
+                        fmt::format("pstrain-checkpoint 1\nbytes {}\ncrc32 {:08x}\n", bytes.size(), crc));
+    return rundir::listPublished(dir.string()).at(0);
+  };
+  const checkpoint::Checkpoint good = checkpoint::read(publishCopy("convnet-step1.pt"));
+  EXPECT_FALSE(good.modelState.empty());
+  for (const char* name : {"crafted-stride-65535", "crafted-stride-1000", "crafted-offset-5000"}) {
+    try {
+      checkpoint::read(publishCopy(name));
+      ADD_FAILURE() << name << ": read";
+    } catch (const CheckpointError& e) {
+      EXPECT_NE(std::string(e.what()).find("reaches past its storage"), std::string::npos) << name << ": " << e.what();
     }
   }
 }
