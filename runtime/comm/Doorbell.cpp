@@ -186,10 +186,23 @@ void Doorbell::connect(const std::vector<std::string>& addresses, int self, cons
   }
 }
 
-void Doorbell::encodeRing(const Key& key, const Ring& ring, unsigned char out[kRingBytes]) {
+namespace {
+
+// What a ring's MAC covers: the ringer, the rank rung and the counter.
+std::uint64_t ringMac(const Doorbell::Key& key, std::uint32_t rank, std::uint32_t to, std::uint64_t counter) {
+  unsigned char covered[16];
+  putBigEndian(rank, 4, covered);
+  putBigEndian(to, 4, covered + 4);
+  putBigEndian(counter, 8, covered + 8);
+  return Doorbell::sipHash24(key, covered, sizeof covered);
+}
+
+}  // namespace
+
+void Doorbell::encodeRing(const Key& key, const Ring& ring, std::uint32_t to, unsigned char out[kRingBytes]) {
   putBigEndian(ring.rank, 4, out);
   putBigEndian(ring.counter, 8, out + 4);
-  putBigEndian(sipHash24(key, out, 12), 8, out + 12);
+  putBigEndian(ringMac(key, ring.rank, to, ring.counter), 8, out + 12);
 }
 
 int Doorbell::treeParent(int rank, int root, int ranks) {
@@ -198,11 +211,11 @@ int Doorbell::treeParent(int rank, int root, int ranks) {
 }
 
 std::optional<Doorbell::Ring> Doorbell::parseRing(const void* bytes, std::size_t size, const Key& key,
-                                                  std::size_t ranks) {
+                                                  std::size_t ranks, std::uint32_t to) {
   if (size != kRingBytes) return std::nullopt;
   const auto* p = static_cast<const unsigned char*>(bytes);
-  if (getBigEndian(p + 12, 8) != sipHash24(key, p, 12)) return std::nullopt;
   Ring ring{static_cast<std::uint32_t>(getBigEndian(p, 4)), getBigEndian(p + 4, 8)};
+  if (getBigEndian(p + 12, 8) != ringMac(key, ring.rank, to, ring.counter)) return std::nullopt;
   if (ring.rank >= ranks) return std::nullopt;
   return ring;
 }
@@ -217,7 +230,7 @@ const Doorbell::Socket& Doorbell::socketFor(const sockaddr_in& to) const {
 void Doorbell::ring(int rank) {
   if (sockets_.empty() || rank < 0 || static_cast<std::size_t>(rank) >= peers_.size()) return;
   unsigned char datagram[kRingBytes];
-  encodeRing(key_, {self_, ++counter_}, datagram);
+  encodeRing(key_, {self_, ++counter_}, static_cast<std::uint32_t>(rank), datagram);
   for (const sockaddr_in& to : peers_[rank]) {
     // Best effort by contract: a failed or dropped datagram only costs the peer its pause.
     (void)::sendto(socketFor(to).fd, datagram, sizeof datagram, 0, reinterpret_cast<const sockaddr*>(&to), sizeof to);
@@ -250,7 +263,7 @@ bool Doorbell::sleep(std::chrono::microseconds pause) {
   for (const Socket& s : sockets_) {
     if (!FD_ISSET(s.fd, &readable)) continue;
     for (ssize_t got = 0; read < kMaxDrain && (got = ::recv(s.fd, datagram, sizeof datagram, 0)) >= 0; ++read) {
-      const auto ring = parseRing(datagram, static_cast<std::size_t>(got), key_, lastCounter_.size());
+      const auto ring = parseRing(datagram, static_cast<std::size_t>(got), key_, lastCounter_.size(), self_);
       if (!ring || ring->counter <= lastCounter_[ring->rank]) continue;
       if (lastCounter_[ring->rank] == 0 && ring->rank != self_) --unheard_;  // its first ring
       lastCounter_[ring->rank] = ring->counter;

@@ -7,10 +7,11 @@
 // addresses), and the peer's sleep ends at once. A hint only: a lost, late or stray
 // datagram changes when the next poll happens, never what it finds. Without a socket, or
 // for a peer whose address is unknown, rings are dropped and sleeps run their full pause.
-// A ring is the ringer's rank, a counter that each ring increases and a MAC of both
-// (SipHash-2-4, keyed by the job's random 128-bit key, which MPI hands out at start-up and
-// never goes on the wire): a forged datagram fails the MAC, a captured one replayed
-// carries a counter already seen, and neither wakes a rank. (MPI's own traffic is not
+// A ring is the ringer's rank, a counter that each ring increases and a MAC of both and of
+// the rank rung (SipHash-2-4, keyed by the job's random 128-bit key, which MPI hands out at
+// start-up and never goes on the wire): a forged datagram fails the MAC, a captured one
+// replayed to its rank carries a counter already seen, sent to another rank it fails the
+// MAC, and none of them wakes a rank. (MPI's own traffic is not
 // authenticated: trusted networks only; the doorbell just adds no way in.) A sleep reads
 // at most kMaxDrain datagrams, and one that read only strays sleeps out its pause instead
 // of listening again, so that a flood can neither spin a rank nor keep it from polling MPI.
@@ -64,16 +65,19 @@ class Doorbell {
   // before connect()): then rings get through and a sleep may be long.
   bool hearsEveryone() const { return !lastCounter_.empty() && unheard_ == 0; }
 
-  // The wire form of a ring (rank, counter, MAC: big-endian), and its reading: the ringer's
-  // rank and counter if `bytes` is a ring with a valid MAC under `key` from one of `ranks`
-  // ranks, else nothing. Whether the counter is new is the receiver's to judge.
+  // The wire form of a ring to rank `to` (rank, counter, MAC of rank, `to` and counter:
+  // big-endian; `to` is not sent, the receiver puts in its own), and its reading by rank
+  // `to`: the ringer's rank and counter if `bytes` is a ring for `to` with a valid MAC under
+  // `key` from one of `ranks` ranks, else nothing. Whether the counter is new is the
+  // receiver's to judge.
   struct Ring {
     std::uint32_t rank = 0;
     std::uint64_t counter = 0;
   };
   static constexpr std::size_t kRingBytes = 20;
-  static void encodeRing(const Key& key, const Ring& ring, unsigned char out[kRingBytes]);
-  static std::optional<Ring> parseRing(const void* bytes, std::size_t size, const Key& key, std::size_t ranks);
+  static void encodeRing(const Key& key, const Ring& ring, std::uint32_t to, unsigned char out[kRingBytes]);
+  static std::optional<Ring> parseRing(const void* bytes, std::size_t size, const Key& key, std::size_t ranks,
+                                       std::uint32_t to);
   // SipHash-2-4 (Aumasson and Bernstein) of `size` bytes under the key (k0, k1): the MAC.
   static std::uint64_t sipHash24(const Key& key, const unsigned char* bytes, std::size_t size);
   static constexpr int kMaxDrain = 64;  // datagrams read per sleep()

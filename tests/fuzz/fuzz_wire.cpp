@@ -21,15 +21,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (pstrain::protocol::decodeFacts(pstrain::protocol::encodeFacts(list), 1) != facts) __builtin_trap();
   } catch (const pstrain::CommError&) {
   }
-  // A ring: the input as a datagram parses only with a valid MAC under the job's key, and
-  // then encodes back to itself; a ring made of the input's rank and counter parses back
-  // to them, under that key alone, and only with its rank among the ranks.
+  // A ring: the input as a datagram parses only with a valid MAC under the job's key (rung
+  // at rank 1), and then encodes back to itself; a ring made of the input's rank and
+  // counter parses back to them, under that key alone, at the rank rung alone, and only
+  // with its rank among the ranks.
   using pstrain::comm::Doorbell;
   const Doorbell::Key key{0x0123456789abcdefull, 0x0f1e2d3c4b5a6978ull};
-  if (auto ring = Doorbell::parseRing(data, size, key, 16)) {
+  if (auto ring = Doorbell::parseRing(data, size, key, 16, 1)) {
     if (size != Doorbell::kRingBytes || ring->rank >= 16) __builtin_trap();
     unsigned char again[Doorbell::kRingBytes];
-    Doorbell::encodeRing(key, *ring, again);
+    Doorbell::encodeRing(key, *ring, 1, again);
     if (std::memcmp(again, data, sizeof again) != 0) __builtin_trap();
   }
   if (size >= 12) {
@@ -37,12 +38,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (std::size_t i = 0; i < 4; ++i) made.rank = made.rank << 8 | data[i];
     for (std::size_t i = 4; i < 12; ++i) made.counter = made.counter << 8 | data[i];
     unsigned char bytes[Doorbell::kRingBytes];
-    Doorbell::encodeRing(key, made, bytes);
+    const std::uint32_t to = made.rank ^ 1;
+    Doorbell::encodeRing(key, made, to, bytes);
     const std::size_t ranks = std::size_t(made.rank) + 1;
-    auto back = Doorbell::parseRing(bytes, sizeof bytes, key, ranks);
+    auto back = Doorbell::parseRing(bytes, sizeof bytes, key, ranks, to);
     if (!back || back->rank != made.rank || back->counter != made.counter) __builtin_trap();
-    if (Doorbell::parseRing(bytes, sizeof bytes, key, ranks - 1)) __builtin_trap();                  // no such rank
-    if (Doorbell::parseRing(bytes, sizeof bytes, {key.k0, key.k1 + 1}, ranks)) __builtin_trap();  // another job's key
+    if (Doorbell::parseRing(bytes, sizeof bytes, key, ranks - 1, to)) __builtin_trap();                  // no such rank
+    if (Doorbell::parseRing(bytes, sizeof bytes, {key.k0, key.k1 + 1}, ranks, to)) __builtin_trap();  // another job's key
+    if (Doorbell::parseRing(bytes, sizeof bytes, key, ranks, to ^ 2)) __builtin_trap();             // another rank rung
   }
   if (size >= sizeof(float)) {
     float value;

@@ -121,49 +121,55 @@ TEST(Doorbell, SipHashReferenceVectors) {
   EXPECT_EQ(Doorbell::sipHash24(key, message, 0), 0x726fdb47dd0e0e31ull);
 }
 
-// A ring is a rank of the job, a counter and their MAC under the job's key; nothing else
-// parses.
+// A ring is a rank of the job, a counter and their MAC, with the rank rung, under the job's
+// key; nothing else parses, and a ring for one rank does not parse at another.
 TEST(Doorbell, RingsCarryARankACounterAndTheirMac) {
   unsigned char ring[Doorbell::kRingBytes];
-  Doorbell::encodeRing(kKey, {3, 41}, ring);
-  const auto parsed = Doorbell::parseRing(ring, sizeof ring, kKey, 4);
+  Doorbell::encodeRing(kKey, {3, 41}, 2, ring);
+  const auto parsed = Doorbell::parseRing(ring, sizeof ring, kKey, 4, 2);
   ASSERT_TRUE(parsed);
   EXPECT_EQ(parsed->rank, 3u);
   EXPECT_EQ(parsed->counter, 41u);
-  EXPECT_FALSE(Doorbell::parseRing(ring, sizeof ring, kKey, 3));                            // no such rank
-  EXPECT_FALSE(Doorbell::parseRing(ring, sizeof ring, {kKey.k0, kKey.k1 ^ 1}, 4));          // another job's key
-  EXPECT_FALSE(Doorbell::parseRing(ring, sizeof ring - 1, kKey, 4));                        // too short
+  EXPECT_FALSE(Doorbell::parseRing(ring, sizeof ring, kKey, 4, 1));                         // rung at another rank
+  EXPECT_FALSE(Doorbell::parseRing(ring, sizeof ring, kKey, 3, 2));                         // no such rank
+  EXPECT_FALSE(Doorbell::parseRing(ring, sizeof ring, {kKey.k0, kKey.k1 ^ 1}, 4, 2));       // another job's key
+  EXPECT_FALSE(Doorbell::parseRing(ring, sizeof ring - 1, kKey, 4, 2));                     // too short
   unsigned char longer[Doorbell::kRingBytes + 1] = {};
   std::copy(ring, ring + sizeof ring, longer);
-  EXPECT_FALSE(Doorbell::parseRing(longer, sizeof longer, kKey, 4));
+  EXPECT_FALSE(Doorbell::parseRing(longer, sizeof longer, kKey, 4, 2));
   for (std::size_t byte = 0; byte < sizeof ring; ++byte) {  // any bit changed: the MAC fails
     unsigned char forged[Doorbell::kRingBytes];
     std::copy(ring, ring + sizeof ring, forged);
     forged[byte] ^= 0x10;
-    EXPECT_FALSE(Doorbell::parseRing(forged, sizeof forged, kKey, 1u << 31)) << "byte " << byte;
+    EXPECT_FALSE(Doorbell::parseRing(forged, sizeof forged, kKey, 1u << 31, 2)) << "byte " << byte;
   }
 }
 
 // A captured ring sent again wakes nobody: its counter is not newer than its ringer's
-// last. Forged rings (another key, a counter changed without the MAC) neither.
+// last. Forged rings (another key, a counter changed without the MAC) neither, nor a ring
+// that rank 0 rang at another rank (with a counter newer than any rank 1 has seen).
 TEST(Doorbell, ReplayedAndForgedRingsDoNotWake) {
   Pair pair;
   unsigned char ring[Doorbell::kRingBytes];
-  Doorbell::encodeRing(kKey, {0, 5}, ring);  // as rank 0's fifth ring
+  Doorbell::encodeRing(kKey, {0, 5}, 1, ring);  // as rank 0's fifth ring, at rank 1
   sendRaw(pair.one, ring, sizeof ring);
   EXPECT_TRUE(pair.one.sleep(std::chrono::seconds(20)));
   sendRaw(pair.one, ring, sizeof ring, 20);  // replayed
-  unsigned char older[Doorbell::kRingBytes], otherKey[Doorbell::kRingBytes], bumped[Doorbell::kRingBytes];
-  Doorbell::encodeRing(kKey, {0, 4}, older);
-  Doorbell::encodeRing({kKey.k0 + 1, kKey.k1}, {0, 99}, otherKey);
+  unsigned char older[Doorbell::kRingBytes], otherKey[Doorbell::kRingBytes], bumped[Doorbell::kRingBytes],
+      elsewhere[Doorbell::kRingBytes];
+  Doorbell::encodeRing(kKey, {0, 4}, 1, older);
+  Doorbell::encodeRing({kKey.k0 + 1, kKey.k1}, {0, 99}, 1, otherKey);
+  Doorbell::encodeRing(kKey, {0, 50}, 2, elsewhere);  // rank 0 rang rank 2
   std::copy(ring, ring + sizeof ring, bumped);
   bumped[11] ^= 0x40;  // the counter's last byte: 5 -> 69, the MAC left
-  for (const unsigned char* forged : {older, otherKey, bumped}) sendRaw(pair.one, forged, Doorbell::kRingBytes);
+  for (const unsigned char* forged : {older, otherKey, bumped, elsewhere}) {
+    sendRaw(pair.one, forged, Doorbell::kRingBytes);
+  }
   std::this_thread::sleep_for(milliseconds(50));
   const auto start = Clock::now();
   EXPECT_FALSE(pair.one.sleep(milliseconds(40)));
   EXPECT_GE(Clock::now() - start, milliseconds(40));
-  Doorbell::encodeRing(kKey, {0, 6}, ring);  // the next ring
+  Doorbell::encodeRing(kKey, {0, 6}, 1, ring);  // the next ring
   sendRaw(pair.one, ring, sizeof ring);
   EXPECT_TRUE(pair.one.sleep(std::chrono::seconds(20)));
 }
@@ -194,8 +200,8 @@ TEST(Doorbell, HearsEveryoneOnlyAfterARingFromEachOtherRank) {
   EXPECT_FALSE(Doorbell().hearsEveryone());  // not connected
   EXPECT_FALSE(pair.one.hearsEveryone());
   unsigned char forged[Doorbell::kRingBytes], stranger[Doorbell::kRingBytes];
-  Doorbell::encodeRing({kKey.k0 ^ 1, kKey.k1}, {0, 1}, forged);
-  Doorbell::encodeRing(kKey, {7, 1}, stranger);
+  Doorbell::encodeRing({kKey.k0 ^ 1, kKey.k1}, {0, 1}, 1, forged);
+  Doorbell::encodeRing(kKey, {7, 1}, 1, stranger);
   const std::uint32_t notARing[2] = {0, 0};
   sendRaw(pair.one, forged, sizeof forged);
   sendRaw(pair.one, stranger, sizeof stranger);
