@@ -75,10 +75,15 @@ TrainConfig::NanInjection TrainConfig::nanInjection() const {
   return {rank, static_cast<std::int64_t>(step)};
 }
 
-TrainConfig::Straggler TrainConfig::straggler() const {
-  if (straggle.empty()) return {};
-  auto [rank, ms] = rankAndNumber("straggle", straggle, 0, "MS");
-  return {rank, ms};
+double TrainConfig::straggleMilliseconds(int rank) const {
+  double mine = 0;
+  for (std::size_t at = 0; at < straggle.size();) {
+    const std::size_t comma = std::min(straggle.find(',', at), straggle.size());
+    const auto [named, ms] = rankAndNumber("straggle", straggle.substr(at, comma - at), 0, "MS");
+    if (named == rank) mine = ms;
+    at = comma + 1;
+  }
+  return mine;
 }
 
 TrainConfig::Interpolation TrainConfig::gossipInterpolation() const {

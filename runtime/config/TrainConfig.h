@@ -79,7 +79,7 @@ struct TrainConfig {
   std::string interpolation = "clock";    // gossip: constant:V | clock | loss
   double divergenceThreshold = 0;         // gossip
   double peerTimeoutMs = 100;             // gossip
-  std::string straggle;                   // testing: "RANK:MS"
+  std::string straggle;                   // testing: "RANK:MS[,RANK:MS...]"
   double simulateComputeMs = 0;           // benchmarks
 
   // Compression (runtime/codec).
@@ -105,12 +105,9 @@ struct TrainConfig {
   };
   NanInjection nanInjection() const;
 
-  // --straggle parsed: `rank` sleeps `milliseconds` per batch; rank -1 when not set.
-  struct Straggler {
-    int rank = -1;
-    double milliseconds = 0;
-  };
-  Straggler straggler() const;
+  // --straggle parsed ("RANK:MS[,RANK:MS...]"): the milliseconds `rank` sleeps per batch,
+  // 0 for a rank it does not name. Throws ConfigError on a malformed list.
+  double straggleMilliseconds(int rank) const;
 
   // "N train samples", or a token stream's "T train tokens (windows of L)", for a training
   // set of `samples` (a token stream's: its window offsets, T - L).

@@ -17,10 +17,13 @@ train() {  # train NP DIR [flags...]
 accuracy() { final_accuracy "$pseval" "$1"; }
 
 # --- backup: 3 workers, 2 gradients per step, worker 3 sleeps 200 ms per batch ----------
+# The fast workers sleep 10 ms per batch too, so that what the checks count (steps, late
+# batches) follows from the sleeps, not from how fast this machine computes: with a 0.5 ms
+# step the run would end before the straggler's first batch.
 common=(--dataset synthetic --steps 120)
-train 4 "$scratch/sync-straggler" "${common[@]}" --straggle 3:200
-train 4 "$scratch/backup-straggler" "${common[@]}" --mode backup --aggregate 2 --straggle 3:200
-train 4 "$scratch/backup-fast" "${common[@]}" --mode backup --aggregate 2
+train 4 "$scratch/sync-straggler" "${common[@]}" --straggle 1:10,2:10,3:200
+train 4 "$scratch/backup-straggler" "${common[@]}" --mode backup --aggregate 2 --straggle 1:10,2:10,3:200
+train 3 "$scratch/backup-fast" "${common[@]}" --mode backup --aggregate 2 --straggle 1:10,2:10
 rate() { metric "$1" "sum(l['samples_per_s'] for l in lines[1:]) / (len(lines) - 1)"; }
 sync_rate=$(rate "$scratch/sync-straggler") backup_rate=$(rate "$scratch/backup-straggler")
 fast_rate=$(rate "$scratch/backup-fast")
@@ -36,7 +39,7 @@ check "sync: the straggler's batches are the slowest compute (>= 0.2 s)" ge "$sl
 check "sync: the mean compute holds a third of them (< 0.15 s)" ge 0.15 "$mean"
 check "sync: comm_s leaves the straggler's wait out, not the messages (0 < comm_s < 0.05 s)" \
   awk -v c="$comm" 'BEGIN { exit !(c > 0 && c < 0.05) }'
-echo "     backup: samples/s sync+straggler $sync_rate, backup+straggler $backup_rate, backup without $fast_rate;" \
+echo "     backup: samples/s sync+straggler $sync_rate, backup+straggler $backup_rate, the fast two alone $fast_rate;" \
      "dropped $dropped ($dropped3 from rank 3)"
 # The straggler finishes about one batch per 200 ms of the run; most of those come too late.
 straggler_batches=$(metric "$scratch/backup-straggler" "last['elapsed_s'] / 0.2")
@@ -44,10 +47,11 @@ check "backup: late gradients are dropped and counted (>= half the straggler's ~
   ge "$dropped" "$(awk -v n="$straggler_batches" 'BEGIN { print n / 2 }')"
 check "backup: the dropped ones are the straggler's" ge "$dropped3" "$((dropped * 9 / 10))"
 check "backup: 3x the throughput of sync with the same straggler" ge "$backup_rate" "$(awk -v r="$sync_rate" 'BEGIN{print 3 * r}')"
-check "backup: near the fast workers' pace (>= 0.6 x backup without straggler)" ge "$backup_rate" "$(awk -v r="$fast_rate" 'BEGIN{print 0.6 * r}')"
+check "backup: the fast workers' pace (>= 0.7 x the two fast workers alone)" ge "$backup_rate" "$(awk -v r="$fast_rate" 'BEGIN{print 0.7 * r}')"
 
 # --- async, strict: worker 2 sleeps 60 ms per batch; its gradients are always stale ------
-train 3 "$scratch/async" --dataset fashion-mnist --steps 400 --mode async --max-staleness 0 --straggle 2:60
+# (worker 1 sleeps 5 ms: 400 updates take 2 s or more, about 30 of worker 2's batches.)
+train 3 "$scratch/async" --dataset fashion-mnist --steps 400 --mode async --max-staleness 0 --straggle 1:5,2:60
 rejected=$(metric "$scratch/async" "last['rejected_total']")
 rejected2=$(metric "$scratch/async" "last['rejected_by_rank'].get('2', 0)")
 hist=$(metric "$scratch/async" "last['staleness_histogram']")
@@ -56,9 +60,10 @@ echo "     async S=0: rejected $rejected ($rejected2 from rank 2), staleness his
 check "async S=0: the straggler's stale gradients are rejected" ge "$rejected2" 5
 check "async S=0: only fresh gradients applied" test "$hist" = "{'0': 400}"
 check "async S=0: converges (Fashion-MNIST test accuracy >= 70%)" ge "$acc" 70
-# A bound well above what a 30 ms straggle makes stale (about 6 updates of the other worker's
-# on OpenBLAS, 2-3 on the reference BLAS), so that some stale gradients must be applied.
-train 3 "$scratch/async-s20" --dataset synthetic --steps 200 --mode async --max-staleness 20 --straggle 2:30
+# A bound well above the staleness of worker 2's 30 ms batches against worker 1's 5 ms ones
+# (about 6 updates, fewer when computing takes long), so that some stale gradients must be
+# applied: the ratio of the sleeps decides it, not the machine's speed.
+train 3 "$scratch/async-s20" --dataset synthetic --steps 200 --mode async --max-staleness 20 --straggle 1:5,2:30
 check "async S=20: stale gradients within the bound are applied" \
   test "$(metric "$scratch/async-s20" "int(sum(v for k, v in last['staleness_histogram'].items() if k != '0') > 0)")" = 1
 
