@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "runtime/Errors.h"
+#include "runtime/config/Table.h"
 
 namespace pstrain::config {
 
@@ -16,17 +17,10 @@ const std::vector<DeviceInfo>& devices() {
   return table;
 }
 
-std::string deviceNames() {
-  std::string names;
-  for (const auto& row : devices()) names += (names.empty() ? "" : " | ") + std::string(row.name);
-  return names;
-}
+std::string deviceNames() { return namesOf(devices()); }
 
 const DeviceInfo& deviceInfo(const std::string& name, const std::string& flag) {
-  for (const auto& row : devices()) {
-    if (name == row.name) return row;
-  }
-  throw ConfigError(fmt::format("--{} '{}' is not one of: {}", flag, name, deviceNames()));
+  return rowNamed(devices(), name, flag);
 }
 
 }  // namespace pstrain::config

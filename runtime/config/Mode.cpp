@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "runtime/Errors.h"
+#include "runtime/config/Table.h"
 
 namespace pstrain::config {
 
@@ -55,18 +56,9 @@ const char* nameOf(Quorum quorum) {
   return "?";
 }
 
-std::string modeNames() {
-  std::string names;
-  for (const auto& row : modes()) names += (names.empty() ? "" : ", ") + std::string(row.name);
-  return names;
-}
+std::string modeNames() { return namesOf(modes(), ", "); }
 
-Mode parseMode(const std::string& name) {
-  for (const auto& row : modes()) {
-    if (name == row.name) return row.mode;
-  }
-  throw ConfigError(fmt::format("--mode '{}' is not one of: {}", name, modeNames()));
-}
+Mode parseMode(const std::string& name) { return rowNamed(modes(), name, "mode", ", ").mode; }
 
 int computeRanks(Mode mode, int worldSize) { return info(mode).peers() ? worldSize : worldSize - 1; }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "runtime/Errors.h"
+#include "runtime/config/Table.h"
 #include "runtime/config/TrainConfig.h"
 
 namespace pstrain::config {
@@ -21,17 +22,10 @@ const std::vector<OptimizerInfo>& optimizers() {
   return table;
 }
 
-std::string optimizerNames() {
-  std::string names;
-  for (const auto& row : optimizers()) names += (names.empty() ? "" : " | ") + std::string(row.name);
-  return names;
-}
+std::string optimizerNames() { return namesOf(optimizers()); }
 
 const OptimizerInfo& optimizerInfo(const std::string& name, const std::string& flag) {
-  for (const auto& row : optimizers()) {
-    if (name == row.name) return row;
-  }
-  throw ConfigError(fmt::format("--{} '{}' is not one of: {}", flag, name, optimizerNames()));
+  return rowNamed(optimizers(), name, flag);
 }
 
 std::string describeOptimizer(const TrainConfig& cfg) {
