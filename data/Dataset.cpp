@@ -1,4 +1,5 @@
 #include "data/Dataset.h"
+#include "data/MemoryBound.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -239,6 +240,10 @@ Dataset loadNpzDataset(const DataSource& source, Split split) {
   const std::string yName = split == Split::Train ? "y_train" : "y_test";
   const NpyArray xh = npz.header(xName);
   if (xh.shape.empty() || xh.shape[0] == 0) throw DataError(fmt::format("{}: '{}' holds no samples", path, xName));
+  if (xh.elements() == 0) {
+    throw DataError(fmt::format("{}: '{}' has shape [{}]: its samples hold no values", path, xName,
+                                fmt::join(xh.shape, ", ")));
+  }
   Dataset d;
   d.name = path;
   d.ids = npzHoldsIds(npz, xName, xh);
@@ -255,16 +260,8 @@ Dataset loadNpzDataset(const DataSource& source, Split split) {
   }
   // Before the allocation: the split's samples must fit this host's memory, shared by its
   // ranks (each holds its own copy). Ids become int64 beside the file's array.
-  const double need = static_cast<double>(xh.elements()) * static_cast<double>(xh.itemSize + (d.ids ? 8 : 0));
-  const std::uint64_t memory = portable::physicalMemoryBytes();
-  const int ranks = portable::ranksOnThisHost();
-  if (memory > 0 && need * ranks > static_cast<double>(memory)) {
-    constexpr double kGiB = 1024.0 * 1024 * 1024;
-    throw DataError(fmt::format("{}: '{}' needs {:.2f} GiB of memory in each of this host's {} rank(s), {:.2f} GiB "
-                                "in all, but the host has {:.2f} GiB; use fewer ranks per host, or a smaller or "
-                                "token file (--block-size, memory-mapped)", path, xName, need / kGiB, ranks,
-                                need * ranks / kGiB, static_cast<double>(memory) / kGiB));
-  }
+  requireMemoryFor(static_cast<double>(xh.elements()) * static_cast<double>(xh.itemSize + (d.ids ? 8 : 0)), path,
+                   fmt::format("'{}'", xName));
   d.images = npzTensor(npz, xName, xh);
   if (d.ids) {
     d.images = d.images.to(torch::kInt64);

@@ -1,4 +1,5 @@
 #include "data/Idx.h"
+#include "data/MemoryBound.h"
 
 #include <fmt/format.h>
 #include <zlib.h>
@@ -90,6 +91,8 @@ IdxArray readIdx(const std::string& path, int rank) {
     elements *= dim;
     array.dims.push_back(dim);
   }
+  // Bytes as read, and the float tensor they become (images; labels become int64).
+  requireMemoryFor(static_cast<double>(elements) * (rank == 1 ? 9 : 5), path, "its data");
   // Grow with the data actually read, so that a garbled header promising gigabytes costs
   // nothing until the file really holds them (found by tests/fuzz/fuzz_idx).
   const auto expected = static_cast<std::size_t>(elements);

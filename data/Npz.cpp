@@ -186,10 +186,8 @@ NpzFile::NpzFile(const std::string& path) : path_(path) {
     throw DataError(fmt::format("{}: cannot open ({}); --dataset takes a NumPy .npz file (np.savez) or a name "
                                 "of --list-datasets", path, std::strerror(errno)));
   }
-  struct stat info;
-  ::fstat(fd_, &info);
-  fileSize_ = static_cast<std::uint64_t>(info.st_size);
   try {
+    fileSize_ = sizeOfDataFile(fd_, path);
     const auto read = [&](std::uint64_t at, void* out, std::size_t n) { readAt(fd_, at, out, n, path); };
     const auto fail = [&](const std::string& why) {
       throw DataError(fmt::format("{}: not an .npz file, or truncated ({}); save it with np.savez", path, why));

@@ -1,6 +1,7 @@
 #pragma once
 // Positioned reads of the dataset readers (token files, .npz members).
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -27,6 +28,18 @@ inline void readAt(int fd, std::uint64_t offset, void* out, std::size_t n, const
     n -= static_cast<std::size_t>(got);
     offset += static_cast<std::uint64_t>(got);
   }
+}
+
+// The size of the open file `fd` named `path`; throws DataError when it is a directory (whose
+// reads fail as if it were empty) or cannot be looked at.
+inline std::uint64_t sizeOfDataFile(int fd, const std::string& path) {
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) throw DataError(fmt::format("{}: cannot look at it ({})", path, std::strerror(errno)));
+  if (S_ISDIR(info.st_mode)) {
+    throw DataError(fmt::format("{}: a directory; --dataset takes a file (an .npz, a token file such as "
+                                "DIR/train.bin) or a name of --list-datasets", path));
+  }
+  return static_cast<std::uint64_t>(info.st_size);
 }
 
 }  // namespace pstrain::data

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -129,18 +128,11 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
                                 ".bin), an .npz, or a name of --list-datasets", path, std::strerror(errno)));
   }
   try {
-    struct stat info {};
-    ::fstat(fd_, &info);
-    fileSize_ = static_cast<std::uint64_t>(info.st_size);
+    fileSize_ = sizeOfDataFile(fd_, path);
     unsigned char head[kLlmcHeaderBytes] = {};
     const std::size_t headBytes = static_cast<std::size_t>(std::min<std::uint64_t>(fileSize_, sizeof head));
     if (headBytes > 0) readAt(fd_, 0, head, headBytes, path);
     layout_ = tokenLayout(head, headBytes, fileSize_, path);
-    if (fileSize_ > 0) {
-      void* base = ::mmap(nullptr, fileSize_, PROT_READ, MAP_SHARED, fd_, 0);
-      if (base == MAP_FAILED) throw DataError(fmt::format("{}: cannot map it ({})", path, std::strerror(errno)));
-      base_ = static_cast<const unsigned char*>(base);
-    }
     // The largest id, and the identity: a pass of read(2)s (the page cache, not this
     // process's memory) with the CRC-32 of the first and the last MiB of ids.
     std::vector<unsigned char> chunk(1 << 20);
@@ -176,7 +168,6 @@ std::uint32_t TokenFile::idAt(const unsigned char* ids, std::uint64_t i) const {
 }
 
 TokenFile::~TokenFile() {
-  if (base_) ::munmap(const_cast<unsigned char*>(base_), fileSize_);
   ::close(fd_);
 }
 
@@ -184,13 +175,13 @@ void TokenFile::copy(std::uint64_t offset, std::uint64_t n, std::int64_t* out) c
   if (offset > layout_.count || n > layout_.count - offset) {
     throw DataError(fmt::format("{}: ids {}..{} are past its {} tokens", path_, offset, offset + n, layout_.count));
   }
-  const unsigned char* first = base_ + layout_.offset + layout_.idBytes * offset;
-  for (std::uint64_t i = 0; i < n; ++i) out[i] = idAt(first, i);
-  // The pages stay in the page cache; this process's resident memory does not keep them.
-  static const std::uintptr_t page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto from = reinterpret_cast<std::uintptr_t>(first) & ~(page - 1);
-  const auto to = reinterpret_cast<std::uintptr_t>(first + layout_.idBytes * n);
-  ::madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
+  // pread, not a mapping: a file cut short while training (truncate, a rewrite in place)
+  // is a DataError naming it here, where a mapping's reader would die of SIGBUS.
+  thread_local std::vector<unsigned char> bytes;
+  bytes.resize(layout_.idBytes * n);
+  readAt(fd_, layout_.offset + layout_.idBytes * offset, bytes.data(), bytes.size(),
+         fmt::format("{} (changed while training?)", path_));
+  for (std::uint64_t i = 0; i < n; ++i) out[i] = idAt(bytes.data(), i);
 }
 
 }  // namespace pstrain::data

@@ -1,6 +1,7 @@
 #pragma once
-// Token streams for language models: a file of token ids, memory-mapped, so that a file
-// larger than memory trains and a rank's memory does not grow with it. Layouts:
+// Token streams for language models: a file of token ids, read window by window with
+// pread (never mapped: a file cut short while training is a DataError, not a SIGBUS), so
+// that a file larger than memory trains and a rank's memory does not grow with it. Layouts:
 //   nanoGPT's:  a flat array of little-endian uint16 ids, named train.bin (val.bin beside
 //               it is the test split);
 //   llm.c's:    a header of 256 int32 (magic, version, the token count, the rest 0) and then
@@ -35,7 +36,7 @@ std::string validationPath(const std::string& trainPath);
 
 class TokenFile {
  public:
-  explicit TokenFile(const std::string& path);  // opens and maps it; throws DataError
+  explicit TokenFile(const std::string& path);  // opens it and reads its header; throws DataError
   ~TokenFile();
   TokenFile(const TokenFile&) = delete;
   TokenFile& operator=(const TokenFile&) = delete;
@@ -49,8 +50,8 @@ class TokenFile {
   // "N tokens, crc32 of the first and last MiB ..." : what ranks compare at start-up.
   const std::string& identity() const { return identity_; }
 
-  // Ids [offset, offset + n) as int64 into `out`; then lets the kernel take the pages back
-  // from this process (they stay in the page cache). Thread-safe.
+  // Ids [offset, offset + n) as int64 into `out` (read from the page cache: nothing stays in
+  // this process). Thread-safe. Throws DataError when the file no longer holds them.
   void copy(std::uint64_t offset, std::uint64_t n, std::int64_t* out) const;
 
  private:
@@ -60,7 +61,6 @@ class TokenFile {
   int fd_ = -1;
   std::uint64_t fileSize_ = 0;
   TokenLayout layout_;
-  const unsigned char* base_ = nullptr;  // the whole file, mapped read-only
   std::uint32_t maxId_ = 0;
   std::string identity_;
 };

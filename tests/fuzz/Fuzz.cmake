@@ -12,7 +12,7 @@ function(pstrain_fuzzer name)
   target_link_options(${name} PRIVATE ${PSTRAIN_FUZZ_FLAGS})
   target_link_libraries(${name} PRIVATE fmt::fmt ZLIB::ZLIB)
 endfunction()
-pstrain_fuzzer(fuzz_idx data/Idx.cpp)
+pstrain_fuzzer(fuzz_idx data/Idx.cpp runtime/Portable.cpp)
 pstrain_fuzzer(fuzz_cifar data/Cifar.cpp)
 pstrain_fuzzer(fuzz_wire runtime/protocol/Handshake.cpp runtime/protocol/StepProtocol.cpp runtime/comm/Doorbell.cpp)
 pstrain_fuzzer(fuzz_checkpoint runtime/checkpoint/Checkpoint.cpp runtime/checkpoint/ArchiveCheck.cpp runtime/Portable.cpp

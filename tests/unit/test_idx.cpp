@@ -1,6 +1,7 @@
 // The IDX reader (data/Idx) and the built-in MNIST-format datasets: good files, gzipped or
 // not, and missing, truncated or garbled ones, each a clear error.
 #include <gtest/gtest.h>
+#include <zlib.h>
 #include <torch/torch.h>
 
 #include <filesystem>
@@ -125,4 +126,20 @@ TEST_F(IdxFiles, CountMismatchBetweenImagesAndLabels) {
   data::writeIdx((dir / "train-labels-idx1-ubyte").string(), {{4}, {0, 1, 2, 3}});
   std::string error = loadError();
   EXPECT_NE(error.find("5 images"), std::string::npos) << error;
+}
+
+// A gzipped header that promises more than this host's memory holds (here 10^10 pixels, 50
+// GB as read and as floats) is refused before anything is allocated: gzip makes such data
+// a few megabytes, and the reader used to grow with it up to 16 GiB.
+TEST_F(IdxFiles, AHeaderPromisingMoreThanTheMemoryIsRefusedFirst) {
+  writeSplit("train", true);
+  const fs::path path = dir / "train-images-idx3-ubyte.gz";
+  gzFile out = gzopen(path.c_str(), "wb");
+  const unsigned char header[16] = {0, 0, 8, 3, 0x00, 0x01, 0x86, 0xa0, 0, 0, 0x03, 0xe8, 0, 0, 0, 100};  // 100000 x 1000 x 100
+  gzwrite(out, header, sizeof header);
+  gzclose(out);
+  const std::string error = loadError();
+  EXPECT_NE(error.find("needs"), std::string::npos) << error;
+  EXPECT_NE(error.find("GiB of memory"), std::string::npos) << error;
+  EXPECT_NE(error.find("train-images-idx3-ubyte.gz"), std::string::npos) << error;
 }

@@ -190,3 +190,17 @@ TEST(TokenFile, ReadsVersion7AndNeverMisreadsAHeader) {
   writeTokens(dir / "tokens.bin", iota(100), true, 1234, 1);
   EXPECT_NE(errorOf([&] { data::TokenFile((dir / "tokens.bin").string()); }).find("named train.bin"), std::string::npos);
 }
+
+// A token file cut short while a rank trains on it (truncate, tools/text_to_bin.py writing
+// into the same folder) is a DataError naming it, never a SIGBUS.
+TEST(TokenFile, AFileCutShortWhileOpenIsADataError) {
+  testsupport::ScratchDir dir("tokens-cut");
+  writeTokens(dir / "train.bin", iota(100000));
+  data::TokenFile file((dir / "train.bin").string());
+  std::filesystem::resize_file(dir / "train.bin", 1000);
+  std::vector<std::int64_t> out(64);
+  file.copy(10, 64, out.data());  // still there
+  EXPECT_EQ(out[0], 10);
+  const std::string cut = errorOf([&] { file.copy(90000, 64, out.data()); });
+  EXPECT_NE(cut.find("train.bin (changed while training?): truncated"), std::string::npos) << cut;
+}
