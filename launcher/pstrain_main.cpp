@@ -140,8 +140,10 @@ bool commandLinesHold(comm::MpiComm& comm, const std::string& parseError) {
   }
 }
 
-// What --help, --version and the lists ask for (rank 0 prints it).
+// What --help, --version and the lists ask for, and the command line's warnings (rank 0
+// prints them).
 void printRequested(const launcher::TrainCommand& cli) {
+  for (const auto& warning : cli.warnings) std::cout << "pstrain: warning: " << warning << std::endl;
   if (!cli.helpText.empty()) std::cout << cli.helpText;
   if (cli.version) {
     fmt::print("pstrain 0.1 (libtorch {}, {}, BLAS: {})\n", TORCH_VERSION, comm::MpiSession::libraryVersion(),

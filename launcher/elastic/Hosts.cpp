@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <map>
 #include <regex>
 #include <sstream>
 
@@ -36,6 +37,7 @@ void checkHostName(const std::string& name, const std::string& where) {
 
 std::vector<Host> parseHostList(const std::string& text) {
   std::vector<Host> hosts;
+  std::map<std::string, int> lineOfHost;
   std::istringstream lines(text);
   std::string line;
   for (int number = 1; std::getline(lines, line); ++number) {
@@ -47,6 +49,11 @@ std::vector<Host> parseHostList(const std::string& text) {
     h.name = trim(line.substr(0, colon));
     checkHostName(h.name, where);
     if (colon != std::string::npos) h.slots = parseSlots(trim(line.substr(colon + 1)), where);
+    const auto [earlier, first] = lineOfHost.emplace(h.name, number);
+    if (!first) {
+      throw ConfigError(fmt::format("{}: '{}' again (line {} names it too): list each host once, with all its slots",
+                                    where, h.name, earlier->second));
+    }
     if (h.slots > 0) hosts.push_back(h);
   }
   return hosts;

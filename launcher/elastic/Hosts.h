@@ -13,7 +13,8 @@ struct Host {
 };
 
 // A discovery script's output, Horovod's convention: one "host:slots" (or "host") per
-// line; blank lines and '#' comments skipped. Throws ConfigError naming the line.
+// line; blank lines and '#' comments skipped. Throws ConfigError naming the line (a host
+// listed twice too: mpirun would refuse the job).
 std::vector<Host> parseHostList(const std::string& text);
 // An Open MPI hostfile: "host [slots=N] [...]" per line, '#' comments.
 std::vector<Host> parseHostfile(const std::string& text);

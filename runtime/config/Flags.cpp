@@ -3,8 +3,11 @@
 #include <cxxopts.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <set>
 #include <variant>
@@ -387,10 +390,29 @@ cxxopts::ParseResult parse(cxxopts::Options& options, const std::vector<std::str
     const std::string value = open != std::string::npos && close != std::string::npos
                                   ? what.substr(open + 3, close - open - 3) : "";
     const std::string flag = flagOfValue(args, value);
-    throw ConfigError(flag.empty() ? what : fmt::format("{} {}: not a number in range (a finite number is needed)", flag, value));
+    if (flag.empty()) throw ConfigError(what);
+    const bool boolean = std::any_of(std::begin(kFlags), std::end(kFlags), [&](const Flag& f) {
+      return "--" + std::string(f.name) == flag && std::holds_alternative<bool TrainConfig::*>(f.member);
+    });
+    throw ConfigError(boolean ? fmt::format("{} {}: true or false", flag, value)
+                              : fmt::format("{} {}: not a number in range (a finite number is needed)", flag, value));
   } catch (const cxxopts::exceptions::exception& e) {
     throw ConfigError(e.what());
   }
+}
+
+
+// "--lr given 2 times: the last counts" for each flag that `args` gives more than once.
+std::vector<std::string> repeatedFlags(const std::vector<std::string>& args) {
+  std::map<std::string, int> count;
+  for (const std::string& arg : args) {
+    if (arg.rfind("--", 0) == 0 && arg.size() > 2) ++count[arg.substr(0, arg.find('='))];
+  }
+  std::vector<std::string> repeated;
+  for (const auto& [flag, times] : count) {
+    if (times > 1) repeated.push_back(fmt::format("{} given {} times: the last one counts", flag, times));
+  }
+  return repeated;
 }
 
 }  // namespace
@@ -399,9 +421,20 @@ std::vector<std::string> configFileArguments(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw ConfigError(fmt::format("{}: cannot read the config file", path));
   std::vector<std::string> args;
+  std::map<std::string, int> lineOfKey;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
-    line = trim(line.substr(0, line.find('#')));
+    if (line.find('\0') != std::string::npos) {
+      throw ConfigError(fmt::format("{}:{}: a NUL byte: not a text file of 'key = value' lines", path, number));
+    }
+    // A comment starts with '#' at the line's start or after a blank: "run#1" is a value.
+    for (std::size_t hash = line.find('#'); hash != std::string::npos; hash = line.find('#', hash + 1)) {
+      if (hash == 0 || std::isspace(static_cast<unsigned char>(line[hash - 1]))) {
+        line.erase(hash);
+        break;
+      }
+    }
+    line = trim(line);
     if (line.empty()) continue;
     const auto eq = line.find('=');
     const std::string key = trim(line.substr(0, eq));
@@ -410,6 +443,11 @@ std::vector<std::string> configFileArguments(const std::string& path) {
                                     path, number, line));
     }
     if (key == "config") throw ConfigError(fmt::format("{}:{}: a config file cannot name another", path, number));
+    const auto [earlier, first] = lineOfKey.emplace(key, number);
+    if (!first) {
+      throw ConfigError(fmt::format("{}:{}: '{}' again (line {} sets it too): keep one", path, number, key,
+                                    earlier->second));
+    }
     args.push_back("--" + key + "=" + trim(line.substr(eq + 1)));
   }
   return args;
@@ -431,6 +469,7 @@ TrainFlags parseTrainFlags(const std::vector<std::string>& args) {
   }
   const cxxopts::ParseResult r = parse(options, all);
   TrainFlags flags;
+  flags.warnings = repeatedFlags(args);
   if (r.count("help")) {
     flags.helpText = options.help();
     return flags;

@@ -27,6 +27,7 @@ struct TrainFlags {
   bool listModels = false;
   bool listDatasets = false;
   bool listModes = false;
+  std::vector<std::string> warnings;  // for rank 0 to print: a flag the command line repeats
 };
 
 // Parses pstrain's arguments (`args` without the program name): the flags of `--config FILE`

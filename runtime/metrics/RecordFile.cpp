@@ -13,6 +13,9 @@ namespace pstrain::metrics {
 
 RecordFile::RecordFile(std::string path)
     : path_(std::move(path)), fd_(::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW, 0644)) {
+  if (fd_ < 0 && errno == ELOOP) {  // a refusal, not a failure: pstrain-run must not try again
+    throw ConfigError(fmt::format("{}: a symbolic link; run files are never written through one: remove it", path_));
+  }
   if (fd_ < 0) throw Error(fmt::format("{}: cannot open for writing ({})", path_, std::strerror(errno)));
 }
 

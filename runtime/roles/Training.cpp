@@ -266,6 +266,19 @@ void checkWorld(const config::TrainConfig& cfg, int size) {
   }
 }
 
+// Refuses a batch that a virtual shard cannot fill without taking a sample twice, the same
+// on every rank (after the handshake: the training set's size and the shards are agreed).
+// A token stream's windows start anywhere: any batch is fine.
+void checkBatchFitsShards(const config::TrainConfig& run, std::int64_t trainSamples) {
+  if (run.blockSize > 0) return;
+  const data::ShardSampler sampler(trainSamples, run.virtualShards, run.batchSize, run.seed, run.blockSize);
+  if (sampler.shardSize() >= run.batchSize) return;
+  throw CollectiveConfigError(fmt::format(
+      "--batch-size {} is more than the {} sample(s) of each of the {} virtual shard(s) of the {} training samples: a "
+      "batch would hold samples twice; lower --batch-size{}", run.batchSize, sampler.shardSize(), run.virtualShards,
+      trainSamples, run.virtualShards > 1 ? " or the shards (--virtual-shards, workers)" : ""));
+}
+
 // This rank's facts for the handshake: the flags the ranks must agree on, what must match
 // (protocol, parameters, data, files of the user's) and what is only recorded ("info.").
 Facts factsOf(comm::Communicator& comm, const config::TrainConfig& cfg, const config::TrainConfig& run,
@@ -351,6 +364,7 @@ StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, mo
     if (!rank.at("train-samples").empty()) started.trainSamples = std::stoll(rank.at("train-samples"));
   }
   started.run.virtualShards = std::stoi(started.facts[0].at("resolved-virtual-shards"));
+  checkBatchFitsShards(started.run, started.trainSamples);
   return started;
 }
 

@@ -91,6 +91,16 @@ int openPrivateDirectory(const std::string& path) {
                                     made.string(), std::strerror(errno)));
     }
   }
+  // Whoever can write the parent can put another directory in this one's place between the
+  // checks below and the writes that follow them; a sticky parent (/tmp) lets only the
+  // owner rename or remove it.
+  const std::filesystem::path parent = std::filesystem::absolute(path).lexically_normal().parent_path();
+  struct stat above;
+  if (::stat(parent.c_str(), &above) == 0 && (above.st_mode & (S_IWGRP | S_IWOTH)) && !(above.st_mode & S_ISVTX)) {
+    throw ConfigError(fmt::format("{}: its parent {} can be written by other users (mode {:04o}), who could replace "
+                                  "it; make the parent yours alone (chmod go-w) or sticky (chmod +t), or choose "
+                                  "another --train-dir", path, parent.string(), above.st_mode & 07777));
+  }
   const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     const int error = errno;

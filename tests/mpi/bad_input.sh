@@ -72,5 +72,16 @@ expect "train dir holds an earlier run" "already holds a run" -- \
   "$mpirun" -np 3 "$pstrain" --train-dir "$scratch/old" --dataset synthetic --steps 2
 expect "unwritable train dir" "rank 0: .*(cannot create|Permission denied|Read-only|Not a directory)" -- \
   "$mpirun" -np 3 "$pstrain" --train-dir /dev/null/pstrain-run --dataset synthetic --steps 2
+expect "a batch larger than a shard" "--batch-size 1000 is more than the 300 sample\(s\) of each of the 2 virtual shard" -- \
+  "${run3[@]}" --dataset synthetic --synthetic-size 600 --batch-size 1000
+expect "65536 virtual shards of a big batch, in a dry run" "--batch-size 1000000 is more than" -- \
+  "$mpirun" -np 3 "$pstrain" --train-dir "$scratch/run" --overwrite --dry-run --virtual-shards 65536 --batch-size 1000000
+expect "a directory as --dataset" "data: a directory; --dataset takes a file" -- "${run3[@]}" --dataset "$data"
+# A run file that is a symbolic link is refused, as a configuration error: exit 2, which
+# pstrain-run does not retry.
+mkdir -p "$scratch/linked" && chmod 700 "$scratch/linked" && ln -sf "$scratch/elsewhere.jsonl" "$scratch/linked/metrics.jsonl"
+out=$(with_timeout 60 "$mpirun" -np 3 "$pstrain" --train-dir "$scratch/linked" --dataset synthetic --steps 2 2>&1); rc=$?
+check "metrics.jsonl a symbolic link: exit 2, named (exit $rc)" \
+  bash -c "[ $rc -eq 2 ] && grep -q 'metrics.jsonl: a symbolic link' <<<\"\$1\" && [ ! -e '$scratch/elsewhere.jsonl' ]" _ "$out"
 
 checks_done

@@ -230,7 +230,7 @@ replace=(--device cpu --model lenet --dataset synthetic --synthetic-size 1200 --
 # run; a worker SIGKILLed once WAIT_FOR (a path in the train dir) exists.
 overwrite_survives() {
   local name=$1 marker=$2 victim; shift 2
-  rm -rf "$scratch/$name" && cp -R "$scratch/reference" "$scratch/$name"
+  rm -rf "${scratch:?}/$name" && cp -R "$scratch/reference" "$scratch/$name"
   "$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" --discovery-interval 1 --max-restarts 2 \
     -- "$@" > "$name.log" 2>&1 &
   local supervisor=$!

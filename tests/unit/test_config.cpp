@@ -179,3 +179,34 @@ TEST(Config, CommandLineOfGivesTheConfigBack) {
   EXPECT_NO_THROW(config::parseTrainFlags(args));  // not both
   std::remove(path.c_str());
 }
+
+// Config files and command lines that used to be misread or said the wrong thing.
+TEST(Config, ConfigFilesSayWhatIsWrong) {
+  const std::string path = ::testing::TempDir() + "pstrain-odd.conf";
+  auto refusal = [&](const std::string& text, std::vector<std::string> more = {}) {
+    std::ofstream(path, std::ios::binary) << text;
+    std::vector<std::string> args = {"--config", path};
+    args.insert(args.end(), more.begin(), more.end());
+    try {
+      config::parseTrainFlags(args);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(refusal("lr = 0.1\nsteps = 5\nlr = 0.2\n").find(":3: 'lr' again (line 1 sets it too)"), std::string::npos);
+  EXPECT_NE(refusal("overwrite = yes\n").find("--overwrite yes: true or false"), std::string::npos);
+  EXPECT_NE(refusal(std::string("lr = 0.1\nsteps\0 = 5\n", 20)).find(":2: a NUL byte"), std::string::npos);
+  // '#' starts a comment only at the start of a line or after a blank.
+  std::ofstream(path) << "train-dir = /tmp/run#1   # the first\n# all of this line\n";
+  EXPECT_EQ(config::parseTrainFlags({"--config", path}).cfg.trainDir, "/tmp/run#1");
+  // A flag given twice on the command line: the last counts, and the warning says so.
+  const auto twice = config::parseTrainFlags({"--lr", "0.1", "--steps=5", "--lr=0.3"});
+  EXPECT_DOUBLE_EQ(twice.cfg.lr, 0.3);
+  ASSERT_EQ(twice.warnings.size(), 1u);
+  EXPECT_EQ(twice.warnings[0], "--lr given 2 times: the last one counts");
+  // The config file's value under the command line's is no repetition.
+  std::ofstream(path) << "lr = 0.5\n";
+  EXPECT_TRUE(config::parseTrainFlags({"--config", path, "--lr", "0.2"}).warnings.empty());
+  std::remove(path.c_str());
+}

@@ -36,6 +36,13 @@ TEST(Elastic, GarbageHostsAndSlotCountsAreConfigErrors) {
                           "h*st\n"}) {
     EXPECT_THROW(launcher::parseHostfile(bad), ConfigError) << bad;
   }
+  // A host listed twice (mpirun would refuse the job, and it would be retried as a failure).
+  try {
+    launcher::parseHostList("studio:2\nmbp-1:1\nstudio:1\n");
+    ADD_FAILURE() << "a host listed twice accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("line 3: 'studio' again (line 1 names it too)"), std::string::npos) << e.what();
+  }
   try {
     launcher::parseHostList("ok:1\nok-2.local_3:65536\nx:65537\n");
     ADD_FAILURE() << "65537 slots accepted";

@@ -64,6 +64,21 @@ TEST_F(TrainDir, RefusesADirOthersCanWrite) {
   EXPECT_NE(error.find("other users can write it"), std::string::npos) << error;
 }
 
+// Whoever can write the train dir's parent can swap the train dir for another between
+// pstrain's checks and its writes: refused, unless the parent is sticky (as /tmp is).
+TEST_F(TrainDir, RefusesAParentOthersCanWriteUnlessSticky) {
+  const fs::path shared = scratch.path() / "shared";
+  fs::create_directories(shared);
+  ::chmod(shared.c_str(), 0777);
+  config::TrainConfig c = cfg();
+  c.trainDir = (shared / "run").string();
+  const std::string error = refusal(c);
+  EXPECT_NE(error.find("its parent " + shared.string() + " can be written by other users"), std::string::npos)
+      << error;
+  ::chmod(shared.c_str(), 01777);
+  EXPECT_EQ(refusal(c), "");
+}
+
 TEST_F(TrainDir, AnEarlierRunNeedsResumeOrOverwrite) {
   earlierRun();
   EXPECT_NE(refusal(cfg()).find("already holds a run"), std::string::npos);
