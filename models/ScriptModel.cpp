@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/csrc/jit/serialization/import_read.h>
+#include <torch/csrc/jit/serialization/import_source.h>
 #include <torch/script.h>
 #include <torch/torch.h>
 #include <torch/version.h>
@@ -18,6 +20,7 @@
 #include <sstream>
 
 #include "runtime/Errors.h"
+#include "runtime/checkpoint/ArchiveCheck.h"
 
 namespace pstrain::models {
 namespace {
@@ -31,47 +34,90 @@ std::string firstLine(const std::string& text) { return text.substr(0, text.find
                                 path, op, where));
 }
 
-// Before loading: the TorchScript source the archive carries (code/**.py), which the
-// loader compiles and whose __setstate__ methods it runs: each operator's calls as the
-// source spells them.
-void checkSource(caffe2::serialize::PyTorchStreamReader& archive, const std::string& path) {
-  static const std::pair<const char*, const char*> kCalls[] = {
-      {"torch.save(", "aten::save"},           {"ops.aten.save(", "aten::save"},
-      {"torch.from_file(", "aten::from_file"}, {"ops.aten.from_file(", "aten::from_file"},
-      {"rpc_sync(", "prim::rpc_sync"},         {"rpc_async(", "prim::rpc_async"},
-      {"rpc_remote(", "prim::rpc_remote"},     {"ops.prim.rpc_", "prim::rpc_*"}};
-  for (const std::string& record : archive.getAllRecords()) {
-    if (record.size() < 3 || record.compare(record.size() - 3, 3, ".py") != 0) continue;
-    const auto [data, size] = archive.getRecord(record);
-    std::string code(static_cast<const char*>(data.get()), size);
-    // Whitespace aside: the compiler reads "torch.save (" as "torch.save(".
-    code.erase(std::remove_if(code.begin(), code.end(), [](unsigned char c) { return std::isspace(c); }), code.end());
-    for (const auto& [spelling, op] : kCalls) {
-      if (code.find(spelling) != std::string::npos) refuseUntrusted(path, op, "in " + record);
+// Every graph of `function` and below: its blocks and its subgraph attributes (the body
+// of a prim::fork, of a fusion group ...), each node to `check`.
+void walkGraph(torch::jit::Block* block, const std::function<void(torch::jit::Node*)>& check) {
+  for (torch::jit::Node* node : block->nodes()) {
+    check(node);
+    for (torch::jit::Block* inner : node->blocks()) walkGraph(inner, check);
+    for (const torch::jit::Symbol& name : node->attributeNames()) {
+      if (node->kindOf(name) == torch::jit::AttributeKind::g) walkGraph(node->g(name)->block(), check);
+      if (node->kindOf(name) == torch::jit::AttributeKind::gs) {
+        for (const auto& graph : node->gs(name)) walkGraph(graph->block(), check);
+      }
     }
   }
 }
 
-// After loading: every function compiled from the file (methods of the module and its
-// submodules, __setstate__, free functions), blocks included.
-void checkGraphs(const torch::jit::Module& module, const std::string& path) {
-  std::function<void(torch::jit::Block*, const std::string&)> walk = [&](torch::jit::Block* block,
-                                                                          const std::string& function) {
-    for (torch::jit::Node* node : block->nodes()) {
+// Refuses, unless trusted, a file whose compiled code calls an operator that reads or
+// writes files (an argument named "filename": aten::save, aten::from_file) or reaches other
+// machines (prim::rpc_*): every function of `unit` (the classes' methods, __setstate__ and
+// hooks among them).
+void checkGraphs(const torch::jit::CompilationUnit& unit, const std::string& path) {
+  for (torch::jit::Function* function : unit.get_functions()) {
+    if (!function || !function->isGraphFunction()) continue;
+    const std::string where = "in " + function->qualname().qualifiedName();
+    walkGraph(torch::jit::toGraphFunction(*function).graph()->block(), [&](torch::jit::Node* node) {
       const std::string kind = node->kind().toQualString();
       bool named = false;
       if (const c10::FunctionSchema* schema = node->maybeSchema()) {
         for (const auto& argument : schema->arguments()) named = named || argument.name() == "filename";
       }
-      if (named || kind.rfind("prim::rpc_", 0) == 0) refuseUntrusted(path, kind, "in " + function);
-      for (torch::jit::Block* inner : node->blocks()) walk(inner, function);
-    }
-  };
-  for (torch::jit::Function* function : module._ivalue()->compilation_unit()->get_functions()) {
-    if (function->isGraphFunction()) {
-      walk(torch::jit::toGraphFunction(*function).graph()->block(), function->qualname().qualifiedName());
-    }
+      if (named || kind.rfind("prim::rpc_", 0) == 0) refuseUntrusted(path, kind, where);
+    });
   }
+}
+
+// Before anything of the file runs: its code (code/**.py) compiled as torch::jit::load
+// would compile it, into a compilation unit of its own, from the classes that data.pkl
+// instantiates (and all they use), without unpickling the module, which runs __setstate__.
+// Its constants must be tensors (their pickle names no class of the file). Then the graphs
+// are checked: what the checks see is what libtorch would execute, whatever the source's
+// spelling (line continuations, comments, a forked body).
+void checkBeforeLoading(caffe2::serialize::PyTorchStreamReader& archive, const std::string& path) {
+  auto pickle = [&](const std::string& name) {
+    const auto [data, size] = archive.getRecord(name);
+    return std::string(static_cast<const char*>(data.get()), size);
+  };
+  std::vector<std::string> classes;
+  try {
+    classes = checkpoint::pickleGlobals(pickle("data.pkl"), path);
+    if (archive.hasRecord("constants.pkl")) {
+      for (const std::string& name : checkpoint::pickleGlobals(pickle("constants.pkl"), path)) {
+        if (name.rfind("__torch__.", 0) == 0) {
+          refuseUntrusted(path, "an object of class " + name, "among its constants, which loading makes");
+        }
+      }
+    }
+  } catch (const CheckpointError& e) {
+    throw ConfigError(fmt::format("{}: not a TorchScript file pstrain reads ({})", path, e.what()));
+  }
+  std::vector<c10::IValue> constants;
+  if (archive.hasRecord("constants.pkl")) {
+    const auto noObjects = [&](const c10::QualifiedName& name) -> c10::StrongTypePtr {
+      refuseUntrusted(path, "an object of class " + name.qualifiedName(), "among its constants");
+    };
+    const auto noLoading = [&](const at::StrongTypePtr&, const c10::IValue&) -> c10::intrusive_ptr<c10::ivalue::Object> {
+      refuseUntrusted(path, "an object", "among its constants");
+    };
+    const c10::IValue table = torch::jit::readArchiveAndTensors("constants", "", "", noObjects, noLoading,
+                                                                c10::Device(c10::kCPU), archive);
+    for (const c10::IValue& constant : table.toTupleRef().elements()) constants.push_back(constant);
+  }
+  auto unit = std::make_shared<torch::jit::CompilationUnit>();
+  const torch::jit::SourceImporter importer(
+      unit, &constants,
+      [&](const std::string& qualifier) -> std::shared_ptr<torch::jit::Source> {
+        std::string file = "code/" + qualifier + ".py";
+        std::replace(file.begin() + 5, file.end() - 3, '.', '/');
+        if (!archive.hasRecord(file)) return nullptr;
+        return std::make_shared<torch::jit::Source>(pickle(file), file, 1);
+      },
+      archive.version());
+  for (const std::string& name : classes) {
+    if (name.rfind("__torch__.", 0) == 0) importer.loadType(c10::QualifiedName(name));
+  }
+  checkGraphs(*unit, path);
 }
 
 // "crc32 1a2b3c4d, 123456 bytes": what the start-up handshake compares across ranks.
@@ -178,7 +224,7 @@ std::shared_ptr<Net> loadScriptModel(const std::string& path) {
     throw ConfigError(fmt::format("{}: not a TorchScript file (not a PyTorch archive: {}); save the model with "
                                   "torch.jit.script(model).save(\"{}\")", path, why, path));
   }
-  if (!trustModelFiles()) checkSource(*archive, path);
+  if (!trustModelFiles()) checkBeforeLoading(*archive, path);
   archive.reset();
   torch::jit::setGraphExecutorOptimize(false);
   torch::jit::Module module;
@@ -198,7 +244,8 @@ std::shared_ptr<Net> loadScriptModel(const std::string& path) {
   if (!module.find_method("forward")) {
     throw ConfigError(fmt::format("{}: the TorchScript module has no forward method", path));
   }
-  if (!trustModelFiles()) checkGraphs(module, path);
+  // And what loading made, against whatever the compile above did not reach.
+  if (!trustModelFiles()) checkGraphs(*module._ivalue()->compilation_unit(), path);
   return std::make_shared<ScriptNet>(std::move(module), path);
 }
 

@@ -35,7 +35,7 @@ bool argumentOf(unsigned char op, Arg& arg) {
     case 0x80: arg = Arg::Fixed1; return true;                       // PROTO
     case '.': case '(': case ')': case '}': case ']': case 'N': case 0x88: case 0x89:
     case 't': case 0x85: case 0x86: case 0x87: case 'e': case 'u': case 'a': case 's':
-    case 'R': case 'b': case 'Q': case '0': case 'l': case 'd':
+    case 'R': case 'b': case 'Q': case '0': case 'l': case 'd': case 0x81:
       arg = Arg::None; return true;
     case 'K': arg = Arg::Fixed1; return true;                        // BININT1
     case 'M': arg = Arg::Fixed2; return true;                        // BININT2
@@ -78,6 +78,7 @@ StackEffect stackEffectOf(unsigned char op) {
     case 'a': return {2, 1};                                                 // APPEND: list, item
     case 's': return {3, 1};                                                 // SETITEM: dict, key, value
     case 'R': return {2, 1};                                                 // REDUCE: callable, args
+    case 0x81: return {2, 1};                                                // NEWOBJ: class, args
     case 'b': return {2, 1};                                                 // BUILD: object, state
     case 'Q': return {1, 1};                                                 // BINPERSID
     case '0': return {1, 0};                                                 // POP
@@ -89,7 +90,10 @@ StackEffect stackEffectOf(unsigned char op) {
   }
 }
 
-void checkPickle(std::string_view p, const Fail& fail) {
+// Checks the pickle `p` (see ArchiveCheck.h) and returns the classes its GLOBALs name.
+// NEWOBJ (an object of a TorchScript class) only with `objects`: a checkpoint holds none.
+std::vector<std::string> checkPickle(std::string_view p, const Fail& fail, bool objects) {
+  std::vector<std::string> globals;
   std::size_t pos = 0;
   std::uint64_t memo = 0;  // ids in use: 0 .. memo-1
   std::uint64_t items = 0;             // on the stack
@@ -102,7 +106,9 @@ void checkPickle(std::string_view p, const Fail& fail) {
     const std::size_t at = pos;
     const unsigned char op = static_cast<unsigned char>(p[pos++]);
     Arg arg;
-    if (!argumentOf(op, arg)) fail(fmt::format("unsupported pickle opcode 0x{:02x} at byte {}", op, at));
+    if (!argumentOf(op, arg) || (op == 0x81 && !objects)) {
+      fail(fmt::format("unsupported pickle opcode 0x{:02x} at byte {}", op, at));
+    }
     const StackEffect effect = stackEffectOf(op);
     if (op == '(') {
       marks.push_back(items);
@@ -127,13 +133,17 @@ void checkPickle(std::string_view p, const Fail& fail) {
       case Arg::Fixed8: need(8); pos += 8; break;
       case Arg::Len1: need(1); n = le(p, pos, 1); pos += 1; need(n); pos += n; break;
       case Arg::Len4: need(4); n = le(p, pos, 4); pos += 4; need(n); pos += n; break;
-      case Arg::Lines2:
+      case Arg::Lines2: {
+        std::string name;
         for (int line = 0; line < 2; ++line) {
           auto end = p.find('\n', pos);
           if (end == std::string_view::npos) fail("unterminated GLOBAL");
+          name += std::string(line ? "." : "") + std::string(p.substr(pos, end - pos));
           pos = end + 1;
         }
+        globals.push_back(std::move(name));
         break;
+      }
       case Arg::Put1: case Arg::Put4: case Arg::Get1: case Arg::Get4: {
         const int width = arg == Arg::Put1 || arg == Arg::Get1 ? 1 : 4;
         need(width);
@@ -148,7 +158,7 @@ void checkPickle(std::string_view p, const Fail& fail) {
         break;
       }
     }
-    if (op == '.') return;  // STOP
+    if (op == '.') return globals;  // STOP
   }
   fail("pickle has no STOP");
 }
@@ -175,11 +185,15 @@ void checkArchive(const std::string& bytes, const std::string& path) {
     std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
     if (!names.insert(name).second) fail(fmt::format("two records named {} (letter case aside)", entry.name));
     if (name.size() >= 9 && name.compare(name.size() - 9, 9, "/data.pkl") == 0) {
-      checkPickle(b.substr(data, entry.size), fail);
+      checkPickle(b.substr(data, entry.size), fail, false);
       sawPickle = true;
     }
   }
   if (!sawPickle) fail("no data.pkl record");
+}
+
+std::vector<std::string> pickleGlobals(std::string_view pickle, const std::string& path) {
+  return checkPickle(pickle, Fail{path}, true);
 }
 
 }  // namespace pstrain::checkpoint

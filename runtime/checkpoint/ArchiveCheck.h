@@ -10,10 +10,17 @@
 // lengths stay within the pickle, memo ids assigned in order, and no opcode taking more
 // items from the stack than there are above its innermost MARK (libtorch does not check).
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace pstrain::checkpoint {
 
 // Throws CheckpointError naming `path` and the first problem found.
 void checkArchive(const std::string& bytes, const std::string& path);
+
+// The same check of one pickle of a TorchScript archive (which may hold objects of its
+// classes: NEWOBJ); returns the classes its GLOBAL opcodes name, as "module.name"
+// ("__torch__.Net", "torch._utils._rebuild_tensor_v2"), in order.
+std::vector<std::string> pickleGlobals(std::string_view pickle, const std::string& path);
 
 }  // namespace pstrain::checkpoint
