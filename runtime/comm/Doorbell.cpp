@@ -62,8 +62,9 @@ std::vector<Listening> selectAddresses(const Doorbell::Interfaces& interfaces) {
     Listening l;
     l.address = reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr;
     if (i->ifa_netmask) l.netmask = reinterpret_cast<const sockaddr_in*>(i->ifa_netmask)->sin_addr;
+    // As Open MPI's TCP transport: an include list makes the exclude list moot.
     if (!include.empty() && !matches(include, i->ifa_name, l.address)) continue;
-    if (matches(exclude, i->ifa_name, l.address)) continue;
+    if (include.empty() && matches(exclude, i->ifa_name, l.address)) continue;
     ((i->ifa_flags & IFF_LOOPBACK) && include.empty() ? loopback : external).push_back(l);
   }
   ::freeifaddrs(list);

@@ -186,6 +186,10 @@ TEST(Doorbell, ListensOnlyWherePeersRing) {
   EXPECT_FALSE(in >> more);
   Doorbell loopbackOnly(Doorbell::Interfaces{"lo", ""});
   EXPECT_NE(loopbackOnly.address().find(" 127.0.0.1"), std::string::npos) << loopbackOnly.address();
+  // Open MPI's own reading once --mca btl_tcp_if_include lo is given (MPI_T shows both):
+  // the include list wins, as in its TCP transport.
+  Doorbell asOpenMpiReadsIt(Doorbell::Interfaces{"lo", "127.0.0.1/8,sppp"});
+  EXPECT_NE(asOpenMpiReadsIt.address().find(" 127.0.0.1"), std::string::npos) << asOpenMpiReadsIt.address();
   Doorbell none(Doorbell::Interfaces{"no-such-interface0", ""});
   EXPECT_EQ(none.address(), "");  // nothing selected: no socket, rings dropped
   Doorbell every;

@@ -12,7 +12,9 @@
 #include <iostream>
 #include <random>
 #include <thread>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "runtime/Errors.h"
 #include "runtime/Stop.h"
@@ -21,6 +23,34 @@
 
 namespace pstrain::comm {
 namespace {
+
+// Open MPI's value of the MCA parameter `name` as this process sees it, wherever it was set
+// (mpirun --mca, OMPI_MCA_* variables, the parameter files): read through the MPI tool
+// interface (MPI_T), which knows the transport's parameters once MPI_Init opened it; its
+// OMPI_MCA_ variable where MPI_T does not know the name (another MPI, a transport not
+// loaded). "" when unset.
+std::string mcaParameter(const char* name) {
+  const char* fromEnvironment = std::getenv((std::string("OMPI_MCA_") + name).c_str());
+  std::string value = fromEnvironment ? fromEnvironment : "";
+  int provided = 0;
+  if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return value;
+  int index = 0, count = 0;
+  MPI_T_cvar_handle handle;
+  if (MPI_T_cvar_get_index(name, &index) == MPI_SUCCESS &&
+      MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
+    MPI_Datatype type;
+    int nameLength = 0, descriptionLength = 0, verbosity = 0, bind = 0, scope = 0;
+    MPI_T_enum enumType;
+    if (MPI_T_cvar_get_info(index, nullptr, &nameLength, &verbosity, &type, &enumType, nullptr, &descriptionLength,
+                            &bind, &scope) == MPI_SUCCESS && type == MPI_CHAR && count > 0) {
+      std::vector<char> text(static_cast<std::size_t>(count) + 1, '\0');
+      if (MPI_T_cvar_read(handle, text.data()) == MPI_SUCCESS) value = text.data();
+    }
+    MPI_T_cvar_handle_free(&handle);
+  }
+  MPI_T_finalize();
+  return value;
+}
 
 void check(int rc, const std::string& what) {
   if (rc == MPI_SUCCESS) return;
@@ -243,10 +273,6 @@ MpiComm::MpiComm() {
 
 void MpiComm::connect(bool enabled) {
   hosts_ = MpiComm::allGather(host_, "start-up (host names)");
-  auto env = [](const char* name) {
-    const char* value = std::getenv(name);
-    return std::string(value ? value : "");
-  };
   // A job on one host rings over the loopback alone: no other machine can reach it. One
   // host as Open MPI places ranks (shared memory), not by name: cloned machines, and
   // network namespaces, can share a host name.
@@ -257,7 +283,7 @@ void MpiComm::connect(bool enabled) {
   MPI_Comm_free(&local);
   const bool oneHost = localSize == size_;
   doorbell_ = std::make_unique<Doorbell>(
-      Doorbell::Interfaces{env("OMPI_MCA_btl_tcp_if_include"), env("OMPI_MCA_btl_tcp_if_exclude")}, enabled, oneHost);
+      Doorbell::Interfaces{mcaParameter("btl_tcp_if_include"), mcaParameter("btl_tcp_if_exclude")}, enabled, oneHost);
   std::uint64_t key[2] = {0, 0};
   if (rank_ == 0) {
     std::random_device entropy;  // the kernel's random source
