@@ -97,7 +97,8 @@ TEST(Cli, NumbersAreBoundedAndFinite) {
 TEST(Cli, PsevalNumbersAreBoundedAndFinite) {
   for (const std::vector<std::string>& args : {std::vector<std::string>{"--poll-seconds", "nan"},
                                                {"--idle-timeout", "inf"}, {"--poll-seconds", "-1"},
-                                               {"--batch-size", "0"}, {"--threads", "-2"}}) {
+                                               {"--batch-size", "0"}, {"--threads", "-2"},
+                                               {"--device", "tpu"}}) {  // a device without a row: never auto
     std::vector<std::string> argv = {"pseval", "--train-dir", "x"};
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<char*> raw;

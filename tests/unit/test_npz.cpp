@@ -202,6 +202,19 @@ TEST_F(Npz, IntegerSamplesAreTokenIds) {
   }
 }
 
+// Samples with no values (int64 x of shape (N, 0)) are named with the file, not left to a
+// reduction's error.
+TEST_F(Npz, SamplesWithNoValuesAreNamed) {
+  const std::string y = bytesOf(std::vector<std::int64_t>{0, 1});
+  try {
+    data::loadDataset(write("empty.npz", datasetNpz("<i8", "", "(2, 0)", "<i8", y, "(2,)")), "", data::Split::Train, 0);
+    ADD_FAILURE() << "samples of no values loaded";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("empty.npz: 'x_train' has shape [2, 0]: its samples hold no values"),
+              std::string::npos) << e.what();
+  }
+}
+
 // Labels per position [N, L], of any integer type, with the ignore index as padding: the
 // classes are counted without it.
 TEST_F(Npz, LabelsPerPositionWithPadding) {
