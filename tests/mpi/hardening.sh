@@ -143,10 +143,25 @@ with_timeout 60 "$mpirun" -np 3 "$pstrain" --model mlp --dataset fashion-mnist -
   --train-dir "$scratch/run" --overwrite --steps 5 > failed2.log 2>&1
 check "failed --overwrite (workers without data): refused" has failed2.log "nowhere/train-images-idx3-ubyte.*not found"
 check "failed --overwrite (workers without data): the earlier run is intact" test "$(fingerprint run)" = "$before"
-# Killed after it set the earlier run aside (a NaN at its first step stops the job).
+# Stopped after it set the earlier run aside (a NaN at its first step stops the job, and
+# mpirun sends SIGTERM to rank 0): rank 0 puts the earlier run back before it exits.
 with_timeout 60 "$mpirun" -np 3 "$pstrain" --model mlp "${common[@]}" --steps 40 --checkpoint-every 20 --train-dir "$scratch/run" \
   --overwrite --inject-nan 1:0 > failed3.log 2>&1
-check "killed --overwrite: the earlier run waits in .replaced/" test "$(fingerprint run/.replaced)" = "$before"
+check "stopped --overwrite (SIGTERM): the earlier run is back in place, nothing left aside" \
+  bash -c "[ '$(fingerprint run)' = '$before' ] && [ ! -e run/.replaced ]"
+# Killed outright (SIGKILL to rank 0 once it set the earlier run aside): no time to put it
+# back, so the earlier run waits in .replaced/.
+"$mpirun" -np 3 "$pstrain" --model mlp "${common[@]}" --steps 400 --checkpoint-every 0 --straggle 1:50 \
+  --train-dir "$scratch/run" --overwrite > killed.log 2>&1 &
+job=$!
+victim=""
+for _ in $(seq 300); do
+  [ -d run/.replaced ] && victim=$(rank_pid run 0) && [ -n "$victim" ] && break
+  sleep 0.1
+done
+[ -n "$victim" ] && kill -9 "$victim"
+wait $job
+check "killed --overwrite (SIGKILL): the earlier run waits in .replaced/" test "$(fingerprint run/.replaced)" = "$before"
 with_timeout 60 "$mpirun" -np 3 "$pstrain" --model mlp "${common[@]}" --steps 40 --train-dir "$scratch/run" --overwrite > next.log 2>&1
 check "killed --overwrite: the next start says where the earlier run is" has next.log "run/.replaced holds the files of a run"
 rm -rf run/ckpt run/metrics.jsonl run/run.json run/events.out.tfevents.* && mv run/.replaced/* run/ && rmdir run/.replaced
