@@ -17,8 +17,6 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
-#include <fstream>
-#include <sstream>
 
 #include "runtime/Errors.h"
 #include "runtime/checkpoint/ArchiveCheck.h"
