@@ -56,6 +56,10 @@ std::optional<std::string> whenRetrying(const TrainConfig& c, const std::string&
 std::optional<std::string> whenGossiping(const TrainConfig& c, const std::string& v) {
   return c.modeInfo().exchange == Exchange::Gossip ? v : "-";
 }
+// diloco's flags: in the fingerprint of diloco runs only (older runs' stay what they were).
+std::optional<std::string> whenDiloco(const TrainConfig& c, const std::string& v) {
+  return c.modeInfo().outerOptimizer() ? std::optional<std::string>(v) : std::nullopt;
+}
 std::optional<std::string> whenSynthetic(const TrainConfig& c, const std::string& v) {
   return c.dataset.rfind("synthetic", 0) == 0 ? v : "-";
 }
@@ -103,6 +107,21 @@ const std::vector<Flag> kFlags = {
        require(std::isfinite(c.peerTimeoutMs) && c.peerTimeoutMs > 0 && c.peerTimeoutMs <= kMaxSeconds * 1000,
                fmt::format("--peer-timeout-ms must be a positive number of at most {} (got {})", kMaxSeconds * 1000,
                            c.peerTimeoutMs)); }},
+    {"local-steps", "Modes", "diloco: inner optimizer steps each worker runs alone between two exchanges (H)",
+     &TrainConfig::localSteps, A::Fingerprint, whenDiloco, [](const TrainConfig& c) {
+       require(c.localSteps >= 1 && c.localSteps <= 1'000'000,
+               fmt::format("--local-steps must be in [1, 1000000] (got {})", c.localSteps)); }},
+    {"outer-lr", "Modes", "diloco: the outer optimizer's learning rate on the averaged pseudo-gradient",
+     &TrainConfig::outerLr, A::Fingerprint, whenDiloco, [](const TrainConfig& c) {
+       require(std::isfinite(c.outerLr) && c.outerLr > 0 && c.outerLr <= 10,
+               fmt::format("--outer-lr must be in (0, 10] (got {})", c.outerLr)); }},
+    {"outer-momentum", "Modes", "diloco: the outer optimizer's momentum (0: plain averaging steps)",
+     &TrainConfig::outerMomentum, A::Fingerprint, whenDiloco, [](const TrainConfig& c) {
+       require(std::isfinite(c.outerMomentum) && c.outerMomentum >= 0 && c.outerMomentum < 1,
+               fmt::format("--outer-momentum must be in [0, 1) (got {})", c.outerMomentum)); }},
+    {"outer-optimizer", "Modes", "diloco: " + outerOptimizerNames() + " (rank 0's rule on the averaged pseudo-gradient)",
+     &TrainConfig::outerOptimizer, A::Fingerprint, whenDiloco, [](const TrainConfig& c) {
+       outerOptimizerInfo(c.outerOptimizer); }},
 
     {"compress", "Compression",
      "gradients (worker -> server, allreduce): none, zlib[:LEVEL], fp16, bf16, int8, topk:RATIO, randomk:RATIO, powersgd:RANK",
@@ -184,9 +203,11 @@ const std::vector<Flag> kFlags = {
      &TrainConfig::reshard, A::HostLocal, nullptr, nullptr},
     {"balance", "Optimization",
      "sync: deal each step's virtual shards to the workers in proportion to their measured speed (same weights; hosts "
-     "of different speeds finish together)", &TrainConfig::balance, A::Fingerprint, nullptr, [](const TrainConfig& c) {
-       require(!c.balance || c.modeInfo().exchange == Exchange::Collective,
-               "--balance deals a sync step's virtual shards by speed: --mode sync only"); }},
+     "of different speeds finish together); diloco: deal each round's local steps in proportion to the workers' speed "
+     "(a fast host does more of them instead of waiting)", &TrainConfig::balance, A::Fingerprint, nullptr, [](const TrainConfig& c) {
+       require(!c.balance || c.modeInfo().exchange == Exchange::Collective || c.modeInfo().outerOptimizer(),
+               "--balance deals a sync step's virtual shards, or a diloco round's local steps, by speed: --mode sync or "
+               "diloco only"); }},
     {"lr", "Optimization", "base learning rate (one worker)",
      &TrainConfig::lr, A::Fingerprint, nullptr, [](const TrainConfig& c) {
        require(std::isfinite(c.lr) && c.lr > 0, fmt::format("--lr must be a positive number (got {})", c.lr)); }},

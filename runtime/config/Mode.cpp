@@ -24,6 +24,10 @@ const std::vector<ModeInfo>& modes() {
       {Mode::Gossip, "gossip", Exchange::Gossip, Quorum::One, StalePolicy::None, false, false,
        "one-sided reads of a peer's weights",
        "N peers: every rank trains alone and now and then averages with a random peer's weights"},
+      {Mode::Diloco, "diloco", Exchange::LocalRounds, Quorum::One, StalePolicy::None, false, false,
+       "rounds of --local-steps: the weights down and each worker's pseudo-gradient up once a round",
+       "server + N workers: each worker runs --local-steps steps alone, rank 0 applies the outer optimizer "
+       "(Nesterov) to the mean of their global - local weights (DiLoCo)"},
   };
   return table;
 }
@@ -43,6 +47,7 @@ const char* nameOf(Exchange exchange) {
     case Exchange::PointToPoint: return "point-to-point";
     case Exchange::AllReduce: return "all-reduce";
     case Exchange::Gossip: return "gossip";
+    case Exchange::LocalRounds: return "local-rounds";
   }
   return "?";
 }

@@ -14,13 +14,16 @@
 
 namespace pstrain::config {
 
-enum class Mode { Sync, Backup, Async, Allreduce, Gossip };
+enum class Mode { Sync, Backup, Async, Allreduce, Gossip, Diloco };
 
 enum class Exchange {
   Collective,    // a server and workers: a broadcast of the weights, a sum-reduce of the gradients
   PointToPoint,  // a server and workers: each worker pushes its gradient, the server answers with weights
   AllReduce,     // peers: every rank sums every rank's gradient and applies the same update
   Gossip,        // peers: every rank trains alone and averages with a random peer now and then
+  LocalRounds,   // a server and workers: each worker runs --local-steps steps of its own optimizer, then
+                 // its pseudo-gradient (global - local weights) is summed like a gradient and rank 0
+                 // applies the outer optimizer to it (diloco)
 };
 
 // The worker batches behind one update.
@@ -50,6 +53,9 @@ struct ModeInfo {
 
   // No server: every rank computes and rank 0 also writes the run's files.
   bool peers() const { return exchange == Exchange::AllReduce || exchange == Exchange::Gossip; }
+  // Rank 0 steps the weights with a rule of its own (the outer optimizer), the workers with
+  // --optimizer.
+  bool outerOptimizer() const { return exchange == Exchange::LocalRounds; }
   // Gradients carry the version of the weights they were computed on (a float: steps < 2^24).
   bool versioned() const { return exchange == Exchange::PointToPoint; }
 };
@@ -70,7 +76,7 @@ Mode parseMode(const std::string& name);
 int computeRanks(Mode mode, int worldSize);
 bool computesGradients(Mode mode, int rank);
 
-// "sync, backup, async, allreduce, gossip".
+// "sync, backup, async, allreduce, gossip, diloco".
 std::string modeNames();
 
 }  // namespace pstrain::config

@@ -28,6 +28,20 @@ const OptimizerInfo& optimizerInfo(const std::string& name, const std::string& f
   return rowNamed(optimizers(), name, flag);
 }
 
+const std::vector<OuterOptimizerInfo>& outerOptimizers() {
+  static const std::vector<OuterOptimizerInfo> table = {
+      {"sgd", "torch.optim.SGD with --outer-momentum (heavy ball)", false},
+      {"nesterov", "torch.optim.SGD with --outer-momentum, nesterov=True (DiLoCo's)", true},
+  };
+  return table;
+}
+
+const OuterOptimizerInfo& outerOptimizerInfo(const std::string& name) {
+  return rowNamed(outerOptimizers(), name, "outer-optimizer");
+}
+
+std::string outerOptimizerNames() { return namesOf(outerOptimizers()); }
+
 std::string describeOptimizer(const TrainConfig& cfg) {
   const OptimizerInfo& row = optimizerInfo(cfg.optimizer);
   std::string text = row.name;

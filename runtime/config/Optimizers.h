@@ -29,6 +29,18 @@ const OptimizerInfo& optimizerInfo(const std::string& name, const std::string& f
 // "sgd | adam | adamw".
 std::string optimizerNames();
 
+// diloco's outer rules (--outer-optimizer): SGD on the averaged pseudo-gradient with
+// --outer-momentum, as heavy ball or Nesterov (torch.optim.SGD's nesterov=True).
+struct OuterOptimizerInfo {
+  const char* name;
+  const char* help;
+  bool nesterov;
+};
+const std::vector<OuterOptimizerInfo>& outerOptimizers();
+const OuterOptimizerInfo& outerOptimizerInfo(const std::string& name);
+// "sgd | nesterov".
+std::string outerOptimizerNames();
+
 // The dry run's words for cfg's rule and its hyperparameters: "sgd, momentum 0.9 (Nesterov)",
 // "adamw, betas 0.9,0.999, eps 1e-08".
 std::string describeOptimizer(const TrainConfig& cfg);

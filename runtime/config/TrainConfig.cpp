@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "runtime/Errors.h"
+#include "runtime/config/Optimizers.h"
 
 // validate() and sharedFields() are made from the flag table, in Flags.cpp.
 
@@ -94,6 +95,21 @@ TrainConfig::Interpolation TrainConfig::gossipInterpolation() const {
   require(std::sscanf(interpolation.c_str(), "constant:%lf%c", &value, &end) == 1 && value > 0 && value <= 1,
           fmt::format("--interpolation wants constant:V with 0 < V <= 1, clock or loss (got '{}')", interpolation));
   return {Interpolation::Constant, value};
+}
+
+TrainConfig TrainConfig::updateRule() const {
+  TrainConfig rule = *this;
+  if (!modeInfo().outerOptimizer()) return rule;
+  rule.optimizer = "sgd";
+  rule.momentum = outerMomentum;
+  rule.nesterov = outerOptimizerInfo(outerOptimizer).nesterov && outerMomentum > 0;
+  rule.weightDecay = 0;
+  rule.clipGradNorm = 0;
+  rule.lr = outerLr;
+  rule.lrScaling = "none";
+  rule.warmupSteps = 0;
+  rule.lrDecay = "none";
+  return rule;
 }
 
 bool TrainConfig::overlapping() const {

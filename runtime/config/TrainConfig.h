@@ -80,6 +80,10 @@ struct TrainConfig {
   double divergenceThreshold = 0;         // gossip
   double peerTimeoutMs = 100;             // gossip
   std::string straggle;                   // testing: "RANK:MS[,RANK:MS...]"
+  std::int64_t localSteps = 50;           // diloco: inner steps per round (H)
+  double outerLr = 0.7;                   // diloco
+  double outerMomentum = 0.9;             // diloco
+  std::string outerOptimizer = "nesterov";  // diloco: a row of outerOptimizers()
   double simulateComputeMs = 0;           // benchmarks
 
   // Compression (runtime/codec).
@@ -122,6 +126,12 @@ struct TrainConfig {
     double value = 0.5;  // f for Constant
   };
   Interpolation gossipInterpolation() const;
+
+  // The rule and schedule of the updates rank 0 applies (roles/UpdateState): this config in
+  // every mode but diloco; there the outer step: SGD with --outer-momentum (Nesterov under
+  // --outer-optimizer nesterov) at the constant --outer-lr, with neither clipping nor weight
+  // decay (both belong to the workers' inner steps).
+  TrainConfig updateRule() const;
 
   // Whether the sync exchange overlaps backward: --overlap on, a collective exchange, raw
   // messages, and neither --skip-nonfinite nor --clip-grad-norm (which must see the whole

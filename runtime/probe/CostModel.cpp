@@ -40,14 +40,15 @@ double stepSeconds(const config::ModeInfo& mode, const CodecCost& grad, const Co
   const Links l = linksOf(m, n);
   samplesPerStep = n * m.batchSamples;
   const double slowest = kthFastest(m, n, n);
-  if (mode.exchange == Exchange::Collective) {
+  if (mode.exchange == Exchange::Collective || mode.exchange == Exchange::LocalRounds) {
     const double rounds = std::ceil(std::log2(n + 1.0));
     const double down = weights.encodeSeconds + rounds * message(weights.bytes, l.worstLatency, l.slowestBandwidth) +
                         weights.decodeSeconds;
     const double up = raw ? rounds * message(grad.bytes, l.worstLatency, l.slowestBandwidth)
                           : grad.encodeSeconds + n * message(grad.bytes, l.worstLatency, l.serverBandwidth) +
                                 n * grad.decodeSeconds;
-    return slowest + up + m.updateSeconds + down;
+    const double exchange = up + m.updateSeconds + down;
+    return slowest + (mode.exchange == Exchange::LocalRounds ? exchange / static_cast<double>(m.localSteps) : exchange);
   }
   if (mode.exchange == Exchange::PointToPoint && mode.quorum == Quorum::Aggregate) {
     const int k = std::max(1, n - 1);
@@ -85,6 +86,33 @@ double stepSeconds(const config::ModeInfo& mode, const CodecCost& grad, const Co
 
 bool predictable(config::Mode mode) { return config::info(mode).exchange != config::Exchange::Gossip; }
 
+std::vector<LocalStepsPrediction> predictLocalSteps(const ProbeMeasurements& m, int workers,
+                                                    const std::vector<std::int64_t>& localSteps) {
+  std::vector<LocalStepsPrediction> out;
+  ProbeMeasurements at = m;
+  for (std::int64_t h : localSteps) {
+    at.localSteps = h;
+    const Prediction* top = nullptr;
+    const auto all = predict(at);
+    for (const auto& p : all) {
+      if (p.mode == config::Mode::Diloco && p.workers == workers && (!top || p.samplesPerSecond > top->samplesPerSecond)) {
+        top = &p;
+      }
+    }
+    if (!top) throw std::invalid_argument(fmt::format("cost model: no diloco prediction for {} workers", workers));
+    const double compute = kthFastest(m, workers, workers);
+    out.push_back({h, *top, std::max(0.0, 1 - compute / top->stepSeconds)});
+  }
+  return out;
+}
+
+std::int64_t smallestLocalStepsWithin(const std::vector<LocalStepsPrediction>& predictions, double share) {
+  for (const auto& p : predictions) {
+    if (p.commShare <= share) return p.localSteps;
+  }
+  return predictions.empty() ? 0 : predictions.back().localSteps;
+}
+
 std::vector<Prediction> predict(const ProbeMeasurements& m) {
   const int workers = static_cast<int>(m.computeSeconds.size());
   if (workers == 0 || m.latencySeconds.size() != m.computeSeconds.size() ||
@@ -117,6 +145,9 @@ std::vector<Prediction> predict(const ProbeMeasurements& m) {
 const Prediction& best(const std::vector<Prediction>& predictions, int workers) {
   const Prediction* top = nullptr;
   for (const auto& p : predictions) {
+    // diloco trades some quality per sample for speed: it has a line of its own
+    // (predictLocalSteps), never the recommendation among the modes that train alike.
+    if (config::info(p.mode).outerOptimizer()) continue;
     if (p.workers == workers && (!top || p.samplesPerSecond > top->samplesPerSecond)) top = &p;
   }
   if (!top) throw std::invalid_argument(fmt::format("cost model: no prediction for {} workers", workers));

@@ -16,10 +16,15 @@
 //              all-gather: 2 (n - 1) / n of the gradient over the slowest link, 2 ceil(log2 n)
 //              latencies) + the update, on every rank; with a codec an all-gather of the
 //              payloads (n - 1 of them per rank)
+//   diloco     a round of H local steps: H of the slowest worker's batches + one sync
+//              exchange (the pseudo-gradient up, the weights down) + the outer update, so
+//              a step costs the slowest batch + that exchange / H. --balance's dealing by
+//              speed is not credited.
 // Codecs add their encode time on the sender and decode time on each receiver. Overlap of
 // the reduction with backward is not credited (the prediction errs slow where the links
 // are slow). Torch-free.
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -43,6 +48,7 @@ struct ProbeMeasurements {
   double updateSeconds = 0;             // the server's update of the whole model
   std::map<std::string, CodecCost> gradientCodecs;  // spec -> cost ("none": raw floats)
   std::map<std::string, CodecCost> weightCodecs;    // the same for the weights
+  std::int64_t localSteps = 50;                     // diloco's H (--local-steps)
 };
 
 struct Prediction {
@@ -62,7 +68,19 @@ std::vector<Prediction> predict(const ProbeMeasurements& m);
 // Whether predict() covers `mode`.
 bool predictable(config::Mode mode);
 
-// The fastest prediction for `workers`, and its line: "sync, fp16 weights + topk:0.01
+// diloco for `workers` workers at each of `localSteps` (H), with its fastest codecs: the
+// samples/s and the share of a step's time spent in the round's exchange.
+struct LocalStepsPrediction {
+  std::int64_t localSteps = 0;
+  Prediction prediction;
+  double commShare = 0;
+};
+std::vector<LocalStepsPrediction> predictLocalSteps(const ProbeMeasurements& m, int workers,
+                                                    const std::vector<std::int64_t>& localSteps);
+// The smallest H whose exchange takes at most `share` of the time (the largest H when none does).
+std::int64_t smallestLocalStepsWithin(const std::vector<LocalStepsPrediction>& predictions, double share);
+
+// The fastest prediction for `workers` (diloco aside: predictLocalSteps), and its line: "sync, fp16 weights + topk:0.01
 // gradients: 3.1x one worker (2650 samples/s)" ("none" reads "uncompressed").
 const Prediction& best(const std::vector<Prediction>& predictions, int workers);
 std::string recommendation(const Prediction& p, const ProbeMeasurements& m);

@@ -197,7 +197,27 @@ ProbeMeasurements costInputs(const config::TrainConfig& cfg, const std::vector<i
   const Measured& first = all[static_cast<std::size_t>(computing.front())];
   for (std::size_t i = 0; i < kGradientCodecCount; ++i) m.gradientCodecs[kGradientCodecs[i]] = first.gradientCodecs[i];
   for (std::size_t i = 0; i < kWeightCodecCount; ++i) m.weightCodecs[kWeightCodecs[i]] = first.weightCodecs[i];
+  m.localSteps = cfg.localSteps;
   return m;
+}
+
+// diloco's H from one step to DiLoCo's 500, and the share of the time under which the probe
+// calls communication hidden.
+const std::vector<std::int64_t> kLocalSteps = {1, 2, 5, 10, 20, 50, 100, 200, 500};
+constexpr double kCommShareTarget = 0.1;
+
+// diloco's predictions by H, and the smallest H that keeps the exchange under 10% of the time.
+std::string localStepsLine(const std::vector<LocalStepsPrediction>& rounds, const ProbeMeasurements& m) {
+  const double alone = m.batchSamples / *std::min_element(m.computeSeconds.begin(), m.computeSeconds.end());
+  std::string out = "  diloco by --local-steps H, fastest codecs: samples/s (x one worker, communication share):\n   ";
+  for (const auto& r : rounds) {
+    out += fmt::format(" H={}: {:.0f} ({:.2f}x, {:.0f}%);", r.localSteps, r.prediction.samplesPerSecond,
+                       r.prediction.samplesPerSecond / alone, 100 * r.commShare);
+  }
+  const std::int64_t h = smallestLocalStepsWithin(rounds, kCommShareTarget);
+  out += fmt::format("\n  diloco: --mode diloco --local-steps {} keeps communication under {:.0f}% of the time\n", h,
+                     100 * kCommShareTarget);
+  return out;
 }
 
 // The table of predictions: for each predicted mode, its fastest codecs' samples/s
@@ -223,7 +243,8 @@ std::string predictionTable(const std::vector<Prediction>& predictions, int work
 }
 
 std::string probeJson(const config::TrainConfig& cfg, c10::Device device, const std::vector<int>& computing,
-                      const ProbeMeasurements& m, const std::vector<Prediction>& predictions, const std::string& advice) {
+                      const ProbeMeasurements& m, const std::vector<Prediction>& predictions, const std::string& advice,
+                      const std::vector<LocalStepsPrediction>& rounds) {
   auto codecsJson = [](const std::map<std::string, CodecCost>& costs) {
     metrics::JsonObject o;
     for (const auto& [spec, c] : costs) {
@@ -251,6 +272,15 @@ std::string probeJson(const config::TrainConfig& cfg, c10::Device device, const 
   probe.add("device", device.str()).add("mode", config::nameOf(cfg.mode));
   probe.addRaw("measured", measured.str()).addRaw("predictions", metrics::jsonRawArray(items));
   probe.add("recommendation", advice);
+  std::vector<std::string> byLocalSteps;
+  for (const auto& r : rounds) {
+    metrics::JsonObject o;
+    o.add("local_steps", r.localSteps).add("samples_per_s", r.prediction.samplesPerSecond);
+    o.add("comm_share", r.commShare).add("codec", r.prediction.gradientCodec).add("weights_codec", r.prediction.weightCodec);
+    byLocalSteps.push_back(o.str());
+  }
+  probe.addRaw("diloco", metrics::jsonRawArray(byLocalSteps));
+  probe.add("diloco_local_steps", smallestLocalStepsWithin(rounds, kCommShareTarget));
   return probe.str();
 }
 
@@ -273,9 +303,11 @@ void report(const config::TrainConfig& cfg, c10::Device device, const std::vecto
   out += "\n" + predictionTable(predictions, workers);
   const std::string advice = recommendation(best(predictions, workers), m);
   out += "  recommendation: " + advice + "\n";
+  const auto rounds = predictLocalSteps(m, workers, kLocalSteps);
+  out += localStepsLine(rounds, m);
   std::cout << out << std::flush;
   const std::string path = rundir::pathOf(cfg.trainDir, rundir::kProbe);
-  rundir::atomicWrite(path, probeJson(cfg, device, computing, m, predictions, advice) + "\n");
+  rundir::atomicWrite(path, probeJson(cfg, device, computing, m, predictions, advice, rounds) + "\n");
   std::cout << "pstrain --probe: wrote " << path << "; trained nothing" << std::endl;
 }
 

@@ -9,7 +9,6 @@
 namespace pstrain::roles {
 namespace {
 
-constexpr int kRebalanceEvery = 5;  // steps between new counts: measurements settle in between
 constexpr double kSmoothing = 0.3;  // weight of the newest measurement
 constexpr double kWorthIt = 0.95;   // new counts only if the predicted step time drops by 5%
 
@@ -22,8 +21,11 @@ double stepSeconds(const std::vector<int>& counts, const std::vector<double>& se
 
 }  // namespace
 
-ShareBalancer::ShareBalancer(int ranks, int shards, bool enabled)
-    : shards_(shards), enabled_(enabled), secondsPerShard_(static_cast<std::size_t>(ranks - 1), 0.0) {
+ShareBalancer::ShareBalancer(int ranks, int shards, bool enabled, int rebalanceEvery)
+    : shards_(shards),
+      enabled_(enabled),
+      secondsPerShard_(static_cast<std::size_t>(ranks - 1), 0.0),
+      rebalanceEvery_(rebalanceEvery) {
   for (int w = 0; w < ranks - 1; ++w) counts_.push_back(static_cast<int>(data::virtualShardsOf(w, ranks - 1, shards).size()));
 }
 
@@ -35,7 +37,7 @@ void ShareBalancer::record(const float* computeSeconds) {
     double& s = secondsPerShard_[w];
     s = s == 0 ? perShard : (1 - kSmoothing) * s + kSmoothing * perShard;
   }
-  if (++steps_ % kRebalanceEvery != 0) return;
+  if (++steps_ % rebalanceEvery_ != 0) return;
   if (std::any_of(secondsPerShard_.begin(), secondsPerShard_.end(), [](double s) { return s == 0; })) return;
   std::vector<double> speed;
   for (double s : secondsPerShard_) speed.push_back(1 / s);

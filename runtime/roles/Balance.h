@@ -11,9 +11,11 @@ namespace pstrain::roles {
 
 class ShareBalancer {
  public:
-  // Ranks 1..ranks-1 are the workers of `shards` virtual shards; without `enabled` the
-  // counts stay those of data::virtualShardsOf.
-  ShareBalancer(int ranks, int shards, bool enabled);
+  // Ranks 1..ranks-1 are the workers of `shards` virtual shards (diloco: a round's local
+  // steps, each worker's counted up from the others'); without `enabled` the counts stay
+  // those of data::virtualShardsOf. New counts are considered every `rebalanceEvery`
+  // measurements: sync's steps are short and noisy, a diloco round is many steps long.
+  ShareBalancer(int ranks, int shards, bool enabled, int rebalanceEvery = 5);
 
   // A step's per-rank compute seconds (the trailer's kComputeSeconds slots) for the counts
   // last written: smoothed seconds per shard, and every few steps new counts.
@@ -31,6 +33,7 @@ class ShareBalancer {
   bool enabled_;
   std::vector<int> counts_;               // by worker (rank - 1)
   std::vector<double> secondsPerShard_;   // by worker, smoothed; 0 until measured
+  int rebalanceEvery_;
   int steps_ = 0;
 };
 

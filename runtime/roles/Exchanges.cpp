@@ -21,6 +21,7 @@ const ExchangeRoles kRoles[] = {
     {config::Exchange::PointToPoint, servePointToPoint, runPointToPointWorker},
     {config::Exchange::AllReduce, runAllreducePeer, runAllreducePeer},
     {config::Exchange::Gossip, runGossipPeer, runGossipPeer},
+    {config::Exchange::LocalRounds, serveRounds, runRoundsWorker},
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "runtime/Errors.h"
 #include "runtime/Stop.h"
 #include "runtime/metrics/Clock.h"
+#include "runtime/optim/LrSchedule.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/roles/Balance.h"
 #include "runtime/roles/UpdateState.h"
@@ -131,6 +132,106 @@ void runCollective(Server& s) {
   s.publisher->finish(step);
 }
 
+// What the rounds loop reports per metrics line beyond the per-step figures: the rounds, the
+// mean L2 norm of the averaged pseudo-gradient, one round's message sizes, the share of the
+// wall time spent communicating (the rounds' periods less their slowest worker's compute),
+// the outer lr, and the local steps each worker was dealt.
+struct RoundCounts {
+  double outerLr = 0;
+  std::int64_t rounds = 0, roundsInLine = 0;
+  double deltaNormSum = 0, commSeconds = 0, wallSeconds = 0, bytesDown = 0, bytesUp = 0;
+  std::vector<int> localSteps;
+
+  void add(const StepStats& stats, double deltaNorm) {
+    ++rounds;
+    ++roundsInLine;
+    deltaNormSum += deltaNorm;
+    commSeconds += std::max(0.0, stats.exchangeSeconds - stats.slowestComputeSeconds);
+    wallSeconds += stats.exchangeSeconds + stats.updateSeconds;
+    bytesDown = stats.bytesDown;
+    bytesUp = stats.bytesUp;
+  }
+  void addTo(metrics::JsonObject& line) {
+    line.add("rounds", rounds).add("outer_lr", outerLr);
+    line.add("delta_norm", roundsInLine ? deltaNormSum / static_cast<double>(roundsInLine) : 0.0);
+    line.add("comm_share", wallSeconds > 0 ? commSeconds / wallSeconds : 0.0);
+    line.add("round_bytes_sent", static_cast<std::int64_t>(bytesDown));
+    line.add("round_bytes_received", static_cast<std::int64_t>(bytesUp));
+    line.addRaw("local_steps_by_worker", metrics::jsonArray(localSteps));
+    roundsInLine = 0;
+    deltaNormSum = commSeconds = wallSeconds = 0;
+  }
+};
+
+// Local rounds (diloco): each round the global weights go down with each worker's local
+// steps (the shares; --balance deals them by speed), every worker trains alone that long
+// and sends its pseudo-gradient (global - local, times its samples) up to be summed like a
+// gradient, and the outer rule (UpdateState::rule) steps the global weights with the mean.
+// A round of H local steps on each of W workers is H steps of the run: as many samples as H
+// sync steps. The last round may be shorter; it is dealt evenly.
+void runRounds(Server& s) {
+  const std::int64_t H = s.cfg.localSteps;
+  const int workers = s.computing;
+  ShareBalancer balancer(s.comm.size(), static_cast<int>(std::min<std::int64_t>(H * workers, 1 << 30)), s.cfg.balance,
+                         /*rebalanceEvery=*/1);
+  RoundCounts counts;
+  counts.outerLr = s.lr(0);
+  s.publisher->setExtras([&](metrics::JsonObject& line) { counts.addTo(line); });
+  std::int64_t step = s.firstStep;
+  auto innerLr = [&](std::int64_t at) {
+    return optim::learningRate(s.cfg, s.cfg.batchesPerUpdate(s.shards), std::min(at, s.total - 1), s.total);
+  };
+  // The header and shares of the next round (or the stop): its first step, its inner lr,
+  // each worker's local steps.
+  auto announce = [&] {
+    const bool train = step < s.total && !s.publisher->timeToStop();
+    s.setHeader(step, train ? Control::Train : Control::Stop, train ? innerLr(step) : 0);
+    const std::int64_t length = std::min(H, s.total - step);
+    balancer.write(s.messages.shares.data_ptr<float>());
+    if (length > 0 && length < H) std::fill_n(s.messages.shares.data_ptr<float>() + 1, workers, static_cast<float>(length));
+    counts.localSteps.assign(s.messages.shares.data_ptr<float>() + 1, s.messages.shares.data_ptr<float>() + 1 + workers);
+    return train;
+  };
+  auto contextOf = [&](bool train) { return train ? fmt::format("round at step {}", step) : s.stopContext; };
+  bool training = announce();
+  s.link.broadcastDown(contextOf(training));
+  auto periodStart = Clock::now();
+  double cpuStart = metrics::processCpuSeconds();
+  bool warnedOfTimeout = false;
+  while (training) {
+    currentStep() = step;
+    const std::int64_t length = std::min(H, s.total - step);
+    s.link.reduceUp(contextOf(true));
+    UpdateTime update;
+    bool applied = false;
+    update.add([&] { applied = s.update.apply(s.lr(step), workers, step); });
+    const std::int64_t first = step;
+    step += length;
+    if (length == H) balancer.record(s.messages.trailer + kComputeSeconds);
+    training = announce();
+    s.link.broadcastDown(contextOf(training));
+    const auto periodEnd = Clock::now();
+    const double cpuEnd = metrics::processCpuSeconds();
+    StepStats stats = s.stats(workers);
+    stats.exchangeSeconds = std::chrono::duration<double>(periodEnd - periodStart).count() - update.seconds;
+    stats.exchangeCpuSeconds = cpuEnd - cpuStart - update.cpuSeconds;
+    stats.updateSeconds = update.seconds;
+    stats.applied = applied;
+    counts.add(stats, s.update.gradNorm());
+    // Every rank waits a round for the slowest worker: --timeout must outlast one.
+    if (!warnedOfTimeout && stats.slowestComputeSeconds > s.cfg.timeoutSeconds / 2) {
+      warnedOfTimeout = true;
+      std::cout << fmt::format("pstrain: warning: a round of {} local steps took {:.1f} s, --timeout is {} s: raise "
+                               "--timeout above a round, or lower --local-steps", length, stats.slowestComputeSeconds,
+                               s.cfg.timeoutSeconds) << std::endl;
+    }
+    periodStart = periodEnd;
+    cpuStart = cpuEnd;
+    s.publisher->record(step - 1, innerLr(first), stats, length);
+  }
+  s.publisher->finish(step);
+}
+
 // What the point-to-point loop counts of stale gradients, in the words of the mode's
 // policy: backup drops late ones, async rejects (and has recomputed) too stale ones.
 struct StaleCounts {
@@ -245,6 +346,10 @@ void runServer(const RoleArgs& args, void (*loop)(Server&)) {
     modeText += fmt::format(" (aggregate {} of {})", cfg.batchesPerUpdate(s.computing), s.computing);
   }
   if (mode.stale == config::StalePolicy::RetryAfter) modeText += fmt::format(" (max staleness {})", cfg.maxStaleness);
+  if (mode.outerOptimizer()) {
+    modeText += fmt::format(" ({} local steps a round{}; outer {}, lr {}, momentum {})", cfg.localSteps,
+                            cfg.balance ? ", dealt by speed" : "", cfg.outerOptimizer, cfg.outerLr, cfg.outerMomentum);
+  }
   std::cout << fmt::format("pstrain: {} mode, {} workers, {} steps ({} per epoch), model {} ({} parameters), "
                            "{}, batch {} per worker{}{}",
                            modeText, s.computing, s.total, s.updatesPerEpoch, cfg.model, s.messages.weights.numel(),
@@ -259,6 +364,8 @@ void runServer(const RoleArgs& args, void (*loop)(Server&)) {
 }  // namespace
 
 void serveCollective(const RoleArgs& args) { runServer(args, runCollective); }
+
+void serveRounds(const RoleArgs& args) { runServer(args, runRounds); }
 
 void servePointToPoint(const RoleArgs& args) { runServer(args, runPointToPoint); }
 

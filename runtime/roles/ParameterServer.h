@@ -6,7 +6,9 @@
 //                             per step (with --overlap, bucket by bucket);
 //   point to point (backup,   each worker pushes its gradient and gets weights back; an
 //   async):                   update takes the mode's quorum of gradients, and a stale one
-//                             is dropped (backup) or recomputed (async, Control::Retry).
+//                             is dropped (backup) or recomputed (async, Control::Retry);
+//   local rounds (diloco):    the weights down and each worker's pseudo-gradient up once a
+//                             round of --local-steps, then the outer optimizer's step.
 #include "runtime/roles/RoleArgs.h"
 
 namespace pstrain::roles {
@@ -18,5 +20,6 @@ namespace pstrain::roles {
 // Collective with the worker of the same exchange (Worker.h) on every other rank.
 void serveCollective(const RoleArgs& args);
 void servePointToPoint(const RoleArgs& args);
+void serveRounds(const RoleArgs& args);
 
 }  // namespace pstrain::roles

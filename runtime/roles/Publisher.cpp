@@ -133,15 +133,17 @@ bool Publisher::timeToStop() const {
   return stopRequested() || (cfg_.maxSeconds > 0 && elapsedSeconds() >= cfg_.maxSeconds);
 }
 
-void Publisher::record(std::int64_t step, double lr, const StepStats& stats) {
-  if (step == firstStep_) metrics::Startup::process().firstStepDone();
+void Publisher::record(std::int64_t step, double lr, const StepStats& stats, std::int64_t steps) {
+  if (step - steps + 1 == firstStep_) metrics::Startup::process().firstStepDone();
   add(window_, stats);
-  ++windowSteps_;
+  windowSteps_ += steps;
   lastLr_ = lr;
   if (!stats.applied) ++skipped_;
   const std::int64_t done = step + 1;
-  if (done % cfg_.logEvery == 0 || done == total_) writeLine(done);
-  if (cfg_.checkpointEvery > 0 && done % cfg_.checkpointEvery == 0 && done != total_) {
+  // Whether this update passed a multiple of `every`.
+  auto passes = [&](std::int64_t every) { return every > 0 && done / every != (done - steps) / every; };
+  if (passes(cfg_.logEvery) || done == total_) writeLine(done);
+  if (passes(cfg_.checkpointEvery) && done != total_) {
     // The last published checkpoint stays what --resume and pseval use; the final one is
     // tried at the end, and its failure is the run's.
     bool reportEach = false;

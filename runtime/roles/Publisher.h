@@ -34,11 +34,13 @@ class Publisher {
   // calling `extras` then; it must stay callable until finish() returns.
   void setExtras(std::function<void(metrics::JsonObject&)> extras) { extras_ = std::move(extras); }
 
-  // After update `step` (0-based): adds `stats` to the current window. Every --log-every
-  // steps and at the last step it writes a metrics.jsonl line and a progress line; it
-  // publishes a checkpoint when one is due. A checkpoint, line or record that cannot be
-  // written (a full disk) is reported and skipped: training goes on.
-  void record(std::int64_t step, double lr, const StepStats& stats);
+  // After update `step` (0-based), which ends the `steps` steps step - steps + 1 .. step (a
+  // diloco round; 1 elsewhere): adds `stats` to the current window, whose per-step figures
+  // then count those steps. Once the update passes a multiple of --log-every, and at the
+  // last step, it writes a metrics.jsonl line and a progress line; it publishes a checkpoint
+  // when it passes a multiple of --checkpoint-every. A checkpoint, line or record that
+  // cannot be written (a full disk) is reported and skipped: training goes on.
+  void record(std::int64_t step, double lr, const StepStats& stats, std::int64_t steps = 1);
 
   // After the last update (`stepsDone` of them; fewer than planned after --max-seconds or a
   // stop request): logs what the window still holds, publishes the final checkpoint and

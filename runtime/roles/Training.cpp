@@ -136,6 +136,20 @@ void warnOfReferenceBlas(const config::TrainConfig& cfg, const std::vector<std::
             << std::endl;
 }
 
+// The dry run's lines of diloco's rounds: how many, what one moves, and the outer step.
+std::string roundsPlan(const config::TrainConfig& cfg, std::int64_t total, std::size_t down, std::size_t up) {
+  const std::int64_t rounds = (total + cfg.localSteps - 1) / cfg.localSteps;
+  std::string out = fmt::format(
+      "  rounds    {} round(s) of {} local steps{} on each worker ({} above is the inner rule, its state kept "
+      "across rounds, reset on --resume); the weights down and the pseudo-gradient up once a round: {:.0f} + {:.0f} "
+      "bytes per step instead of {} + {}\n",
+      rounds, cfg.localSteps, cfg.balance ? " (dealt by measured speed)" : "", "lr", static_cast<double>(down) / cfg.localSteps,
+      static_cast<double>(up) / cfg.localSteps, down, up);
+  out += fmt::format("  outer     {}, lr {}, momentum {} on the workers' mean pseudo-gradient (global - local), "
+                     "weighted by their samples\n", cfg.outerOptimizer, cfg.outerLr, cfg.outerMomentum);
+  return out;
+}
+
 // Rank 0's account of a dry run: who does what, and what a real run would move and write.
 void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::string, std::string>>& facts,
                std::int64_t trainSamples, const models::Net& model, const std::string& trainDirState) {
@@ -202,6 +216,7 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
                             cfg.compressWeights);
   }
   out += fmt::format("  exchange  {}\n", exchange);
+  if (mode.outerOptimizer()) out += roundsPlan(cfg, total, downBytes(parameters, buffers, ranks), upBytes(parameters, buffers, ranks));
   std::string schedule;
   std::int64_t count = 0;
   for (std::int64_t s = cfg.checkpointEvery; cfg.checkpointEvery > 0 && s < total; s += cfg.checkpointEvery) {

@@ -26,13 +26,14 @@ UpdateState::UpdateState(comm::Communicator& comm, const config::TrainConfig& cf
       firstStep(firstStep),
       messages(models::parameterCount(model), bufferCount(model), comm.size(), device),
       link(comm, cfg, model, messages, linkSeed),
-      optimizer(optim::makeOptimizer(cfg)),
-      update(cfg, *optimizer, model, messages) {
+      rule(cfg.updateRule()),
+      optimizer(optim::makeOptimizer(rule)),
+      update(rule, *optimizer, model, messages) {
   if (comm.rank() == 0) publisher.emplace(cfg, model, *optimizer, updatesPerEpoch, total, firstStep);
 }
 
 double UpdateState::lr(std::int64_t step) const {
-  return optim::learningRate(cfg, cfg.batchesPerUpdate(shards), step, total);
+  return optim::learningRate(rule, rule.batchesPerUpdate(shards), step, total);
 }
 
 StepStats UpdateState::stats(int contributors) {

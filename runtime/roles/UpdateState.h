@@ -29,7 +29,7 @@ struct UpdateState {
   UpdateState(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model, std::int64_t trainSamples,
               std::int64_t firstStep, c10::Device device, std::uint64_t linkSeed);
 
-  // The lr of update `step`: the schedule (optim/LrSchedule.h) over the batches behind one update.
+  // The lr of update `step`: rule's schedule (optim/LrSchedule.h) over the batches behind one update.
   double lr(std::int64_t step) const;
   // The accounting of an update from the summed trailer of `contributors` batches, with this
   // rank's traffic and codec time since the last call.
@@ -46,7 +46,8 @@ struct UpdateState {
   const std::int64_t firstStep;
   protocol::StepMessages messages;
   protocol::StepLink link;
-  std::unique_ptr<optim::Optimizer> optimizer;  // --optimizer
+  const config::TrainConfig rule;  // of this rank's updates (TrainConfig::updateRule: diloco's outer step)
+  std::unique_ptr<optim::Optimizer> optimizer;  // rule's --optimizer
   SummedUpdate update;
   std::optional<Publisher> publisher;  // rank 0
 };

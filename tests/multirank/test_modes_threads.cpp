@@ -105,3 +105,50 @@ TEST(ModesThreads, BackupWithMoreGradientsThanWorkersIsAClearError) {
   });
   for (int r = 0; r < 3; ++r) EXPECT_NE(errors[r].find("--aggregate 3 is more than the 2 worker(s)"), std::string::npos) << errors[r];
 }
+
+// diloco (issue 40) with one local step of plain SGD, outer lr 1 and no outer momentum:
+// the pseudo-gradient is lr x the worker's gradient, so the run is sync's, to float rounding.
+TEST(ModesThreads, DilocoWithOneLocalSgdStepAndAPlainOuterStepIsSync) {
+  torch::set_num_threads(1);
+  testsupport::ScratchDir scratch("diloco-exact");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str() + "/sync");
+  cfg.lrScaling = "none";  // diloco's inner steps see one worker's batch: no scaling there
+  cfg.momentum = 0;
+  data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
+  auto sync = trainOnThreads(cfg, 3, train);
+  cfg.mode = config::Mode::Diloco;
+  cfg.localSteps = 1;
+  cfg.outerLr = 1;
+  cfg.outerMomentum = 0;
+  cfg.trainDir = scratch.str() + "/diloco";
+  auto diloco = trainOnThreads(cfg, 3, train);
+  const double diff = testsupport::maxAbsDiff(sync, diloco);
+  std::cout << "diloco (H = 1, sgd, outer lr 1, momentum 0) vs sync: max abs diff " << diff << std::endl;
+  EXPECT_LE(diff, 1e-5);
+  EXPECT_EQ(rundir::listPublished(cfg.trainDir + "/ckpt").size(), 2u);
+}
+
+// One worker, outer lr 1 and no outer momentum: every round's global weights are the
+// worker's, so diloco is the worker training alone, its inner momentum carried across
+// rounds (DiLoCo keeps the inner state); rounds of 3 that do not divide the 20 steps or
+// the checkpoints (every 10) still publish steps 10 and 20 (checkpoints at round ends: 12, 20).
+TEST(ModesThreads, DilocoOnOneWorkerKeepsItsInnerStateAcrossRounds) {
+  torch::set_num_threads(1);
+  testsupport::ScratchDir scratch("diloco-one");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
+  cfg.mode = config::Mode::Diloco;
+  cfg.localSteps = 3;
+  cfg.outerLr = 1;
+  cfg.outerMomentum = 0;
+  data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
+  auto diloco = trainOnThreads(cfg, 2, train);
+  torch::manual_seed(cfg.seed);
+  auto reference = models::makeModel(cfg.model);
+  testsupport::trainReference(*reference, train, cfg, 1, cfg.steps);
+  const double diff = testsupport::maxAbsDiff(models::stateDict(*reference), diloco);
+  std::cout << "diloco on one worker (H = 3) vs the worker alone: max abs diff " << diff << std::endl;
+  EXPECT_LE(diff, 1e-5);
+  std::vector<std::int64_t> steps;
+  for (const auto& c : rundir::listPublished(cfg.trainDir + "/ckpt")) steps.push_back(c.step);
+  EXPECT_EQ(steps, (std::vector<std::int64_t>{12, 20}));
+}

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# --mode diloco under mpirun (issue 40):
+#   1. the dry run explains the rounds; a run of rounds that do not divide the steps trains,
+#      logs the rounds' figures (rounds, delta_norm, comm_share, bytes, outer lr) to
+#      metrics.jsonl and TensorBoard, sends a model-sized message once a round only, and
+#      pseval evaluates its checkpoints (the global weights);
+#   2. a worker SIGKILLed mid-run ends the job; --resume continues from the last round's
+#      checkpoint with the outer momentum and ends with the uninterrupted run's weights
+#      (inner SGD without momentum: the inner state, reset at resume, is empty);
+#   3. pstrain-run relaunches the job after a killed worker and it finishes; the lost round
+#      is dropped (the checkpoints are whole, the steps in metrics.jsonl go on from one);
+#   4. --balance with one worker slowed 2x (--straggle): the fast worker gets more local
+#      steps, the round as many as without;
+#   5. --compress int8 (the pseudo-gradient, error feedback) and --compress-weights fp16 train.
+# Usage: diloco.sh PSTRAIN PSEVAL MPIRUN SCRATCH
+set -uo pipefail
+pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
+pstrain_run=$(dirname "$pstrain")/pstrain-run
+rm -rf "$scratch" && mkdir -p "$scratch" && cd "$scratch" || exit 1
+source "$(dirname "$0")/../common/checks.sh"
+has() { grep -qE -- "$2" "$1"; }
+wait_for() { for _ in $(seq 600); do [ -e "$1" ] && return 0; sleep 0.1; done; return 1; }
+job=(--device cpu --mode diloco --model mlp --dataset synthetic --synthetic-size 3000 --batch-size 16 --steps 120
+     --local-steps 7 --lr 0.05 --momentum 0 --outer-lr 0.7 --outer-momentum 0.9 --checkpoint-every 20 --log-every 14
+     --threads 1 --timeout 60)
+within() {  # within LIMIT A.pt B.pt: max |a - b| <= LIMIT over every tensor
+  local diff; diff=$(max_weight_diff "$2" "$3") || return 1
+  echo "     max |a - b| = $diff"
+  awk -v d="$diff" -v l="$1" 'BEGIN { exit !(d <= l) }'
+}
+train() {  # train DIR [flags...]
+  local dir=$1; shift
+  with_timeout 200 "$mpirun" -np 3 "$pstrain" "${job[@]}" --train-dir "$dir" "$@"
+}
+
+# --- 1. the plan, a run, its metrics, pseval ----------------------------------------------
+train "$scratch/plan" --dry-run > plan.log 2>&1
+sed -n '/rounds/,/outer/p' plan.log | sed 's/^/     /'
+check "dry run: 18 rounds of 7 local steps, and the outer step" \
+  bash -c "grep -q 'rounds    18 round(s) of 7 local steps' plan.log && grep -q 'outer     nesterov, lr 0.7, momentum 0.9' plan.log"
+run_logged reference train "$scratch/reference"
+check "a diloco run completes" test -f "$scratch/reference/trained_model.pt"
+grep '^pstrain: diloco' reference.log | sed 's/^/     /'
+check "metrics: rounds counted, the mean pseudo-gradient's norm, the communication share, the outer lr" \
+  test "$(metric "$scratch/reference" "(last['rounds'], last['delta_norm'] > 0, 0 <= last['comm_share'] < 1, last['outer_lr'], last['step'])")" = "(18, True, True, 0.7, 120)"
+check "metrics: one model-sized message each way per round, a 7th of it per step" \
+  test "$(metric "$scratch/reference" "abs(lines[1]['bytes_sent'] * 7 - lines[1]['round_bytes_sent']) <= 7 and lines[1]['local_steps_by_worker'] == [7, 7]")" = True
+check "TensorBoard: the rounds' figures under mode/" \
+  python3 - "$(dirname "$0")/../common" "$scratch/reference" <<'PY'
+import glob, sys
+sys.path.insert(0, sys.argv[1])
+import tfevents
+tags = {t for f in glob.glob(sys.argv[2] + "/events.out.tfevents.*") for e in tfevents.read(f) for t in e["scalars"]}
+sys.exit(0 if {"mode/delta_norm", "mode/comm_share", "mode/outer_lr", "train/lr"} <= tags else 1)
+PY
+check "checkpoints at the rounds that pass each 20 steps, and the final one" \
+  test "$(ls "$scratch/reference/ckpt" | grep -c '\.ok$')" -eq 6
+"$pseval" --train-dir "$scratch/reference" > reference-eval.log 2>&1
+check "pseval evaluates every checkpoint of the global weights" \
+  bash -c "[ \$(tail -n +2 '$scratch/reference/eval.csv' | wc -l) -eq 6 ]"
+
+# --- 2. a killed worker, then --resume ----------------------------------------------------
+train "$scratch/killed" --straggle 1:40,2:40 > killed.log 2>&1 &
+pid=$!
+wait_for "$scratch/killed/ckpt/step-00000042.ok"
+kill -9 "$(rank_pid "$scratch/killed" 2)"
+wait $pid; rc=$?
+check "killed worker: the job ends non-zero" test $rc -ne 0
+run_logged resumed train "$scratch/killed" --resume
+check "resume: continues from a round's checkpoint" has resumed.log "resuming at step (42|56|63|84|98|105)"
+check "resume: the uninterrupted run's weights (outer momentum restored)" \
+  within 1e-6 "$scratch/reference/trained_model.pt" "$scratch/killed/trained_model.pt"
+
+# --- 3. pstrain-run: kill -> relaunch -> finish ---------------------------------------------
+mpi_args=(--mpirun-arg=--oversubscribe)
+[ "$(id -u)" -ne 0 ] || mpi_args+=(--mpirun-arg=--allow-run-as-root)
+printf '#!/bin/sh\necho "localhost:3"\n' > discover.sh && chmod +x discover.sh
+"$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" --discovery-interval 1 --max-restarts 2 \
+  -- "${job[@]}" --straggle 1:40,2:40 --log-every 1 --train-dir "$scratch/elastic" > elastic.log 2>&1 &
+supervisor=$!
+wait_for "$scratch/elastic/ckpt/step-00000042.ok"
+kill -9 "$(rank_pid "$scratch/elastic" 2)"
+wait $supervisor; rc=$?
+grep '^pstrain-run' elastic.log | sed 's/^/     /'
+check "pstrain-run: a killed worker, relaunched, resumed, done" \
+  bash -c "[ $rc -eq 0 ] && [ -e '$scratch/elastic/ckpt/step-00000120.ok' ] && grep -q 'resuming at step' elastic.log"
+# The relaunch goes on from its checkpoint's step (42) a whole round at a time: the lines the
+# lost job wrote after that checkpoint are written again by the relaunch, none in between.
+resumed_at=$(grep -oE 'resuming at step [0-9]+' elastic.log | grep -oE '[0-9]+$')
+check "pstrain-run: the lost round dropped, never half-applied: the relaunch redoes whole rounds from step $resumed_at" \
+  test "$(metric "$scratch/elastic" "(lambda s: s[max(i for i in range(len(s)) if i == 0 or s[i] < s[i - 1]):])([l['step'] for l in lines]) == list(range($resumed_at + 7, 120, 7)) + [120]")" = True
+check "pstrain-run: the relaunched run's weights are the uninterrupted run's" \
+  within 1e-6 "$scratch/reference/trained_model.pt" "$scratch/elastic/trained_model.pt"
+
+# --- 4. unequal workers: local steps dealt by speed ----------------------------------------
+# (tools/bench-lowcomm measures the throughput against the workers alone.)
+run_logged balanced with_timeout 200 "$mpirun" -np 3 "$pstrain" "${job[@]}" --steps 280 --local-steps 20 \
+  --straggle 1:10,2:20 --balance --checkpoint-every 0 --train-dir "$scratch/balanced"
+echo "     local steps dealt per round: $(metric "$scratch/balanced" "[l['local_steps_by_worker'] for l in lines]")"
+check "--balance: the worker twice as fast gets more local steps; the round keeps its 40" \
+  test "$(metric "$scratch/balanced" "last['local_steps_by_worker'][0] > 1.5 * last['local_steps_by_worker'][1] and sum(last['local_steps_by_worker']) == 40")" = True
+
+# --- 5. compressed pseudo-gradients and weights ----------------------------------------------
+run_logged compressed train "$scratch/compressed" --compress int8 --compress-weights fp16
+check "int8 pseudo-gradients and fp16 weights: trains, a quarter of the bytes up" \
+  test "$(metric "$scratch/compressed" "last['bytes_received'] * 3.5 < last['raw_bytes_received'] and last['loss'] < 2.3")" = True
+checks_done
