@@ -136,6 +136,23 @@ void warnOfReferenceBlas(const config::TrainConfig& cfg, const std::vector<std::
             << std::endl;
 }
 
+// The dry run's "ckpt" line: the periodic checkpoints (diloco's at the end of the round that
+// passes each multiple of --checkpoint-every), the first four named, and the final one.
+std::string checkpointPlan(const config::TrainConfig& cfg, std::int64_t total) {
+  const std::int64_t every = cfg.checkpointEvery, round = cfg.modeInfo().outerOptimizer() ? cfg.localSteps : 1;
+  std::string schedule;
+  std::int64_t count = 0, last = 0;
+  for (std::int64_t s = every; every > 0 && s < total; s += every) {
+    const std::int64_t at = (s + round - 1) / round * round;
+    if (at >= total || at == last) continue;
+    last = at;
+    if (++count <= 4) schedule += fmt::format("{} ", at);
+  }
+  if (count > 4) schedule += "... ";
+  return fmt::format("  ckpt      {} checkpoint(s) into {}/ckpt: steps {}{}final {}\n", count + 1, cfg.trainDir, schedule,
+                     schedule.empty() ? "" : "and ", total);
+}
+
 // The dry run's lines of diloco's rounds: how many, what one moves, and the outer step.
 std::string roundsPlan(const config::TrainConfig& cfg, std::int64_t total, std::size_t down, std::size_t up) {
   const std::int64_t rounds = (total + cfg.localSteps - 1) / cfg.localSteps;
@@ -217,14 +234,7 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
   }
   out += fmt::format("  exchange  {}\n", exchange);
   if (mode.outerOptimizer()) out += roundsPlan(cfg, total, downBytes(parameters, buffers, ranks), upBytes(parameters, buffers, ranks));
-  std::string schedule;
-  std::int64_t count = 0;
-  for (std::int64_t s = cfg.checkpointEvery; cfg.checkpointEvery > 0 && s < total; s += cfg.checkpointEvery) {
-    if (++count <= 4) schedule += fmt::format("{} ", s);
-  }
-  if (count > 4) schedule += "... ";
-  out += fmt::format("  ckpt      {} checkpoint(s) into {}/ckpt: steps {}{}final {}\n", count + 1, cfg.trainDir,
-                     schedule, schedule.empty() ? "" : "and ", total);
+  out += checkpointPlan(cfg, total);
   out += fmt::format("  train dir {}: {}\n", cfg.trainDir, trainDirState);
   std::cout << out << std::flush;
 }

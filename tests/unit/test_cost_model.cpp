@@ -97,3 +97,30 @@ TEST(CostModel, RejectsIncompleteMeasurements) {
   EXPECT_THROW(predict(m), std::invalid_argument);
   EXPECT_THROW(predict(ProbeMeasurements{}), std::invalid_argument);
 }
+
+// diloco (issue 40): a round is H slowest batches + one sync exchange + the update, so a step
+// costs the batch + the exchange / H; the probe's H is the smallest that keeps the exchange
+// at most 10% of the time, and the modes' recommendation never is diloco (it trains otherwise).
+TEST(CostModel, DilocoSpreadsOneSyncExchangeOverItsLocalSteps) {
+  ProbeMeasurements m = measurements(2, 1e6);  // a slow link: 1 MB at 1 MB/s, 1 s each way
+  m.localSteps = 10;
+  const auto all = predict(m);
+  const double exchange = 2 * (0.001 + 1.0) + 0.002;  // 2 workers + server: 2 rounds each way
+  EXPECT_NEAR(find(all, Mode::Diloco, "none", "none", 2).stepSeconds, 0.1 + exchange / 10, 1e-12);
+  EXPECT_NEAR(find(all, Mode::Sync, "none", "none", 2).stepSeconds - 0.1, exchange, 1e-12);
+  EXPECT_NE(best(all, 2).mode, Mode::Diloco);
+  const auto byH = predictLocalSteps(m, 2, {1, 10, 100, 1000});
+  ASSERT_EQ(byH.size(), 4u);
+  for (std::size_t i = 1; i < byH.size(); ++i) {
+    EXPECT_GT(byH[i].prediction.samplesPerSecond, byH[i - 1].prediction.samplesPerSecond);
+    EXPECT_LT(byH[i].commShare, byH[i - 1].commShare);
+  }
+  // Its fastest codecs: "tiny" gradients (4 ms + 2 x (1 + 10) ms through the server's link + 2 x 1 ms)
+  // and "half" weights (1 + 2 x (1 + 500) + 1 ms), with the update: 1.034 s a round; at
+  // H = 100 that is 10.34 ms of a 110.34 ms step, 9.4%: the smallest H within 10%.
+  EXPECT_EQ(byH[2].prediction.gradientCodec, "tiny");
+  EXPECT_EQ(byH[2].prediction.weightCodec, "half");
+  EXPECT_NEAR(byH[2].commShare, 0.01034 / 0.11034, 1e-9);
+  EXPECT_EQ(smallestLocalStepsWithin(byH, 0.1), 100);
+  EXPECT_EQ(smallestLocalStepsWithin(byH, 0.0), 1000);  // none is within: the largest H
+}
