@@ -54,7 +54,7 @@ tags = {t for f in glob.glob(sys.argv[2] + "/events.out.tfevents.*") for e in tf
 sys.exit(0 if {"mode/delta_norm", "mode/comm_share", "mode/outer_lr", "train/lr"} <= tags else 1)
 PY
 check "checkpoints at the rounds that pass each 20 steps, and the final one" \
-  test "$(ls "$scratch/reference/ckpt" | grep -c '\.ok$')" -eq 6
+  test "$(find "$scratch/reference/ckpt" -name '*.ok' | wc -l)" -eq 6
 "$pseval" --train-dir "$scratch/reference" > reference-eval.log 2>&1
 check "pseval evaluates every checkpoint of the global weights" \
   bash -c "[ \$(tail -n +2 '$scratch/reference/eval.csv' | wc -l) -eq 6 ]"

@@ -105,7 +105,7 @@ TEST(CostModel, DilocoSpreadsOneSyncExchangeOverItsLocalSteps) {
   ProbeMeasurements m = measurements(2, 1e6);  // a slow link: 1 MB at 1 MB/s, 1 s each way
   m.localSteps = 10;
   const auto all = predict(m);
-  const double exchange = 2 * (0.001 + 1.0) + 0.002;  // 2 workers + server: 2 rounds each way
+  const double exchange = 2 * 2 * (0.001 + 1.0) + 0.002;  // 2 workers + server: 2 tree rounds each way, the update
   EXPECT_NEAR(find(all, Mode::Diloco, "none", "none", 2).stepSeconds, 0.1 + exchange / 10, 1e-12);
   EXPECT_NEAR(find(all, Mode::Sync, "none", "none", 2).stepSeconds - 0.1, exchange, 1e-12);
   EXPECT_NE(best(all, 2).mode, Mode::Diloco);
