@@ -52,6 +52,31 @@ struct UpdateTime {
   }
 };
 
+// A collective loop's period: from the end of one down message to the end of the next, the
+// span of the workers' batches (or rounds), so that the slowest one's time can be taken from
+// it. After a down message the workers compute while the server records (and may write a
+// checkpoint), which is part of the next period.
+struct Period {
+  Clock::time_point start = Clock::now();
+  double cpuStart = metrics::processCpuSeconds();
+
+  // The accounting of the period that ends now, summed over `contributors`; the next one
+  // begins. The update's time is apart from the exchange's unless it ran within it
+  // (`updateWithin`: overlap's bucket updates run while later buckets travel).
+  StepStats close(Server& s, int contributors, const UpdateTime& update, bool updateWithin, bool applied) {
+    const auto end = Clock::now();
+    const double cpuEnd = metrics::processCpuSeconds();
+    StepStats stats = s.stats(contributors);
+    stats.exchangeSeconds = std::chrono::duration<double>(end - start).count() - (updateWithin ? 0 : update.seconds);
+    stats.exchangeCpuSeconds = cpuEnd - cpuStart - update.cpuSeconds;
+    stats.updateSeconds = update.seconds;
+    stats.applied = applied;
+    start = end;
+    cpuStart = cpuEnd;
+    return stats;
+  }
+};
+
 // A sync step's gradients up and its update: the whole up message, then the update; or,
 // with overlap, each bucket's update as soon as it is summed (its weights then start down
 // while later buckets still travel up). Returns whether the update was applied.
@@ -94,10 +119,7 @@ void runCollective(Server& s) {
   }
   bool training = announce();
   s.link.broadcastDown(contextOf(training));
-  // A step's period runs from the end of one down message to the end of the next: the span
-  // of the workers' batches, so the slowest batch's time can be taken from it.
-  auto periodStart = Clock::now();
-  double cpuStart = metrics::processCpuSeconds();
+  Period period;
   while (training) {
     currentStep() = step;
     const double lr = s.lr(step);
@@ -113,20 +135,8 @@ void runCollective(Server& s) {
     } else {
       s.link.broadcastDown(contextOf(training));
     }
-    const auto periodEnd = Clock::now();
-    const double cpuEnd = metrics::processCpuSeconds();
-    StepStats stats = s.stats(s.computing);
-    // With overlap the bucket updates run while later buckets travel, within the exchange;
-    // without, the update runs alone and is no part of it.
-    stats.exchangeSeconds = std::chrono::duration<double>(periodEnd - periodStart).count() - (overlap ? 0 : update.seconds);
-    stats.exchangeCpuSeconds = cpuEnd - cpuStart - update.cpuSeconds;
-    stats.updateSeconds = update.seconds;
-    stats.applied = applied;
+    StepStats stats = period.close(s, s.computing, update, overlap, applied);
     stats.gradNorm = s.update.gradNorm();
-    // After the down message: the workers compute while the server records (and may write
-    // a checkpoint), which is part of the next step's period.
-    periodStart = periodEnd;
-    cpuStart = cpuEnd;
     s.publisher->record(done, lr, stats);
   }
   s.publisher->finish(step);
@@ -195,8 +205,7 @@ void runRounds(Server& s) {
   auto contextOf = [&](bool train) { return train ? fmt::format("round at step {}", step) : s.stopContext; };
   bool training = announce();
   s.link.broadcastDown(contextOf(training));
-  auto periodStart = Clock::now();
-  double cpuStart = metrics::processCpuSeconds();
+  Period period;
   bool warnedOfTimeout = false;
   while (training) {
     currentStep() = step;
@@ -210,13 +219,7 @@ void runRounds(Server& s) {
     if (length == H) balancer.record(s.messages.trailer + kComputeSeconds);
     training = announce();
     s.link.broadcastDown(contextOf(training));
-    const auto periodEnd = Clock::now();
-    const double cpuEnd = metrics::processCpuSeconds();
-    StepStats stats = s.stats(workers);
-    stats.exchangeSeconds = std::chrono::duration<double>(periodEnd - periodStart).count() - update.seconds;
-    stats.exchangeCpuSeconds = cpuEnd - cpuStart - update.cpuSeconds;
-    stats.updateSeconds = update.seconds;
-    stats.applied = applied;
+    const StepStats stats = period.close(s, workers, update, /*updateWithin=*/false, applied);
     counts.add(stats, s.update.gradNorm());
     // Every rank waits a round for the slowest worker: --timeout must outlast one.
     if (!warnedOfTimeout && stats.slowestComputeSeconds > s.cfg.timeoutSeconds / 2) {
@@ -225,8 +228,6 @@ void runRounds(Server& s) {
                                "--timeout above a round, or lower --local-steps", length, stats.slowestComputeSeconds,
                                s.cfg.timeoutSeconds) << std::endl;
     }
-    periodStart = periodEnd;
-    cpuStart = cpuEnd;
     s.publisher->record(step - 1, innerLr(first), stats, length);
   }
   s.publisher->finish(step);

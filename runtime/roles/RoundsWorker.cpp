@@ -25,16 +25,13 @@ namespace {
 // What a round's local steps add up to: the up message's trailer for the round.
 struct RoundTotals {
   double lossSum = 0, samples = 0, computeSeconds = 0, dataWaitSeconds = 0;
-  std::int64_t skipped = 0;  // local steps that --skip-nonfinite dropped
 
-  // A local step's trailer (LocalTrainer::computeGradient) and whether its update was applied.
+  // A local step's trailer (LocalTrainer::computeGradient) and whether its update was
+  // applied: the loss and samples of one that --skip-nonfinite dropped do not count.
   void add(const float* trailer, int rank, bool applied) {
     computeSeconds += trailer[kComputeSeconds + rank];
     dataWaitSeconds += trailer[kDataWaitSeconds];
-    if (!applied) {
-      ++skipped;
-      return;
-    }
+    if (!applied) return;
     lossSum += trailer[kLossSum];
     samples += trailer[kSamples];
   }

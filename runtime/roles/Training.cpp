@@ -157,10 +157,10 @@ std::string checkpointPlan(const config::TrainConfig& cfg, std::int64_t total) {
 std::string roundsPlan(const config::TrainConfig& cfg, std::int64_t total, std::size_t down, std::size_t up) {
   const std::int64_t rounds = (total + cfg.localSteps - 1) / cfg.localSteps;
   std::string out = fmt::format(
-      "  rounds    {} round(s) of {} local steps{} on each worker ({} above is the inner rule, its state kept "
+      "  rounds    {} round(s) of {} local steps{} on each worker (lr above is the inner rule, its state kept "
       "across rounds, reset on --resume); the weights down and the pseudo-gradient up once a round: {:.0f} + {:.0f} "
       "bytes per step instead of {} + {}\n",
-      rounds, cfg.localSteps, cfg.balance ? " (dealt by measured speed)" : "", "lr", static_cast<double>(down) / cfg.localSteps,
+      rounds, cfg.localSteps, cfg.balance ? " (dealt by measured speed)" : "", static_cast<double>(down) / cfg.localSteps,
       static_cast<double>(up) / cfg.localSteps, down, up);
   out += fmt::format("  outer     {}, lr {}, momentum {} on the workers' mean pseudo-gradient (global - local), "
                      "weighted by their samples\n", cfg.outerOptimizer, cfg.outerLr, cfg.outerMomentum);
