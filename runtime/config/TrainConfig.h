@@ -84,6 +84,7 @@ struct TrainConfig {
   double outerLr = 0.7;                   // diloco
   double outerMomentum = 0.9;             // diloco
   std::string outerOptimizer = "nesterov";  // diloco: a row of outerOptimizers()
+  bool overlapRounds = false;             // diloco: a round's exchange travels during the next round
   double simulateComputeMs = 0;           // benchmarks
 
   // Compression (runtime/codec).

@@ -113,6 +113,26 @@ void StepLink::countDown(double bytes) {
   traffic_.rawBytesDown = static_cast<double>(messages_.downBytes());
 }
 
+// --- diloco with overlapped rounds: raw messages, a round late ------------------------------
+
+void StepLink::startRoundExchange(const std::string& context) {
+  if (!up_->summable() || !down_->fixedSize()) {
+    throw InternalError("overlapped rounds take raw messages (--overlap-rounds refuses codecs)");
+  }
+  started_.push_back(comm_.startReduceSum(messages_.up.data(), messages_.up.size(), 0, context));
+  roundInbox_ = down_->inbox(down_->packed().size);
+  started_.push_back(comm_.startBroadcast(roundInbox_.data, roundInbox_.size, 0, context));
+}
+
+void StepLink::finishRoundExchange(const std::string& context) {
+  waitStarted();
+  try {
+    down_->accept(roundInbox_.data, roundInbox_.size);
+  } catch (const CommError& e) {
+    throw CommError(fmt::format("{}: {}", context, e.what()));
+  }
+}
+
 // --- sync with overlap: raw messages in pieces ------------------------------------------------
 
 void StepLink::startBucket(const Bucket& bucket, const std::string& context) {

@@ -51,6 +51,13 @@ class StepLink {
                          const std::string& context);
   void finishDown(const std::string& context);
 
+  // diloco with --overlap-rounds (raw messages only): a worker starts a round's exchange,
+  // the sum-reduce of messages.up and the broadcast of the next messages.down, and finishes
+  // it a round later (calling Communicator::progress() while it computes); it leaves both
+  // messages alone in between. Collective with the server's reduceUp() then broadcastDown().
+  void startRoundExchange(const std::string& context);
+  void finishRoundExchange(const std::string& context);
+
   // Allreduce: the sum of every rank's messages.up into every rank's messages.up.
   void allReduceUp(const std::string& context);
 
@@ -86,6 +93,7 @@ class StepLink {
   std::unique_ptr<FloatBuffer> ring_;   // server: where the buckets are summed (reduceUpInBuckets)
   std::vector<Bucket> buckets_;         // this step's buckets, in order
   std::vector<std::size_t> started_;   // requests of this step not waited for yet
+  Bytes roundInbox_;                    // where startRoundExchange() receives the down message
 };
 
 }  // namespace pstrain::protocol

@@ -348,8 +348,9 @@ void runServer(const RoleArgs& args, void (*loop)(Server&)) {
   }
   if (mode.stale == config::StalePolicy::RetryAfter) modeText += fmt::format(" (max staleness {})", cfg.maxStaleness);
   if (mode.outerOptimizer()) {
-    modeText += fmt::format(" ({} local steps a round{}; outer {}, lr {}, momentum {})", cfg.localSteps,
-                            cfg.balance ? ", dealt by speed" : "", cfg.outerOptimizer, cfg.outerLr, cfg.outerMomentum);
+    modeText += fmt::format(" ({} local steps a round{}{}; outer {}, lr {}, momentum {})", cfg.localSteps,
+                            cfg.balance ? ", dealt by speed" : "", cfg.overlapRounds ? ", exchanged during the next" : "",
+                            cfg.outerOptimizer, cfg.outerLr, cfg.outerMomentum);
   }
   std::cout << fmt::format("pstrain: {} mode, {} workers, {} steps ({} per epoch), model {} ({} parameters), "
                            "{}, batch {} per worker{}{}",

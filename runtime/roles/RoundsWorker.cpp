@@ -52,7 +52,11 @@ struct RoundTotals {
 
 // Two sets of messages: `local` is this worker's own training (the model computes from its
 // weights, --optimizer steps them, its state kept across rounds as in DiLoCo), `global` the
-// exchange with rank 0 (the global weights down, the pseudo-gradient up).
+// exchange with rank 0 (the global weights down, the pseudo-gradient up). A round's
+// progress is measured from `base`: the global weights it started from; under
+// --overlap-rounds the local weights the round started from, which is where the last round
+// ended, while that round's exchange travelled. Its progress is then moved onto the global
+// weights that come back (Streaming DiLoCo's one-round delay).
 void runRoundsWorker(const RoleArgs& args) {
   const config::TrainConfig& cfg = args.cfg;
   comm::Communicator& comm = args.comm;
@@ -66,41 +70,77 @@ void runRoundsWorker(const RoleArgs& args) {
   StepLink link(comm, cfg, args.model, global, cfg.seed * 7919u + static_cast<std::uint64_t>(rank));
   const std::int64_t total =
       config::totalSteps(cfg, cfg.updatesPerEpoch(trainer.sampler().stepsPerEpoch(), workers));
+  const bool overlap = cfg.overlapRounds;
   auto receive = [&](const std::string& context) {
     link.broadcastDown(context);
     return global.header();
   };
-  // This worker's next batch of its shard: the first round's step, then one per local step
-  // (equal rounds keep it at the run's step, so a resumed run sees the same batches).
-  std::int64_t batch = -1;
-  for (StepHeader header = receive("the first round"); header.control != Control::Stop;) {
-    currentStep() = header.step;
-    if (batch < 0) batch = header.step;
-    const std::string context = fmt::format("round at step {}", header.step);
-    // The round spans `span` steps of the run; this worker was dealt `steps` local steps of
-    // it, whose inner lr follows the schedule across the span.
-    const std::int64_t span = std::min(cfg.localSteps, total - header.step);
-    const auto steps = static_cast<std::int64_t>(global.shares.data_ptr<float>()[rank]);
+  const StepHeader first = receive("the first round");
+  if (first.control == Control::Stop) return;
+  // The run's step at which this round starts; this worker's next batch of its shard (equal
+  // rounds keep it at the run's step, so a resumed run sees the same batches); the local
+  // steps rank 0 dealt it (read before the down message can change under an exchange).
+  std::int64_t roundStart = first.step, batch = first.step;
+  auto dealt = [&] { return static_cast<std::int64_t>(global.shares.data_ptr<float>()[rank]); };
+  std::int64_t steps = dealt();
+  auto startFromGlobal = [&] {
     local.weights.copy_(global.weights);
     local.serverBuffers.copy_(global.serverBuffers);
     trainer.loadWeights();
+  };
+  startFromGlobal();
+  const at::Tensor base = overlap ? global.weights.clone() : global.weights;
+  bool inFlight = false;  // --overlap-rounds: the last round's exchange
+  while (roundStart < total) {
+    currentStep() = roundStart;
+    const std::string context = fmt::format("round at step {}", roundStart);
+    // The round spans `span` steps of the run; this worker's `mine` of them follow the inner
+    // lr schedule across the span. A short last round is dealt evenly (rank 0's rule, which
+    // an overlapped worker, its shares a round old, applies itself).
+    const std::int64_t span = std::min(cfg.localSteps, total - roundStart);
+    const std::int64_t mine = span < cfg.localSteps ? span : steps;
     RoundTotals round;
-    for (std::int64_t h = 0; h < steps; ++h) {
-      const std::int64_t at = header.step + h * span / steps;
+    for (std::int64_t h = 0; h < mine; ++h) {
+      const std::int64_t at = roundStart + h * span / mine;
       trainer.computeGradient(batch++, at);
       const bool applied = update.apply(optim::learningRate(cfg, 1, at, total), 1, at);
       round.add(local.trailer, rank, applied);
       trainer.loadWeights();  // on a device: the weights the update changed on the host
+      if (inFlight) comm.progress();
+    }
+    const bool exchanged = inFlight;  // the global weights of the last round came back
+    if (exchanged) {
+      link.finishRoundExchange(context);
+      inFlight = false;
+      if (global.header().control == Control::Stop) return;  // the run ended (--max-seconds): drop the round
+      steps = dealt();
     }
     // Summed over the workers and divided by the summed samples: the sample-weighted mean
     // pseudo-gradient; the buffers, the local model's, are averaged likewise.
-    at::sub_out(global.grad, global.weights, local.weights);
-    global.grad.mul_(round.samples > 0 ? round.samples : 0.0);
+    at::sub_out(global.grad, base, local.weights);
     global.workerBuffers.copy_(local.serverBuffers);
-    round.write(global.trailer, comm.size(), rank, header.step);
+    if (exchanged) {
+      // This round's progress onto the global weights that came back meanwhile.
+      at::sub_out(local.weights, global.weights, global.grad);
+      local.serverBuffers.copy_(global.serverBuffers);
+      trainer.loadWeights();
+    }
+    global.grad.mul_(round.samples > 0 ? round.samples : 0.0);
+    round.write(global.trailer, comm.size(), rank, roundStart);
+    roundStart += span;
+    if (overlap) {
+      base.copy_(local.weights);
+      link.startRoundExchange(context);
+      inFlight = true;
+      continue;
+    }
     link.reduceUp(context);
-    header = receive(context);
+    if (receive(context).control == Control::Stop) return;
+    steps = dealt();
+    startFromGlobal();
   }
+  // Overlapped: the last round's exchange, whose down message says stop.
+  if (inFlight) link.finishRoundExchange("stop");
 }
 
 }  // namespace pstrain::roles

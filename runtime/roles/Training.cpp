@@ -163,7 +163,9 @@ std::string roundsPlan(const config::TrainConfig& cfg, std::int64_t total, std::
       rounds, cfg.localSteps, cfg.balance ? " (dealt by measured speed)" : "", static_cast<double>(down) / cfg.localSteps,
       static_cast<double>(up) / cfg.localSteps, down, up);
   out += fmt::format("  outer     {}, lr {}, momentum {} on the workers' mean pseudo-gradient (global - local), "
-                     "weighted by their samples\n", cfg.outerOptimizer, cfg.outerLr, cfg.outerMomentum);
+                     "weighted by their samples{}\n", cfg.outerOptimizer, cfg.outerLr, cfg.outerMomentum,
+                     cfg.overlapRounds ? "; each round's exchange travels during the next round, whose progress then "
+                                         "moves onto the new global weights (--overlap-rounds)" : "");
   return out;
 }
 
