@@ -15,8 +15,11 @@ host=$(hostname)
 stall() {
   local name=$1 limit=$2 warning=$3 stopped=$4; shift 4
   local dir="$scratch/$name" r pid started
+  # Each worker sleeps 10 ms per batch: the run lasts seconds after its first metrics line on
+  # any machine (an async run of 400 fast updates ended before its ranks could be stopped).
   with_timeout 180 "$mpirun" -np 3 "$pstrain" --device cpu --model mlp --dataset synthetic --steps 400 --batch-size 32 \
-    --log-every 20 --checkpoint-every 0 --stall-warning "$warning" --train-dir "$dir" "$@" > "$dir.log" 2>&1 &
+    --log-every 20 --checkpoint-every 0 --stall-warning "$warning" --straggle 1:10,2:10 --train-dir "$dir" "$@" \
+    > "$dir.log" 2>&1 &
   local job=$!
   for _ in $(seq 600); do [ -s "$dir/metrics.jsonl" ] && break; sleep 0.1; done
   local pids=""
