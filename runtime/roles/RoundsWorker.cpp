@@ -48,6 +48,34 @@ struct RoundTotals {
   }
 };
 
+// What a worker's local steps use: its trainer and inner update, its own step messages.
+struct Local {
+  LocalTrainer& trainer;
+  SummedUpdate& update;
+  const StepMessages& messages;
+  const config::TrainConfig& cfg;
+  int rank;
+  std::int64_t total;  // the run's steps
+};
+
+// The round that starts at the run's step `roundStart` and spans `span` steps: this worker's
+// `steps` local steps of it, from its batch `batch` on (advanced), their inner lr following
+// the schedule across the span. `progress`: a communicator to let an exchange travel on
+// between steps (--overlap-rounds), or null.
+RoundTotals trainLocally(const Local& l, std::int64_t roundStart, std::int64_t span, std::int64_t steps,
+                         std::int64_t& batch, comm::Communicator* progress) {
+  RoundTotals round;
+  for (std::int64_t h = 0; h < steps; ++h) {
+    const std::int64_t at = roundStart + h * span / steps;
+    l.trainer.computeGradient(batch++, at);
+    const bool applied = l.update.apply(optim::learningRate(l.cfg, 1, at, l.total), 1, at);
+    round.add(l.messages.trailer, l.rank, applied);
+    l.trainer.loadWeights();  // on a device: the weights the update changed on the host
+    if (progress) progress->progress();
+  }
+  return round;
+}
+
 }  // namespace
 
 // Two sets of messages: `local` is this worker's own training (the model computes from its
@@ -94,20 +122,11 @@ void runRoundsWorker(const RoleArgs& args) {
   while (roundStart < total) {
     currentStep() = roundStart;
     const std::string context = fmt::format("round at step {}", roundStart);
-    // The round spans `span` steps of the run; this worker's `mine` of them follow the inner
-    // lr schedule across the span. A short last round is dealt evenly (rank 0's rule, which
-    // an overlapped worker, its shares a round old, applies itself).
+    // A short last round is dealt evenly (rank 0's rule, which an overlapped worker, its
+    // shares a round old, applies itself).
     const std::int64_t span = std::min(cfg.localSteps, total - roundStart);
-    const std::int64_t mine = span < cfg.localSteps ? span : steps;
-    RoundTotals round;
-    for (std::int64_t h = 0; h < mine; ++h) {
-      const std::int64_t at = roundStart + h * span / mine;
-      trainer.computeGradient(batch++, at);
-      const bool applied = update.apply(optim::learningRate(cfg, 1, at, total), 1, at);
-      round.add(local.trailer, rank, applied);
-      trainer.loadWeights();  // on a device: the weights the update changed on the host
-      if (inFlight) comm.progress();
-    }
+    const RoundTotals round = trainLocally({trainer, update, local, cfg, rank, total}, roundStart, span,
+                                           span < cfg.localSteps ? span : steps, batch, inFlight ? &comm : nullptr);
     const bool exchanged = inFlight;  // the global weights of the last round came back
     if (exchanged) {
       link.finishRoundExchange(context);
