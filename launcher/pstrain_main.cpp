@@ -28,6 +28,7 @@
 #include "runtime/comm/mpi/MpiComm.h"
 #include "runtime/metrics/Startup.h"
 #include "runtime/probe/Probe.h"
+#include "runtime/roles/Autocast.h"
 #include "runtime/roles/Training.h"
 
 namespace {
@@ -162,7 +163,8 @@ void trainOrProbe(comm::MpiComm& comm, const config::TrainConfig& cfg, std::futu
   comm.connect(cfg.doorbell == "on");
   startup.mark("command_line");
   const bool computes = config::computesGradients(cfg.mode, comm.rank());
-  launcher::setComputeThreads(!computes ? 1 : (cfg.threads > 0 ? cfg.threads : launcher::autoThreads()));
+  // A worker's forward and backward, rank 0's optimizer update (in ranges of the flat weights).
+  launcher::setComputeThreads(cfg.threads > 0 ? cfg.threads : launcher::autoThreads());
   // A server never computes: it keeps the weights on the CPU next to the network.
   c10::Device device = computes ? launcher::chooseDevice(cfg.device, launcher::localRank()) : c10::Device(c10::kCPU);
   if (!device.is_cpu() && cfg.overlapping() && !comm::MpiSession::callableFromAnyThread()) {
@@ -171,6 +173,7 @@ void trainOrProbe(comm::MpiComm& comm, const config::TrainConfig& cfg, std::futu
         "on its own device thread, and this MPI library does not allow MPI calls from another thread "
         "(MPI_THREAD_SERIALIZED); use --overlap off", device.str()));
   }
+  if (computes) roles::checkPrecision(device, config::precisionInfo(cfg.precision));
   models::trustModelFiles() = cfg.trustModel;
   torch::manual_seed(cfg.seed);
   // A zoo model is made for the dataset's classes; a model file is what it is.

@@ -9,7 +9,9 @@ ids; the last --val-fraction of the text is val.bin) and DIR/meta.json: the voca
 ("chars" for --level char, the i-th character is id i; "byte": ids are the UTF-8 bytes,
 256 of them) that tools/gpt_model.py sizes the model by and tools/generate.py decodes with.
 --format llmc writes llm.c's layout instead (DIR/NAME_train.bin and DIR/NAME_val.bin, a
-header of 256 int32: magic 20240520, version 1, the token count).
+header of 256 int32: magic 20240520, version 1, the token count). A vocabulary of more than
+65,536 ids needs uint32 ids: the files then have llm.c's version 7 header (magic 20240801,
+uint32 ids) in either layout, which pstrain reads by their header whatever their name.
 """
 import argparse
 import json
@@ -18,7 +20,8 @@ import sys
 
 import numpy as np
 
-LLMC_MAGIC, LLMC_VERSION = 20240520, 1
+LLMC_UINT16 = (20240520, 1)  # llm.c's magic and version for uint16 ids
+LLMC_UINT32 = (20240801, 7)  # and for uint32 ids (vocabularies over 65,536: LLaMA-3's)
 
 
 def encode(text, level):
@@ -26,20 +29,25 @@ def encode(text, level):
     if level == "byte":
         return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.uint16), {"level": "byte", "vocab_size": 256}
     chars = sorted(set(text))
-    if len(chars) > 65536:
-        sys.exit(f"text_to_bin.py: {len(chars)} distinct characters; uint16 ids take at most 65536 (use --level byte)")
     index = {c: i for i, c in enumerate(chars)}
-    ids = np.fromiter((index[c] for c in text), dtype=np.uint16, count=len(text))
+    dtype = np.uint16 if len(chars) <= 65536 else np.uint32
+    ids = np.fromiter((index[c] for c in text), dtype=dtype, count=len(text))
     return ids, {"level": "char", "vocab_size": len(chars), "chars": "".join(chars)}
 
 
 def write(path, ids, layout):
+    """uint32 ids (a vocabulary over 65,536) always get llm.c's version 7 header: nanoGPT's flat
+    files are uint16 only, and a reader must never have to guess the id type."""
+    wide = ids.dtype == np.uint32
+    header = layout == "llmc" or wide
+    if header and len(ids) >= 2**31:
+        sys.exit(f"text_to_bin.py: {len(ids)} tokens; llm.c's header counts at most 2^31 - 1")
     with open(path + ".tmp", "wb") as out:
-        if layout == "llmc":
+        if header:
             header = np.zeros(256, dtype="<i4")
-            header[:3] = [LLMC_MAGIC, LLMC_VERSION, len(ids)]
+            header[:3] = [*(LLMC_UINT32 if wide else LLMC_UINT16), len(ids)]
             out.write(header.tobytes())
-        out.write(ids.astype("<u2").tobytes())
+        out.write(ids.astype("<u4" if wide else "<u2").tobytes())
     os.replace(path + ".tmp", path)
 
 
@@ -72,7 +80,9 @@ def main():
     write(val, ids[split:], args.format)
     with open(os.path.join(args.dir, "meta.json"), "w") as f:
         json.dump(meta, f)
-    print(f"{train}: {split} tokens; {val}: {len(ids) - split} tokens; vocabulary {meta['vocab_size']} ({args.level})")
+    wide = ids.dtype == np.uint32
+    print(f"{train}: {split} tokens; {val}: {len(ids) - split} tokens; vocabulary {meta['vocab_size']} ({args.level})"
+          + ("; uint32 ids: llm.c's version 7 header" if wide else ""))
 
 
 if __name__ == "__main__":

@@ -23,4 +23,19 @@ const DeviceInfo& deviceInfo(const std::string& name, const std::string& flag) {
   return rowNamed(devices(), name, flag);
 }
 
+const std::vector<PrecisionInfo>& precisions() {
+  static const std::vector<PrecisionInfo> table = {
+      {PrecisionKind::Fp32, "fp32", "float32 throughout"},
+      {PrecisionKind::Bf16, "bf16", "the forward pass autocast to bfloat16 (CPU, CUDA; MPS with libtorch 2.6 or newer), "
+                                    "float32 weights, gradients and optimizer"},
+  };
+  return table;
+}
+
+std::string precisionNames() { return namesOf(precisions()); }
+
+const PrecisionInfo& precisionInfo(const std::string& name, const std::string& flag) {
+  return rowNamed(precisions(), name, flag);
+}
+
 }  // namespace pstrain::config

@@ -1,7 +1,7 @@
 #pragma once
-// Where a worker computes (--device of pstrain and pseval), one row each in one table
-// (Devices.cpp). launcher/Device.cpp maps a row to the libtorch device and says whether this
-// build and machine have it. Torch-free.
+// Where a worker computes (--device of pstrain and pseval) and in what precision
+// (--precision), one row each in two tables (Devices.cpp). launcher/Device.cpp maps a device
+// row to the libtorch device and says whether this build and machine have it. Torch-free.
 #include <string>
 #include <vector>
 
@@ -21,5 +21,22 @@ const std::vector<DeviceInfo>& devices();
 const DeviceInfo& deviceInfo(const std::string& name, const std::string& flag = "device");
 // "auto | cpu | mps | cuda".
 std::string deviceNames();
+
+// What a worker computes its forward pass in (--precision), one row each. The weights, the
+// gradients and every optimizer state stay float32: bf16 autocasts the forward pass (and
+// the loss) as torch.autocast does, with no loss scaling (bfloat16 has float32's range).
+// roles/Autocast says which devices this libtorch autocasts.
+enum class PrecisionKind { Fp32, Bf16 };
+
+struct PrecisionInfo {
+  PrecisionKind kind;
+  const char* name;
+  const char* help;
+};
+
+const std::vector<PrecisionInfo>& precisions();
+const PrecisionInfo& precisionInfo(const std::string& name, const std::string& flag = "precision");
+// "fp32 | bf16".
+std::string precisionNames();
 
 }  // namespace pstrain::config

@@ -196,7 +196,7 @@ const std::vector<Flag> kFlags = {
        require(c.syntheticSize > 0 && c.syntheticSize <= 5'000'000,
                fmt::format("--synthetic-size must be in [1, 5000000] (got {})", c.syntheticSize)); }},
 
-    {"batch-size", "Optimization", "samples per worker (per virtual shard) per step",
+    {"batch-size", "Optimization", "samples per worker (per virtual shard) per step (per micro-batch with --grad-accum)",
      &TrainConfig::batchSize, A::Fingerprint, nullptr, [](const TrainConfig& c) {
        require(c.batchSize > 0 && c.batchSize <= 1'000'000, fmt::format("--batch-size must be in [1, 1000000] (got {})", c.batchSize)); }},
     {"virtual-shards", "Optimization",
@@ -254,7 +254,7 @@ const std::vector<Flag> kFlags = {
     {"log-every", "Run", "progress line and metrics.jsonl record every N steps",
      &TrainConfig::logEvery, A::HostLocal, nullptr, [](const TrainConfig& c) {
        require(c.logEvery > 0 && c.logEvery <= kMaxSteps, fmt::format("--log-every must be in [1, {}] (got {})", kMaxSteps, c.logEvery)); }},
-    {"threads", "Run", "intra-op threads per rank (0: cores / ranks on the host)",
+    {"threads", "Run", "intra-op threads per rank: a worker's forward and backward, the server's optimizer update (0: cores / ranks on the host)",
      &TrainConfig::threads, A::HostLocal, nullptr, [](const TrainConfig& c) {
        require(c.threads >= 0 && c.threads <= 1024, fmt::format("--threads must be 0 (auto) or up to 1024 (got {})", c.threads)); }},
     {"device", "Run", deviceNames() + " (auto: MPS, else CUDA, else CPU)",
@@ -317,6 +317,21 @@ const std::vector<Flag> kFlags = {
      [](const TrainConfig& c, const std::string& v) { return unlessDefault(c, v, "0"); }, [](const TrainConfig& c) {
        require(std::isfinite(c.clipGradNorm) && c.clipGradNorm >= 0,
                fmt::format("--clip-grad-norm must be 0 (off) or a positive number (got {})", c.clipGradNorm)); }},
+    {"grad-accum", "Optimization",
+     "gradient accumulation: each worker (virtual shard) runs K micro-batches of --batch-size before its gradient goes "
+     "up, the update of --batch-size B x K (the same samples, in the same order) with the activations of B; BatchNorm "
+     "normalizes each micro-batch",
+     &TrainConfig::gradAccum, A::Fingerprint,
+     [](const TrainConfig& c, const std::string& v) { return unlessDefault(c, v, "1"); }, [](const TrainConfig& c) {
+       require(c.gradAccum >= 1 && c.gradAccum <= 65536, fmt::format("--grad-accum must be in [1, 65536] (got {})", c.gradAccum));
+       require(c.shardBatch() <= 1'000'000, fmt::format("--batch-size x --grad-accum must be at most 1000000 (got {} x {})",
+                                                        c.batchSize, c.gradAccum)); }},
+    {"precision", "Optimization",
+     precisionNames() + ": what the workers compute the forward pass in (bf16: torch.autocast's; the weights, "
+     "gradients and the optimizer stay float32)",
+     &TrainConfig::precision, A::Fingerprint,
+     [](const TrainConfig& c, const std::string& v) { return unlessDefault(c, v, "fp32"); }, [](const TrainConfig& c) {
+       precisionInfo(c.precision); }},
     {"dry-run", "Run", "check config, data, model, devices and world size on every rank, print the plan, train nothing",
      &TrainConfig::dryRun, A::Compared, nullptr, nullptr},
     {"probe", "Run",

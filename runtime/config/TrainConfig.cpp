@@ -55,6 +55,11 @@ bool isDatasetFile(const std::string& dataset) {
 
 bool isTokenFile(const std::string& dataset) { return endsWith(dataset, ".bin"); }
 
+std::string TrainConfig::describeBatch() const {
+  if (gradAccum == 1) return std::to_string(batchSize);
+  return fmt::format("{} ({} micro-batches of {})", shardBatch(), gradAccum, batchSize);
+}
+
 std::string TrainConfig::describeTrainSet(std::int64_t samples) const {
   if (blockSize > 0) return fmt::format("{} train tokens (windows of {})", samples + blockSize, blockSize);
   return fmt::format("{} train samples", samples);

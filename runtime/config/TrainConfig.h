@@ -28,7 +28,9 @@ struct TrainConfig {
   std::string dataset = "fashion-mnist";  // a built-in name or an .npz file (isDatasetFile)
   std::string dataDir;                    // empty: the dataset's folder in data::dataRoot()
   std::int64_t syntheticSize = 6000;
-  std::int64_t batchSize = 64;            // per worker (per virtual shard)
+  std::int64_t batchSize = 64;            // per micro-batch of a worker (of a virtual shard)
+  int gradAccum = 1;                      // micro-batches of batchSize per virtual shard per step
+  std::string precision = "fp32";         // a row of config::precisions(): the workers' forward pass
   // A step's global batch is dealt to this many virtual shards of batchSize samples, whoever
   // computes them (data/ShardSampler.h). 0: as many as the first launch has workers;
   // --resume keeps the checkpoint's. Modes that are not sharded keep one per worker.
@@ -98,6 +100,12 @@ struct TrainConfig {
   void validate() const;
 
   const ModeInfo& modeInfo() const { return info(mode); }
+  // The samples a virtual shard computes per step, --batch-size x --grad-accum: what its
+  // sampler deals, what the server counts and the lr scaling rule refers to. A run with
+  // --grad-accum K takes the same windows in the same order as one with K times the batch.
+  std::int64_t shardBatch() const { return batchSize * gradAccum; }
+  // shardBatch() for the start-up lines: "32", or "32 (4 micro-batches of 8)".
+  std::string describeBatch() const;
   // Whether --compress / --compress-weights code the messages (a codec other than raw floats).
   bool compressesGradients() const { return compress != kRawCodec; }
   bool compressesWeights() const { return compressWeights != kRawCodec; }

@@ -74,9 +74,12 @@ bool Adam::stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t
     const float* g = grad.data_ptr<float>();
     float* mp = m.data_ptr<float>();
     float* vp = v.data_ptr<float>();
-    if (decay) return adamOnCpu<true, false>(w, g, mp, vp, n, s);
-    if (shrink) return adamOnCpu<false, true>(w, g, mp, vp, n, s);
-    return adamOnCpu<false, false>(w, g, mp, vp, n, s);
+    auto run = [&](auto kernel) {
+      return inRanges(n, [&](std::int64_t b, std::int64_t e) { return kernel(w + b, g + b, mp + b, vp + b, e - b, s); });
+    };
+    if (decay) return run(adamOnCpu<true, false>);
+    if (shrink) return run(adamOnCpu<false, true>);
+    return run(adamOnCpu<false, false>);
   }
   // Elsewhere (a device): the same operations, one ATen call each.
   if (gradDivisor != 1) grad.div_(gradDivisor);

@@ -4,7 +4,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <numeric>
+#include <vector>
 #include <cstdint>
 #include <tuple>
 
@@ -87,11 +90,30 @@ bool onCpuInOnePass(const at::Tensor& t) {
   return t.device().is_cpu() && t.scalar_type() == at::kFloat && t.is_contiguous();
 }
 
+bool inRanges(std::int64_t n, const std::function<bool(std::int64_t begin, std::int64_t end)>& kernel) {
+  std::atomic<bool> all{true};
+  at::parallel_for(0, n, kRangeFloats, [&](std::int64_t begin, std::int64_t end) {
+    if (!kernel(begin, end)) all = false;
+  });
+  return all;
+}
+
+// Blocks of kRangeFloats summed on the intra-op threads, then the blocks' sums in order: the
+// same value whatever the thread count.
 double sumOfSquares(const at::Tensor& values) {
   const float* p = values.data_ptr<float>();
-  double sum = 0;
-  for (std::int64_t i = 0, n = values.numel(); i < n; ++i) sum += static_cast<double>(p[i]) * p[i];
-  return sum;
+  const std::int64_t n = values.numel(), blocks = (n + kRangeFloats - 1) / kRangeFloats;
+  std::vector<double> sums(static_cast<std::size_t>(blocks));
+  at::parallel_for(0, blocks, 1, [&](std::int64_t first, std::int64_t last) {
+    for (std::int64_t b = first; b < last; ++b) {
+      double sum = 0;
+      for (std::int64_t i = b * kRangeFloats, end = std::min(n, i + kRangeFloats); i < end; ++i) {
+        sum += static_cast<double>(p[i]) * p[i];
+      }
+      sums[static_cast<std::size_t>(b)] = sum;
+    }
+  });
+  return std::accumulate(sums.begin(), sums.end(), 0.0);
 }
 
 }  // namespace pstrain::optim

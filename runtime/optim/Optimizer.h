@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -87,6 +88,13 @@ double clipFactor(double norm, double maxNorm);
 // Whether the update rules' one-pass CPU loops take `t`: contiguous floats on the CPU
 // (elsewhere they run one ATen call per operation).
 bool onCpuInOnePass(const at::Tensor& t);
+
+// Runs `kernel(begin, end)` over [0, n) in ranges of at least kRangeFloats elements on the
+// calling rank's intra-op threads (at::parallel_for, --threads), so that rank 0's update of a
+// large model does not hold the step on one core; returns whether every call returned true.
+// For element-wise kernels only: their results do not depend on how [0, n) was split.
+constexpr std::int64_t kRangeFloats = std::int64_t(1) << 16;
+bool inRanges(std::int64_t n, const std::function<bool(std::int64_t begin, std::int64_t end)>& kernel);
 
 // The sum of squares of a contiguous float tensor, in double.
 double sumOfSquares(const at::Tensor& values);

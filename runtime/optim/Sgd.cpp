@@ -70,8 +70,11 @@ bool Sgd::stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t 
     float* g = grad.data_ptr<float>();
     float* v = momentum.defined() ? momentum.data_ptr<float>() : nullptr;
     const float lrf = static_cast<float>(lr), divisor = static_cast<float>(gradDivisor);
-    return gradDivisor != 1 ? stepOnCpu<true>(w, g, v, n, lrf, divisor, options_)
-                          : stepOnCpu<false>(w, g, v, n, lrf, divisor, options_);
+    return inRanges(n, [&](std::int64_t b, std::int64_t e) {
+      float* vb = v != nullptr ? v + b : nullptr;
+      return gradDivisor != 1 ? stepOnCpu<true>(w + b, g + b, vb, e - b, lrf, divisor, options_)
+                              : stepOnCpu<false>(w + b, g + b, vb, e - b, lrf, divisor, options_);
+    });
   }
   if (gradDivisor != 1) grad.div_(gradDivisor);
   if (options_.weightDecay != 0) grad.add_(params, options_.weightDecay);

@@ -177,7 +177,7 @@ std::vector<Measured> gather(comm::Communicator& comm, const Measured& mine) {
 ProbeMeasurements costInputs(const config::TrainConfig& cfg, const std::vector<int>& computing,
                              const std::vector<Measured>& all) {
   ProbeMeasurements m;
-  m.batchSamples = static_cast<double>(cfg.batchSize);
+  m.batchSamples = static_cast<double>(cfg.shardBatch());
   m.updateSeconds = all[0].updateSeconds;
   double worstLatency = 0, worstBandwidth = 0;
   for (int r : computing) {
@@ -268,7 +268,7 @@ std::string probeJson(const config::TrainConfig& cfg, c10::Device device, const 
     items.push_back(o.str());
   }
   metrics::JsonObject probe;
-  probe.add("model", cfg.model).add("dataset", cfg.dataset).add("batch_size", cfg.batchSize);
+  probe.add("model", cfg.model).add("dataset", cfg.dataset).add("batch_size", cfg.shardBatch()).add("grad_accum", cfg.gradAccum);
   probe.add("device", device.str()).add("mode", config::nameOf(cfg.mode));
   probe.addRaw("measured", measured.str()).addRaw("predictions", metrics::jsonRawArray(items));
   probe.add("recommendation", advice);
@@ -292,7 +292,7 @@ void report(const config::TrainConfig& cfg, c10::Device device, const std::vecto
   const auto predictions = predict(m);
   const int workers = static_cast<int>(computing.size());
   std::string out = fmt::format("pstrain --probe: {} (batch {} per worker), {} worker(s) measured\n", cfg.model,
-                                cfg.batchSize, workers);
+                                cfg.describeBatch(), workers);
   for (int i = 0; i < workers; ++i) {
     out += fmt::format("  rank {:<3} batch {:8.2f} ms   link to rank 0: {:7.3f} ms latency, {:9.1f} MB/s\n",
                        computing[static_cast<std::size_t>(i)], 1e3 * m.computeSeconds[i], 1e3 * m.latencySeconds[i],

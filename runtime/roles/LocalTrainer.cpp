@@ -10,6 +10,7 @@
 
 #include "runtime/Errors.h"
 #include "runtime/metrics/Clock.h"
+#include "runtime/roles/Autocast.h"
 #include "runtime/roles/DeviceSync.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/loss/Loss.h"
@@ -35,10 +36,12 @@ LocalTrainer::LocalTrainer(const config::TrainConfig& cfg, models::Net& model, c
       model_(model),
       device_(device),
       messages_(messages),
-      sampler_(train.size(), cfg.virtualShards > 0 ? cfg.virtualShards : workers, cfg.batchSize, cfg.seed, cfg.blockSize),
+      sampler_(train.size(), cfg.virtualShards > 0 ? cfg.virtualShards : workers, cfg.shardBatch(), cfg.seed,
+               cfg.blockSize),
       rank_(rank),
       shards_(data::virtualShardsOf(worker, workers, cfg.virtualShards > 0 ? cfg.virtualShards : workers)),
-      lossName_(cfg.lossFunction()) {
+      lossName_(cfg.lossFunction()),
+      precision_(config::precisionInfo(cfg.precision).kind) {
   const std::int64_t n = messages.weights.numel();
   auto deviceOptions = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
   // On the CPU the model computes straight from/into the message buffers; on an
@@ -138,22 +141,24 @@ void LocalTrainer::handOverReadyBuckets() {
 void LocalTrainer::computeGradient(std::int64_t batch, std::int64_t version) {
   const auto start = metrics::Clock::now();
   double dataWait = 0;
-  const auto micro = prefetcher_->take(batch, shards_, &dataWait);
+  const auto shardBatches = prefetcher_->take(batch, shards_, &dataWait);
   // Every virtual shard's batch of a step has the same size (ShardSampler::batchSizeAt).
-  const float count = static_cast<float>(micro.front().second.size(0));
-  float lossValue = simulatedSeconds_ > 0 ? simulateBatches(batch, count, micro.size()) : forwardBackward(batch, micro, count);
+  const float count = static_cast<float>(shardBatches.front().second.size(0));
+  float lossValue = simulatedSeconds_ > 0 ? simulateBatches(batch, count, shardBatches.size())
+                                          : forwardBackward(batch, shardBatches, count);
   const bool injectNan = batch == nanBatch_;  // --inject-nan, for the fault tests
   if (injectNan) lossValue = NAN;
   if (!std::isfinite(lossValue) && !cfg_.skipNonfinite) {
     throw Error(fmt::format("step {}: the loss of this worker's batch is {}; lower --lr, or --skip-nonfinite "
                             "to drop such steps (the last good checkpoint is kept)", version, lossValue));
   }
-  if (straggleMs_ > 0) {  // --straggle, for testing the modes against a slow worker: per micro-batch
-    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(straggleMs_ * static_cast<double>(micro.size())));
+  if (straggleMs_ > 0) {  // --straggle, for testing the modes against a slow worker: per virtual shard
+    const double ms = straggleMs_ * static_cast<double>(shardBatches.size());
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
   }
   float* trailer = messages_.trailer;
-  trailer[kLossSum] = lossValue * count * static_cast<float>(micro.size());
-  trailer[kSamples] = count * static_cast<float>(micro.size());
+  trailer[kLossSum] = lossValue * count * static_cast<float>(shardBatches.size());
+  trailer[kSamples] = count * static_cast<float>(shardBatches.size());
   // Only this rank's slot: the allreduce mode left the last step's sum in the others.
   std::fill(trailer + kComputeSeconds, trailer + trailerFloats(messages_.ranks), 0.0f);
   trailer[kComputeSeconds + rank_] = static_cast<float>(metrics::secondsSince(start));
@@ -163,7 +168,7 @@ void LocalTrainer::computeGradient(std::int64_t batch, std::int64_t version) {
   trailer[kStopRequest] = 0;
 }
 
-float LocalTrainer::forwardBackward(std::int64_t batch, const data::Prefetcher::Batches& micro, float count) {
+float LocalTrainer::forwardBackward(std::int64_t batch, const data::Prefetcher::Batches& shardBatches, float count) {
   const bool streaming = !buckets_.empty();
   if (streaming) {
     scale_ = count;
@@ -176,21 +181,34 @@ float LocalTrainer::forwardBackward(std::int64_t batch, const data::Prefetcher::
     grad_.zero_();
   }
   const at::Tensor& summedBuffers = device_.is_cpu() ? messages_.workerBuffers : workerBuffers_;
-  at::Tensor lossSum;
-  for (std::size_t m = 0; m < micro.size(); ++m) {
-    // Each micro-batch from the server's statistics, as if a worker of its own computed it.
+  at::Tensor lossSum;  // of the micro-batches' mean losses, each weighted by its share of its shard's batch
+  for (std::size_t m = 0; m < shardBatches.size(); ++m) {
+    // Each virtual shard's batch from the server's statistics, as if a worker of its own
+    // computed it; its --grad-accum micro-batches (one after the other, as in PyTorch) from
+    // the statistics the one before left.
     if (m > 0) writeBuffers(model_, device_.is_cpu() ? messages_.serverBuffers : serverBuffers_);
-    at::Tensor images = micro[m].first.to(device_, /*non_blocking=*/true);
-    at::Tensor labels = micro[m].second.to(device_, /*non_blocking=*/true);
-    lastMicroBatch_ = m + 1 == micro.size();
     // Dropout draws from torch's generator: seeded by (seed, batch, virtual shard), like the
     // batch and its augmentation, so that a resumed run draws what the uninterrupted one did.
     torch::manual_seed(mix(cfg_.seed ^ 0x5eedu, static_cast<std::uint64_t>(batch), static_cast<std::uint64_t>(shards_[m])));
-    at::Tensor loss = loss::lossOf(lossName_, model_.forward(images), labels, cfg_.ignoreIndex);
-    loss.backward();
-    if (!streaming) collectGradients(model_, grad_);
-    lossSum = m == 0 ? loss.detach() : lossSum + loss.detach();
-    if (micro.size() == 1) {
+    const std::int64_t samples = shardBatches[m].second.size(0);
+    for (std::int64_t first = 0; first < samples; first += cfg_.batchSize) {
+      const std::int64_t size = std::min(cfg_.batchSize, samples - first);
+      at::Tensor images = shardBatches[m].first.narrow(0, first, size).to(device_, /*non_blocking=*/true);
+      at::Tensor labels = shardBatches[m].second.narrow(0, first, size).to(device_, /*non_blocking=*/true);
+      lastMicroBatch_ = m + 1 == shardBatches.size() && first + size == samples;
+      at::Tensor loss;
+      {
+        AutocastScope autocast(device_, precision_);  // --precision: the forward pass and the loss
+        loss = loss::lossOf(lossName_, model_.forward(images), labels, cfg_.ignoreIndex);
+      }
+      // The shard's gradient is its samples' mean: each micro-batch's mean loss weighted by
+      // its share (exactly 1 without --grad-accum, so that nothing is multiplied then).
+      if (size < samples) loss = loss * (static_cast<double>(size) / static_cast<double>(samples));
+      loss.backward();
+      if (!streaming) collectGradients(model_, grad_);
+      lossSum = lossSum.defined() ? lossSum + loss.detach() : loss.detach();
+    }
+    if (shardBatches.size() == 1) {
       readBuffers(model_, summedBuffers);
     } else {
       readBuffers(model_, bufferScratch_);
@@ -213,16 +231,16 @@ float LocalTrainer::forwardBackward(std::int64_t batch, const data::Prefetcher::
   }
   if (!device_.is_cpu()) messages_.workerBuffers.copy_(workerBuffers_, /*non_blocking=*/true);
   // On a device, the step's one wait: everything queued so far, the copies included, has run.
-  return lossSum.item<float>() / static_cast<float>(micro.size());
+  return lossSum.item<float>() / static_cast<float>(shardBatches.size());
 }
 
-float LocalTrainer::simulateBatches(std::int64_t batch, float count, std::size_t microBatches) {
-  const auto wake = metrics::Clock::now() + metrics::toDuration(simulatedSeconds_ * static_cast<double>(microBatches));
+float LocalTrainer::simulateBatches(std::int64_t batch, float count, std::size_t shardCount) {
+  const auto wake = metrics::Clock::now() + metrics::toDuration(simulatedSeconds_ * static_cast<double>(shardCount));
   torch::manual_seed(mix(cfg_.seed ^ 0x51u, static_cast<std::uint64_t>(batch), static_cast<std::uint64_t>(shards_.front())));
-  grad_.normal_(0, 1e-3).mul_(count * static_cast<float>(microBatches));
+  grad_.normal_(0, 1e-3).mul_(count * static_cast<float>(shardCount));
   at::Tensor& summedBuffers = device_.is_cpu() ? messages_.workerBuffers : workerBuffers_;
   readBuffers(model_, summedBuffers);
-  if (microBatches > 1) summedBuffers.mul_(static_cast<float>(microBatches));
+  if (shardCount > 1) summedBuffers.mul_(static_cast<float>(shardCount));
   if (!device_.is_cpu()) {
     messages_.grad.copy_(grad_);
     messages_.workerBuffers.copy_(workerBuffers_);

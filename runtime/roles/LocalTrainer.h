@@ -16,6 +16,7 @@
 #include "data/Prefetcher.h"
 #include "data/ShardSampler.h"
 #include "models/Registry.h"
+#include "runtime/config/Devices.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/protocol/StepMessages.h"
@@ -39,8 +40,9 @@ class LocalTrainer {
   void loadWeights();
 
   // Forward and backward on batch `batch` of each of this worker's virtual shards (a pure
-  // function of seed, shard and batch number: every epoch a new permutation), one
-  // micro-batch after the other, each from the server's BatchNorm statistics. Fills the up
+  // function of seed, shard and batch number: every epoch a new permutation), one after the
+  // other, each from the server's BatchNorm statistics, each in --grad-accum micro-batches
+  // of --batch-size whose gradients add up to its whole batch's. Fills the up
   // message: the gradients summed (each times its sample count), the buffers summed over
   // the micro-batches, the trailer (kVersion `version`, this rank's kComputeSeconds slot
   // the time the call took, the other ranks' slots 0). A non-finite loss throws unless
@@ -72,6 +74,7 @@ class LocalTrainer {
   const int rank_;  // of the world: which trailer slot holds this rank's batch time
   std::vector<int> shards_;  // this worker's virtual shards
   const std::string lossName_;
+  const config::PrecisionKind precision_;  // --precision of the forward pass
   at::Tensor weights_;  // the model's flat parameters: messages.weights on the CPU
   at::Tensor grad_;     // the model's flat gradient: messages.grad on the CPU
   // On a device: the buffers as floats there, each way, so that they cross in one copy.
@@ -83,8 +86,8 @@ class LocalTrainer {
   double simulatedSeconds_ = 0;  // --simulate-compute, per micro-batch
 
   // computeGradient()'s two ways to fill the up message; both return the mean loss.
-  float forwardBackward(std::int64_t batch, const data::Prefetcher::Batches& micro, float count);
-  float simulateBatches(std::int64_t batch, float count, std::size_t microBatches);
+  float forwardBackward(std::int64_t batch, const data::Prefetcher::Batches& shardBatches, float count);
+  float simulateBatches(std::int64_t batch, float count, std::size_t shardCount);
 
   // streamGradients() state: the buckets, the buckets each parameter overlaps, parameters
   // still missing per bucket in this backward pass, the next bucket to hand over.
@@ -95,8 +98,8 @@ class LocalTrainer {
   std::vector<int> missing_;
   std::vector<bool> handedOver_;  // by parameter, in this step
   std::size_t nextReady_ = 0;
-  float scale_ = 1;  // a micro-batch's sample count, for gradient x count
-  bool lastMicroBatch_ = true;  // the hooks hand gradients over in the last only
+  float scale_ = 1;  // a virtual shard's batch's sample count, for gradient x count
+  bool lastMicroBatch_ = true;  // the step's last: the hooks hand gradients over in it only
   std::function<void(const protocol::Bucket&)> ready_;
   void onGradient(int parameter, const at::Tensor& gradient);
   // Writes `gradient` (undefined: zero) x scale_ into the parameter's slot, final once the

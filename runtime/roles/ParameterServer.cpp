@@ -355,9 +355,9 @@ void runServer(const RoleArgs& args, void (*loop)(Server&)) {
   std::cout << fmt::format("pstrain: {} mode, {} workers, {} steps ({} per epoch), model {} ({} parameters), "
                            "{}, batch {} per worker{}{}",
                            modeText, s.computing, s.total, s.updatesPerEpoch, cfg.model, s.messages.weights.numel(),
-                           cfg.describeTrainSet(args.trainSamples), cfg.batchSize,
+                           cfg.describeTrainSet(args.trainSamples), cfg.describeBatch(),
                            s.shards != s.computing ? fmt::format(" and virtual shard ({} virtual shards: {} per step)",
-                                                                 s.shards, s.shards * cfg.batchSize) : "",
+                                                                 s.shards, s.shards * cfg.shardBatch()) : "",
                            s.firstStep ? fmt::format("; resuming at step {}", s.firstStep) : "")
             << std::endl;
   loop(s);

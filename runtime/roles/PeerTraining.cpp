@@ -282,7 +282,7 @@ void runPeers(const RoleArgs& args, void (*loop)(Peer&)) {
     std::cout << fmt::format("pstrain: {} mode, {} ranks (all compute), {} steps ({} per epoch), model {} ({} "
                              "parameters), {}, batch {} per rank{}",
                              cfg.modeInfo().name, args.comm.size(), peer.total, peer.updatesPerEpoch, cfg.model,
-                             peer.messages.weights.numel(), cfg.describeTrainSet(args.train->size()), cfg.batchSize,
+                             peer.messages.weights.numel(), cfg.describeTrainSet(args.train->size()), cfg.describeBatch(),
                              peer.firstStep ? fmt::format("; resuming at step {}", peer.firstStep) : "")
               << std::endl;
   }

@@ -241,7 +241,7 @@ checkpoint::Checkpoint Publisher::snapshot(std::int64_t stepsDone) const {
   ckpt.syntheticSize = cfg_.syntheticSize;
   ckpt.loss = cfg_.lossFunction();
   ckpt.virtualShards = cfg_.virtualShards;  // resolved by runTraining
-  ckpt.batchSize = cfg_.batchSize;
+  ckpt.batchSize = cfg_.shardBatch();
   if (config::isModelFile(cfg_.model)) ckpt.modelPath = fs::absolute(cfg_.model).string();
   ckpt.fingerprint = cfg_.fingerprint();
   ckpt.modelState = models::stateDict(model_);

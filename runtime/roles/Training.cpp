@@ -87,10 +87,10 @@ int resolveVirtualShards(const config::TrainConfig& cfg, int computing, const ch
                                     "changes the data order, the global batch and the lr; --reshard if you mean it",
                                     cfg.trainDir, before, shards));
     }
-    if (resume->batchSize > 0 && resume->batchSize != cfg.batchSize) {
-      throw ConfigError(fmt::format("the run in {} has --batch-size {}, now {}: that changes the global batch and the "
-                                    "data order; --reshard if you mean it", cfg.trainDir, resume->batchSize,
-                                    cfg.batchSize));
+    if (resume->batchSize > 0 && resume->batchSize != cfg.shardBatch()) {
+      throw ConfigError(fmt::format("the run in {} has a batch of {} per worker (--batch-size x --grad-accum), now {}: "
+                                    "that changes the global batch and the data order; --reshard if you mean it",
+                                    cfg.trainDir, resume->batchSize, cfg.describeBatch()));
     }
   }
   if (computing > shards) {
@@ -179,7 +179,7 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
   const int workers = config::computeRanks(cfg.mode, ranks);
   const bool peers = mode.peers();
   const int shards = cfg.virtualShards;  // resolved
-  const data::ShardSampler sampler(trainSamples, shards, cfg.batchSize, cfg.seed, cfg.blockSize);
+  const data::ShardSampler sampler(trainSamples, shards, cfg.shardBatch(), cfg.seed, cfg.blockSize);
   const std::int64_t updatesPerEpoch = cfg.updatesPerEpoch(sampler.stepsPerEpoch(), workers);
   const std::int64_t total = config::totalSteps(cfg, updatesPerEpoch);
   std::string out = "pstrain dry run: every rank checked its config, data, model and device; nothing trained.\n";
@@ -201,13 +201,16 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
                                            : fmt::format(" {} virtual shard(s) of {} {}", mine, sampler.shardSize(), unit));
   }
   out += fmt::format("  blas      {}\n", blasOfRanks(facts));
-  out += fmt::format("  model     {}: {} parameters ({:.2f} MiB as float32)\n", cfg.model, parameters,
-                     parameters * 4.0 / (1 << 20));
+  out += fmt::format("  model     {}: {} parameters ({:.2f} MiB as float32){}\n", cfg.model, parameters,
+                     parameters * 4.0 / (1 << 20),
+                     cfg.precision == "fp32" ? "" : fmt::format("; forward pass autocast to {}", cfg.precision));
   const int perUpdate = cfg.batchesPerUpdate(shards);
+  const std::string& ids = facts[peers ? 0 : 1].at("info.token-ids");  // a computing rank's
   out += fmt::format("  data      {}: {}{}; batch {} per worker, {} per update{}\n", cfg.dataset,
-                     cfg.describeTrainSet(trainSamples), tokens ? ", each window at a random offset" : "",
-                     cfg.batchSize, cfg.batchSize * perUpdate,
-                     tokens ? fmt::format(" ({} tokens)", cfg.batchSize * perUpdate * cfg.blockSize) : "");
+                     cfg.describeTrainSet(trainSamples) + (ids.empty() ? "" : fmt::format(", {} ids", ids)),
+                     tokens ? ", each window at a random offset" : "",
+                     cfg.describeBatch(), cfg.shardBatch() * perUpdate,
+                     tokens ? fmt::format(" ({} tokens)", cfg.shardBatch() * perUpdate * cfg.blockSize) : "");
   out += fmt::format("  steps     {} updates ({} per epoch{})\n", total, updatesPerEpoch,
                      cfg.steps > 0 ? "; --steps" : fmt::format(" x {} epochs", cfg.epochs));
   const double target = optim::learningRate(cfg, perUpdate, cfg.warmupSteps, total + cfg.warmupSteps + 1);
@@ -265,6 +268,8 @@ void writeRunJson(const config::TrainConfig& cfg, const RunInfo& info,
   run.add("world_size", static_cast<std::int64_t>(facts.size()));
   run.add("workers", config::computeRanks(cfg.mode, static_cast<int>(facts.size())));
   run.add("train_samples", trainSamples).add("parameters", parameters).add("first_step", firstStep);
+  const std::string& ids = facts[cfg.modeInfo().peers() ? 0 : 1].at("info.token-ids");
+  if (!ids.empty()) run.add("token_ids", ids);
   run.add("torch_version", TORCH_VERSION).add("mpi_library", info.mpiLibrary).add("blas", blasOfRanks(facts));
   run.add("command", info.commandLine);
   // Rank 0's start-up to its first step (the workers' phases, to the handshake, are theirs).
@@ -298,12 +303,13 @@ void checkWorld(const config::TrainConfig& cfg, int size) {
 // A token stream's windows start anywhere: any batch is fine.
 void checkBatchFitsShards(const config::TrainConfig& run, std::int64_t trainSamples) {
   if (run.blockSize > 0) return;
-  const data::ShardSampler sampler(trainSamples, run.virtualShards, run.batchSize, run.seed, run.blockSize);
-  if (sampler.shardSize() >= run.batchSize) return;
+  const data::ShardSampler sampler(trainSamples, run.virtualShards, run.shardBatch(), run.seed, run.blockSize);
+  if (sampler.shardSize() >= run.shardBatch()) return;
   throw CollectiveConfigError(fmt::format(
-      "--batch-size {} is more than the {} sample(s) of each of the {} virtual shard(s) of the {} training samples: a "
-      "batch would hold samples twice; lower --batch-size{}", run.batchSize, sampler.shardSize(), run.virtualShards,
-      trainSamples, run.virtualShards > 1 ? " or the shards (--virtual-shards, workers)" : ""));
+      "a batch of {} is more than the {} sample(s) of each of the {} virtual shard(s) of the {} training samples: a "
+      "batch would hold samples twice; lower --batch-size{}{}", run.describeBatch(), sampler.shardSize(),
+      run.virtualShards, trainSamples, run.gradAccum > 1 ? " or --grad-accum" : "",
+      run.virtualShards > 1 ? " or the shards (--virtual-shards, workers)" : ""));
 }
 
 // This rank's facts for the handshake: the flags the ranks must agree on, what must match
@@ -320,6 +326,7 @@ Facts factsOf(comm::Communicator& comm, const config::TrainConfig& cfg, const co
   mine.emplace_back("info.model-file", cfg.model);
   mine.emplace_back("dataset-file", train ? train->fileIdentity : "");
   mine.emplace_back("info.dataset-file", cfg.dataset);
+  mine.emplace_back("info.token-ids", train && train->tokens ? train->tokens->idType() : "");
   mine.emplace_back("info.host", comm.hostName());
   mine.emplace_back("info.pid", std::to_string(::getpid()));
   mine.emplace_back("info.device", device.str());

@@ -20,7 +20,7 @@ UpdateState::UpdateState(comm::Communicator& comm, const config::TrainConfig& cf
       model(model),
       computing(config::computeRanks(cfg.mode, comm.size())),
       shards(cfg.virtualShards > 0 ? cfg.virtualShards : computing),
-      sampler(trainSamples, shards, cfg.batchSize, cfg.seed, cfg.blockSize),
+      sampler(trainSamples, shards, cfg.shardBatch(), cfg.seed, cfg.blockSize),
       updatesPerEpoch(cfg.updatesPerEpoch(sampler.stepsPerEpoch(), computing)),
       total(config::totalSteps(cfg, updatesPerEpoch)),
       firstStep(firstStep),

@@ -130,6 +130,47 @@ TEST(SyncThreads, VirtualShardsMakeTheRunIndependentOfTheWorkers) {
   EXPECT_NE(errors[0].find("--reshard if you mean it"), std::string::npos) << errors[0];
 }
 
+// --grad-accum K (issue 41): K micro-batches of B make the update of a batch of B x K, the
+// same samples in the same order, for SGD with momentum (the gradient streamed to the server
+// bucket by bucket during backward) and AdamW with clipping (the whole gradient at the end).
+// 300 samples a worker in batches of 28 = 7 x 4: the epoch's last batch of 20 comes as
+// micro-batches of 7, 7 and 6. AdamW with --eps 1e-5: on random data some of LeNet's
+// gradient components are sums that cancel to rounding noise (1e-9), which the default eps
+// lets Adam scale up to steps of the lr whichever way they round (one product of 28 or four
+// of 7 summed): 1.8e-4 apart after 12 steps. e2e.big_models checks AdamW with the default
+// eps on a language model (6.8e-6).
+TEST(SyncThreads, GradientAccumulationGivesTheLargerBatchsWeights) {
+  torch::set_num_threads(1);
+  testsupport::ScratchDir scratch("grad-accum");
+  for (const std::string optimizer : {"sgd", "adamw"}) {
+    auto whole = testsupport::smallSyntheticConfig((scratch / (optimizer + "-whole")).string());
+    whole.optimizer = optimizer;
+    whole.clipGradNorm = optimizer == "adamw" ? 1.0 : 0.0;
+    whole.lr = optimizer == "adamw" ? 2e-3 : 0.02;
+    whole.eps = 1e-5;  // adamw
+    whole.batchSize = 28;
+    whole.steps = 12;  // 11 a epoch
+    data::Dataset train = data::loadDataset(whole.dataset, "", data::Split::Train, whole.syntheticSize);
+    trainWith(whole, 2, train);
+    auto accumulated = whole;
+    accumulated.trainDir = (scratch / (optimizer + "-accumulated")).string();
+    accumulated.batchSize = 7;
+    accumulated.gradAccum = 4;
+    trainWith(accumulated, 2, train);
+    auto initial = [&] { torch::manual_seed(whole.seed); return models::stateDict(*models::makeModel(whole.model)); }();
+    auto a = checkpoint::readStateDict(whole.trainDir + "/trained_model.pt");
+    auto b = checkpoint::readStateDict(accumulated.trainDir + "/trained_model.pt");
+    const double diff = testsupport::maxAbsDiff(a, b);
+    std::cout << optimizer << ": --batch-size 7 --grad-accum 4 vs --batch-size 28: max abs diff " << diff << std::endl;
+    EXPECT_LE(diff, 1e-5) << optimizer;
+    EXPECT_GT(testsupport::maxAbsDiff(initial, b), 1e-3) << optimizer << ": training did not move the weights";
+    // The checkpoint records the batch a shard computes: either run resumes the other.
+    auto published = rundir::listPublished(accumulated.trainDir + "/ckpt");
+    ASSERT_FALSE(published.empty());
+    EXPECT_EQ(checkpoint::read(published.back()).batchSize, 28) << optimizer;
+  }
+}
+
 TEST(SyncThreads, MismatchedConfigStopsEveryRankNamingTheField) {
   testsupport::ScratchDir scratch("mismatch");
   auto cfg = testsupport::smallSyntheticConfig(scratch.str());
