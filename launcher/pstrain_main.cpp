@@ -164,7 +164,8 @@ void trainOrProbe(comm::MpiComm& comm, const config::TrainConfig& cfg, std::futu
   startup.mark("command_line");
   const bool computes = config::computesGradients(cfg.mode, comm.rank());
   // A worker's forward and backward, rank 0's optimizer update (in ranges of the flat weights).
-  launcher::setComputeThreads(cfg.threads > 0 ? cfg.threads : launcher::autoThreads());
+  const int threads = !computes && cfg.serverThreads > 0 ? cfg.serverThreads : cfg.threads;
+  launcher::setComputeThreads(threads > 0 ? threads : launcher::autoThreads());
   // A server never computes: it keeps the weights on the CPU next to the network.
   c10::Device device = computes ? launcher::chooseDevice(cfg.device, launcher::localRank()) : c10::Device(c10::kCPU);
   if (!device.is_cpu() && cfg.overlapping() && !comm::MpiSession::callableFromAnyThread()) {

@@ -224,14 +224,23 @@ std::shared_ptr<Net> loadScriptModel(const std::string& path) {
     throw ConfigError(fmt::format("{}: not a TorchScript file (not a PyTorch archive: {}); save the model with "
                                   "torch.jit.script(model).save(\"{}\")", path, why, path));
   }
-  if (!trustModelFiles()) checkBeforeLoading(*archive, path);
+  if (!trustModelFiles()) {
+    try {
+      checkBeforeLoading(*archive, path);
+    } catch (const Error&) {
+      throw;  // the check's own refusal
+    } catch (const std::exception& e) {  // a record it cannot give, code its compiler rejects
+      throw ConfigError(fmt::format("{}: a damaged TorchScript archive ({}); export the model again with "
+                                    "torch.jit.script(model).save(\"{}\")", path, firstLine(e.what()), path));
+    }
+  }
   archive.reset();
   torch::jit::setGraphExecutorOptimize(false);
   torch::jit::Module module;
   try {
     module = torch::jit::load(path, torch::kCPU);
-  } catch (const c10::Error& e) {
-    const std::string why = firstLine(e.what_without_backtrace());
+  } catch (const std::exception& e) {  // c10::Error, or the TorchScript compiler's ErrorReport
+    const std::string why = firstLine(e.what());
     if (why.find("constants.pkl") != std::string::npos) {
       throw ConfigError(fmt::format("{}: not a TorchScript module but a file of torch.save (a state_dict or a "
                                     "pickled nn.Module holds no code); export the model with "

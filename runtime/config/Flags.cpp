@@ -257,6 +257,12 @@ const std::vector<Flag> kFlags = {
     {"threads", "Run", "intra-op threads per rank: a worker's forward and backward, the server's optimizer update (0: cores / ranks on the host)",
      &TrainConfig::threads, A::HostLocal, nullptr, [](const TrainConfig& c) {
        require(c.threads >= 0 && c.threads <= 1024, fmt::format("--threads must be 0 (auto) or up to 1024 (got {})", c.threads)); }},
+    {"server-threads", "Run",
+     "intra-op threads of a rank 0 that does not compute (the parameter server's optimizer update; 0: as --threads): "
+     "in sync mode the workers wait for its update, so it may take their cores meanwhile",
+     &TrainConfig::serverThreads, A::HostLocal, nullptr, [](const TrainConfig& c) {
+       require(c.serverThreads >= 0 && c.serverThreads <= 1024,
+               fmt::format("--server-threads must be 0 (as --threads) or up to 1024 (got {})", c.serverThreads)); }},
     {"device", "Run", deviceNames() + " (auto: MPS, else CUDA, else CPU)",
      &TrainConfig::device, A::HostLocal, nullptr, [](const TrainConfig& c) { deviceInfo(c.device); }},
     {"timeout", "Run", "seconds any rank waits for the others before giving up",

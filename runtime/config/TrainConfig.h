@@ -65,6 +65,7 @@ struct TrainConfig {
   std::int64_t logEvery = 50;
   std::uint64_t seed = 1;
   int threads = 0;
+  int serverThreads = 0;                  // rank 0's when it does not compute (0: as threads)
   std::string device = "auto";
   double timeoutSeconds = 300;
   double maxSeconds = 0;

@@ -305,11 +305,12 @@ void checkBatchFitsShards(const config::TrainConfig& run, std::int64_t trainSamp
   if (run.blockSize > 0) return;
   const data::ShardSampler sampler(trainSamples, run.virtualShards, run.shardBatch(), run.seed, run.blockSize);
   if (sampler.shardSize() >= run.shardBatch()) return;
+  const std::string batch = run.gradAccum == 1 ? fmt::format("--batch-size {}", run.batchSize)
+                                                : fmt::format("a batch of {}", run.describeBatch());
   throw CollectiveConfigError(fmt::format(
-      "a batch of {} is more than the {} sample(s) of each of the {} virtual shard(s) of the {} training samples: a "
-      "batch would hold samples twice; lower --batch-size{}{}", run.describeBatch(), sampler.shardSize(),
-      run.virtualShards, trainSamples, run.gradAccum > 1 ? " or --grad-accum" : "",
-      run.virtualShards > 1 ? " or the shards (--virtual-shards, workers)" : ""));
+      "{} is more than the {} sample(s) of each of the {} virtual shard(s) of the {} training samples: a batch would "
+      "hold samples twice; lower --batch-size{}{}", batch, sampler.shardSize(), run.virtualShards, trainSamples,
+      run.gradAccum > 1 ? " or --grad-accum" : "", run.virtualShards > 1 ? " or the shards (--virtual-shards, workers)" : ""));
 }
 
 // This rank's facts for the handshake: the flags the ranks must agree on, what must match

@@ -20,3 +20,7 @@ pstrain_fuzzer(fuzz_checkpoint runtime/checkpoint/Checkpoint.cpp runtime/checkpo
 target_link_libraries(fuzz_checkpoint PRIVATE ${TORCH_LIBRARIES})
 pstrain_fuzzer(fuzz_npz data/Npz.cpp runtime/zip/ZipDirectory.cpp)
 pstrain_fuzzer(fuzz_tokens data/TokenFile.cpp)
+file(GLOB PSTRAIN_CONFIG_SOURCES ${PROJECT_SOURCE_DIR}/runtime/config/*.cpp)  # the registry's names
+pstrain_fuzzer(fuzz_model models/ScriptModel.cpp models/Registry.cpp models/ResNet.cpp models/Vgg.cpp
+               runtime/checkpoint/ArchiveCheck.cpp runtime/zip/ZipDirectory.cpp ${PSTRAIN_CONFIG_SOURCES})
+target_link_libraries(fuzz_model PRIVATE ${TORCH_LIBRARIES})

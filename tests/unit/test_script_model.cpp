@@ -4,8 +4,10 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "models/Registry.h"
 #include "models/ScriptModel.h"
@@ -88,4 +90,26 @@ TEST_F(ScriptModel, TiedWeightsAreRefused) {
   const std::string path = (scratch.path() / "tied.pt").string();
   module.save(path);
   EXPECT_NE(loadError(path).find("tied weights"), std::string::npos) << loadError(path);
+}
+
+// The fuzz tier's seeds for the model loader (tests/fuzz/corpus/model): the 14 hostile files
+// of tests/e2e/untrusted_models.py, whose code writes NAME-wrote.bin where it runs (in
+// forward, __setstate__, a forked body or a helper; the call spelled to escape a text scan).
+// Each is refused naming --trust-model, and nothing of theirs ran while it was looked at.
+TEST_F(ScriptModel, TheUntrustedCorpusIsRefusedBeforeAnyOfItsCodeRuns) {
+  namespace fs = std::filesystem;
+  const fs::path corpus = fs::path(PSTRAIN_FUZZ_CORPUS) / "model";
+  const fs::path before = fs::current_path();
+  fs::current_path(scratch.path());
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(corpus)) {
+    ++files;
+    const std::string error = loadError(entry.path().string());
+    EXPECT_NE(error.find("--trust-model"), std::string::npos) << entry.path() << ": " << error;
+  }
+  std::vector<std::string> wrote;
+  for (const auto& entry : fs::directory_iterator(scratch.path())) wrote.push_back(entry.path().filename().string());
+  fs::current_path(before);
+  EXPECT_EQ(files, 14);
+  EXPECT_TRUE(wrote.empty()) << wrote.front();
 }

@@ -1,0 +1,25 @@
+// libFuzzer target: a model file (the input, as a .pt file) loads or is refused with a
+// ConfigError, never crashes, hangs or runs its code. Loaded as pstrain loads --model without
+// --trust-model. Seeds: tests/fuzz/corpus/model, the 14 hostile files of
+// tests/e2e/untrusted_models.py, each of which writes NAME-wrote.bin in the working directory
+// where its code runs: such a file appearing is a finding too.
+#include <filesystem>
+#include <string>
+
+#include "models/ScriptModel.h"
+#include "runtime/Errors.h"
+#include "tests/fuzz/FuzzFile.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  namespace fs = std::filesystem;
+  const std::string path = pstrain::fuzz::writeInput(data, size, "model.pt");
+  try {
+    pstrain::models::loadScriptModel(path);
+  } catch (const pstrain::ConfigError&) {
+  }
+  for (const auto& entry : fs::directory_iterator(fs::current_path())) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > 10 && name.compare(name.size() - 10, 10, "-wrote.bin") == 0) __builtin_trap();  // its code ran
+  }
+  return 0;
+}
