@@ -20,6 +20,21 @@ run_logged() {
   [ $rc -eq 0 ] || { echo "     $dir failed ($rc):"; tail -5 "$dir.log" | sed 's/^/     /'; }
   return $rc
 }
+# refused NAME PATTERN COMMAND...: a check that COMMAND exits non-zero, and not by a timeout's
+# 124, saying PATTERN (an extended regex); prints the line that says it, or the output's end.
+refused() {
+  local name=$1 pattern=$2; shift 2
+  local out rc
+  out=$(mktemp)
+  "$@" > "$out" 2>&1
+  rc=$?
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qE -- "$pattern" "$out"; then
+    echo "ok   $name: $(grep -E -- "$pattern" "$out" | head -1 | cut -c1-220)"; passed=$((passed + 1))
+  else
+    echo "FAIL $name (exit $rc):"; tail -5 "$out" | sed 's/^/     /'; failures=$((failures + 1))
+  fi
+  rm -f "$out"
+}
 ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }  # ge A B: A >= B, as numbers
 # metric DIR EXPR: a Python expression over `lines` (DIR/metrics.jsonl as dicts) and `last`.
 metric() {

@@ -103,15 +103,7 @@ check "--precision bf16: in the fingerprint's config of run.json" has bf16/run.j
 
 # --- 4. bad input -----------------------------------------------------------------------------
 fails_with() {  # fails_with NAME PATTERN [pstrain flags...]: exits non-zero within 60 s, saying PATTERN
-  local name=$1 pattern=$2; shift 2
-  local out=$scratch/bad.out
-  with_timeout 60 "$mpirun" -np 3 "$pstrain" "${common[@]}" --steps 5 --train-dir "$scratch/bad-run" "$@" > "$out" 2>&1
-  local rc=$?
-  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -qE -- "$pattern" "$out"; then
-    echo "ok   $name: $(grep -E -- "$pattern" "$out" | head -1 | cut -c1-220)"; passed=$((passed + 1))
-  else
-    echo "FAIL $name (exit $rc):"; tail -5 "$out" | sed 's/^/     /'; failures=$((failures + 1))
-  fi
+  refused "$1" "$2" with_timeout 60 "$mpirun" -np 3 "$pstrain" "${common[@]}" --steps 5 --train-dir "$scratch/bad-run" "${@:3}"
 }
 fails_with "a precision with no row" "--precision 'fp8' is not one of: fp32 \| bf16" --precision fp8
 fails_with "--grad-accum 0" "--grad-accum must be in \[1, 65536\] \(got 0\)" --grad-accum 0
