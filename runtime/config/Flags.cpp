@@ -196,7 +196,7 @@ const std::vector<Flag> kFlags = {
        require(c.syntheticSize > 0 && c.syntheticSize <= 5'000'000,
                fmt::format("--synthetic-size must be in [1, 5000000] (got {})", c.syntheticSize)); }},
 
-    {"batch-size", "Optimization", "samples per worker (per virtual shard) per step (per micro-batch with --grad-accum)",
+    {"batch-size", "Optimization", "samples per worker (virtual shard) per micro-batch",
      &TrainConfig::batchSize, A::Fingerprint, nullptr, [](const TrainConfig& c) {
        require(c.batchSize > 0 && c.batchSize <= 1'000'000, fmt::format("--batch-size must be in [1, 1000000] (got {})", c.batchSize)); }},
     {"virtual-shards", "Optimization",

@@ -18,7 +18,7 @@ check "list-models: convnet" has "$models" "^convnet +1960"
 datasets=$("$pstrain" --list-datasets 2>&1)
 check "list-datasets: the three datasets" bash -c "grep -q '^fashion-mnist' <<<'$datasets' && grep -q '^mnist' <<<'$datasets' && grep -q '^synthetic' <<<'$datasets'"
 help=$("$pstrain" --help 2>&1)
-check "help: every flag with a default shows it" has "$help" "--batch-size arg +samples per worker .*per step \(default: 64\)"
+check "help: every flag with a default shows it" has "$help" "--batch-size arg +samples per worker .*\(default: 64\)"
 check "help: --config and --dry-run" bash -c "grep -q -- '--config' <<<\"\$0\" && grep -q -- '--dry-run' <<<\"\$0\"" "$help"
 
 # --dry-run: the plan, and nothing written.
