@@ -119,6 +119,12 @@ std::string blasOfRanks(const std::vector<std::map<std::string, std::string>>& f
   return text;
 }
 
+// A token file's id type ("uint16", "uint32"), as the first computing rank read it; "" for
+// data that is not a token file.
+const std::string& tokenIdsOf(const config::TrainConfig& cfg, const std::vector<std::map<std::string, std::string>>& facts) {
+  return facts[cfg.modeInfo().peers() ? 0 : 1].at("info.token-ids");
+}
+
 // Rank 0's one warning when a rank that computes on the CPU runs on the reference BLAS.
 void warnOfReferenceBlas(const config::TrainConfig& cfg, const std::vector<std::map<std::string, std::string>>& facts) {
   std::vector<std::string> slow;
@@ -205,7 +211,7 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
                      parameters * 4.0 / (1 << 20),
                      cfg.precision == "fp32" ? "" : fmt::format("; forward pass autocast to {}", cfg.precision));
   const int perUpdate = cfg.batchesPerUpdate(shards);
-  const std::string& ids = facts[peers ? 0 : 1].at("info.token-ids");  // a computing rank's
+  const std::string& ids = tokenIdsOf(cfg, facts);
   out += fmt::format("  data      {}: {}{}; batch {} per worker, {} per update{}\n", cfg.dataset,
                      cfg.describeTrainSet(trainSamples) + (ids.empty() ? "" : fmt::format(", {} ids", ids)),
                      tokens ? ", each window at a random offset" : "",
@@ -268,7 +274,7 @@ void writeRunJson(const config::TrainConfig& cfg, const RunInfo& info,
   run.add("world_size", static_cast<std::int64_t>(facts.size()));
   run.add("workers", config::computeRanks(cfg.mode, static_cast<int>(facts.size())));
   run.add("train_samples", trainSamples).add("parameters", parameters).add("first_step", firstStep);
-  const std::string& ids = facts[cfg.modeInfo().peers() ? 0 : 1].at("info.token-ids");
+  const std::string& ids = tokenIdsOf(cfg, facts);
   if (!ids.empty()) run.add("token_ids", ids);
   run.add("torch_version", TORCH_VERSION).add("mpi_library", info.mpiLibrary).add("blas", blasOfRanks(facts));
   run.add("command", info.commandLine);
