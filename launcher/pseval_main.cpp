@@ -235,6 +235,7 @@ void prepareOutDir(const launcher::EvalCommand& cmd) {
 constexpr int kSkippedExit = 3;
 
 int main(int argc, char** argv) {
+  if (const auto status = models::serveModelCheck(argc, argv)) return *status;
   launcher::EvalCommand cmd;
   try {
     cmd = launcher::parseEvalCommand(argc, argv);

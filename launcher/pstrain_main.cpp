@@ -201,6 +201,7 @@ void trainOrProbe(comm::MpiComm& comm, const config::TrainConfig& cfg, std::futu
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (const auto status = models::serveModelCheck(argc, argv)) return *status;
   metrics::Startup& startup = metrics::Startup::process();  // main()'s start
   handleSignals();
   const std::string command = commandLine(argc, argv);

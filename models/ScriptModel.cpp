@@ -13,6 +13,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -20,12 +23,22 @@
 #include <sstream>
 
 #include "runtime/Errors.h"
+#include "runtime/Portable.h"
+#include "runtime/Process.h"
 #include "runtime/checkpoint/ArchiveCheck.h"
 
 namespace pstrain::models {
 namespace {
 
-std::string firstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
+constexpr const char* kCheckModelFlag = "--check-model";
+constexpr int kRefused = 2;  // the check process's status for a refused file (its reason on stdout)
+
+// The first line that says something (the TorchScript compiler's reports start with one
+// that is empty).
+std::string firstLine(const std::string& text) {
+  const std::size_t start = std::min(text.find_first_not_of(" \n"), text.size());
+  return text.substr(start, text.find('\n', start) - start);
+}
 
 [[noreturn]] void refuseUntrusted(const std::string& path, const std::string& op, const std::string& where) {
   throw ConfigError(fmt::format("{}: its code calls {} ({}), which reads or writes files or reaches other machines. "
@@ -203,9 +216,9 @@ class ScriptNet : public Net {
   std::string identity_;
 };
 
-}  // namespace
-
-std::shared_ptr<Net> loadScriptModel(const std::string& path) {
+// The file exists, is a PyTorch archive this libtorch reads and, unless trusted, passes
+// checkBeforeLoading, in this process: the check process's work, and the loader's own.
+void checkArchive(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
     throw ConfigError(fmt::format("--model {}: no such file (a TorchScript file, from "
@@ -224,17 +237,50 @@ std::shared_ptr<Net> loadScriptModel(const std::string& path) {
     throw ConfigError(fmt::format("{}: not a TorchScript file (not a PyTorch archive: {}); save the model with "
                                   "torch.jit.script(model).save(\"{}\")", path, why, path));
   }
-  if (!trustModelFiles()) {
-    try {
-      checkBeforeLoading(*archive, path);
-    } catch (const Error&) {
-      throw;  // the check's own refusal
-    } catch (const std::exception& e) {  // a record it cannot give, code its compiler rejects
-      throw ConfigError(fmt::format("{}: a damaged TorchScript archive ({}); export the model again with "
-                                    "torch.jit.script(model).save(\"{}\")", path, firstLine(e.what()), path));
-    }
+  if (trustModelFiles()) return;
+  try {
+    checkBeforeLoading(*archive, path);
+  } catch (const Error&) {
+    throw;  // the check's own refusal
+  } catch (const std::exception& e) {  // a record it cannot give, code its compiler rejects
+    throw ConfigError(fmt::format("{}: a damaged TorchScript archive ({}); export the model again with "
+                                  "torch.jit.script(model).save(\"{}\")", path, firstLine(e.what()), path));
   }
-  archive.reset();
+}
+
+// checkArchive in the check process, for an untrusted file: a crash of libtorch's
+// compiler there is this file's refusal, not this process's end.
+void checkArchiveApart(const std::string& path) {
+  std::vector<std::string> argv = modelCheckCommand();
+  argv.push_back(path);
+  const auto timeout = std::chrono::seconds(120);
+  const process::CommandResult check = process::runCommand(argv, timeout, /*captureOutput=*/true);
+  std::string said = check.output;
+  while (!said.empty() && std::isspace(static_cast<unsigned char>(said.back()))) said.pop_back();
+  if (check.exitCode == 0) return;
+  if (check.exitCode == kRefused && !said.empty()) throw ConfigError(said);
+  if (check.timedOut) {
+    throw ConfigError(fmt::format("{}: checking its code took more than {} s (the check process was stopped); a "
+                                  "damaged or hostile file, or pass --trust-model if you trust it",
+                                  path, timeout.count()));
+  }
+  if (check.exitCode == 127 || check.exitCode < 0) {
+    throw Error(fmt::format("{}: could not start the process that checks model files ({})", path, argv.front()));
+  }
+  const std::string how = check.exitCode > 128 ? fmt::format("died of signal {} ({})", check.exitCode - 128,
+                                                             ::strsignal(check.exitCode - 128))
+                                               : fmt::format("ended with status {}", check.exitCode);
+  throw ConfigError(fmt::format("{}: libtorch {}'s TorchScript compiler {} on its code (in the process that checks "
+                                "model files, so nothing else was harmed): a damaged or hostile file; export the "
+                                "model again with torch.jit.script(model).save(\"{}\")",
+                                path, TORCH_VERSION, how, path));
+}
+
+}  // namespace
+
+std::shared_ptr<Net> loadScriptModel(const std::string& path) {
+  if (!trustModelFiles() && !modelCheckCommand().empty()) checkArchiveApart(path);
+  checkArchive(path);
   torch::jit::setGraphExecutorOptimize(false);
   torch::jit::Module module;
   try {
@@ -261,6 +307,26 @@ std::shared_ptr<Net> loadScriptModel(const std::string& path) {
 bool& trustModelFiles() {
   static bool trusted = false;
   return trusted;
+}
+
+std::vector<std::string>& modelCheckCommand() {
+  static std::vector<std::string> command;
+  return command;
+}
+
+std::optional<int> serveModelCheck(int argc, char** argv) {
+  if (argc == 3 && std::string(argv[1]) == kCheckModelFlag) {
+    try {
+      checkArchive(argv[2]);
+      return 0;
+    } catch (const Error& e) {
+      std::printf("%s\n", e.what());
+      return kRefused;
+    }
+  }
+  const std::string self = portable::executablePath();
+  if (!self.empty()) modelCheckCommand() = {self, kCheckModelFlag};
+  return std::nullopt;
 }
 
 }  // namespace pstrain::models

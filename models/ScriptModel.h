@@ -5,7 +5,9 @@
 // keys are those of the user's nn.Module), which the protocol binds to its flat buffers like
 // any model's; train()/eval() switch the module's dropout and BatchNorm.
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "models/Registry.h"
 
@@ -22,10 +24,24 @@ namespace pstrain::models {
 // operator with a filename) and other machines (rpc). Unless trustModelFiles() is set
 // (--trust-model), such a file is refused with a ConfigError naming the operator: before
 // loading, by the source it carries (what __setstate__ runs), and after, by every compiled
-// function of its module and submodules.
+// function of its module and submodules. The check before loading compiles the file's code,
+// and libtorch's TorchScript parser can crash on a damaged or hostile file (1.13 dies of
+// SIGSEGV in ScriptTypeParser on some the fuzz tier makes): it runs first in a process of its
+// own, modelCheckCommand(), whose death refuses the file with a ConfigError.
 std::shared_ptr<Net> loadScriptModel(const std::string& path);
 
 // Whether model files may call such operators (set by main() from --trust-model).
 bool& trustModelFiles();
+
+// The command of the check process ({program, "--check-model"}; the file's path is appended).
+// Empty (the default, as in tests): the check runs in this process alone.
+std::vector<std::string>& modelCheckCommand();
+
+// For main() of a program that loads model files, first thing. When argv is {program,
+// "--check-model", FILE}, this process is the check process: it checks FILE (printing a
+// refusal on stdout) and returns the exit status, 0 or 2. Otherwise it makes this program
+// the check process of the models it loads (modelCheckCommand) and returns nullopt.
+// The check process runs no MPI: it is started from a rank, not by mpirun.
+std::optional<int> serveModelCheck(int argc, char** argv);
 
 }  // namespace pstrain::models

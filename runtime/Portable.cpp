@@ -18,6 +18,7 @@
 #if defined(__GLIBC__)
 #include <malloc.h>
 #elif defined(__APPLE__)
+#include <mach-o/dyld.h>
 #include <sys/sysctl.h>
 #endif
 
@@ -127,6 +128,20 @@ std::string libraryDefining(const char* name) {
   if (!address || !::dladdr(address, &info) || !info.dli_fname) return "";
   char resolved[PATH_MAX];
   return ::realpath(info.dli_fname, resolved) ? resolved : info.dli_fname;
+}
+
+std::string executablePath() {
+#if defined(__linux__)
+  const char* link = "/proc/self/exe";
+#elif defined(__APPLE__)
+  char link[PATH_MAX] = {};
+  std::uint32_t size = sizeof link;
+  if (::_NSGetExecutablePath(link, &size) != 0) return "";
+#else
+  const char* link = "";
+#endif
+  char resolved[PATH_MAX] = {};
+  return *link && ::realpath(link, resolved) ? resolved : "";
 }
 
 std::string hostName() {

@@ -43,6 +43,10 @@ void* symbolAddress(const char* name, const std::string& library = "");
 // alternatives make libblas.so.3 a chain of them), or "" when none does.
 std::string libraryDefining(const char* name);
 
+// The file of this process's executable (Linux: /proc/self/exe; macOS:
+// _NSGetExecutablePath), its links resolved, or "" when the system does not say.
+std::string executablePath();
+
 // This host's name (gethostname), "localhost" when it has none.
 std::string hostName();
 

@@ -15,7 +15,7 @@
 #include <sstream>
 #include <thread>
 
-#include "launcher/elastic/Command.h"
+#include "runtime/Process.h"
 #include "launcher/elastic/Hosts.h"
 #include "runtime/Errors.h"
 #include "runtime/Stop.h"
@@ -34,6 +34,8 @@ namespace fs = std::filesystem;
 using metrics::Clock;
 using metrics::secondsSince;
 using metrics::toDuration;
+using process::runCommand;
+using process::spawn;
 
 // SIGINT/SIGTERM to pstrain-run: stop the job, relaunch nothing. Each further signal
 // hurries the job's stop one stage on (Supervisor::passOnStop).

@@ -177,6 +177,11 @@ for file in $corpus; do
     "untrusted/$file: its code calls (aten::save|aten::from_file) .*--trust-model" --model "untrusted/$file" --dataset small.npz
 done
 check "... each refused before loading ran any of it (nothing written)" bash -c "! ls ./*-wrote.bin 2> /dev/null"
+# A file on which libtorch 1.13's TorchScript parser dies of SIGSEGV (found by the fuzz tier):
+# the check runs in a process of its own, whose death refuses the file; no rank dies.
+cp "$here/../fuzz/corpus/model/parser-segv.pt" .
+fails_with "a file that crashes libtorch's TorchScript parser: refused, no rank killed" \
+  "parser-segv.pt: libtorch .*TorchScript compiler (died of signal|ended with status)" --model parser-segv.pt --dataset small.npz
 cp untrusted/saves.pt saves.pt
 run_logged trusted with_timeout 60 "$mpirun" -np 3 "$pstrain" --threads 1 --steps 4 --checkpoint-every 2 \
   --model saves.pt --dataset small.npz --trust-model --train-dir trusted
@@ -187,6 +192,9 @@ check "pseval: a model file is run only when --model names it" \
   bash -c "! [ -f trusted/eval.csv ] && grep -q 'pass --model FILE' trusted.eval.log"
 "$pseval" --train-dir trusted --model saves.pt > trusted.eval.log 2>&1
 check "pseval --model: refused without --trust-model" grep -q "its code calls aten::save" trusted.eval.log
+refused "pseval --model: a file that crashes the TorchScript parser refused" \
+  "parser-segv.pt: libtorch .*TorchScript compiler (died of signal|ended with status)" \
+  with_timeout 60 "$pseval" --train-dir trusted --model parser-segv.pt
 "$pseval" --train-dir trusted --model saves.pt --trust-model > trusted.eval.log 2>&1
 check "pseval --model --trust-model: evaluates" test "$(tail -n +2 trusted/eval.csv | wc -l)" -eq 2
 # Ranks holding different files under one relative path (as hosts with different copies).

@@ -22,5 +22,6 @@ pstrain_fuzzer(fuzz_npz data/Npz.cpp runtime/zip/ZipDirectory.cpp)
 pstrain_fuzzer(fuzz_tokens data/TokenFile.cpp)
 file(GLOB PSTRAIN_CONFIG_SOURCES ${PROJECT_SOURCE_DIR}/runtime/config/*.cpp)  # the registry's names
 pstrain_fuzzer(fuzz_model models/ScriptModel.cpp models/Registry.cpp models/ResNet.cpp models/Vgg.cpp
-               runtime/checkpoint/ArchiveCheck.cpp runtime/zip/ZipDirectory.cpp ${PSTRAIN_CONFIG_SOURCES})
+               runtime/checkpoint/ArchiveCheck.cpp runtime/zip/ZipDirectory.cpp runtime/Portable.cpp runtime/Process.cpp
+               ${PSTRAIN_CONFIG_SOURCES})
 target_link_libraries(fuzz_model PRIVATE ${TORCH_LIBRARIES})

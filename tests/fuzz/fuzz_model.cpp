@@ -2,13 +2,21 @@
 // ConfigError, never crashes, hangs or runs its code. Loaded as pstrain loads --model without
 // --trust-model. Seeds: tests/fuzz/corpus/model, the 14 hostile files of
 // tests/e2e/untrusted_models.py, each of which writes NAME-wrote.bin in the working directory
-// where its code runs: such a file appearing is a finding too.
+// where its code runs: such a file appearing is a finding too. As in pstrain, the check runs
+// first in a process of its own (this program, with --check-model FILE), whose crash on a
+// file (libtorch 1.13's TorchScript parser has SEGVs) refuses the file.
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
 #include "models/ScriptModel.h"
 #include "runtime/Errors.h"
 #include "tests/fuzz/FuzzFile.h"
+
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  if (const auto status = pstrain::models::serveModelCheck(*argc, *argv)) std::exit(*status);
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   namespace fs = std::filesystem;

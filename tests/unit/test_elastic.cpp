@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/elastic/Command.h"
+#include "runtime/Process.h"
 #include "launcher/elastic/Hosts.h"
 #include "runtime/Errors.h"
 
@@ -52,18 +52,18 @@ TEST(Elastic, GarbageHostsAndSlotCountsAreConfigErrors) {
 }
 
 TEST(Elastic, CommandsRunWithATimeout) {
-  auto ok = launcher::runCommand({"sh", "-c", "echo hi; exit 3"}, std::chrono::seconds(10), true);
+  auto ok = process::runCommand({"sh", "-c", "echo hi; exit 3"}, std::chrono::seconds(10), true);
   EXPECT_EQ(ok.exitCode, 3);
   EXPECT_EQ(ok.output, "hi\n");
   EXPECT_FALSE(ok.timedOut);
   const auto start = std::chrono::steady_clock::now();
-  auto slow = launcher::runCommand({"sh", "-c", "sleep 30"}, std::chrono::milliseconds(300), true);
+  auto slow = process::runCommand({"sh", "-c", "sleep 30"}, std::chrono::milliseconds(300), true);
   EXPECT_TRUE(slow.timedOut);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
-  EXPECT_EQ(launcher::runCommand({"/no/such/program"}, std::chrono::seconds(5), false).exitCode, 127);
+  EXPECT_EQ(process::runCommand({"/no/such/program"}, std::chrono::seconds(5), false).exitCode, 127);
   // Cancelled (pstrain-run's stop signal): the command and what it started end at once.
   const auto cancelledAt = std::chrono::steady_clock::now();
-  auto cancelled = launcher::runCommand({"sh", "-c", "sleep 30 & sleep 30"}, std::chrono::seconds(60), true, [&] {
+  auto cancelled = process::runCommand({"sh", "-c", "sleep 30 & sleep 30"}, std::chrono::seconds(60), true, [&] {
     return std::chrono::steady_clock::now() - cancelledAt > std::chrono::milliseconds(300);
   });
   EXPECT_TRUE(cancelled.timedOut);

@@ -1,4 +1,4 @@
-#include "launcher/elastic/Command.h"
+#include "runtime/Process.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -12,7 +12,7 @@
 #include "runtime/Portable.h"
 #include "runtime/metrics/Clock.h"
 
-namespace pstrain::launcher {
+namespace pstrain::process {
 
 using metrics::Clock;
 
@@ -77,4 +77,4 @@ CommandResult runCommand(const std::vector<std::string>& argv, std::chrono::mill
   return result;
 }
 
-}  // namespace pstrain::launcher
+}  // namespace pstrain::process

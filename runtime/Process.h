@@ -1,6 +1,7 @@
 #pragma once
-// The commands pstrain-run starts (mpirun, a discovery script, a host's probe), each in a
-// process group of its own.
+// Child processes, each in a process group of its own: the commands pstrain-run starts
+// (mpirun, a discovery script, a host's probe) and the model loader's check process.
+// Torch-free.
 #include <sys/types.h>
 
 #include <chrono>
@@ -8,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace pstrain::launcher {
+namespace pstrain::process {
 
 // A command run to completion: its exit code (128 + N after signal N; -1 if it could not
 // start), its standard output when captured (the first MiB), and whether it was killed,
@@ -30,4 +31,4 @@ CommandResult runCommand(const std::vector<std::string>& argv, std::chrono::mill
 // command exits 127.
 pid_t spawn(const std::vector<std::string>& argv, int stdoutFd);
 
-}  // namespace pstrain::launcher
+}  // namespace pstrain::process
