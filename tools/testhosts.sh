@@ -7,14 +7,20 @@
 # Source it, then:
 #   testhosts_up DIR N        creates N hosts (needs root and iproute2); DIR gets hostfile, agent
 #   testhosts_mpirun DIR NP MPIRUN ARGS...   mpirun from the first host over them (TCP on the subnet)
-#   testhosts_limit RATE      shapes every host's link both ways with tc tbf (for example
-#                             100mbit), as a switch port of that speed would
+#   testhosts_limit RATE [2]  shapes every host's link both ways with tc tbf (for example
+#                             100mbit), as a switch port of that speed would (2: the
+#                             second subnet's links)
+#   testhosts_second_subnet   gives every host a second link, on a bridge of its own
+#                             (198.18.78.1..N): two paths between hosts, as Wi-Fi and a
+#                             Thunderbolt bridge between Macs
 #   testhosts_clear           kills every process on them (daemons and ranks a lost job left)
 #   testhosts_down            removes them (callers: trap it on EXIT)
 # Sets TESTHOSTS_NS (namespace names), TESTHOSTS_ADDR (addresses), TESTHOSTS_LINK (each
-# namespace's interface).
+# namespace's interface), and TESTHOSTS_ADDR2, TESTHOSTS_LINK2 for the second subnet.
+# testhosts_mpirun restricts MPI to the first subnet unless TESTHOSTS_BTL_INCLUDE says
+# otherwise ("" for none: MPI then uses every interface, as a user's mpirun does).
 testhosts_tag=$$
-TESTHOSTS_NS=() TESTHOSTS_ADDR=() TESTHOSTS_LINK=()
+TESTHOSTS_NS=() TESTHOSTS_ADDR=() TESTHOSTS_LINK=() TESTHOSTS_ADDR2=() TESTHOSTS_LINK2=()
 testhosts_bridge=pstbr$testhosts_tag
 
 testhosts_available() {
@@ -41,7 +47,8 @@ testhosts_down() {
   for n in ${TESTHOSTS_NS[@]+"${TESTHOSTS_NS[@]}"}; do ip netns del "$n" 2>/dev/null || true; done
   for ((i = 0; i < ${#TESTHOSTS_NS[@]}; i++)); do rm -rf "$(testhosts_tmpdir "$i")"; done
   ip link del "$testhosts_bridge" 2>/dev/null || true
-  TESTHOSTS_NS=() TESTHOSTS_ADDR=() TESTHOSTS_LINK=()
+  ip link del "${testhosts_bridge}b" 2>/dev/null || true
+  TESTHOSTS_NS=() TESTHOSTS_ADDR=() TESTHOSTS_LINK=() TESTHOSTS_ADDR2=() TESTHOSTS_LINK2=()
 }
 
 # The kernel's ARP table is one for all namespaces (1024 entries by default): N hosts that
@@ -89,22 +96,39 @@ testhosts_up() {
   chmod +x "$dir/agent"
 }
 
+testhosts_second_subnet() {
+  local i bridge=${testhosts_bridge}b
+  ip link add "$bridge" type bridge && ip link set "$bridge" up || return 1
+  for ((i = 0; i < ${#TESTHOSTS_NS[@]}; i++)); do
+    TESTHOSTS_ADDR2+=("198.18.78.$((i + 1))")
+    TESTHOSTS_LINK2+=("m$testhosts_tag$i")
+    ip link add "g$testhosts_tag$i" type veth peer name "m$testhosts_tag$i"
+    ip link set "m$testhosts_tag$i" netns "${TESTHOSTS_NS[$i]}"
+    ip link set "g$testhosts_tag$i" master "$bridge" up
+    ip netns exec "${TESTHOSTS_NS[$i]}" ip addr add "${TESTHOSTS_ADDR2[$i]}/24" dev "m$testhosts_tag$i"
+    ip netns exec "${TESTHOSTS_NS[$i]}" ip link set "m$testhosts_tag$i" up
+  done
+}
+
 # Both ways: what a host sends (its end of the veth) and what it receives (the bridge's
 # end), so that N hosts sending to one share its link, as they would share a real one.
 testhosts_limit() {
-  local i
+  local i inside=n outside=h
+  [ "${2:-1}" = 2 ] && inside=m outside=g
   for ((i = 0; i < ${#TESTHOSTS_NS[@]}; i++)); do
-    ip netns exec "${TESTHOSTS_NS[$i]}" tc qdisc replace dev "${TESTHOSTS_LINK[$i]}" root tbf rate "$1" burst 256kb latency 50ms
-    tc qdisc replace dev "h$testhosts_tag$i" root tbf rate "$1" burst 256kb latency 50ms
+    ip netns exec "${TESTHOSTS_NS[$i]}" tc qdisc replace dev "$inside$testhosts_tag$i" root tbf rate "$1" burst 256kb latency 50ms
+    tc qdisc replace dev "$outside$testhosts_tag$i" root tbf rate "$1" burst 256kb latency 50ms
   done
 }
 
 # Open MPI's keepalive is shortened so that a lost host ends the job in seconds.
 testhosts_mpirun() {
-  local dir=$1 np=$2 mpirun=$3
+  local dir=$1 np=$2 mpirun=$3 include=()
   shift 3
+  local subnet=${TESTHOSTS_BTL_INCLUDE-198.18.77.0/24}
+  [ -z "$subnet" ] || include=(--mca btl_tcp_if_include "$subnet")
   ip netns exec "${TESTHOSTS_NS[0]}" env TMPDIR="$(testhosts_tmpdir 0)" "$mpirun" --hostfile "$dir/hostfile" -np "$np" \
     --mca plm_rsh_agent "$dir/agent" --mca plm_rsh_no_tree_spawn 1 \
-    --mca btl tcp,self --mca btl_tcp_if_include 198.18.77.0/24 --mca oob_tcp_if_include 198.18.77.0/24 \
+    --mca btl tcp,self ${include[@]+"${include[@]}"} --mca oob_tcp_if_include 198.18.77.0/24 \
     --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2 --mca oob_tcp_keepalive_probes 3 "$@"
 }

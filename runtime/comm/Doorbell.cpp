@@ -2,8 +2,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
-#include <net/if.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -14,37 +12,10 @@
 #include <sstream>
 #include <thread>
 
+#include "runtime/net/Interfaces.h"
+
 namespace pstrain::comm {
 namespace {
-
-std::vector<std::string> splitList(const std::string& list) {
-  std::vector<std::string> items;
-  std::stringstream in(list);
-  for (std::string item; std::getline(in, item, ',');) {
-    item.erase(0, item.find_first_not_of(' '));
-    item.erase(item.find_last_not_of(' ') + 1);
-    if (!item.empty()) items.push_back(item);
-  }
-  return items;
-}
-
-// Whether interface `name` with address `address` (network order) is one of `items`: names
-// or CIDRs ("192.168.1.0/24").
-bool matches(const std::vector<std::string>& items, const std::string& name, in_addr address) {
-  for (const auto& item : items) {
-    const auto slash = item.find('/');
-    if (slash == std::string::npos) {
-      if (item == name) return true;
-      continue;
-    }
-    in_addr network{};
-    const int bits = std::atoi(item.c_str() + slash + 1);
-    if (::inet_pton(AF_INET, item.substr(0, slash).c_str(), &network) != 1 || bits < 0 || bits > 32) continue;
-    const std::uint32_t mask = bits == 0 ? 0 : htonl(~std::uint32_t(0) << (32 - bits));
-    if ((address.s_addr & mask) == (network.s_addr & mask)) return true;
-  }
-  return false;
-}
 
 // An interface address that the doorbell listens on, with its network's mask.
 struct Listening {
@@ -53,21 +24,14 @@ struct Listening {
 
 // The IPv4 addresses of the interfaces that are up and that `interfaces` selects.
 std::vector<Listening> selectAddresses(const Doorbell::Interfaces& interfaces) {
-  const auto include = splitList(interfaces.include), exclude = splitList(interfaces.exclude);
+  const auto include = net::splitList(interfaces.include), exclude = net::splitList(interfaces.exclude);
   std::vector<Listening> external, loopback;
-  ifaddrs* list = nullptr;
-  if (::getifaddrs(&list) != 0) return {};
-  for (const ifaddrs* i = list; i; i = i->ifa_next) {
-    if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP)) continue;
-    Listening l;
-    l.address = reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr;
-    if (i->ifa_netmask) l.netmask = reinterpret_cast<const sockaddr_in*>(i->ifa_netmask)->sin_addr;
+  for (const net::Interface& i : net::localInterfaces()) {
     // As Open MPI's TCP transport: an include list makes the exclude list moot.
-    if (!include.empty() && !matches(include, i->ifa_name, l.address)) continue;
-    if (include.empty() && matches(exclude, i->ifa_name, l.address)) continue;
-    ((i->ifa_flags & IFF_LOOPBACK) && include.empty() ? loopback : external).push_back(l);
+    if (!include.empty() && !net::matches(include, i.name, i.address)) continue;
+    if (include.empty() && net::matches(exclude, i.name, i.address)) continue;
+    (i.loopback && include.empty() ? loopback : external).push_back(Listening{i.address, i.netmask});
   }
-  ::freeifaddrs(list);
   // A peer on another host cannot reach this loopback; one on this host reaches the
   // external addresses as well.
   return external.empty() ? loopback : external;

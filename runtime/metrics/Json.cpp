@@ -78,4 +78,10 @@ std::string jsonArray(const std::vector<int>& values) {
   return jsonRawArray(items);
 }
 
+std::string jsonArray(const std::vector<std::string>& values) {
+  std::vector<std::string> items;
+  for (const auto& v : values) items.push_back(jsonQuote(v));
+  return jsonRawArray(items);
+}
+
 }  // namespace pstrain::metrics

@@ -38,6 +38,7 @@ std::string jsonQuote(const std::string& text);
 // and {"key": count, ...} of a map's entries.
 std::string jsonArray(const std::vector<double>& values);
 std::string jsonArray(const std::vector<int>& values);
+std::string jsonArray(const std::vector<std::string>& values);
 std::string jsonRawArray(const std::vector<std::string>& items);
 template <typename Key>
 std::string jsonCounts(const std::map<Key, std::int64_t>& counts) {

@@ -1,6 +1,7 @@
 #include "runtime/probe/Probe.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "runtime/metrics/Json.h"
 #include "runtime/optim/Optimizer.h"
 #include "runtime/probe/CostModel.h"
+#include "runtime/probe/NetworkMap.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/protocol/StepMessages.h"
 #include "runtime/roles/LocalTrainer.h"
@@ -242,9 +244,109 @@ std::string predictionTable(const std::vector<Prediction>& predictions, int work
   return out;
 }
 
+// The prediction for the run as configured with `workers`: its mode (sync where the cost
+// model has none for it) and its codecs where the probe timed them, else uncompressed.
+const Prediction& asConfigured(const std::vector<Prediction>& predictions, const config::TrainConfig& cfg, int workers) {
+  const config::Mode mode = predictable(cfg.mode) ? cfg.mode : config::Mode::Sync;
+  const Prediction* raw = nullptr;
+  for (const auto& p : predictions) {
+    if (p.mode != mode || p.workers != workers) continue;
+    const bool peers = p.weightCodec == "-";
+    if (p.gradientCodec == cfg.compress && (peers || p.weightCodec == cfg.compressWeights)) return p;
+    if (p.gradientCodec == config::kRawCodec && (peers || p.weightCodec == config::kRawCodec)) raw = &p;
+  }
+  return *raw;
+}
+
+// What the network map says: each worker's subnets with rank 0, a line per worker that has
+// a faster path than MPI's, and, when one subnet is faster for all of them, the mpirun
+// options that give MPI that subnet alone and the run's predicted throughput with it.
+struct NetworkAdvice {
+  std::string text;        // printed
+  std::string json;        // probe.json's "network"
+  std::string option;      // "--mca btl_tcp_if_include SUBNET" ("" when MPI's path is the fastest)
+};
+constexpr double kFasterPath = 1.2;  // a subnet this much faster than what MPI measured is worth naming
+
+NetworkAdvice adviseNetwork(const config::TrainConfig& cfg, const std::vector<int>& computing,
+                            const ProbeMeasurements& m, const std::vector<WorkerNetwork>& network) {
+  NetworkAdvice advice;
+  auto mpiRate = [&](int rank) {
+    const auto at = std::find(computing.begin(), computing.end(), rank);
+    return at == computing.end() ? 0.0 : m.bytesPerSecond[static_cast<std::size_t>(at - computing.begin())];
+  };
+  std::vector<std::string> items;
+  for (const WorkerNetwork& w : network) {
+    std::string line = fmt::format("  network: rank {} ({}) to rank 0:", w.rank, w.host);
+    std::vector<std::string> subnets;
+    const SharedSubnet* fastest = nullptr;
+    for (const SharedSubnet& s : w.subnets) {
+      const std::string kind = s.kind.empty() ? "" : s.kind + (s.megabitsPerSecond > 0 ? fmt::format(" {:.0f} Mbit/s", s.megabitsPerSecond) : "");
+      line += w.sameHostAsServer ? "" : fmt::format(" {}{} {:.1f} MB/s;", s.subnet, kind.empty() ? "" : " (" + kind + ")",
+                                                     s.bytesPerSecond / 1e6);
+      if (!fastest || s.bytesPerSecond > fastest->bytesPerSecond) fastest = &s;
+      metrics::JsonObject o;
+      o.add("subnet", s.subnet).add("kind", s.kind).add("link_mbit_s", s.megabitsPerSecond);
+      o.add("server_address", s.serverAddress).add("worker_address", s.workerAddress).add("bytes_per_s", s.bytesPerSecond);
+      subnets.push_back(o.str());
+    }
+    if (w.sameHostAsServer) line += " the same host (MPI uses shared memory)";
+    else if (w.subnets.empty()) line += " no subnet in common (MPI's traffic is routed)";
+    else line += fmt::format(" MPI measured {:.1f} MB/s", mpiRate(w.rank) / 1e6);
+    advice.text += line + "\n";
+    if (!w.sameHostAsServer && fastest && fastest->bytesPerSecond > kFasterPath * mpiRate(w.rank)) {
+      advice.text += fmt::format("  faster path: rank {} ({}) reaches rank 0 at {:.1f} MB/s on {} ({} there), {:.1f}x what MPI "
+                                 "got: --mca btl_tcp_if_include {}\n",
+                                 w.rank, w.host, fastest->bytesPerSecond / 1e6, fastest->subnet, fastest->workerAddress,
+                                 fastest->bytesPerSecond / std::max(mpiRate(w.rank), 1.0), fastest->subnet);
+    }
+    metrics::JsonObject o;
+    o.add("rank", w.rank).add("host", w.host).add("same_host", w.sameHostAsServer).add("mpi_bytes_per_s", mpiRate(w.rank));
+    o.addRaw("subnets", metrics::jsonRawArray(subnets));
+    items.push_back(o.str());
+  }
+  metrics::JsonObject json;
+  json.addRaw("workers", metrics::jsonRawArray(items));
+  const FastestSubnet best = fastestCommonSubnet(network);
+  double slowestMpi = 0;
+  for (const WorkerNetwork& w : network) {
+    if (!w.sameHostAsServer) slowestMpi = slowestMpi == 0 ? mpiRate(w.rank) : std::min(slowestMpi, mpiRate(w.rank));
+  }
+  if (!best.subnet.empty() && best.bytesPerSecond > kFasterPath * slowestMpi) {
+    ProbeMeasurements faster = m;
+    for (const WorkerNetwork& w : network) {
+      const auto at = std::find(computing.begin(), computing.end(), w.rank);
+      for (const SharedSubnet& s : w.subnets) {
+        if (s.subnet == best.subnet && at != computing.end() && !w.sameHostAsServer) {
+          faster.bytesPerSecond[static_cast<std::size_t>(at - computing.begin())] = s.bytesPerSecond;
+        }
+      }
+    }
+    if (computing.front() == 0) faster.bytesPerSecond[0] = best.bytesPerSecond;  // a computing rank 0: its peers' worst
+    const int workers = static_cast<int>(computing.size());
+    const auto nowPredictions = predict(m), thenPredictions = predict(faster);
+    const Prediction& now = asConfigured(nowPredictions, cfg, workers);
+    const Prediction& then = asConfigured(thenPredictions, cfg, workers);
+    advice.option = "--mca btl_tcp_if_include " + best.subnet;
+    const auto addresses = addressesOn(network, best.subnet);
+    advice.text += fmt::format("  network recommendation: mpirun {} (the hostfile's addresses on it: {}): predicted {} {:.0f} "
+                               "samples/s instead of {:.0f} ({:.2f}x)\n",
+                               advice.option, fmt::join(addresses, " "), config::nameOf(then.mode), then.samplesPerSecond,
+                               now.samplesPerSecond, then.samplesPerSecond / now.samplesPerSecond);
+    metrics::JsonObject r;
+    r.add("subnet", best.subnet).add("option", advice.option).addRaw("hostfile_addresses", metrics::jsonArray(addresses));
+    r.add("mode", config::nameOf(then.mode)).add("samples_per_s", then.samplesPerSecond).add("samples_per_s_now", now.samplesPerSecond);
+    json.addRaw("recommendation", r.str());
+  } else if (!network.empty()) {
+    advice.text += "  network: MPI's path is the fastest the probe found\n";
+  }
+  advice.json = json.str();
+  return advice;
+}
+
 std::string probeJson(const config::TrainConfig& cfg, c10::Device device, const std::vector<int>& computing,
                       const ProbeMeasurements& m, const std::vector<Prediction>& predictions, const std::string& advice,
-                      const std::vector<LocalStepsPrediction>& rounds) {
+                      const std::vector<LocalStepsPrediction>& rounds, const std::string& network) {
   auto codecsJson = [](const std::map<std::string, CodecCost>& costs) {
     metrics::JsonObject o;
     for (const auto& [spec, c] : costs) {
@@ -281,12 +383,14 @@ std::string probeJson(const config::TrainConfig& cfg, c10::Device device, const 
   }
   probe.addRaw("diloco", metrics::jsonRawArray(byLocalSteps));
   probe.add("diloco_local_steps", smallestLocalStepsWithin(rounds, kCommShareTarget));
+  probe.addRaw("network", network);
   return probe.str();
 }
 
 // Rank 0: the measurements, the predictions and the recommendation, printed and written to
 // probe.json.
-void report(const config::TrainConfig& cfg, c10::Device device, const std::vector<Measured>& all) {
+void report(const config::TrainConfig& cfg, c10::Device device, const std::vector<Measured>& all,
+            const std::vector<WorkerNetwork>& network) {
   const std::vector<int> computing = computingRanks(cfg, static_cast<int>(all.size()));
   const ProbeMeasurements m = costInputs(cfg, computing, all);
   const auto predictions = predict(m);
@@ -305,9 +409,11 @@ void report(const config::TrainConfig& cfg, c10::Device device, const std::vecto
   out += "  recommendation: " + advice + "\n";
   const auto rounds = predictLocalSteps(m, workers, kLocalSteps);
   out += localStepsLine(rounds, m);
+  const NetworkAdvice net = adviseNetwork(cfg, computing, m, network);
+  out += net.text;
   std::cout << out << std::flush;
   const std::string path = rundir::pathOf(cfg.trainDir, rundir::kProbe);
-  rundir::atomicWrite(path, probeJson(cfg, device, computing, m, predictions, advice, rounds) + "\n");
+  rundir::atomicWrite(path, probeJson(cfg, device, computing, m, predictions, advice, rounds, net.json) + "\n");
   std::cout << "pstrain --probe: wrote " << path << "; trained nothing" << std::endl;
 }
 
@@ -322,7 +428,11 @@ void runProbe(comm::Communicator& comm, const config::TrainConfig& cfg, models::
                              config::computeRanks(run.mode, comm.size())) << std::endl;
   }
   const auto all = gather(comm, measure(comm, run, model, train, device));
-  if (comm.rank() == 0) report(run, device, all);
+  // The map's transfers: a model's message, at least 8 MiB (TCP's slow start) and at most
+  // 256 MiB, for at most 2 s a subnet.
+  const auto modelBytes = static_cast<std::size_t>(models::parameterCount(model)) * sizeof(float);
+  const auto network = mapNetwork(comm, std::clamp<std::size_t>(modelBytes, 8u << 20, 256u << 20), 2.0);
+  if (comm.rank() == 0) report(run, device, all, network);
 }
 
 }  // namespace pstrain::probe

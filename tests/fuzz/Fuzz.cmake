@@ -14,7 +14,8 @@ function(pstrain_fuzzer name)
 endfunction()
 pstrain_fuzzer(fuzz_idx data/Idx.cpp runtime/Portable.cpp)
 pstrain_fuzzer(fuzz_cifar data/Cifar.cpp)
-pstrain_fuzzer(fuzz_wire runtime/protocol/Handshake.cpp runtime/protocol/StepProtocol.cpp runtime/comm/Doorbell.cpp)
+pstrain_fuzzer(fuzz_wire runtime/protocol/Handshake.cpp runtime/protocol/StepProtocol.cpp runtime/comm/Doorbell.cpp
+               runtime/net/Interfaces.cpp)
 pstrain_fuzzer(fuzz_checkpoint runtime/checkpoint/Checkpoint.cpp runtime/checkpoint/ArchiveCheck.cpp runtime/Portable.cpp
                runtime/rundir/AtomicFile.cpp runtime/rundir/RunFiles.cpp runtime/zip/ZipDirectory.cpp)
 target_link_libraries(fuzz_checkpoint PRIVATE ${TORCH_LIBRARIES})
