@@ -38,6 +38,9 @@ cxxopts::Options elasticOptions(const ElasticOptions& d) {
                    "later SIGTERM, as many again later SIGKILL; each further signal skips a wait", defaulted(d.stopGraceSeconds))
     ("mpirun", "the mpirun to run", defaulted(d.mpirun))
     ("mpirun-arg", "an argument for mpirun (repeat it: --mpirun-arg=--mca --mpirun-arg=btl_tcp_if_include --mpirun-arg=en0)", cxxopts::value<std::vector<std::string>>())
+    ("prefer-fastest-link", "before launching on a set of hosts, run pstrain --probe there (same flags) and, when its "
+                            "network map finds a subnet faster than MPI's path, launch with --mca btl_tcp_if_include "
+                            "SUBNET (README: \"Connecting Macs\")")
     ("pstrain", "the pstrain binary (default: the one next to pstrain-run)", defaulted(d.pstrain))
     ("h,help", "print this help");
   // clang-format on
@@ -101,6 +104,7 @@ ElasticOptions parseElasticCommand(int argc, char** argv) {
   o.stopGraceSeconds = r["stop-grace"].as<double>();
   o.mpirun = r["mpirun"].as<std::string>();
   if (r.count("mpirun-arg")) o.mpirunArgs = r["mpirun-arg"].as<std::vector<std::string>>();
+  o.preferFastestLink = r.count("prefer-fastest-link") > 0;
   o.pstrain = r["pstrain"].as<std::string>();
   if (o.pstrain.empty()) {
     const fs::path self = fs::path(argv[0]).parent_path() / "pstrain";

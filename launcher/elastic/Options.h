@@ -17,6 +17,7 @@ struct ElasticOptions {
   double stopGraceSeconds = 30;         // SIGUSR1 to SIGTERM, and SIGTERM to SIGKILL, on a stop
   std::string mpirun = "mpirun";
   std::vector<std::string> mpirunArgs;
+  bool preferFastestLink = false;       // probe the hosts' subnets first, and give MPI the fastest
   std::string pstrain;                  // the binary (default: next to pstrain-run)
   std::vector<std::string> pstrainArgs;
   std::string helpText;

@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <iterator>
+#include <map>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -51,6 +53,20 @@ bool sleepUnlessStopped(double seconds) {
   const auto until = Clock::now() + toDuration(seconds);
   while (!gStopSignal && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   return !gStopSignal;
+}
+
+// The subnet of probe.json's network recommendation, "" when it has none. Only digits,
+// dots and a slash: it goes on mpirun's command line.
+std::string recommendedSubnet(const std::string& json) {
+  const auto network = json.find("\"network\":{");
+  if (network == std::string::npos) return "";
+  const auto recommendation = json.find("\"recommendation\":{", network);
+  const std::string key = "\"subnet\":\"";
+  const auto at = recommendation == std::string::npos ? recommendation : json.find(key, recommendation);
+  if (at == std::string::npos) return "";
+  const auto start = at + key.size();
+  const std::string subnet = json.substr(start, json.find('"', start) - start);
+  return !subnet.empty() && subnet.find_first_not_of("0123456789./") == std::string::npos ? subnet : "";
 }
 
 class Supervisor {
@@ -242,17 +258,38 @@ class Supervisor {
   // signal is passed on in stages, --stop-grace apart (passOnStop).
   int launch(const std::vector<Host>& hosts, int ranks, bool resume) {
     const LaunchHostfile hostfile(hosts);
-    std::vector<std::string> argv = {o_.mpirun, "--hostfile", hostfile.path, "-np", std::to_string(ranks)};
-    argv.insert(argv.end(), o_.mpirunArgs.begin(), o_.mpirunArgs.end());
-    argv.push_back(o_.pstrain);
     // pstrain's flags as parsed (a --config file's too, however spelled), not as typed.
     config::TrainConfig cfg = job_;
     if (resume) {
       cfg.resume = true;  // a relaunch continues the run
       cfg.overwrite = false;
     }
-    for (auto& a : config::commandLineOf(cfg)) argv.push_back(std::move(a));
-    const pid_t child = spawn(argv, -1);
+    // `link`: the options that choose MPI's interfaces, in place of the user's own (mpirun
+    // refuses a parameter given twice).
+    auto command = [&](const config::TrainConfig& flags, const std::vector<std::string>& link) {
+      std::vector<std::string> argv = {o_.mpirun, "--hostfile", hostfile.path, "-np", std::to_string(ranks)};
+      const auto& user = o_.mpirunArgs;
+      for (std::size_t i = 0; i < user.size(); ++i) {
+        const bool choosesInterfaces = i + 2 < user.size() && user[i] == "--mca" &&
+                                       (user[i + 1] == "btl_tcp_if_include" || user[i + 1] == "btl_tcp_if_exclude");
+        if (!link.empty() && choosesInterfaces) {
+          i += 2;
+          continue;
+        }
+        argv.push_back(user[i]);
+      }
+      argv.insert(argv.end(), link.begin(), link.end());
+      argv.push_back(o_.pstrain);
+      for (auto& a : config::commandLineOf(flags)) argv.push_back(std::move(a));
+      return argv;
+    };
+    if (o_.preferFastestLink && !fastestLink_.count(describeHosts(hosts))) {
+      config::TrainConfig probe = cfg;
+      probe.probe = true;
+      fastestLink_[describeHosts(hosts)] = fastestLinkArgs(command(probe, {}));
+    }
+    const std::vector<std::string> link = o_.preferFastestLink ? fastestLink_[describeHosts(hosts)] : std::vector<std::string>{};
+    const pid_t child = spawn(command(cfg, link), -1);
     if (child < 0) throw Error("cannot start mpirun");
     const int workers = job_.modeInfo().peers() ? ranks : ranks - 1;
     const auto interval = toDuration(o_.discoveryIntervalSeconds);
@@ -285,6 +322,33 @@ class Supervisor {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+  // --prefer-fastest-link: runs `probe` (pstrain --probe on the launch's hosts) and returns
+  // the mpirun options of its network recommendation (probe.json: network.recommendation),
+  // none when MPI's path is the fastest or the probe failed, saying which.
+  std::vector<std::string> fastestLinkArgs(const std::vector<std::string>& probe) {
+    std::cout << "pstrain-run: --prefer-fastest-link: probing the hosts' network (pstrain --probe)" << std::endl;
+    const auto result = runCommand(probe, std::chrono::minutes(5), /*captureOutput=*/true, [] { return gStopSignal != 0; });
+    std::ifstream in(rundir::pathOf(job_.trainDir, rundir::kProbe));
+    const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string subnet = result.exitCode == 0 ? recommendedSubnet(json) : "";
+    metrics::JsonObject line;
+    line.add("time", metrics::isoTime()).add("event", "network").add("probe_exit", result.exitCode);
+    line.add("btl_tcp_if_include", subnet);
+    events_->write(line);
+    if (result.exitCode != 0) {
+      std::cout << fmt::format("pstrain-run: --prefer-fastest-link: the probe failed (exit {}); launching with MPI's "
+                               "own choice of interfaces", result.exitCode) << std::endl;
+      return {};
+    }
+    if (subnet.empty()) {
+      std::cout << "pstrain-run: --prefer-fastest-link: MPI's path is the fastest the probe found" << std::endl;
+      return {};
+    }
+    std::cout << fmt::format("pstrain-run: --prefer-fastest-link: launching with --mca btl_tcp_if_include {} "
+                             "(the probe's network recommendation)", subnet) << std::endl;
+    return {"--mca", "btl_tcp_if_include", subnet};
   }
 
   // One line of elastic.jsonl: `step` is the newest checkpoint's (where a launch resumes,
@@ -343,6 +407,7 @@ class Supervisor {
   int maxWorkers_ = 0;
   bool regrowing_ = false;
   std::unique_ptr<metrics::JsonLines> events_;
+  std::map<std::string, std::vector<std::string>> fastestLink_;  // --prefer-fastest-link: by hosts
 };
 
 }  // namespace

@@ -64,4 +64,22 @@ if [ -f "$scratch/train-default/metrics.jsonl" ] && [ -f "$scratch/train-fast/me
 else
   check "the sync runs completed" false
 fi
+
+# pstrain-run --prefer-fastest-link: probes the hosts first, then launches with the option.
+# Its mpirun runs on the first host and reaches the others through the agent, with no
+# btl_tcp_if_include, as a user types it.
+cat > "$scratch/mpirun" <<EOF
+#!/bin/bash
+exec ip netns exec ${TESTHOSTS_NS[0]} env TMPDIR=$(testhosts_tmpdir 0) $mpirun --mca plm_rsh_agent $scratch/agent \\
+  --mca plm_rsh_no_tree_spawn 1 --mca btl tcp,self --mca oob_tcp_if_include 198.18.77.0/24 "\$@"
+EOF
+chmod +x "$scratch/mpirun"
+with_timeout 300 "$(dirname "$pstrain")/pstrain-run" --hostfile "$scratch/hostfile" --mpirun "$scratch/mpirun" \
+  --prefer-fastest-link -- --model mlp --dataset synthetic --steps 60 --batch-size 64 --threads 1 \
+  --train-dir "$scratch/elastic" > "$scratch/elastic.log" 2>&1
+rc=$?
+grep '^pstrain-run' "$scratch/elastic.log" | sed 's/^/     /'
+check "pstrain-run --prefer-fastest-link: launched with the probe's subnet, and done" \
+  bash -c "[ $rc -eq 0 ] && grep -q 'launching with --mca btl_tcp_if_include $fast' '$scratch/elastic.log' && \
+           grep -q '\"event\":\"network\".*\"btl_tcp_if_include\":\"$fast\"' '$scratch/elastic/elastic.jsonl'"
 checks_done
