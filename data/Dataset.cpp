@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -418,6 +419,29 @@ DataSource sourceOf(const config::TrainConfig& cfg) {
   source.blockSize = cfg.blockSize;
   source.ignoreIndex = cfg.ignoreIndex;
   return source;
+}
+
+std::vector<std::string> filesOf(const DataSource& source) {
+  const std::string& name = source.name;
+  if (config::isTokenFile(name)) {
+    try {
+      return {name, validationPath(name)};
+    } catch (const DataError&) {
+      return {name};
+    }
+  }
+  if (config::isDatasetFile(name)) return {name};
+  const DatasetInfo info = datasetInfo(name);
+  if (info.defaultDir.empty()) return {};
+  const std::string where = source.dir.empty() ? info.defaultDir : source.dir;
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(where, ec);
+       !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_regular_file(ec)) files.push_back(it->path().string());
+  }
+  std::sort(files.begin(), files.end());
+  return files.empty() ? std::vector<std::string>{where} : files;
 }
 
 Dataset loadDataset(const DataSource& source, Split split) {

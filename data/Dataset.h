@@ -84,6 +84,11 @@ struct DataSource {
 };
 DataSource sourceOf(const config::TrainConfig& cfg);
 
+// The files `source` reads, both splits: a token file and its test split, an .npz file, or
+// every regular file under a built-in dataset's folder (sorted; the folder itself when it
+// is missing); none for the synthetic datasets. Throws ConfigError for an unknown name.
+std::vector<std::string> filesOf(const DataSource& source);
+
 // Loads `split` of a built-in dataset from its folder, of an .npz file (its arrays x_train,
 // y_train, x_test, y_test; optional mean and std, per channel; optional classes, a scalar;
 // optional ids, a scalar: uint8 x are token ids, not pixels; x of another integer type

@@ -28,6 +28,7 @@
 #include "runtime/comm/mpi/MpiComm.h"
 #include "runtime/metrics/Startup.h"
 #include "runtime/probe/Probe.h"
+#include "launcher/Doctor.h"
 #include "runtime/roles/Autocast.h"
 #include "runtime/roles/Training.h"
 
@@ -220,7 +221,7 @@ int main(int argc, char** argv) {
                         !cli.listDatasets && !cli.listModes;
   // (std::async's future waits for its thread when destroyed: an early return does too.)
   std::future<data::Dataset> prefetched;
-  if (training && config::computesGradients(cfg.mode, launcher::launchedRank())) {
+  if (training && !cli.doctor && config::computesGradients(cfg.mode, launcher::launchedRank())) {
     prefetched = std::async(std::launch::async, [&cfg] {
       return data::loadDataset(data::sourceOf(cfg), data::Split::Train);
     });
@@ -237,6 +238,10 @@ int main(int argc, char** argv) {
   launcher::prefixLines(rank, comm.hostName());
   setSignalPrefix(launcher::linePrefix());
   try {
+    if (cli.doctor) {
+      comm.connect(cfg.doorbell == "on");
+      return launcher::runDoctor(comm, cfg);
+    }
     trainOrProbe(comm, cfg, prefetched, command);
   } catch (const CollectiveConfigError& e) {
     if (rank == 0) launcher::printErrorLine(fmt::format("pstrain: error: {}", e.what()));

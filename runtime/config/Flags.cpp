@@ -407,6 +407,9 @@ cxxopts::Options makeOptions() {
   options.add_options("Modes")("list-modes", "print the modes and exit");
   options.add_options("Run")("config", "read flags from FILE (key = value lines); command-line flags override it",
                              cxxopts::value<std::string>()->default_value(""))("version", "print versions and exit")(
+      "doctor", "under mpirun, check every host before a run (the same build and libtorch, identical data and "
+                "model files, a writable train dir with room, clocks, MPI's reach, devices, BLAS): one line per "
+                "problem, exit 0 when all is well and 2 when not; trains nothing")(
       "h,help", "print this help");
   return options;
 }
@@ -527,6 +530,7 @@ TrainFlags parseTrainFlags(const std::vector<std::string>& args) {
   flags.listModels = r.count("list-models") > 0;
   flags.listDatasets = r.count("list-datasets") > 0;
   flags.listModes = r.count("list-modes") > 0;
+  flags.doctor = r.count("doctor") > 0;
   try {
     for (const Flag& flag : kFlags) readBack(r, flag, flags.cfg);
   } catch (const cxxopts::exceptions::exception& e) {

@@ -27,6 +27,7 @@ struct TrainFlags {
   bool listModels = false;
   bool listDatasets = false;
   bool listModes = false;
+  bool doctor = false;   // check every host (launcher/Doctor.h) and exit
   std::vector<std::string> warnings;  // for rank 0 to print: a flag the command line repeats
 };
 

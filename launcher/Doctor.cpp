@@ -1,0 +1,307 @@
+#include "launcher/Doctor.h"
+
+#include <fmt/format.h>
+#include <sys/statvfs.h>
+#include <torch/version.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "data/Dataset.h"
+#include "launcher/Cli.h"
+#include "launcher/Device.h"
+#include "models/Registry.h"
+#include "runtime/Errors.h"
+#include "runtime/Portable.h"
+#include "runtime/Process.h"
+#include "runtime/metrics/Clock.h"
+#include "runtime/protocol/Handshake.h"
+
+namespace pstrain::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+using metrics::Clock;
+
+constexpr double kMaxClockSkewSeconds = 5;
+constexpr int kCheckpointsOfRoom = 3;
+constexpr std::size_t kSampleBytes = 1 << 20;  // a file's first and last MiB are compared
+
+// "123456 bytes, crc32 1a2b3c4d/5e6f7a8b" (of the first and the last MiB), or what is wrong.
+std::string sampleOf(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return "missing";
+  if (!fs::is_regular_file(path, ec)) return "not a regular file";
+  const auto size = fs::file_size(path, ec);
+  std::ifstream in(path, std::ios::binary);
+  if (ec || !in) return "unreadable";
+  auto crcAt = [&](std::uint64_t offset) {
+    std::vector<char> chunk(static_cast<std::size_t>(std::min<std::uint64_t>(kSampleBytes, size - offset)));
+    in.seekg(static_cast<std::streamoff>(offset));
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    return crc32(crc32(0, nullptr, 0), reinterpret_cast<const Bytef*>(chunk.data()), static_cast<uInt>(in.gcount()));
+  };
+  const uLong first = crcAt(0), last = crcAt(size > kSampleBytes ? size - kSampleBytes : 0);
+  return fmt::format("{} bytes, crc32 {:08x}/{:08x}", size, first, last);
+}
+
+// macOS's application firewall, where it blocks incoming connections to `executable` (which
+// Open MPI's TCP transport and daemons need): what it says, else "".
+std::string firewallBlocking(const std::string& executable) {
+#if defined(__APPLE__)
+  const std::string tool = "/usr/libexec/ApplicationFirewall/socketfilterfw";
+  const auto state = process::runCommand({tool, "--getglobalstate"}, std::chrono::seconds(5), true);
+  if (state.output.find("enabled") == std::string::npos) return "";
+  const auto app = process::runCommand({tool, "--getappblocked", executable}, std::chrono::seconds(5), true);
+  if (app.output.find("blocked") != std::string::npos && app.output.find("permitted") == std::string::npos) {
+    return fmt::format("the application firewall blocks {}: sudo {} --add {} && sudo {} --unblockapp {}", executable,
+                       tool, executable, tool, executable);
+  }
+#else
+  (void)executable;
+#endif
+  return "";
+}
+
+// Rank 0's train dir: writable (a file made and removed in it, or in the nearest folder
+// that exists when it does not yet), with room for kCheckpointsOfRoom checkpoints of
+// `checkpointBytes`. Returns the problem ("" none) and says what it found in `found`.
+std::string trainDirProblem(const std::string& trainDir, double checkpointBytes, std::string& found) {
+  std::error_code ec;
+  if (fs::exists(trainDir, ec) && !fs::is_directory(trainDir, ec)) {
+    return fmt::format("--train-dir {} is not a folder: choose another --train-dir", trainDir);
+  }
+  fs::path where = fs::absolute(trainDir, ec);
+  while (!fs::exists(where, ec) && where.has_parent_path() && where != where.parent_path()) where = where.parent_path();
+  std::string probe = (where / ".pstrain-doctor-XXXXXX").string();
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0 || ::write(fd, "x", 1) != 1) {
+    const std::string why = std::strerror(errno);
+    if (fd >= 0) ::close(fd), ::unlink(probe.c_str());
+    return fmt::format("--train-dir {}: cannot write in {} ({}): fix its permissions or mount, or choose another "
+                       "--train-dir", trainDir, where.string(), why);
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+  struct statvfs disk {};
+  if (::statvfs(where.c_str(), &disk) != 0) return "";
+  const double free = static_cast<double>(disk.f_bavail) * static_cast<double>(disk.f_frsize);
+  const double needed = kCheckpointsOfRoom * checkpointBytes;
+  found = fmt::format("writable, {:.1f} GiB free ({} checkpoints need {:.1f} MiB)", free / (1 << 30), kCheckpointsOfRoom,
+                      needed / (1 << 20));
+  if (free < needed) {
+    return fmt::format("--train-dir {}: {:.1f} MiB free in {}, {} checkpoints need {:.1f} MiB: free some space or "
+                       "choose another --train-dir", trainDir, free / (1 << 20), where.string(), kCheckpointsOfRoom,
+                       needed / (1 << 20));
+  }
+  return "";
+}
+
+// A checkpoint's size, at most: the weights and up to two optimizer states (Adam's moments),
+// float32. A model file's size stands for its weights.
+double checkpointBytes(const config::TrainConfig& cfg) {
+  double weights = 0;
+  if (config::isModelFile(cfg.model)) {
+    std::error_code ec;
+    weights = static_cast<double>(fs::file_size(cfg.model, ec));
+    if (ec) weights = 0;
+  } else {
+    weights = 4.0 * static_cast<double>(models::parameterCount(*models::makeModel(cfg.model, data::datasetInfo(cfg.dataset).classes)));
+  }
+  return 3 * weights;
+}
+
+// Ends the job with status 2 when the check has not finished within --timeout, naming what
+// it was waiting for: an unreachable rank would otherwise hang it.
+class Watchdog {
+ public:
+  Watchdog(double seconds, int rank, std::string host) : thread_([this, seconds, rank, host] {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (wake_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return done_; })) return;
+    std::cout << fmt::format("pstrain --doctor: rank {} ({}): no answer within --timeout {:.0f} s while {}: a rank "
+                             "that MPI's transport cannot reach (a firewall; an interface MPI should not use: --mca "
+                             "btl_tcp_if_include SUBNET), or a host that hangs", rank, host, seconds, phase_.load())
+              << std::endl;
+    comm::MpiSession::abortJob(2);
+  }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+  void phase(const char* what) { phase_ = what; }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool done_ = false;
+  std::atomic<const char*> phase_{"starting"};
+  std::thread thread_;
+};
+
+// This rank's facts: "data:PATH" and "model:PATH" samples, and the rest by name.
+protocol::Facts factsOf(const config::TrainConfig& cfg, comm::MpiComm& comm) {
+  protocol::Facts facts;
+  const bool computes = config::computesGradients(cfg.mode, comm.rank());
+  const std::string self = portable::executablePath();
+  facts.emplace_back("host", comm.hostName());
+  facts.emplace_back("build", "pstrain 0.1, " + (self.empty() ? std::string("its file unknown") : sampleOf(self)));
+  facts.emplace_back("torch", TORCH_VERSION);
+  facts.emplace_back("mpi", comm::MpiSession::libraryVersion());
+  facts.emplace_back("blas", processBlas().name);
+  facts.emplace_back("firewall", firewallBlocking(self));
+  if (computes) {
+    try {
+      facts.emplace_back("device", chooseDevice(cfg.device, localRank()).str());
+    } catch (const ConfigError& e) {
+      facts.emplace_back("device-problem", e.what());
+    }
+    try {
+      for (const std::string& file : data::filesOf(data::sourceOf(cfg))) facts.emplace_back("data:" + file, sampleOf(file));
+    } catch (const Error& e) {
+      facts.emplace_back("data-problem", e.what());
+    }
+  }
+  if (config::isModelFile(cfg.model)) facts.emplace_back("model:" + cfg.model, sampleOf(cfg.model));
+  return facts;
+}
+
+using RankFacts = std::map<std::string, std::string>;
+
+// The value most ranks hold for `key` (ties: the lowest rank's), among those that state it.
+std::string majority(const std::vector<RankFacts>& all, const std::string& key) {
+  std::map<std::string, int> count;
+  std::string best;
+  for (const auto& facts : all) {
+    const auto it = facts.find(key);
+    if (it == facts.end()) continue;
+    if (++count[it->second] > count[best] || best.empty()) best = it->second;
+  }
+  return best;
+}
+
+}  // namespace
+
+int runDoctor(comm::MpiComm& comm, const config::TrainConfig& cfg) {
+  const auto start = Clock::now();
+  const int rank = comm.rank(), size = comm.size();
+  Watchdog watchdog(cfg.timeoutSeconds, rank, comm.hostName());
+  if (rank == 0) std::cout << fmt::format("pstrain --doctor: checking {} rank(s) ...", size) << std::endl;
+
+  // Round trips over MPI's transport, rank 0 to each rank in turn.
+  watchdog.phase("timing round trips from rank 0 to every rank");
+  std::vector<double> roundTrips(static_cast<std::size_t>(size), 0);
+  for (int r = 1; r < size; ++r) {
+    char byte = 0;
+    if (rank == 0) {
+      const auto sent = Clock::now();
+      comm.send(&byte, 1, r, "doctor: round trip");
+      comm.receive(&byte, 1, r, "doctor: round trip");
+      roundTrips[static_cast<std::size_t>(r)] = metrics::secondsSince(sent);
+    } else if (rank == r) {
+      comm.receive(&byte, 1, 0, "doctor: round trip");
+      comm.send(&byte, 1, 0, "doctor: round trip");
+    }
+  }
+
+  watchdog.phase("every rank looked at its files");
+  protocol::Facts mine = factsOf(cfg, comm);
+  std::string trainDirFound;
+  if (rank == 0) {
+    std::string problem;
+    try {
+      problem = trainDirProblem(cfg.trainDir, checkpointBytes(cfg), trainDirFound);
+    } catch (const Error&) {  // the model or data set that sizes a checkpoint: reported by its own check
+      problem = trainDirProblem(cfg.trainDir, 0, trainDirFound);
+    }
+    mine.emplace_back("train-dir-problem", problem);
+  }
+  comm.barrier("doctor: clocks");
+  mine.emplace_back("clock", fmt::format("{:.6f}", std::chrono::duration<double>(
+                                                      std::chrono::system_clock::now().time_since_epoch()).count()));
+  watchdog.phase("gathering every rank's facts");
+  const auto gathered = comm.gather(protocol::encodeFacts(mine), 0, "doctor: facts");
+
+  int status = 0;
+  if (rank == 0) {
+    std::vector<RankFacts> all;
+    for (int r = 0; r < size; ++r) all.push_back(protocol::decodeFacts(gathered[static_cast<std::size_t>(r)], r));
+    std::vector<std::string> problems;
+    auto where = [&](int r) { return fmt::format("rank {} ({})", r, all[static_cast<std::size_t>(r)]["host"]); };
+    auto problem = [&](int r, const std::string& text) { problems.push_back(where(r) + ": " + text); };
+    const RankFacts& zero = all[0];
+    const std::string torchMajor = zero.at("torch").substr(0, zero.at("torch").find('.'));
+    double skew = 0, slowestTrip = 0;
+    std::map<std::string, std::string> files;  // key -> the majority's sample
+    for (int r = 0; r < size; ++r) {
+      RankFacts& f = all[static_cast<std::size_t>(r)];
+      if (f["build"] != zero.at("build")) {
+        problem(r, fmt::format("a different pstrain build ({}) from rank 0's ({}): install the same pstrain on every "
+                               "host", f["build"], zero.at("build")));
+      }
+      if (f["torch"].substr(0, f["torch"].find('.')) != torchMajor) {
+        problem(r, fmt::format("libtorch {}, rank 0 has {}: build pstrain against the same libtorch major version "
+                               "on every host", f["torch"], zero.at("torch")));
+      }
+      if (!f["device-problem"].empty()) problem(r, f["device-problem"]);
+      if (!f["data-problem"].empty()) problem(r, f["data-problem"]);
+      if (!f["firewall"].empty()) problem(r, f["firewall"]);
+      if (!f["train-dir-problem"].empty()) problem(r, f["train-dir-problem"]);
+      const double offset = std::stod(f["clock"]) - std::stod(zero.at("clock"));
+      skew = std::max(skew, std::abs(offset));
+      if (std::abs(offset) > kMaxClockSkewSeconds) {
+        problem(r, fmt::format("its clock is {:+.1f} s off rank 0's: turn on network time on both hosts (macOS: "
+                               "sudo systemsetup -setusingnetworktime on; Linux: timedatectl set-ntp true)", offset));
+      }
+      slowestTrip = std::max(slowestTrip, roundTrips[static_cast<std::size_t>(r)]);
+      for (const auto& [key, sample] : f) {
+        if (key.rfind("data:", 0) != 0 && key.rfind("model:", 0) != 0) continue;
+        if (!files.count(key)) files[key] = majority(all, key);
+        const std::string path = key.substr(key.find(':') + 1);
+        if (sample == "missing" || sample == "unreadable" || sample == "not a regular file") {
+          problem(r, fmt::format("{}: {}: copy it to this host (the same path as on the others)", path, sample));
+        } else if (sample != files[key]) {
+          problem(r, fmt::format("{} differs from the other ranks' copy ({}; theirs: {}): copy the same file to "
+                                 "every host (rsync -a)", path, sample, files[key]));
+        }
+      }
+    }
+    int hosts = 0;
+    {
+      std::map<std::string, int> seen;
+      for (auto& f : all) hosts += seen[f["host"]]++ == 0;
+    }
+    std::string out = fmt::format("pstrain --doctor: {} rank(s) on {} host(s); {}; libtorch {}; {}; BLAS: {}\n", size,
+                                  hosts, zero.at("build"), zero.at("torch"), zero.at("mpi").substr(0, zero.at("mpi").find('\n')),
+                                  zero.at("blas"));
+    out += fmt::format("  files compared: {} (data set and model, on every rank that reads them); clock skew at most "
+                       "{:.3f} s; round trips from rank 0 at most {:.2f} ms\n", files.size(), skew, 1e3 * slowestTrip);
+    if (!trainDirFound.empty()) out += fmt::format("  train dir {}: {}\n", cfg.trainDir, trainDirFound);
+    for (const auto& p : problems) out += "  problem: " + p + "\n";
+    out += problems.empty() ? fmt::format("pstrain --doctor: all well ({:.1f} s); trained nothing\n", metrics::secondsSince(start))
+                            : fmt::format("pstrain --doctor: {} problem(s) ({:.1f} s); trained nothing\n", problems.size(),
+                                          metrics::secondsSince(start));
+    std::cout << out << std::flush;
+    status = problems.empty() ? 0 : 2;
+  }
+  watchdog.phase("sharing the verdict");
+  comm.broadcast(&status, sizeof status, 0, "doctor: verdict");
+  return status;
+}
+
+}  // namespace pstrain::launcher
