@@ -11,7 +11,7 @@ import sys
 
 # Lowest first. runtime/'s own files (Errors.h, Portable.h, Stop.h, Text.h) are below all;
 # models/ and data/ (outside runtime/) sit between checkpoint and loss.
-LAYERS = ["runtime", "runtime/zip", "runtime/config", "runtime/metrics", "runtime/rundir", "runtime/comm",
+LAYERS = ["runtime", "runtime/zip", "runtime/config", "runtime/metrics", "runtime/rundir", "runtime/net", "runtime/comm",
           "runtime/comm/mpi", "runtime/codec", "runtime/optim", "runtime/checkpoint", "models", "data",
           "runtime/loss", "runtime/protocol", "runtime/roles", "runtime/probe"]
 # Folders at the same height that must not include each other either.

@@ -1,0 +1,87 @@
+// The host's interfaces (runtime/net), the timed TCP path, and the probe's choice of the
+// fastest subnet (runtime/probe/NetworkMap).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "runtime/net/Interfaces.h"
+#include "runtime/net/LinkTimer.h"
+#include "runtime/probe/NetworkMap.h"
+
+namespace pstrain {
+namespace {
+
+in_addr address(const char* text) {
+  in_addr a{};
+  EXPECT_TRUE(net::parseAddress(text, a)) << text;
+  return a;
+}
+
+TEST(Network, SubnetsAndTheirDescriptionRoundTrip) {
+  EXPECT_EQ(net::subnetOf(address("198.18.78.3"), address("255.255.255.0")), "198.18.78.0/24");
+  EXPECT_EQ(net::subnetOf(address("169.254.12.7"), address("255.255.0.0")), "169.254.0.0/16");
+  net::Interface wifi{"en0", address("192.168.1.20"), address("255.255.255.0"), "wifi", 0, false};
+  net::Interface bridge{"bridge0", address("10.0.1.2"), address("255.255.255.252"), "thunderbolt", 40000, false};
+  const auto back = net::parseDescription(net::describe({wifi, bridge}) + "garbage line\n");
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[0].name, "en0");
+  EXPECT_EQ(back[0].kind, "wifi");
+  EXPECT_EQ(net::subnetOf(back[1].address, back[1].netmask), "10.0.1.0/30");
+  EXPECT_EQ(back[1].megabitsPerSecond, 40000);
+  EXPECT_TRUE(net::matches({"10.0.1.0/24"}, "bridge0", back[1].address));
+  EXPECT_TRUE(net::matches({"en1", "bridge0"}, "bridge0", back[1].address));
+  EXPECT_FALSE(net::matches({"192.168.1.0/24"}, "bridge0", back[1].address));
+}
+
+TEST(Network, TheLoopbackIsListedAsSuch) {
+  bool loopback = false;
+  for (const auto& i : net::localInterfaces()) {
+    if (net::dotted(i.address) == "127.0.0.1") loopback = i.loopback && i.kind == "loopback";
+  }
+  EXPECT_TRUE(loopback);
+}
+
+TEST(Network, ATimedTransferCountsWhatArrived) {
+  const in_addr local = address("127.0.0.1");
+  net::LinkListener listener(local);
+  ASSERT_GT(listener.port(), 0);
+  std::size_t received = 0;
+  std::thread receiver([&] { received = listener.receiveOne(std::chrono::seconds(10)); });
+  const double rate = net::timeSend(local, local, listener.port(), 8 << 20, std::chrono::seconds(5));
+  receiver.join();
+  EXPECT_EQ(received, std::size_t(8) << 20);
+  EXPECT_GT(rate, 1e6);
+  // Nobody listening: no rate, and no waiting out the timeout.
+  int port = 0;
+  {
+    net::LinkListener gone(local);
+    port = gone.port();
+  }
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(net::timeSend(local, local, port, 1 << 20, std::chrono::seconds(3)), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(Network, TheFastestSubnetIsTheOneWhoseSlowestWorkerIsFastest) {
+  using probe::SharedSubnet;
+  probe::WorkerNetwork one{1, "mbp-1", false,
+                           {SharedSubnet{"192.168.1.0/24", "wifi", 0, "192.168.1.10", "192.168.1.11", 30e6},
+                            SharedSubnet{"10.0.1.0/24", "thunderbolt", 0, "10.0.1.1", "10.0.1.2", 900e6}}};
+  probe::WorkerNetwork two{2, "mbp-2", false,
+                           {SharedSubnet{"192.168.1.0/24", "wifi", 0, "192.168.1.10", "192.168.1.12", 25e6},
+                            SharedSubnet{"10.0.1.0/24", "thunderbolt", 0, "10.0.1.1", "10.0.1.3", 700e6}}};
+  probe::WorkerNetwork local{3, "studio", true, {SharedSubnet{"192.168.1.0/24", "wifi", 0, "192.168.1.10", "192.168.1.10", 0}}};
+  const auto best = probe::fastestCommonSubnet({one, two, local});
+  EXPECT_EQ(best.subnet, "10.0.1.0/24");
+  EXPECT_EQ(best.bytesPerSecond, 700e6);
+  EXPECT_EQ(probe::addressesOn({one, two, local}, "10.0.1.0/24"),
+            (std::vector<std::string>{"10.0.1.1", "10.0.1.2", "10.0.1.3"}));
+  // A subnet one worker lacks is no choice for the job.
+  two.subnets.pop_back();
+  EXPECT_EQ(probe::fastestCommonSubnet({one, two}).subnet, "192.168.1.0/24");
+  EXPECT_EQ(probe::fastestCommonSubnet({local}).subnet, "");
+}
+
+}  // namespace
+}  // namespace pstrain
