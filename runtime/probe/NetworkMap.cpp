@@ -20,12 +20,14 @@ std::vector<net::Interface> external(const std::vector<net::Interface>& all) {
   return out;
 }
 
-// What rank 0 and `worker` share: one entry per subnet (rank 0's first address on it).
-WorkerNetwork sharedWith(const std::vector<net::Interface>& server, const std::vector<net::Interface>& worker) {
+}  // namespace
+
+WorkerNetwork sharedWith(const std::string& serverHost, const std::vector<net::Interface>& server,
+                         const std::string& workerHost, const std::vector<net::Interface>& worker) {
   WorkerNetwork out;
   for (const auto& w : worker) {
     for (const auto& s : server) {
-      if (s.address.s_addr == w.address.s_addr) out.sameHostAsServer = true;
+      if (s.address.s_addr == w.address.s_addr && serverHost == workerHost) out.sameHostAsServer = true;
     }
   }
   for (const auto& w : worker) {
@@ -34,6 +36,7 @@ WorkerNetwork sharedWith(const std::vector<net::Interface>& server, const std::v
                                   [&](const SharedSubnet& s) { return s.subnet == subnet; });
     for (const auto& s : server) {
       if (seen || net::subnetOf(s.address, s.netmask) != subnet) continue;
+      if (s.address.s_addr == w.address.s_addr && !out.sameHostAsServer) break;  // one address, two networks
       out.subnets.push_back(SharedSubnet{subnet, w.kind, w.megabitsPerSecond, net::dotted(s.address),
                                          net::dotted(w.address), 0});
       break;
@@ -41,8 +44,6 @@ WorkerNetwork sharedWith(const std::vector<net::Interface>& server, const std::v
   }
   return out;
 }
-
-}  // namespace
 
 std::vector<WorkerNetwork> mapNetwork(comm::Communicator& comm, std::size_t bytes, double seconds) {
   const std::vector<net::Interface> mine = external(net::localInterfaces());
@@ -64,12 +65,18 @@ std::vector<WorkerNetwork> mapNetwork(comm::Communicator& comm, std::size_t byte
     for (int port; lines >> address >> port;) portOf[address] = port;
   }
   std::vector<WorkerNetwork> workers;
-  const auto serverInterfaces = net::parseDescription(described[0].substr(described[0].find('\n') + 1));
-  for (int r = 1; r < comm.size(); ++r) {
+  auto hostOf = [&](int r) {
     const std::string& text = described[static_cast<std::size_t>(r)];
-    WorkerNetwork w = sharedWith(serverInterfaces, net::parseDescription(text.substr(text.find('\n') + 1)));
+    return text.substr(0, text.find('\n'));
+  };
+  auto interfacesOf = [&](int r) {
+    const std::string& text = described[static_cast<std::size_t>(r)];
+    return net::parseDescription(text.substr(text.find('\n') + 1));
+  };
+  for (int r = 1; r < comm.size(); ++r) {
+    WorkerNetwork w = sharedWith(hostOf(0), interfacesOf(0), hostOf(r), interfacesOf(r));
     w.rank = r;
-    w.host = text.substr(0, text.find('\n'));
+    w.host = hostOf(r);
     workers.push_back(w);
   }
   // Each worker on another host in turn, one subnet at a time, so that no two transfers share a link.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/comm/Communicator.h"
+#include "runtime/net/Interfaces.h"
 
 namespace pstrain::probe {
 
@@ -28,6 +29,14 @@ struct WorkerNetwork {
   bool sameHostAsServer = false;  // an address in common with rank 0: MPI uses shared memory
   std::vector<SharedSubnet> subnets;
 };
+
+// What rank 0 (`serverHost`, its external interfaces) and a worker share: one entry per
+// subnet, with rank 0's first address on it; not yet timed. The same host: the same name and
+// an address in common (two hosts of one name are test hosts or clones). Two hosts can hold
+// the same private address on a network each has to itself (Docker's 172.17.0.1): such a
+// subnet joins nothing and is left out.
+WorkerNetwork sharedWith(const std::string& serverHost, const std::vector<net::Interface>& server,
+                         const std::string& workerHost, const std::vector<net::Interface>& worker);
 
 // Collective over every rank of `comm`. Each worker in turn times each subnet it shares with
 // rank 0: `bytes` from the worker to rank 0, at most `seconds` per subnet, only to the

@@ -63,6 +63,24 @@ TEST(Network, ATimedTransferCountsWhatArrived) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
+TEST(Network, SharedSubnetsAreThoseThatJoinTheTwoHosts) {
+  net::Interface wifi0{"en0", address("192.168.1.10"), address("255.255.255.0"), "wifi", 0, false};
+  net::Interface docker0{"docker0", address("172.17.0.1"), address("255.255.0.0"), "bridge", 0, false};
+  net::Interface wifi1{"en0", address("192.168.1.11"), address("255.255.255.0"), "wifi", 0, false};
+  net::Interface docker1{"docker0", address("172.17.0.1"), address("255.255.0.0"), "bridge", 0, false};
+  net::Interface bridge1{"bridge0", address("169.254.3.4"), address("255.255.0.0"), "thunderbolt", 0, false};
+  // Two hosts each with Docker's bridge: its subnet joins nothing; the link-local bridge is
+  // on one side only.
+  const auto shared = probe::sharedWith("studio", {wifi0, docker0}, "mbp-1", {wifi1, docker1, bridge1});
+  EXPECT_FALSE(shared.sameHostAsServer);
+  ASSERT_EQ(shared.subnets.size(), 1u);
+  EXPECT_EQ(shared.subnets[0].subnet, "192.168.1.0/24");
+  EXPECT_EQ(shared.subnets[0].workerAddress, "192.168.1.11");
+  EXPECT_EQ(shared.subnets[0].kind, "wifi");
+  // Rank 0's own host.
+  EXPECT_TRUE(probe::sharedWith("studio", {wifi0, docker0}, "studio", {wifi0, docker0}).sameHostAsServer);
+}
+
 TEST(Network, TheFastestSubnetIsTheOneWhoseSlowestWorkerIsFastest) {
   using probe::SharedSubnet;
   probe::WorkerNetwork one{1, "mbp-1", false,
