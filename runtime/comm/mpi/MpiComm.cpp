@@ -335,8 +335,10 @@ void MpiComm::reduceSum(float* data, std::size_t count, int root, const std::str
   });
 }
 
+// A started operation: one request per chunk of at most kMaxChunk bytes (MPI counts are
+// ints), all started at once, in the same order on every rank.
 struct MpiComm::Started {
-  MPI_Request request = MPI_REQUEST_NULL;
+  std::vector<MPI_Request> requests;
   std::string what;
   bool waited = false;
 };
@@ -348,38 +350,54 @@ MpiComm::Patience MpiComm::patience(int awaited) {
   return {doorbell_.get(), std::exchange(longWaitNext_, false), arrivals_.get(), awaited};
 }
 
-std::size_t MpiComm::startReduceSum(float* data, std::size_t count, int root, const std::string& context) {
+template <typename Start>
+std::size_t MpiComm::startInChunks(std::size_t count, std::size_t elementBytes, std::string what, Start start) {
   auto started = std::make_unique<Started>();
-  started->what = "reduce at " + context;
-  const float* send = rank_ == root ? zeros(count) : data;
-  check(MPI_Ireduce(send, data, intCount(count, started->what), MPI_FLOAT, MPI_SUM, root, MPI_COMM_WORLD,
-                    &started->request), started->what);
-  wake(Flow::UpTree, root);
+  started->what = std::move(what);
+  const std::size_t chunk = kMaxChunk / elementBytes;
+  for (std::size_t offset = 0; offset < count || (count == 0 && started->requests.empty()); offset += chunk) {
+    const int n = static_cast<int>(std::min(chunk, count - offset));
+    started->requests.push_back(MPI_REQUEST_NULL);
+    check(start(offset, n, started->requests.back()), started->what);
+  }
   started_.push_back(std::move(started));
   return started_.size() - 1;
 }
 
+std::size_t MpiComm::startReduceSum(float* data, std::size_t count, int root, const std::string& context) {
+  const float* send = rank_ == root ? zeros(std::min(count, kMaxChunk / sizeof(float))) : data;
+  const std::size_t request = startInChunks(count, sizeof(float), "reduce at " + context,
+                                            [&](std::size_t offset, int n, MPI_Request& r) {
+    return MPI_Ireduce(rank_ == root ? send : send + offset, data + offset, n, MPI_FLOAT, MPI_SUM, root,
+                       MPI_COMM_WORLD, &r);
+  });
+  wake(Flow::UpTree, root);
+  return request;
+}
+
 std::size_t MpiComm::startBroadcast(void* data, std::size_t bytes, int root, const std::string& context) {
-  auto started = std::make_unique<Started>();
-  started->what = "broadcast at " + context;
-  check(MPI_Ibcast(data, intCount(bytes, started->what), MPI_BYTE, root, MPI_COMM_WORLD, &started->request),
-        started->what);
+  auto* base = static_cast<char*>(data);
+  const std::size_t request = startInChunks(bytes, 1, "broadcast at " + context,
+                                            [&](std::size_t offset, int n, MPI_Request& r) {
+    return MPI_Ibcast(base + offset, n, MPI_BYTE, root, MPI_COMM_WORLD, &r);
+  });
   wake(Flow::FromRoot, root);
-  started_.push_back(std::move(started));
-  return started_.size() - 1;
+  return request;
 }
 
 void MpiComm::wait(std::size_t request) {
   Started& started = *started_.at(request);
-  waitFor(started.request, timeoutSeconds(), started.what, patience());
+  for (MPI_Request& r : started.requests) waitFor(r, timeoutSeconds(), started.what, patience());
   started.waited = true;
   if (std::all_of(started_.begin(), started_.end(), [](const auto& s) { return s->waited; })) started_.clear();
 }
 
 void MpiComm::progress() {
   for (auto& started : started_) {
-    int done = 0;
-    if (started->request != MPI_REQUEST_NULL) check(MPI_Test(&started->request, &done, MPI_STATUS_IGNORE), started->what);
+    for (MPI_Request& r : started->requests) {
+      int done = 0;
+      if (r != MPI_REQUEST_NULL) check(MPI_Test(&r, &done, MPI_STATUS_IGNORE), started->what);
+    }
   }
 }
 

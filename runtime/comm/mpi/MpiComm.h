@@ -87,8 +87,12 @@ class MpiComm : public Communicator {
   // between are woken to pass the sums on (README, "Performance": rank 0's CPU per step).
   enum class Flow { ToRoot, UpTree, FromRoot, AllToAll };
   void wake(Flow flow, int root = 0);
-  struct Started;  // an MPI_Request and what it is, for startReduceSum() and startBroadcast()
+  struct Started;  // the MPI_Requests of startReduceSum() and startBroadcast(), and what they are
   std::vector<std::unique_ptr<Started>> started_;
+  // Starts `count` elements of `elementBytes` as chunks of at most 1 GiB, start(offset, n,
+  // request) each; returns the request of them all.
+  template <typename Start>
+  std::size_t startInChunks(std::size_t count, std::size_t elementBytes, std::string what, Start start);
   // At least `count` zeros: the root's own part of a reduction, which it does not have.
   const float* zeros(std::size_t count);
   struct ZeroPages;
