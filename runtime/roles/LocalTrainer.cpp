@@ -120,8 +120,7 @@ void LocalTrainer::deliver(int parameter, const at::Tensor& gradient) {
   if (!gradient.defined()) {
     slot.zero_();  // a parameter the loss did not reach
   } else if (device_.is_cpu()) {
-    slot.copy_(gradient);
-    slot.mul_(scale_);
+    at::mul_out(slot, gradient, at::scalar_tensor(scale_));  // one pass over the gradient, not a copy and a multiply
   } else {
     slot.copy_(gradient * scale_, /*non_blocking=*/true);  // final once handOverReadyBuckets() waited
   }
