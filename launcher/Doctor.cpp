@@ -77,7 +77,8 @@ std::string firewallBlocking(const std::string& executable) {
 
 // Rank 0's train dir: writable (a file made and removed in it, or in the nearest folder
 // that exists when it does not yet), with room for kCheckpointsOfRoom checkpoints of
-// `checkpointBytes`. Returns the problem ("" none) and says what it found in `found`.
+// `checkpointBytes` (0: unknown, not checked). Returns the problem ("" none) and says what it
+// found in `found`.
 std::string trainDirProblem(const std::string& trainDir, double checkpointBytes, std::string& found) {
   std::error_code ec;
   if (fs::exists(trainDir, ec) && !fs::is_directory(trainDir, ec)) {
@@ -99,8 +100,10 @@ std::string trainDirProblem(const std::string& trainDir, double checkpointBytes,
   if (::statvfs(where.c_str(), &disk) != 0) return "";
   const double free = static_cast<double>(disk.f_bavail) * static_cast<double>(disk.f_frsize);
   const double needed = kCheckpointsOfRoom * checkpointBytes;
-  found = fmt::format("writable, {:.1f} GiB free ({} checkpoints need {:.1f} MiB)", free / (1 << 30), kCheckpointsOfRoom,
-                      needed / (1 << 20));
+  found = checkpointBytes > 0 ? fmt::format("writable, {:.1f} GiB free ({} checkpoints need {:.1f} MiB)",
+                                            free / (1 << 30), kCheckpointsOfRoom, needed / (1 << 20))
+                              : fmt::format("writable, {:.1f} GiB free (a checkpoint's size unknown: the model "
+                                            "or data set could not be read)", free / (1 << 30));
   if (free < needed) {
     return fmt::format("--train-dir {}: {:.1f} MiB free in {}, {} checkpoints need {:.1f} MiB: free some space or "
                        "choose another --train-dir", trainDir, free / (1 << 20), where.string(), kCheckpointsOfRoom,
