@@ -72,11 +72,12 @@ class MpiComm : public Communicator {
   // consumes longWaitNext_, and tells the others this rank's step if it changed.
   Patience patience(int awaited = -1);
   // A blocking collective over `count` elements of `elementBytes` in chunks of at most
-  // 1 GiB (MPI counts are ints): `start(offset, n, request)` starts the chunk's request and
+  // `chunkBytes` (at most 1 GiB: MPI counts are ints): `start(offset, n, request)` starts the chunk's request and
   // returns MPI's code; each is waited for (`what` names it, `awaited` as for patience())
   // before the next starts.
   template <typename Start>
-  void inChunks(std::size_t count, std::size_t elementBytes, const std::string& what, int awaited, Start start);
+  void inChunks(std::size_t count, std::size_t elementBytes, std::size_t chunkBytes, const std::string& what, int awaited,
+                Start start);
   std::unique_ptr<Arrivals> arrivals_;
   // Rings the ranks that receive what this rank just posted: the root of a broadcast
   // (FromRoot) rings every other rank, the contributors to a gather (ToRoot) ring the root,
