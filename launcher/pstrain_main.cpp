@@ -20,6 +20,7 @@
 #include "launcher/ErrorLine.h"
 #include "launcher/LinePrefix.h"
 #include "launcher/Device.h"
+#include "launcher/Doctor.h"
 #include "models/Registry.h"
 #include "models/ScriptModel.h"
 #include "runtime/Errors.h"
@@ -28,7 +29,6 @@
 #include "runtime/comm/mpi/MpiComm.h"
 #include "runtime/metrics/Startup.h"
 #include "runtime/probe/Probe.h"
-#include "launcher/Doctor.h"
 #include "runtime/roles/Autocast.h"
 #include "runtime/roles/Training.h"
 

@@ -17,9 +17,9 @@
 #include <sstream>
 #include <thread>
 
-#include "runtime/Process.h"
 #include "launcher/elastic/Hosts.h"
 #include "runtime/Errors.h"
+#include "runtime/Process.h"
 #include "runtime/Stop.h"
 #include "runtime/config/Flags.h"
 #include "runtime/metrics/Clock.h"
