@@ -258,83 +258,92 @@ const Prediction& asConfigured(const std::vector<Prediction>& predictions, const
   return *raw;
 }
 
-// What the network map says: each worker's subnets with rank 0, a line per worker that has
-// a faster path than MPI's, and, when one subnet is faster for all of them, the mpirun
-// options that give MPI that subnet alone and the run's predicted throughput with it.
+// What the network map says, printed (`text`) and for probe.json's "network" (`json`).
 struct NetworkAdvice {
-  std::string text;        // printed
-  std::string json;        // probe.json's "network"
-  std::string option;      // "--mca btl_tcp_if_include SUBNET" ("" when MPI's path is the fastest)
+  std::string text;
+  std::string json;
 };
 constexpr double kFasterPath = 1.2;  // a subnet this much faster than what MPI measured is worth naming
 
-NetworkAdvice adviseNetwork(const config::TrainConfig& cfg, const std::vector<int>& computing,
-                            const ProbeMeasurements& m, const std::vector<WorkerNetwork>& network) {
+// Where rank `rank`'s link is in the cost model's per-worker vectors (ordered as `computing`);
+// -1 for a rank that does not compute.
+int linkIndex(const std::vector<int>& computing, int rank) {
+  const auto at = std::find(computing.begin(), computing.end(), rank);
+  return at == computing.end() ? -1 : static_cast<int>(at - computing.begin());
+}
+
+// One worker's subnets with rank 0 and MPI's rate: its line, a `faster path` line when a
+// subnet beats MPI's rate, and its item of probe.json's "workers".
+void describeWorker(const WorkerNetwork& w, double mpiRate, NetworkAdvice& advice, std::vector<std::string>& items) {
+  std::string line = fmt::format("  network: rank {} ({}) to rank 0:", w.rank, w.host);
+  std::vector<std::string> subnets;
+  const SharedSubnet* fastest = nullptr;
+  for (const SharedSubnet& s : w.subnets) {
+    const std::string kind = s.kind.empty() ? "" : s.kind + (s.megabitsPerSecond > 0 ? fmt::format(" {:.0f} Mbit/s", s.megabitsPerSecond) : "");
+    line += w.sameHostAsServer ? "" : fmt::format(" {}{} {:.1f} MB/s;", s.subnet, kind.empty() ? "" : " (" + kind + ")",
+                                                   s.bytesPerSecond / 1e6);
+    if (!fastest || s.bytesPerSecond > fastest->bytesPerSecond) fastest = &s;
+    metrics::JsonObject o;
+    o.add("subnet", s.subnet).add("kind", s.kind).add("link_mbit_s", s.megabitsPerSecond);
+    o.add("server_address", s.serverAddress).add("worker_address", s.workerAddress).add("bytes_per_s", s.bytesPerSecond);
+    subnets.push_back(o.str());
+  }
+  if (w.sameHostAsServer) line += " the same host (MPI uses shared memory)";
+  else if (w.subnets.empty()) line += " no subnet in common (MPI's traffic is routed)";
+  else line += fmt::format(" MPI measured {:.1f} MB/s", mpiRate / 1e6);
+  advice.text += line + "\n";
+  if (!w.sameHostAsServer && fastest && fastest->bytesPerSecond > kFasterPath * mpiRate) {
+    advice.text += fmt::format("  faster path: rank {} ({}) reaches rank 0 at {:.1f} MB/s on {} ({} there), {:.1f}x what MPI "
+                               "got: --mca btl_tcp_if_include {}\n",
+                               w.rank, w.host, fastest->bytesPerSecond / 1e6, fastest->subnet, fastest->workerAddress,
+                               fastest->bytesPerSecond / std::max(mpiRate, 1.0), fastest->subnet);
+  }
+  metrics::JsonObject o;
+  o.add("rank", w.rank).add("host", w.host).add("same_host", w.sameHostAsServer).add("mpi_bytes_per_s", mpiRate);
+  o.addRaw("subnets", metrics::jsonRawArray(subnets));
+  items.push_back(o.str());
+}
+
+// Each worker's subnets with rank 0, a line per worker that has a faster path than MPI's,
+// and, when one subnet is faster for all of them, the mpirun option that gives MPI that
+// subnet alone and the run's predicted throughput with it (`predictions`: with MPI's rates).
+NetworkAdvice adviseNetwork(const config::TrainConfig& cfg, const std::vector<int>& computing, const ProbeMeasurements& m,
+                            const std::vector<Prediction>& predictions, const std::vector<WorkerNetwork>& network) {
   NetworkAdvice advice;
   auto mpiRate = [&](int rank) {
-    const auto at = std::find(computing.begin(), computing.end(), rank);
-    return at == computing.end() ? 0.0 : m.bytesPerSecond[static_cast<std::size_t>(at - computing.begin())];
+    const int i = linkIndex(computing, rank);
+    return i < 0 ? 0.0 : m.bytesPerSecond[static_cast<std::size_t>(i)];
   };
   std::vector<std::string> items;
+  double slowestMpi = 0;
   for (const WorkerNetwork& w : network) {
-    std::string line = fmt::format("  network: rank {} ({}) to rank 0:", w.rank, w.host);
-    std::vector<std::string> subnets;
-    const SharedSubnet* fastest = nullptr;
-    for (const SharedSubnet& s : w.subnets) {
-      const std::string kind = s.kind.empty() ? "" : s.kind + (s.megabitsPerSecond > 0 ? fmt::format(" {:.0f} Mbit/s", s.megabitsPerSecond) : "");
-      line += w.sameHostAsServer ? "" : fmt::format(" {}{} {:.1f} MB/s;", s.subnet, kind.empty() ? "" : " (" + kind + ")",
-                                                     s.bytesPerSecond / 1e6);
-      if (!fastest || s.bytesPerSecond > fastest->bytesPerSecond) fastest = &s;
-      metrics::JsonObject o;
-      o.add("subnet", s.subnet).add("kind", s.kind).add("link_mbit_s", s.megabitsPerSecond);
-      o.add("server_address", s.serverAddress).add("worker_address", s.workerAddress).add("bytes_per_s", s.bytesPerSecond);
-      subnets.push_back(o.str());
-    }
-    if (w.sameHostAsServer) line += " the same host (MPI uses shared memory)";
-    else if (w.subnets.empty()) line += " no subnet in common (MPI's traffic is routed)";
-    else line += fmt::format(" MPI measured {:.1f} MB/s", mpiRate(w.rank) / 1e6);
-    advice.text += line + "\n";
-    if (!w.sameHostAsServer && fastest && fastest->bytesPerSecond > kFasterPath * mpiRate(w.rank)) {
-      advice.text += fmt::format("  faster path: rank {} ({}) reaches rank 0 at {:.1f} MB/s on {} ({} there), {:.1f}x what MPI "
-                                 "got: --mca btl_tcp_if_include {}\n",
-                                 w.rank, w.host, fastest->bytesPerSecond / 1e6, fastest->subnet, fastest->workerAddress,
-                                 fastest->bytesPerSecond / std::max(mpiRate(w.rank), 1.0), fastest->subnet);
-    }
-    metrics::JsonObject o;
-    o.add("rank", w.rank).add("host", w.host).add("same_host", w.sameHostAsServer).add("mpi_bytes_per_s", mpiRate(w.rank));
-    o.addRaw("subnets", metrics::jsonRawArray(subnets));
-    items.push_back(o.str());
+    describeWorker(w, mpiRate(w.rank), advice, items);
+    if (!w.sameHostAsServer) slowestMpi = slowestMpi == 0 ? mpiRate(w.rank) : std::min(slowestMpi, mpiRate(w.rank));
   }
   metrics::JsonObject json;
   json.addRaw("workers", metrics::jsonRawArray(items));
   const FastestSubnet best = fastestCommonSubnet(network);
-  double slowestMpi = 0;
-  for (const WorkerNetwork& w : network) {
-    if (!w.sameHostAsServer) slowestMpi = slowestMpi == 0 ? mpiRate(w.rank) : std::min(slowestMpi, mpiRate(w.rank));
-  }
   if (!best.subnet.empty() && best.bytesPerSecond > kFasterPath * slowestMpi) {
-    ProbeMeasurements faster = m;
+    ProbeMeasurements faster = m;  // each remote worker's link at its rate on that subnet
     for (const WorkerNetwork& w : network) {
-      const auto at = std::find(computing.begin(), computing.end(), w.rank);
+      const int i = linkIndex(computing, w.rank);
       for (const SharedSubnet& s : w.subnets) {
-        if (s.subnet == best.subnet && at != computing.end() && !w.sameHostAsServer) {
-          faster.bytesPerSecond[static_cast<std::size_t>(at - computing.begin())] = s.bytesPerSecond;
-        }
+        if (s.subnet == best.subnet && i >= 0 && !w.sameHostAsServer) faster.bytesPerSecond[static_cast<std::size_t>(i)] = s.bytesPerSecond;
       }
     }
     if (computing.front() == 0) faster.bytesPerSecond[0] = best.bytesPerSecond;  // a computing rank 0: its peers' worst
     const int workers = static_cast<int>(computing.size());
-    const auto nowPredictions = predict(m), thenPredictions = predict(faster);
-    const Prediction& now = asConfigured(nowPredictions, cfg, workers);
-    const Prediction& then = asConfigured(thenPredictions, cfg, workers);
-    advice.option = "--mca btl_tcp_if_include " + best.subnet;
+    const auto fasterPredictions = predict(faster);
+    const Prediction& now = asConfigured(predictions, cfg, workers);
+    const Prediction& then = asConfigured(fasterPredictions, cfg, workers);
+    const std::string option = "--mca btl_tcp_if_include " + best.subnet;
     const auto addresses = addressesOn(network, best.subnet);
     advice.text += fmt::format("  network recommendation: mpirun {} (the hostfile's addresses on it: {}): predicted {} {:.0f} "
                                "samples/s instead of {:.0f} ({:.2f}x)\n",
-                               advice.option, fmt::join(addresses, " "), config::nameOf(then.mode), then.samplesPerSecond,
+                               option, fmt::join(addresses, " "), config::nameOf(then.mode), then.samplesPerSecond,
                                now.samplesPerSecond, then.samplesPerSecond / now.samplesPerSecond);
     metrics::JsonObject r;
-    r.add("subnet", best.subnet).add("option", advice.option).addRaw("hostfile_addresses", metrics::jsonArray(addresses));
+    r.add("subnet", best.subnet).add("option", option).addRaw("hostfile_addresses", metrics::jsonArray(addresses));
     r.add("mode", config::nameOf(then.mode)).add("samples_per_s", then.samplesPerSecond).add("samples_per_s_now", now.samplesPerSecond);
     json.addRaw("recommendation", r.str());
   } else if (!network.empty()) {
@@ -409,7 +418,7 @@ void report(const config::TrainConfig& cfg, c10::Device device, const std::vecto
   out += "  recommendation: " + advice + "\n";
   const auto rounds = predictLocalSteps(m, workers, kLocalSteps);
   out += localStepsLine(rounds, m);
-  const NetworkAdvice net = adviseNetwork(cfg, computing, m, network);
+  const NetworkAdvice net = adviseNetwork(cfg, computing, m, predictions, network);
   out += net.text;
   std::cout << out << std::flush;
   const std::string path = rundir::pathOf(cfg.trainDir, rundir::kProbe);
