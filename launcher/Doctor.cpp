@@ -16,6 +16,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -198,29 +199,103 @@ std::string majority(const std::vector<RankFacts>& all, const std::string& key) 
   return best;
 }
 
-}  // namespace
-
-int runDoctor(comm::MpiComm& comm, const config::TrainConfig& cfg) {
-  const auto start = Clock::now();
-  const int rank = comm.rank(), size = comm.size();
-  Watchdog watchdog(cfg.timeoutSeconds, rank, comm.hostName());
-  if (rank == 0) std::cout << fmt::format("pstrain --doctor: checking {} rank(s) ...", size) << std::endl;
-
-  // Round trips over MPI's transport, rank 0 to each rank in turn.
-  watchdog.phase("timing round trips from rank 0 to every rank");
-  std::vector<double> roundTrips(static_cast<std::size_t>(size), 0);
-  for (int r = 1; r < size; ++r) {
+// Round trips over MPI's transport, rank 0 to each rank in turn: their seconds, by rank, on
+// rank 0 (zeros elsewhere).
+std::vector<double> timeRoundTrips(comm::MpiComm& comm) {
+  std::vector<double> roundTrips(static_cast<std::size_t>(comm.size()), 0);
+  for (int r = 1; r < comm.size(); ++r) {
     char byte = 0;
-    if (rank == 0) {
+    if (comm.rank() == 0) {
       const auto sent = Clock::now();
       comm.send(&byte, 1, r, "doctor: round trip");
       comm.receive(&byte, 1, r, "doctor: round trip");
       roundTrips[static_cast<std::size_t>(r)] = metrics::secondsSince(sent);
-    } else if (rank == r) {
+    } else if (comm.rank() == r) {
       comm.receive(&byte, 1, 0, "doctor: round trip");
       comm.send(&byte, 1, 0, "doctor: round trip");
     }
   }
+  return roundTrips;
+}
+
+// Rank 0: every rank's facts compared, one line per problem naming rank, host and fix.
+std::vector<std::string> problemsOf(std::vector<RankFacts>& all) {
+  std::vector<std::string> problems;
+  auto problem = [&](int r, const std::string& text) {
+    problems.push_back(fmt::format("rank {} ({}): {}", r, all[static_cast<std::size_t>(r)]["host"], text));
+  };
+  const RankFacts zero = all[0];
+  const std::string torchMajor = zero.at("torch").substr(0, zero.at("torch").find('.'));
+  std::map<std::string, std::string> files;  // key -> the majority's sample
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    RankFacts& f = all[static_cast<std::size_t>(r)];
+    if (f["build"] != zero.at("build")) {
+      problem(r, fmt::format("a different pstrain build ({}) from rank 0's ({}): install the same pstrain on every "
+                             "host", f["build"], zero.at("build")));
+    }
+    if (f["torch"].substr(0, f["torch"].find('.')) != torchMajor) {
+      problem(r, fmt::format("libtorch {}, rank 0 has {}: build pstrain against the same libtorch major version "
+                             "on every host", f["torch"], zero.at("torch")));
+    }
+    for (const char* key : {"device-problem", "data-problem", "firewall", "train-dir-problem"}) {
+      if (!f[key].empty()) problem(r, f[key]);
+    }
+    const double offset = std::stod(f["clock"]) - std::stod(zero.at("clock"));
+    if (std::abs(offset) > kMaxClockSkewSeconds) {
+      problem(r, fmt::format("its clock is {:+.1f} s off rank 0's: turn on network time on both hosts (macOS: "
+                             "sudo systemsetup -setusingnetworktime on; Linux: timedatectl set-ntp true)", offset));
+    }
+    for (const auto& [key, sample] : f) {
+      if (key.rfind("data:", 0) != 0 && key.rfind("model:", 0) != 0) continue;
+      if (!files.count(key)) files[key] = majority(all, key);
+      const std::string path = key.substr(key.find(':') + 1);
+      if (sample == "missing" || sample == "unreadable" || sample == "not a regular file") {
+        problem(r, fmt::format("{}: {}: copy it to this host (the same path as on the others)", path, sample));
+      } else if (sample != files[key]) {
+        problem(r, fmt::format("{} differs from the other ranks' copy ({}; theirs: {}): copy the same file to "
+                               "every host (rsync -a)", path, sample, files[key]));
+      }
+    }
+  }
+  return problems;
+}
+
+// Rank 0's report: what every rank has in common, then the problems.
+std::string reportOf(std::vector<RankFacts>& all, const std::vector<double>& roundTrips, const std::string& trainDir,
+                     const std::string& trainDirFound, const std::vector<std::string>& problems, double seconds) {
+  const RankFacts& zero = all[0];
+  std::map<std::string, int> hosts;
+  std::set<std::string> files;
+  double skew = 0;
+  for (auto& f : all) {
+    ++hosts[f["host"]];
+    skew = std::max(skew, std::abs(std::stod(f["clock"]) - std::stod(zero.at("clock"))));
+    for (const auto& fact : f) {
+      if (fact.first.rfind("data:", 0) == 0 || fact.first.rfind("model:", 0) == 0) files.insert(fact.first);
+    }
+  }
+  std::string out = fmt::format("pstrain --doctor: {} rank(s) on {} host(s); {}; libtorch {}; {}; BLAS: {}\n", all.size(),
+                                hosts.size(), zero.at("build"), zero.at("torch"),
+                                zero.at("mpi").substr(0, zero.at("mpi").find('\n')), zero.at("blas"));
+  out += fmt::format("  files compared: {} (data set and model, on every rank that reads them); clock skew at most "
+                     "{:.3f} s; round trips from rank 0 at most {:.2f} ms\n", files.size(), skew,
+                     1e3 * *std::max_element(roundTrips.begin(), roundTrips.end()));
+  if (!trainDirFound.empty()) out += fmt::format("  train dir {}: {}\n", trainDir, trainDirFound);
+  for (const auto& p : problems) out += "  problem: " + p + "\n";
+  out += problems.empty() ? fmt::format("pstrain --doctor: all well ({:.1f} s); trained nothing\n", seconds)
+                          : fmt::format("pstrain --doctor: {} problem(s) ({:.1f} s); trained nothing\n", problems.size(), seconds);
+  return out;
+}
+
+}  // namespace
+
+int runDoctor(comm::MpiComm& comm, const config::TrainConfig& cfg) {
+  const auto start = Clock::now();
+  const int rank = comm.rank();
+  Watchdog watchdog(cfg.timeoutSeconds, rank, comm.hostName());
+  if (rank == 0) std::cout << fmt::format("pstrain --doctor: checking {} rank(s) ...", comm.size()) << std::endl;
+  watchdog.phase("timing round trips from rank 0 to every rank");
+  const std::vector<double> roundTrips = timeRoundTrips(comm);
 
   watchdog.phase("every rank looked at its files");
   protocol::Facts mine = factsOf(cfg, comm);
@@ -243,63 +318,9 @@ int runDoctor(comm::MpiComm& comm, const config::TrainConfig& cfg) {
   int status = 0;
   if (rank == 0) {
     std::vector<RankFacts> all;
-    for (int r = 0; r < size; ++r) all.push_back(protocol::decodeFacts(gathered[static_cast<std::size_t>(r)], r));
-    std::vector<std::string> problems;
-    auto where = [&](int r) { return fmt::format("rank {} ({})", r, all[static_cast<std::size_t>(r)]["host"]); };
-    auto problem = [&](int r, const std::string& text) { problems.push_back(where(r) + ": " + text); };
-    const RankFacts& zero = all[0];
-    const std::string torchMajor = zero.at("torch").substr(0, zero.at("torch").find('.'));
-    double skew = 0, slowestTrip = 0;
-    std::map<std::string, std::string> files;  // key -> the majority's sample
-    for (int r = 0; r < size; ++r) {
-      RankFacts& f = all[static_cast<std::size_t>(r)];
-      if (f["build"] != zero.at("build")) {
-        problem(r, fmt::format("a different pstrain build ({}) from rank 0's ({}): install the same pstrain on every "
-                               "host", f["build"], zero.at("build")));
-      }
-      if (f["torch"].substr(0, f["torch"].find('.')) != torchMajor) {
-        problem(r, fmt::format("libtorch {}, rank 0 has {}: build pstrain against the same libtorch major version "
-                               "on every host", f["torch"], zero.at("torch")));
-      }
-      if (!f["device-problem"].empty()) problem(r, f["device-problem"]);
-      if (!f["data-problem"].empty()) problem(r, f["data-problem"]);
-      if (!f["firewall"].empty()) problem(r, f["firewall"]);
-      if (!f["train-dir-problem"].empty()) problem(r, f["train-dir-problem"]);
-      const double offset = std::stod(f["clock"]) - std::stod(zero.at("clock"));
-      skew = std::max(skew, std::abs(offset));
-      if (std::abs(offset) > kMaxClockSkewSeconds) {
-        problem(r, fmt::format("its clock is {:+.1f} s off rank 0's: turn on network time on both hosts (macOS: "
-                               "sudo systemsetup -setusingnetworktime on; Linux: timedatectl set-ntp true)", offset));
-      }
-      slowestTrip = std::max(slowestTrip, roundTrips[static_cast<std::size_t>(r)]);
-      for (const auto& [key, sample] : f) {
-        if (key.rfind("data:", 0) != 0 && key.rfind("model:", 0) != 0) continue;
-        if (!files.count(key)) files[key] = majority(all, key);
-        const std::string path = key.substr(key.find(':') + 1);
-        if (sample == "missing" || sample == "unreadable" || sample == "not a regular file") {
-          problem(r, fmt::format("{}: {}: copy it to this host (the same path as on the others)", path, sample));
-        } else if (sample != files[key]) {
-          problem(r, fmt::format("{} differs from the other ranks' copy ({}; theirs: {}): copy the same file to "
-                                 "every host (rsync -a)", path, sample, files[key]));
-        }
-      }
-    }
-    int hosts = 0;
-    {
-      std::map<std::string, int> seen;
-      for (auto& f : all) hosts += seen[f["host"]]++ == 0;
-    }
-    std::string out = fmt::format("pstrain --doctor: {} rank(s) on {} host(s); {}; libtorch {}; {}; BLAS: {}\n", size,
-                                  hosts, zero.at("build"), zero.at("torch"), zero.at("mpi").substr(0, zero.at("mpi").find('\n')),
-                                  zero.at("blas"));
-    out += fmt::format("  files compared: {} (data set and model, on every rank that reads them); clock skew at most "
-                       "{:.3f} s; round trips from rank 0 at most {:.2f} ms\n", files.size(), skew, 1e3 * slowestTrip);
-    if (!trainDirFound.empty()) out += fmt::format("  train dir {}: {}\n", cfg.trainDir, trainDirFound);
-    for (const auto& p : problems) out += "  problem: " + p + "\n";
-    out += problems.empty() ? fmt::format("pstrain --doctor: all well ({:.1f} s); trained nothing\n", metrics::secondsSince(start))
-                            : fmt::format("pstrain --doctor: {} problem(s) ({:.1f} s); trained nothing\n", problems.size(),
-                                          metrics::secondsSince(start));
-    std::cout << out << std::flush;
+    for (int r = 0; r < comm.size(); ++r) all.push_back(protocol::decodeFacts(gathered[static_cast<std::size_t>(r)], r));
+    const std::vector<std::string> problems = problemsOf(all);
+    std::cout << reportOf(all, roundTrips, cfg.trainDir, trainDirFound, problems, metrics::secondsSince(start)) << std::flush;
     status = problems.empty() ? 0 : 2;
   }
   watchdog.phase("sharing the verdict");
