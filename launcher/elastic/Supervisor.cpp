@@ -283,12 +283,17 @@ class Supervisor {
       for (auto& a : config::commandLineOf(flags)) argv.push_back(std::move(a));
       return argv;
     };
-    if (o_.preferFastestLink && !fastestLink_.count(describeHosts(hosts))) {
-      config::TrainConfig probe = cfg;
-      probe.probe = true;
-      fastestLink_[describeHosts(hosts)] = fastestLinkArgs(command(probe, {}));
+    std::vector<std::string> link;
+    if (o_.preferFastestLink) {
+      const std::string key = describeHosts(hosts);
+      auto known = fastestLink_.find(key);
+      if (known == fastestLink_.end()) {
+        config::TrainConfig probe = cfg;
+        probe.probe = true;
+        known = fastestLink_.emplace(key, fastestLinkArgs(command(probe, {}))).first;
+      }
+      link = known->second;
     }
-    const std::vector<std::string> link = o_.preferFastestLink ? fastestLink_[describeHosts(hosts)] : std::vector<std::string>{};
     const pid_t child = spawn(command(cfg, link), -1);
     if (child < 0) throw Error("cannot start mpirun");
     const int workers = job_.modeInfo().peers() ? ranks : ranks - 1;
