@@ -12,7 +12,6 @@
 #include <sstream>
 
 #if defined(__APPLE__)
-#include <net/if_dl.h>
 #include <net/if_media.h>
 #include <net/if_types.h>
 #include <sys/ioctl.h>
