@@ -20,6 +20,7 @@
 
 #include "runtime/Errors.h"
 #include "runtime/checkpoint/ArchiveCheck.h"
+#include "runtime/optim/LossScale.h"
 #include "runtime/rundir/AtomicFile.h"
 #include "runtime/rundir/RunFiles.h"
 
@@ -190,6 +191,17 @@ GenericDict optimizerDict(const Checkpoint& ckpt) {
   return optimizer;
 }
 
+// torch.cuda.amp.GradScaler.state_dict()'s keys and types.
+GenericDict scalerDict(const Checkpoint::LossScale& state) {
+  GenericDict scaler = stringKeyedDict();
+  scaler.insert("scale", state.scale);
+  scaler.insert("growth_factor", optim::LossScale::kGrowthFactor);
+  scaler.insert("backoff_factor", optim::LossScale::kBackoffFactor);
+  scaler.insert("growth_interval", state.growthInterval);
+  scaler.insert("_growth_tracker", state.goodSteps);
+  return scaler;
+}
+
 }  // namespace
 
 std::string publish(const std::string& dir, const Checkpoint& ckpt) {
@@ -217,6 +229,7 @@ std::string publish(const std::string& dir, const Checkpoint& ckpt) {
   top.insert("model", tensorDict(ckpt.modelState));
   top.insert("optimizer", optimizerDict(ckpt));
   top.insert("__meta__", meta);
+  if (ckpt.lossScale) top.insert("scaler", scalerDict(*ckpt.lossScale));
   fs::path base = fs::path(dir) / rundir::checkpointName(ckpt.step);
   std::string ptPath = base.string() + ".pt";
   // Republishing a step (after a resume): its old marker goes once the new file is whole
@@ -318,6 +331,21 @@ Checkpoint decode(const c10::IValue& top, const std::string& path) {
     } else {
       ckpt.optimizerState.emplace_back(name, tensorList(item.value(), path, "optimizer." + name));
     }
+  }
+  if (dict.contains("scaler")) {
+    if (!dict.at("scaler").isGenericDict()) throw CheckpointError(fmt::format("{}: 'scaler' is not a dict", path));
+    const GenericDict scaler = dict.at("scaler").toGenericDict();
+    auto number = [&](const char* key) {
+      if (!scaler.contains(key) || !(scaler.at(key).isDouble() || scaler.at(key).isInt())) {
+        throw CheckpointError(fmt::format("{}: scaler.{} missing", path, key));
+      }
+      return scaler.at(key).isInt() ? static_cast<double>(scaler.at(key).toInt()) : scaler.at(key).toDouble();
+    };
+    auto whole = [&](const char* key) {
+      if (!scaler.contains(key) || !scaler.at(key).isInt()) throw CheckpointError(fmt::format("{}: scaler.{} missing", path, key));
+      return scaler.at(key).toInt();
+    };
+    ckpt.lossScale = Checkpoint::LossScale{number("scale"), whole("_growth_tracker"), whole("growth_interval")};
   }
   return ckpt;
 }

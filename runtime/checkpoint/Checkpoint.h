@@ -15,6 +15,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,6 +44,14 @@ struct Checkpoint {
   // (Adam's step; 0 for SGD); empty before the first update with such state.
   std::vector<std::pair<std::string, TensorList>> optimizerState;
   std::int64_t optimizerSteps = 0;
+  // Dynamic loss scaling's state (--loss-scale; absent without), saved as "scaler" in the
+  // form of torch.cuda.amp.GradScaler.state_dict(), which its load_state_dict() takes.
+  struct LossScale {
+    double scale = 0;
+    std::int64_t goodSteps = 0;       // GradScaler's _growth_tracker
+    std::int64_t growthInterval = 0;
+  };
+  std::optional<LossScale> lossScale;
 };
 
 // Publishes `ckpt` into `dir` (created if needed) and returns the .pt path.

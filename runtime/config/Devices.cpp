@@ -28,6 +28,9 @@ const std::vector<PrecisionInfo>& precisions() {
       {PrecisionKind::Fp32, "fp32", "float32 throughout"},
       {PrecisionKind::Bf16, "bf16", "the forward pass autocast to bfloat16 (CPU, CUDA; MPS with libtorch 2.6 or newer), "
                                     "float32 weights, gradients and optimizer"},
+      {PrecisionKind::Fp16, "fp16", "the forward pass autocast to float16 (CUDA; MPS with libtorch 2.5 or newer; the "
+                                    "CPU where libtorch's autocast has it), with dynamic loss scaling (--loss-scale), "
+                                    "float32 weights, gradients and optimizer"},
   };
   return table;
 }

@@ -26,7 +26,7 @@ std::string deviceNames();
 // gradients and every optimizer state stay float32: bf16 autocasts the forward pass (and
 // the loss) as torch.autocast does, with no loss scaling (bfloat16 has float32's range).
 // roles/Autocast says which devices this libtorch autocasts.
-enum class PrecisionKind { Fp32, Bf16 };
+enum class PrecisionKind { Fp32, Bf16, Fp16 };
 
 struct PrecisionInfo {
   PrecisionKind kind;

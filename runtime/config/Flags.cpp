@@ -161,6 +161,9 @@ const std::vector<Flag> kFlags = {
      &TrainConfig::skipNonfinite, A::Compared, nullptr, nullptr},
     {"inject-nan", "Run", "testing: RANK:STEP makes worker RANK's loss NaN at STEP",
      &TrainConfig::injectNan, A::HostLocal, nullptr, [](const TrainConfig& c) { c.nanInjection(); }},
+    {"inject-overflow", "Run",
+     "testing: RANK:STEP makes worker RANK's gradient +inf at STEP, as a float16 backward whose loss scale is too large",
+     &TrainConfig::injectOverflow, A::HostLocal, nullptr, [](const TrainConfig& c) { c.overflowInjection(); }},
     {"max-seconds", "Run", "stop training after this many seconds and write the final files (0: no limit)",
      &TrainConfig::maxSeconds, A::Fingerprint, nullptr, [](const TrainConfig& c) {
        require(std::isfinite(c.maxSeconds) && c.maxSeconds >= 0 && c.maxSeconds <= kMaxSeconds,
@@ -333,11 +336,24 @@ const std::vector<Flag> kFlags = {
        require(c.shardBatch() <= 1'000'000, fmt::format("--batch-size x --grad-accum must be at most 1000000 (got {} x {})",
                                                         c.batchSize, c.gradAccum)); }},
     {"precision", "Optimization",
-     precisionNames() + ": what the workers compute the forward pass in (bf16: torch.autocast's; the weights, "
-     "gradients and the optimizer stay float32)",
+     precisionNames() + ": what the workers compute the forward pass in (bf16, fp16: torch.autocast's; the "
+     "weights, gradients and the optimizer stay float32)",
      &TrainConfig::precision, A::Fingerprint,
      [](const TrainConfig& c, const std::string& v) { return unlessDefault(c, v, "fp32"); }, [](const TrainConfig& c) {
        precisionInfo(c.precision); }},
+    {"loss-scale", "Optimization",
+     "auto | dynamic | none: dynamic multiplies each worker's loss by a scale before backward and divides the "
+     "gradient by it again, skips an update whose gradient overflowed and halves the scale, doubles it after "
+     "--loss-scale-window good updates (torch.cuda.amp.GradScaler's rule, from 65536); auto: dynamic with "
+     "--precision fp16",
+     &TrainConfig::lossScale, A::Fingerprint,
+     [](const TrainConfig& c, const std::string& v) { return unlessDefault(c, v, "auto"); }, [](const TrainConfig& c) {
+       requireOneOf("loss-scale", c.lossScale, {"auto", "dynamic", "none"}); }},
+    {"loss-scale-window", "Optimization", "good updates in a row before the loss scale doubles (GradScaler's growth_interval)",
+     &TrainConfig::lossScaleWindow, A::Fingerprint,
+     [](const TrainConfig& c, const std::string& v) { return unlessDefault(c, v, "2000"); }, [](const TrainConfig& c) {
+       require(c.lossScaleWindow >= 1 && c.lossScaleWindow <= kMaxSteps,
+               fmt::format("--loss-scale-window must be in [1, {}] (got {})", kMaxSteps, c.lossScaleWindow)); }},
     {"dry-run", "Run", "check config, data, model, devices and world size on every rank, print the plan, train nothing",
      &TrainConfig::dryRun, A::Compared, nullptr, nullptr},
     {"probe", "Run",

@@ -30,6 +30,13 @@ bool endsWith(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+TrainConfig::Injection injection(const std::string& flag, const std::string& text) {
+  if (text.empty()) return {};
+  auto [rank, step] = rankAndNumber(flag, text, 0, "STEP");
+  require(step == std::floor(step), fmt::format("--{} wants a whole STEP (got '{}')", flag, text));
+  return {rank, static_cast<std::int64_t>(step)};
+}
+
 }  // namespace
 
 std::string canonicalNumber(double value) {
@@ -74,12 +81,10 @@ std::pair<double, double> TrainConfig::adamBetas() const {
   return {beta1, beta2};
 }
 
-TrainConfig::NanInjection TrainConfig::nanInjection() const {
-  if (injectNan.empty()) return {};
-  auto [rank, step] = rankAndNumber("inject-nan", injectNan, 0, "STEP");
-  require(step == std::floor(step), fmt::format("--inject-nan wants a whole STEP (got '{}')", injectNan));
-  return {rank, static_cast<std::int64_t>(step)};
-}
+TrainConfig::Injection TrainConfig::nanInjection() const { return injection("inject-nan", injectNan); }
+TrainConfig::Injection TrainConfig::overflowInjection() const { return injection("inject-overflow", injectOverflow); }
+
+bool TrainConfig::lossScaling() const { return lossScale == "dynamic" || (lossScale == "auto" && precision == "fp16"); }
 
 double TrainConfig::straggleMilliseconds(int rank) const {
   double mine = 0;
@@ -114,12 +119,13 @@ TrainConfig TrainConfig::updateRule() const {
   rule.lrScaling = "none";
   rule.warmupSteps = 0;
   rule.lrDecay = "none";
+  rule.lossScale = "none";  // the pseudo-gradients are the inner steps' sums: their loss scaling is the workers'
   return rule;
 }
 
 bool TrainConfig::overlapping() const {
   return overlap == "on" && modeInfo().exchange == Exchange::Collective && !compressesGradients() &&
-         !compressesWeights() && !skipNonfinite && clipGradNorm == 0;
+         !compressesWeights() && !skipNonfinite && clipGradNorm == 0 && !lossScaling();
 }
 
 int TrainConfig::batchesPerUpdate(int workers) const {

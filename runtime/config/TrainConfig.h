@@ -31,6 +31,8 @@ struct TrainConfig {
   std::int64_t batchSize = 64;            // per micro-batch of a worker (of a virtual shard)
   int gradAccum = 1;                      // micro-batches of batchSize per virtual shard per step
   std::string precision = "fp32";         // a row of config::precisions(): the workers' forward pass
+  std::string lossScale = "auto";         // auto | dynamic | none: see lossScaling()
+  std::int64_t lossScaleWindow = 2000;    // finite updates in a row before the loss scale doubles
   // A step's global batch is dealt to this many virtual shards of batchSize samples, whoever
   // computes them (data/ShardSampler.h). 0: as many as the first launch has workers;
   // --resume keeps the checkpoint's. Modes that are not sharded keep one per worker.
@@ -61,6 +63,7 @@ struct TrainConfig {
   bool skipNonfinite = false;
   bool trustModel = false;                // a model file may call file or network operators
   std::string injectNan;                  // testing: "RANK:STEP"
+  std::string injectOverflow;             // testing: "RANK:STEP"
   std::int64_t checkpointEvery = 500;
   std::int64_t logEvery = 50;
   std::uint64_t seed = 1;
@@ -111,13 +114,19 @@ struct TrainConfig {
   bool compressesGradients() const { return compress != kRawCodec; }
   bool compressesWeights() const { return compressWeights != kRawCodec; }
 
-  // --inject-nan parsed: worker `rank`'s loss turns NaN at `step`; rank 0 when not set.
-  // Throws ConfigError when the text is not "RANK:STEP" with RANK >= 1 and STEP >= 0.
-  struct NanInjection {
+  // Whether the workers scale the loss and rank 0 skips overflowed updates
+  // (optim/LossScale.h): --loss-scale dynamic, or auto with --precision fp16.
+  bool lossScaling() const;
+
+  // --inject-nan (worker `rank`'s loss turns NaN at `step`) and --inject-overflow (its
+  // gradient turns +inf) parsed; rank 0 when not set. Throw ConfigError when the text is not
+  // "RANK:STEP" with RANK >= 1 and STEP >= 0.
+  struct Injection {
     int rank = 0;
     std::int64_t step = -1;
   };
-  NanInjection nanInjection() const;
+  Injection nanInjection() const;
+  Injection overflowInjection() const;
 
   // --straggle parsed ("RANK:MS[,RANK:MS...]"): the milliseconds `rank` sleeps per batch,
   // 0 for a rank it does not name. Throws ConfigError on a malformed list.

@@ -15,9 +15,9 @@ StepHeader parseStepHeader(const void* bytes, std::size_t size) {
   std::memcpy(static_cast<void*>(&header), bytes, sizeof header);
   const auto control = static_cast<std::int32_t>(header.control);
   if (control < static_cast<std::int32_t>(Control::Train) || control > static_cast<std::int32_t>(Control::Retry) ||
-      header.step < 0 || header.epoch < 0) {
-    throw CommError(fmt::format("garbled step header from the server (control {}, step {}, epoch {})", control,
-                                header.step, header.epoch));
+      header.step < 0 || header.epoch < 0 || !(std::isfinite(header.lossScale) && header.lossScale > 0)) {
+    throw CommError(fmt::format("garbled step header from the server (control {}, step {}, epoch {}, loss scale {})",
+                                control, header.step, header.epoch, header.lossScale));
   }
   return header;
 }

@@ -36,7 +36,8 @@ struct StepHeader {
   std::int64_t epoch = 0;
   Control control = Control::Train;
   float lr = 0;
-  std::int64_t reserved = 0;
+  float lossScale = 1;  // what the workers multiply the loss by before backward (--loss-scale; 1: none)
+  std::int32_t reserved = 0;
 };
 static_assert(sizeof(StepHeader) == 32, "the header is part of the wire format");
 

@@ -11,7 +11,10 @@
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
 #define PSTRAIN_AUTOCAST_BY_DEVICE_TYPE 1
 #endif
-// Autocast on MPS to bfloat16 needs libtorch 2.6 (PyTorch's MPS autocast came in 2.5, float16 only).
+// Autocast on MPS came with libtorch 2.5, to float16 only; to bfloat16 with 2.6.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+#define PSTRAIN_AUTOCAST_MPS_FP16 1
+#endif
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 6)
 #define PSTRAIN_AUTOCAST_MPS_BF16 1
 #endif
@@ -22,19 +25,24 @@ namespace {
 c10::ScalarType dtypeOf(config::PrecisionKind precision) {
   switch (precision) {
     case config::PrecisionKind::Bf16: return c10::ScalarType::BFloat16;
+    case config::PrecisionKind::Fp16: return c10::ScalarType::Half;
     case config::PrecisionKind::Fp32: return c10::ScalarType::Float;
   }
   throw InternalError("a precision row without a dtype");
 }
 
-// Whether this build has an autocast for `type` (its dtype then is checked by use).
-bool hasAutocast(c10::DeviceType type) {
+// Whether this build has an autocast for `type` to `precision` (whether it computes in that
+// dtype is then checked by use: CPU autocast takes float16 only in newer libtorch).
+bool hasAutocast(c10::DeviceType type, config::PrecisionKind precision) {
   if (type == c10::kCPU || type == c10::kCUDA) return true;
-#ifdef PSTRAIN_AUTOCAST_MPS_BF16
-  return type == c10::kMPS;
-#else
-  return false;
+  bool mps = false;
+#if defined(PSTRAIN_AUTOCAST_MPS_BF16)
+  mps = true;
+#elif defined(PSTRAIN_AUTOCAST_MPS_FP16)
+  mps = precision == config::PrecisionKind::Fp16;
 #endif
+  (void)precision;
+  return type == c10::kMPS && mps;
 }
 
 bool enabled(c10::DeviceType type) {
@@ -77,10 +85,13 @@ void checkPrecision(c10::Device device, const config::PrecisionInfo& row) {
   const config::PrecisionKind precision = row.kind;
   if (precision == config::PrecisionKind::Fp32) return;
   const std::string where = fmt::format("--precision {} on {}", row.name, device.str());
-  if (!hasAutocast(device.type())) {
+  if (!hasAutocast(device.type(), precision)) {
+    const bool half = precision == config::PrecisionKind::Fp16;
     throw ConfigError(fmt::format("{}: this libtorch ({}) has no autocast for that device; {} needs {}, or use "
                                   "--precision fp32", where, TORCH_VERSION, row.name,
-                                  device.is_mps() ? "libtorch 2.6 or newer" : "a CPU or CUDA device"));
+                                  !device.is_mps() ? "a CPU or CUDA device"
+                                  : half          ? "libtorch 2.5 or newer"
+                                                  : "libtorch 2.6 or newer"));
   }
   // A matrix product is on every autocast list: it must come out in the row's dtype.
   c10::ScalarType got = c10::ScalarType::Undefined;
@@ -89,7 +100,10 @@ void checkPrecision(c10::Device device, const config::PrecisionInfo& row) {
     auto a = torch::ones({2, 2}, torch::TensorOptions().device(device));
     got = torch::mm(a, a).scalar_type();
   } catch (const std::exception& e) {
-    throw ConfigError(fmt::format("{}: this libtorch ({}) refuses it: {}", where, TORCH_VERSION, e.what()));
+    const std::string why = e.what();  // a c10::Error's first line; a backtrace follows
+    throw ConfigError(fmt::format("{}: this libtorch ({}) refuses it ({}); use --precision {}", where, TORCH_VERSION,
+                                  why.substr(0, why.find('\n')),
+                                  precision == config::PrecisionKind::Fp16 && device.is_cpu() ? "bf16 or fp32" : "fp32"));
   }
   if (got != dtypeOf(precision)) {
     throw ConfigError(fmt::format("{}: this libtorch ({}) computed a matrix product in {} under autocast; use "

@@ -72,6 +72,8 @@ LocalTrainer::LocalTrainer(const config::TrainConfig& cfg, models::Net& model, c
   });
   const auto nan = cfg.nanInjection();
   if (nan.rank == rank) nanBatch_ = nan.step;
+  const auto overflow = cfg.overflowInjection();
+  if (overflow.rank == rank) overflowBatch_ = overflow.step;
   straggleMs_ = cfg.straggleMilliseconds(rank);
   simulatedSeconds_ = cfg.simulateComputeMs / 1000;
 }
@@ -137,17 +139,17 @@ void LocalTrainer::handOverReadyBuckets() {
   }
 }
 
-void LocalTrainer::computeGradient(std::int64_t batch, std::int64_t version) {
+void LocalTrainer::computeGradient(std::int64_t batch, std::int64_t version, double lossScale) {
   const auto start = metrics::Clock::now();
   double dataWait = 0;
   const auto shardBatches = prefetcher_->take(batch, shards_, &dataWait);
   // Every virtual shard's batch of a step has the same size (ShardSampler::batchSizeAt).
   const float count = static_cast<float>(shardBatches.front().second.size(0));
   float lossValue = simulatedSeconds_ > 0 ? simulateBatches(batch, count, shardBatches.size())
-                                          : forwardBackward(batch, shardBatches, count);
+                                          : forwardBackward(batch, shardBatches, count, lossScale);
   const bool injectNan = batch == nanBatch_;  // --inject-nan, for the fault tests
   if (injectNan) lossValue = NAN;
-  if (!std::isfinite(lossValue) && !cfg_.skipNonfinite) {
+  if (!std::isfinite(lossValue) && !cfg_.skipNonfinite && !cfg_.lossScaling()) {
     throw Error(fmt::format("step {}: the loss of this worker's batch is {}; lower --lr, or --skip-nonfinite "
                             "to drop such steps (the last good checkpoint is kept)", version, lossValue));
   }
@@ -167,10 +169,13 @@ void LocalTrainer::computeGradient(std::int64_t batch, std::int64_t version) {
   trailer[kStopRequest] = 0;
 }
 
-float LocalTrainer::forwardBackward(std::int64_t batch, const data::Prefetcher::Batches& shardBatches, float count) {
+float LocalTrainer::forwardBackward(std::int64_t batch, const data::Prefetcher::Batches& shardBatches, float count,
+                                    double lossScale) {
   const bool streaming = !buckets_.empty();
+  // Gradient x count, unscaled: for a power of two (every loss scale) both are exact.
+  const float multiplier = static_cast<float>(count / lossScale);
   if (streaming) {
-    scale_ = count;
+    scale_ = multiplier;
     nextReady_ = 0;
     missing_.clear();
     for (const auto& b : buckets_) missing_.push_back(static_cast<int>(b.parameters.size()));
@@ -203,7 +208,7 @@ float LocalTrainer::forwardBackward(std::int64_t batch, const data::Prefetcher::
       // The shard's gradient is its samples' mean: each micro-batch's mean loss weighted by
       // its share (exactly 1 without --grad-accum, so that nothing is multiplied then).
       if (size < samples) loss = loss * (static_cast<double>(size) / static_cast<double>(samples));
-      loss.backward();
+      (lossScale == 1 ? loss : loss * lossScale).backward();
       if (!streaming) collectGradients(model_, grad_);
       lossSum = lossSum.defined() ? lossSum + loss.detach() : loss.detach();
     }
@@ -225,7 +230,8 @@ float LocalTrainer::forwardBackward(std::int64_t batch, const data::Prefetcher::
     handOverReadyBuckets();
   } else {  // streamed: the hooks already wrote gradient x count into messages.grad
     if (batch == nanBatch_) grad_.fill_(NAN);  // --inject-nan (streaming: never with --skip-nonfinite)
-    grad_.mul_(count);
+    if (batch == overflowBatch_) grad_.fill_(INFINITY);  // --inject-overflow (streaming: never with loss scaling)
+    grad_.mul_(multiplier);
     if (!device_.is_cpu()) messages_.grad.copy_(grad_, /*non_blocking=*/true);
   }
   if (!device_.is_cpu()) messages_.workerBuffers.copy_(workerBuffers_, /*non_blocking=*/true);

@@ -45,11 +45,13 @@ class LocalTrainer {
   // of --batch-size whose gradients add up to its whole batch's. Fills the up
   // message: the gradients summed (each times its sample count), the buffers summed over
   // the micro-batches, the trailer (kVersion `version`, this rank's kComputeSeconds slot
-  // the time the call took, the other ranks' slots 0). A non-finite loss throws unless
-  // --skip-nonfinite, in which case the trailer says so. With --simulate-compute (benchmarks
-  // of the protocol at scale) it computes nothing: it sleeps that long per micro-batch and
-  // fills the up message with a random gradient of the model's size and a loss of 0.
-  void computeGradient(std::int64_t batch, std::int64_t version);
+  // the time the call took, the other ranks' slots 0). Backward runs on the loss times
+  // `lossScale` (the server's, --loss-scale; 1: none) and the gradient goes up divided by it
+  // again. A non-finite loss throws unless --skip-nonfinite or loss scaling, in which case
+  // the trailer says so. With --simulate-compute (benchmarks of the protocol at scale) it
+  // computes nothing: it sleeps that long per micro-batch and fills the up message with a
+  // random gradient of the model's size and a loss of 0.
+  void computeGradient(std::int64_t batch, std::int64_t version, double lossScale = 1);
 
   const data::ShardSampler& sampler() const { return sampler_; }
   const std::vector<int>& shards() const { return shards_; }
@@ -81,12 +83,14 @@ class LocalTrainer {
   at::Tensor serverBuffers_, workerBuffers_;
   at::Tensor bufferScratch_;  // one micro-batch's buffers, before they are summed
   std::unique_ptr<data::Prefetcher> prefetcher_;
-  std::int64_t nanBatch_ = -1;
+  std::int64_t nanBatch_ = -1;       // --inject-nan
+  std::int64_t overflowBatch_ = -1;  // --inject-overflow
   double straggleMs_ = 0;
   double simulatedSeconds_ = 0;  // --simulate-compute, per micro-batch
 
   // computeGradient()'s two ways to fill the up message; both return the mean loss.
-  float forwardBackward(std::int64_t batch, const data::Prefetcher::Batches& shardBatches, float count);
+  float forwardBackward(std::int64_t batch, const data::Prefetcher::Batches& shardBatches, float count,
+                        double lossScale);
   float simulateBatches(std::int64_t batch, float count, std::size_t shardCount);
 
   // streamGradients() state: the buckets, the buckets each parameter overlaps, parameters
@@ -98,7 +102,7 @@ class LocalTrainer {
   std::vector<int> missing_;
   std::vector<bool> handedOver_;  // by parameter, in this step
   std::size_t nextReady_ = 0;
-  float scale_ = 1;  // a virtual shard's batch's sample count, for gradient x count
+  float scale_ = 1;  // a virtual shard's batch's sample count over the loss scale, for gradient x count
   bool lastMicroBatch_ = true;  // the step's last: the hooks hand gradients over in it only
   std::function<void(const protocol::Bucket&)> ready_;
   void onGradient(int parameter, const at::Tensor& gradient);

@@ -30,11 +30,11 @@ struct Server : UpdateState {
       : UpdateState(a.comm, a.cfg, a.model, a.trainSamples, a.resume ? a.resume->step : 0, c10::kCPU, a.cfg.seed) {
     bindParameters(model, messages.weights);
     readBuffers(model, messages.serverBuffers);
-    if (a.resume) restoreOptimizer(*optimizer, model, *a.resume);
+    if (a.resume) restoreUpdate(*this, *a.resume);
   }
   void setHeader(std::int64_t step, Control control, double lr = 0) {
     messages.setHeader({step, publisher->epochOf(std::min(step, std::max<std::int64_t>(total - 1, 0))), control,
-                        static_cast<float>(lr), 0});
+                        static_cast<float>(lr), static_cast<float>(update.lossScale()), 0});
   }
   const std::string stopContext = "stop";
 };

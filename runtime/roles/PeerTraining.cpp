@@ -29,9 +29,10 @@ std::int64_t agreeOnStart(comm::Communicator& comm, const checkpoint::Checkpoint
   return step;
 }
 
-// Rank 0's optimizer state (a resumed run's) to every rank: its names, its updates, then
-// each buffer.
-void shareOptimizerState(comm::Communicator& comm, optim::Optimizer& optimizer, const at::Tensor& like) {
+// Rank 0's update state (a resumed run's) to every rank: the optimizer's names, its updates,
+// each buffer, then the loss scale (every rank's updates must skip alike).
+void shareUpdateState(comm::Communicator& comm, optim::Optimizer& optimizer, SummedUpdate& update,
+                      const at::Tensor& like) {
   std::string names;
   std::int64_t updates = optimizer.updates();
   if (comm.rank() == 0) {
@@ -50,6 +51,11 @@ void shareOptimizerState(comm::Communicator& comm, optim::Optimizer& optimizer, 
     if (comm.rank() != 0) optimizer.restore(names.substr(at, end - at), buffer);
   }
   optimizer.restoreUpdates(updates);
+  if (optim::LossScale* lossScale = update.lossScaling()) {
+    double state[2] = {lossScale->scale(), static_cast<double>(lossScale->goodSteps())};
+    comm.broadcast(state, sizeof state, 0, "start (loss scale)");
+    lossScale->restore(state[0], static_cast<std::int64_t>(state[1]));
+  }
 }
 
 // One peer rank: rank 0's weights, buffers and momentum are broadcast at the start, so every
@@ -61,10 +67,10 @@ struct Peer : UpdateState {
     trainer.emplace(cfg, model, *a.train, a.device, messages, comm.rank(), comm.size(), comm.rank());
     if (comm.rank() == 0) {
       readBuffers(model, messages.serverBuffers);
-      if (a.resume) restoreOptimizer(*optimizer, model, *a.resume);
+      if (a.resume) restoreUpdate(*this, *a.resume);
     }
     comm.broadcast(messages.down.data(), messages.downBytes(), 0, "start");
-    shareOptimizerState(comm, *optimizer, messages.weights);
+    shareUpdateState(comm, *optimizer, update, messages.weights);
     trainer->loadWeights();
   }
   // After `done` steps: the model keeps its parameters (without gradients), rank 0 writes
@@ -83,7 +89,7 @@ void runAllreduce(Peer& p) {
     currentStep() = step;
     const double lr = p.lr(step);
     auto exchangeStart = Clock::now();
-    p.trainer->computeGradient(step, step);
+    p.trainer->computeGradient(step, step, p.update.lossScale());
     // Rank 0 alone decides when time is up; the sum tells everyone in the same step.
     if (p.publisher && p.publisher->timeToStop()) messages.trailer[kStopRequest] = 1;
     p.link.allReduceUp(fmt::format("step {}", step));
@@ -257,7 +263,7 @@ void runGossip(Peer& p) {
     const std::string context = fmt::format("step {}", step);
     const double lr = p.lr(step);
     const auto stepStart = Clock::now();
-    p.trainer->computeGradient(step, step);
+    p.trainer->computeGradient(step, step, p.update.lossScale());
     StepStats stats = p.stats(1);  // this rank's own: alone, an update is a sum over one contributor
     stats.applied = p.update.apply(lr, 1, step);
     stats.gradNorm = p.update.gradNorm();

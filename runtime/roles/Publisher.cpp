@@ -63,6 +63,7 @@ std::string tensorBoardTag(const std::string& key) {
       {"epoch", "train/epoch"},
       {"grad_norm", "train/grad_norm"},
       {"skipped_nonfinite", "train/skipped_nonfinite"},
+      {"loss_scale", "train/loss_scale"},
       {"compute_s", "time/compute_s"},
       {"slowest_compute_s", "time/slowest_compute_s"},
       {"data_wait_s", "time/data_wait_s"},
@@ -114,10 +115,12 @@ metrics::Scalars tensorBoardScalars(const metrics::JsonObject& line) {
 }  // namespace
 
 Publisher::Publisher(const config::TrainConfig& cfg, const models::Net& model, const optim::Optimizer& optimizer,
-                     std::int64_t updatesPerEpoch, std::int64_t totalSteps, std::int64_t firstStep)
+                     const optim::LossScale* lossScale, std::int64_t updatesPerEpoch, std::int64_t totalSteps,
+                     std::int64_t firstStep)
     : cfg_(cfg),
       model_(model),
       optimizer_(optimizer),
+      lossScale_(lossScale),
       updatesPerEpoch_(std::max<std::int64_t>(1, updatesPerEpoch)),
       total_(totalSteps),
       firstStep_(firstStep),
@@ -190,6 +193,7 @@ void Publisher::writeLine(std::int64_t done) {
   line.add("raw_bytes_received", static_cast<std::int64_t>(std::llround(window_.rawBytesUp / steps)));
   line.add("elapsed_s", progress.elapsedSeconds);
   line.add("skipped_nonfinite", skipped_);
+  if (lossScale_) line.add("loss_scale", lossScale_->scale());  // for the next step's gradients
   const double cpu = metrics::processCpuSeconds();
   line.add("rank0_cpu_s", (cpu - windowCpuStart_) / steps);  // all of rank 0's threads, per step
   windowCpuStart_ = cpu;
@@ -253,6 +257,10 @@ checkpoint::Checkpoint Publisher::snapshot(std::int64_t stepsDone) const {
     ckpt.optimizerState.emplace_back(name, std::move(tensors));
   }
   ckpt.optimizerSteps = optimizer_.updates();
+  if (lossScale_) {
+    ckpt.lossScale = checkpoint::Checkpoint::LossScale{lossScale_->scale(), lossScale_->goodSteps(),
+                                                       lossScale_->growthInterval()};
+  }
   ckpt.blockSize = cfg_.blockSize;
   ckpt.ignoreIndex = cfg_.ignoreIndex;
   return ckpt;

@@ -13,6 +13,7 @@
 #include "runtime/metrics/EventFile.h"
 #include "runtime/metrics/Json.h"
 #include "runtime/metrics/JsonLines.h"
+#include "runtime/optim/LossScale.h"
 #include "runtime/optim/Optimizer.h"
 #include "runtime/roles/StepStats.h"
 
@@ -20,10 +21,12 @@ namespace pstrain::roles {
 
 class Publisher {
  public:
-  // `model` and `sgd` are read whenever a checkpoint is written. Steps count optimizer
-  // updates; an epoch is `updatesPerEpoch` of them.
+  // `model`, `optimizer` and `lossScale` (null without loss scaling) are read whenever a
+  // checkpoint or a metrics line is written. Steps count optimizer updates; an epoch is
+  // `updatesPerEpoch` of them.
   Publisher(const config::TrainConfig& cfg, const models::Net& model, const optim::Optimizer& optimizer,
-            std::int64_t updatesPerEpoch, std::int64_t totalSteps, std::int64_t firstStep);
+            const optim::LossScale* lossScale, std::int64_t updatesPerEpoch, std::int64_t totalSteps,
+            std::int64_t firstStep);
 
   std::int64_t epochOf(std::int64_t step) const { return step / updatesPerEpoch_; }
   double elapsedSeconds() const;  // since construction
@@ -56,6 +59,7 @@ class Publisher {
   const config::TrainConfig& cfg_;
   const models::Net& model_;
   const optim::Optimizer& optimizer_;
+  const optim::LossScale* lossScale_;
   std::int64_t updatesPerEpoch_;
   std::int64_t total_;
   std::int64_t firstStep_;

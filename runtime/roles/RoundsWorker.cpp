@@ -67,7 +67,7 @@ RoundTotals trainLocally(const Local& l, std::int64_t roundStart, std::int64_t s
   RoundTotals round;
   for (std::int64_t h = 0; h < steps; ++h) {
     const std::int64_t at = roundStart + h * span / steps;
-    l.trainer.computeGradient(batch++, at);
+    l.trainer.computeGradient(batch++, at, l.update.lossScale());
     const bool applied = l.update.apply(optim::learningRate(l.cfg, 1, at, l.total), 1, at);
     round.add(l.messages.trailer, l.rank, applied);
     l.trainer.loadWeights();  // on a device: the weights the update changed on the host

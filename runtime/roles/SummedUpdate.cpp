@@ -28,15 +28,31 @@ bool allFinite(const at::Tensor& values) {
   return largest != kExponent;
 }
 
+SummedUpdate::SummedUpdate(const config::TrainConfig& cfg, optim::Optimizer& optimizer, models::Net& model,
+                           protocol::StepMessages& messages)
+    : cfg_(cfg), optimizer_(optimizer), model_(model), messages_(messages) {
+  if (cfg.lossScaling()) lossScale_.emplace(cfg.lossScaleWindow);
+}
+
 bool SummedUpdate::apply(double lr, int contributors, std::int64_t step) {
   const float* trailer = messages_.trailer;
   const double samples = trailer[kSamples];
   if (!(std::isfinite(samples) && samples > 0)) throw Error(fmt::format("step {}: the workers sent {} samples", step, samples));
-  // Workers stop the job themselves on a non-finite loss unless --skip-nonfinite; an
-  // overflow can still appear only in the sum. Skipping needs the check before the update;
-  // otherwise the update's own pass is the check (the job stops on a failed one).
+  // Workers stop the job themselves on a non-finite loss unless --skip-nonfinite or loss
+  // scaling; an overflow can still appear only in the sum. Skipping needs the check before
+  // the update; otherwise the update's own pass is the check (the job stops on a failed one).
   const bool finiteLoss = trailer[kNonFinite] == 0 && std::isfinite(trailer[kLossSum]);
-  if (cfg_.skipNonfinite && !(finiteLoss && allFinite(messages_.grad))) {
+  if (lossScale_) {
+    const double scale = lossScale_->scale();
+    const bool finite = finiteLoss && allFinite(messages_.grad);
+    lossScale_->record(finite, step);
+    if (!finite) {
+      std::cout << fmt::format("pstrain: step {}: the gradient overflowed at loss scale {:g}; update skipped, the "
+                               "scale is now {:g}", step, scale, lossScale_->scale())
+                << std::endl;
+      return false;
+    }
+  } else if (cfg_.skipNonfinite && !(finiteLoss && allFinite(messages_.grad))) {
     std::cout << fmt::format("pstrain: step {}: non-finite loss or gradient ({} worker(s) reported one); "
                              "update skipped (--skip-nonfinite)", step, trailer[kNonFinite])
               << std::endl;

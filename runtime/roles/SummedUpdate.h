@@ -5,10 +5,12 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 
 #include "models/Registry.h"
 #include "runtime/Errors.h"
 #include "runtime/config/TrainConfig.h"
+#include "runtime/optim/LossScale.h"
 #include "runtime/optim/Optimizer.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/protocol/StepMessages.h"
@@ -22,14 +24,14 @@ namespace pstrain::roles {
 class SummedUpdate {
  public:
   SummedUpdate(const config::TrainConfig& cfg, optim::Optimizer& optimizer, models::Net& model,
-               protocol::StepMessages& messages)
-      : cfg_(cfg), optimizer_(optimizer), model_(model), messages_(messages) {}
+               protocol::StepMessages& messages);
 
   // Steps the weights with the gradient of the mean loss over trailer[kSamples] samples
   // (its L2 norm clipped to --clip-grad-norm first), and sets messages.serverBuffers (and
   // the model's buffers) to the micro-batches' mean buffers. Returns false, changing
-  // nothing, when the loss or gradient is not finite and --skip-nonfinite; throws Error
-  // naming `step` when it is not finite otherwise.
+  // nothing, when the loss or gradient is not finite and --skip-nonfinite, or with loss
+  // scaling (which then halves the scale); throws Error naming `step` when it is not finite
+  // otherwise. With loss scaling the workers divided their gradients by the scale already.
   bool apply(double lr, int contributors, std::int64_t step);
 
   // The same in pieces, for a step whose sample count is known beforehand (`samples`): each
@@ -43,6 +45,12 @@ class SummedUpdate {
   // The L2 norm of the last update's averaged gradient, before clipping.
   double gradNorm() const { return gradNorm_; }
 
+  // What the next gradients' losses are to be multiplied by: the loss scale (1 without
+  // cfg.lossScaling()), and its state (null without).
+  double lossScale() const { return lossScale_ ? lossScale_->scale() : 1.0; }
+  optim::LossScale* lossScaling() { return lossScale_ ? &*lossScale_ : nullptr; }
+  const optim::LossScale* lossScaling() const { return lossScale_ ? &*lossScale_ : nullptr; }
+
  private:
   // messages.serverBuffers and the model's buffers: the mean of the summed ones.
   void averageBuffers(int contributors);
@@ -52,6 +60,7 @@ class SummedUpdate {
   optim::Optimizer& optimizer_;
   double sumOfSquares_ = -1;  // of the averaged gradient over this update's buckets so far; -1: none begun
   double gradNorm_ = 0;
+  std::optional<optim::LossScale> lossScale_;  // with cfg.lossScaling()
   models::Net& model_;
   protocol::StepMessages& messages_;
 };

@@ -18,6 +18,7 @@
 #include "runtime/metrics/Clock.h"
 #include "runtime/metrics/Json.h"
 #include "runtime/metrics/Startup.h"
+#include "runtime/optim/LossScale.h"
 #include "runtime/optim/LrSchedule.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/protocol/Handshake.h"
@@ -221,8 +222,12 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
                      cfg.steps > 0 ? "; --steps" : fmt::format(" x {} epochs", cfg.epochs));
   const double target = optim::learningRate(cfg, perUpdate, cfg.warmupSteps, total + cfg.warmupSteps + 1);
   std::string rule = config::describeOptimizer(cfg);
-  rule += fmt::format(", weight decay {}{}", cfg.weightDecay,
-                      cfg.clipGradNorm > 0 ? fmt::format(", gradient norm clipped to {}", cfg.clipGradNorm) : "");
+  rule += fmt::format(", weight decay {}{}{}", cfg.weightDecay,
+                      cfg.clipGradNorm > 0 ? fmt::format(", gradient norm clipped to {}", cfg.clipGradNorm) : "",
+                      cfg.lossScaling() ? fmt::format(", dynamic loss scale from {:g} (doubled after {} good updates, "
+                                                      "halved on an overflow, whose update is skipped)",
+                                                      optim::LossScale::kInitialScale, cfg.lossScaleWindow)
+                                        : "");
   out += fmt::format("  lr        {:.4g}{}{}{}; {}\n", target,
                      cfg.lrScaling == "linear" ? fmt::format(" (base {:.4g} x {} batches per update)", cfg.lr, perUpdate) : "",
                      cfg.warmupSteps > 0 ? fmt::format(", warm-up from {:.4g} over {} steps",

@@ -29,7 +29,9 @@ UpdateState::UpdateState(comm::Communicator& comm, const config::TrainConfig& cf
       rule(cfg.updateRule()),
       optimizer(optim::makeOptimizer(rule)),
       update(rule, *optimizer, model, messages) {
-  if (comm.rank() == 0) publisher.emplace(cfg, model, *optimizer, updatesPerEpoch, total, firstStep);
+  if (comm.rank() == 0) {
+    publisher.emplace(cfg, model, *optimizer, update.lossScaling(), updatesPerEpoch, total, firstStep);
+  }
 }
 
 double UpdateState::lr(std::int64_t step) const {
@@ -47,11 +49,11 @@ StepStats UpdateState::stats(int contributors) {
   return s;
 }
 
-void restoreOptimizer(optim::Optimizer& optimizer, const models::Net& model, const checkpoint::Checkpoint& ckpt) {
+void restoreUpdate(UpdateState& s, const checkpoint::Checkpoint& ckpt) {
   for (const auto& [name, tensors] : ckpt.optimizerState) {
     std::map<std::string, at::Tensor> saved(tensors.begin(), tensors.end());
     std::vector<at::Tensor> parts;
-    for (const auto& item : model.named_parameters()) {
+    for (const auto& item : s.model.named_parameters()) {
       auto it = saved.find(item.key());
       if (it == saved.end() || it->second.numel() != item.value().numel()) {
         throw CheckpointError(fmt::format("step {} checkpoint: no optimizer {} of the right size for '{}'", ckpt.step,
@@ -59,9 +61,11 @@ void restoreOptimizer(optim::Optimizer& optimizer, const models::Net& model, con
       }
       parts.push_back(it->second.flatten().to(torch::kFloat32));
     }
-    optimizer.restore(name, torch::cat(parts));
+    s.optimizer->restore(name, torch::cat(parts));
   }
-  optimizer.restoreUpdates(ckpt.optimizerSteps);
+  s.optimizer->restoreUpdates(ckpt.optimizerSteps);
+  optim::LossScale* lossScale = s.update.lossScaling();
+  if (lossScale && ckpt.lossScale) lossScale->restore(ckpt.lossScale->scale, ckpt.lossScale->goodSteps);
 }
 
 }  // namespace pstrain::roles

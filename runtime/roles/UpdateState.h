@@ -52,8 +52,9 @@ struct UpdateState {
   std::optional<Publisher> publisher;  // rank 0
 };
 
-// Gives `optimizer` the state saved in `ckpt` (each buffer flat, in model.parameters()
-// order); throws CheckpointError when it does not fit the model or the optimizer.
-void restoreOptimizer(optim::Optimizer& optimizer, const models::Net& model, const checkpoint::Checkpoint& ckpt);
+// Gives s.optimizer the state saved in `ckpt` (each buffer flat, in model.parameters()
+// order), and s.update's loss scale the checkpoint's; throws CheckpointError when it does
+// not fit the model, the optimizer or --loss-scale-window.
+void restoreUpdate(UpdateState& s, const checkpoint::Checkpoint& ckpt);
 
 }  // namespace pstrain::roles

@@ -48,7 +48,7 @@ void runWorker(const RoleArgs& args, const WorkerExchange& exchange) {
   for (StepHeader header = receiveWeights(0); header.control != Control::Stop;) {
     currentStep() = header.step;
     context = fmt::format("step {}", header.step);
-    trainer.computeGradient(exchange.lockstep ? header.step : batch, header.step);
+    trainer.computeGradient(exchange.lockstep ? header.step : batch, header.step, header.lossScale);
     if (overlap) {
       link.finishStep(context);  // the next down message comes with it
       header = useWeights();

@@ -105,7 +105,7 @@ check "--precision bf16: in the fingerprint's config of run.json" has bf16/run.j
 fails_with() {  # fails_with NAME PATTERN [pstrain flags...]: exits non-zero within 60 s, saying PATTERN
   refused "$1" "$2" with_timeout 60 "$mpirun" -np 3 "$pstrain" "${common[@]}" --steps 5 --train-dir "$scratch/bad-run" "${@:3}"
 }
-fails_with "a precision with no row" "--precision 'fp8' is not one of: fp32 \| bf16" --precision fp8
+fails_with "a precision with no row" "--precision 'fp8' is not one of: fp32 \| bf16 \| fp16" --precision fp8
 fails_with "--grad-accum 0" "--grad-accum must be in \[1, 65536\] \(got 0\)" --grad-accum 0
 fails_with "a batch x accumulation over the bound" "--batch-size x --grad-accum must be at most 1000000 \(got 1000 x 2000\)" \
   --batch-size 1000 --grad-accum 2000

@@ -1,7 +1,8 @@
 // Run under `mpirun -np 3` (a server and two workers sharing one GPU, as two workers share
 // a Mac's): each case trains a few sync steps with the workers on the CPU, then again with
 // them on CUDA, and the final weights must agree: codecs encoding gradients that left the
-// GPU, a BatchNorm model (its statistics travel as buffers), overlap on and off. Rank 0
+// GPU, a BatchNorm model (its statistics travel as buffers), overlap on and off, and
+// --precision fp16 (with its loss scaling) against float32 on the CPU. Rank 0
 // prints a line per case and sets the exit code; 77 ("skipped") where no GPU is visible.
 // argv[1]: a scratch directory.
 #include <torch/cuda.h>
@@ -24,6 +25,7 @@ struct Case {
   const char* model;
   const char* compress;
   const char* overlap;
+  const char* precision;  // the CUDA workers'; the CPU run is float32
   std::int64_t steps;
   double tolerance;
 };
@@ -50,12 +52,14 @@ int main(int argc, char** argv) {
   // error feedback applies a step later; BatchNorm over 16 samples amplifies most, so those
   // runs are shorter.
   const Case cases[] = {
-      {"mlp (no pooling), exact", "mlp", "none", "on", 10, 1e-4},
-      {"lenet, exact", "lenet", "none", "on", 10, 1e-4},
-      {"lenet, fp16 gradients", "lenet", "fp16", "on", 10, 1e-3},
-      {"lenet, topk:0.01 gradients", "lenet", "topk:0.01", "on", 10, 5e-3},
-      {"resnet20 (BatchNorm), overlap on", "resnet20", "none", "on", 3, 1e-3},
-      {"resnet20 (BatchNorm), overlap off", "resnet20", "none", "off", 3, 1e-3},
+      {"mlp (no pooling), exact", "mlp", "none", "on", "fp32", 10, 1e-4},
+      {"lenet, exact", "lenet", "none", "on", "fp32", 10, 1e-4},
+      {"lenet, fp16 gradients", "lenet", "fp16", "on", "fp32", 10, 1e-3},
+      {"lenet, topk:0.01 gradients", "lenet", "topk:0.01", "on", "fp32", 10, 5e-3},
+      {"resnet20 (BatchNorm), overlap on", "resnet20", "none", "on", "fp32", 3, 1e-3},
+      {"resnet20 (BatchNorm), overlap off", "resnet20", "none", "off", "fp32", 3, 1e-3},
+      // float16's 11-bit mantissa in every product: near the float32 run, not equal to it.
+      {"lenet, --precision fp16 (loss scaled)", "lenet", "none", "on", "fp16", 10, 2e-2},
   };
   int failed = 0;
   try {
@@ -72,6 +76,7 @@ int main(int argc, char** argv) {
       for (int onGpu = 0; onGpu < 2; ++onGpu) {
         cfg.trainDir = std::string(argv[1]) + "/" + std::to_string(&c - cases) + (onGpu ? "-cuda" : "-cpu");
         const c10::Device device = comm.rank() == 0 || !onGpu ? c10::Device(c10::kCPU) : c10::Device(c10::kCUDA, 0);
+        cfg.precision = onGpu ? c.precision : "fp32";
         torch::manual_seed(cfg.seed);
         auto model = models::makeModel(cfg.model);
         if (onGpu == 0) initial = testsupport::cloneState(models::stateDict(*model));

@@ -68,6 +68,19 @@ TEST_F(Checkpoints, RoundTripKeepsEverything) {
   EXPECT_EQ(back.optimizerState[1].first, "exp_avg_sq");
   EXPECT_TRUE(back.optimizerState[0].second[0].second.equal(torch::ones({256, 784})));
   EXPECT_EQ(back.optimizerSteps, 7);
+  EXPECT_FALSE(back.lossScale);  // a run without loss scaling saves none
+}
+
+// --loss-scale's state comes back as it went, as GradScaler.state_dict() names it.
+TEST_F(Checkpoints, TheLossScaleRoundTrips) {
+  auto original = sample(40);
+  original.lossScale = checkpoint::Checkpoint::LossScale{32768.0, 17, 2000};
+  checkpoint::publish(dir.string(), original);
+  auto back = checkpoint::read(rundir::listPublished(dir.string())[0]);
+  ASSERT_TRUE(back.lossScale);
+  EXPECT_EQ(back.lossScale->scale, 32768.0);
+  EXPECT_EQ(back.lossScale->goodSteps, 17);
+  EXPECT_EQ(back.lossScale->growthInterval, 2000);
 }
 
 TEST_F(Checkpoints, UnpublishedFilesAreInvisibleAndOrderIsByStep) {

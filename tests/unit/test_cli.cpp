@@ -83,7 +83,9 @@ TEST(Cli, NumbersAreBoundedAndFinite) {
       {{"--threads", "100000"}, "--threads"},       {{"--batch-size", "100000000"}, "--batch-size"},
       {{"--peer-timeout-ms", "nan"}, "--peer-timeout-ms"}, {{"--divergence-threshold", "inf"}, "--divergence-threshold"},
       {{"--checkpoint-every", "9000000000000000000"}, "--checkpoint-every"}, {{"--doorbell", "maybe"}, "--doorbell"},
-      {{"--simulate-compute", "-1"}, "--simulate-compute"}, {{"--simulate-compute", "nan"}, "--simulate-compute"}};
+      {{"--simulate-compute", "-1"}, "--simulate-compute"}, {{"--simulate-compute", "nan"}, "--simulate-compute"},
+      {{"--loss-scale", "static"}, "--loss-scale"},  {{"--loss-scale-window", "0"}, "--loss-scale-window"},
+      {{"--inject-overflow", "1"}, "--inject-overflow"}, {{"--inject-overflow", "1:2.5"}, "--inject-overflow"}};
   for (const auto& [args, flag] : bad) {
     const std::string error = parseError(args);
     EXPECT_NE(error.find(flag), std::string::npos) << args[0] << " " << args[1] << ": " << error;

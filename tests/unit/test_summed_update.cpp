@@ -7,6 +7,8 @@
 #include <limits>
 
 #include "models/Registry.h"
+#include "runtime/Errors.h"
+#include "runtime/optim/LossScale.h"
 #include "runtime/optim/Optimizer.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/roles/SummedUpdate.h"
@@ -79,4 +81,89 @@ TEST(OuterStep, DilocosNesterovStepIsTorchSgdOnTheMeanPseudoGradient) {
   cfg.mode = config::Mode::Sync;  // every other mode: its own rule
   EXPECT_EQ(cfg.updateRule().optimizer, "adamw");
   EXPECT_EQ(cfg.updateRule().clipGradNorm, 0.01);
+}
+
+// --loss-scale's rule is torch.cuda.amp.GradScaler's (_amp_update_scale_): an overflow halves
+// the scale and restarts the count; `growth_interval` finite updates in a row double it; a
+// float's largest power of two is as far as it grows.
+TEST(LossScale, FollowsGradScalersRule) {
+  optim::LossScale scale(3);
+  EXPECT_EQ(scale.scale(), 65536.0);
+  scale.record(true, 0);
+  scale.record(true, 1);
+  EXPECT_EQ(scale.scale(), 65536.0);
+  EXPECT_EQ(scale.goodSteps(), 2);
+  scale.record(true, 2);
+  EXPECT_EQ(scale.scale(), 131072.0);
+  EXPECT_EQ(scale.goodSteps(), 0);
+  scale.record(true, 3);
+  scale.record(false, 4);
+  EXPECT_EQ(scale.scale(), 65536.0);
+  EXPECT_EQ(scale.goodSteps(), 0);
+  scale.record(false, 5);
+  EXPECT_EQ(scale.scale(), 32768.0);
+
+  optim::LossScale top(1);
+  for (int step = 0; step < 200; ++step) top.record(true, step);
+  EXPECT_EQ(top.scale(), std::ldexp(1.0, 127));
+  EXPECT_EQ(static_cast<double>(static_cast<float>(top.scale())), top.scale());
+}
+
+// No finite update at any scale: the run stops naming the step instead of skipping forever.
+TEST(LossScale, GivesUpBelowTheSmallestScaleAndRestoresOnlyWhatFits) {
+  optim::LossScale scale(2000);
+  int steps = 0;
+  try {
+    for (; steps < 100; ++steps) scale.record(false, steps);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("step 40"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(steps, 40);  // 65536 = 2^16 halved 40 times is 2^-24, the last one tried
+  scale.restore(1024.0, 1999);
+  EXPECT_EQ(scale.scale(), 1024.0);
+  EXPECT_EQ(scale.goodSteps(), 1999);
+  EXPECT_THROW(scale.restore(1024.0, 2000), CheckpointError);
+  EXPECT_THROW(scale.restore(0.0, 0), CheckpointError);
+  EXPECT_THROW(scale.restore(1e39, 0), CheckpointError);
+  EXPECT_THROW(scale.restore(NAN, 0), CheckpointError);
+}
+
+// With loss scaling the update skips a summed gradient that overflowed, changing neither the
+// weights nor the optimizer, and halves the scale; a finite one is applied.
+TEST(LossScale, AnOverflowedGradientIsSkippedAndHalvesTheScale) {
+  torch::manual_seed(5);
+  config::TrainConfig cfg;
+  cfg.optimizer = "adam";
+  cfg.lossScale = "dynamic";
+  cfg.lossScaleWindow = 2;
+  auto model = models::makeModel("mlp");
+  const std::int64_t n = models::parameterCount(*model);
+  protocol::StepMessages messages(n, protocol::bufferCount(*model), 2);
+  protocol::bindParameters(*model, messages.weights);
+  auto adam = optim::makeOptimizer(cfg);
+  roles::SummedUpdate update(cfg, *adam, *model, messages);
+  ASSERT_NE(update.lossScaling(), nullptr);
+  EXPECT_EQ(update.lossScale(), 65536.0);
+  messages.trailer[protocol::kSamples] = 8;
+  messages.trailer[protocol::kLossSum] = 8;
+  messages.grad.normal_();
+  ASSERT_TRUE(update.apply(0.01, 1, 0));
+  const at::Tensor before = messages.weights.clone();
+  messages.grad[n / 2] = INFINITY;
+  EXPECT_FALSE(update.apply(0.01, 1, 1));
+  EXPECT_TRUE(messages.weights.equal(before));
+  EXPECT_EQ(adam->updates(), 1);
+  EXPECT_EQ(update.lossScale(), 32768.0);
+  messages.grad.normal_();
+  EXPECT_TRUE(update.apply(0.01, 1, 2));
+  EXPECT_TRUE(update.apply(0.01, 1, 3));
+  EXPECT_EQ(update.lossScale(), 65536.0);
+  EXPECT_FALSE(messages.weights.equal(before));
+
+  config::TrainConfig plain;  // fp32, --loss-scale auto: none
+  roles::SummedUpdate unscaled(plain, *adam, *model, messages);
+  EXPECT_EQ(unscaled.lossScaling(), nullptr);
+  EXPECT_EQ(unscaled.lossScale(), 1.0);
+  plain.precision = "fp16";
+  EXPECT_TRUE(plain.lossScaling());
 }
