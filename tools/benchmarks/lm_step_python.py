@@ -2,8 +2,9 @@
 scripted), the same windows' shape read from the same token file at random offsets, and the
 loop a nanoGPT user writes: zero_grad, forward, F.cross_entropy per position, backward,
 clip_grad_norm_, torch.optim.AdamW.
-    python3 lm_step_python.py THREADS BATCH STEPS TRAIN.bin BLOCK -- GPT_MODEL_ARGS...
-prints "gpt/eager ms_per_step tokens_per_s" and "gpt/scripted ..." lines."""
+    python3 lm_step_python.py THREADS BATCH STEPS TRAIN.bin BLOCK -- LAYERS HEADS EMBD VOCAB [KINDS]
+prints "gpt/eager ms_per_step tokens_per_s" and "gpt/scripted ..." lines (KINDS: which of
+them, comma-separated; default eager,scripted)."""
 import os
 import sys
 import time
@@ -18,11 +19,12 @@ import gpt_model  # noqa: E402
 threads, batch, steps, train, block = sys.argv[1:6]
 threads, batch, steps, block = int(threads), int(batch), int(steps), int(block)
 layers, heads, embd, vocab = (int(a) for a in sys.argv[7:11])
+kinds = sys.argv[11].split(",") if len(sys.argv) > 11 else ["eager", "scripted"]
 torch.set_num_threads(threads)
 tokens = torch.from_numpy(np.fromfile(train, dtype="<u2").astype(np.int64))
 rng = np.random.default_rng(0)
 
-for kind in ("eager", "scripted"):
+for kind in kinds:
     torch.manual_seed(1)
     model = gpt_model.GPT(vocab, block, layers, heads, embd)
     if kind == "scripted":
