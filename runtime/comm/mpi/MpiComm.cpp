@@ -451,10 +451,48 @@ void MpiComm::barrier(const std::string& context) {
   waitFor(request, timeoutSeconds(), "barrier at " + context, patience());
 }
 
+namespace {
+
+// The bytes of a point-to-point message as (count, datatype): MPI_BYTEs up to INT_MAX; past
+// it one element of a type spanning `bytes` (BigMPI's way: whole chunks of kMaxChunk bytes,
+// then the rest), so that a message stays one message, which a matched probe takes whole.
+// Its type signature is `bytes` bytes either way: a sender and a receiver may pick either.
+struct ByteSpan {
+  ByteSpan(std::size_t bytes, const std::string& what) {
+    if (bytes <= static_cast<std::size_t>(INT_MAX)) {
+      count = static_cast<int>(bytes);
+      return;
+    }
+    MPI_Datatype chunk;
+    check(MPI_Type_contiguous(static_cast<int>(kMaxChunk), MPI_BYTE, &chunk), what);
+    int lengths[2] = {static_cast<int>(bytes / kMaxChunk), static_cast<int>(bytes % kMaxChunk)};
+    MPI_Aint displacements[2] = {0, static_cast<MPI_Aint>(bytes / kMaxChunk * kMaxChunk)};
+    MPI_Datatype types[2] = {chunk, MPI_BYTE};
+    check(MPI_Type_create_struct(2, lengths, displacements, types, &type), what);
+    check(MPI_Type_commit(&type), what);
+    MPI_Type_free(&chunk);
+    count = 1;
+    owned = true;
+  }
+  // MPI_Type_free while a transfer uses the type is allowed: the transfer completes normally.
+  ~ByteSpan() {
+    if (owned) MPI_Type_free(&type);
+  }
+  ByteSpan(const ByteSpan&) = delete;
+  ByteSpan& operator=(const ByteSpan&) = delete;
+
+  int count = 0;
+  MPI_Datatype type = MPI_BYTE;
+  bool owned = false;
+};
+
+}  // namespace
+
 void MpiComm::send(const void* data, std::size_t bytes, int dest, const std::string& context) {
   const std::string what = fmt::format("send to rank {} at {}", dest, context);
+  const ByteSpan span(bytes, what);
   MPI_Request request;
-  check(MPI_Isend(data, intCount(bytes, what), MPI_BYTE, dest, 0, MPI_COMM_WORLD, &request), what);
+  check(MPI_Isend(data, span.count, span.type, dest, 0, MPI_COMM_WORLD, &request), what);
   if (doorbell_) doorbell_->ring(dest);
   waitFor(request, timeoutSeconds(), what, patience(dest));
 }
@@ -470,19 +508,20 @@ Communicator::Received MpiComm::receive(void* data, std::size_t capacity, int so
           what);
     return found != 0;
   }, timeoutSeconds(), what, patience(source == kAnySource ? -1 : source));
-  int bytes = 0;
-  check(MPI_Get_count(&status, MPI_BYTE, &bytes), what);
+  MPI_Count bytes = 0;  // a message may be larger than an int counts (ByteSpan)
+  check(MPI_Get_elements_x(&status, MPI_BYTE, &bytes), what);
   if (bytes < 0) throw CommError(fmt::format("{}: a message of undefined size", what));
   Received got{status.MPI_SOURCE, static_cast<std::size_t>(bytes)};
+  const ByteSpan span(got.bytes, what);
   if (got.bytes > capacity) {
     // Take it off the queue anyway, so the error is the only consequence.
     std::string sink(got.bytes, '\0');
-    check(MPI_Mrecv(sink.data(), bytes, MPI_BYTE, &message, MPI_STATUS_IGNORE), what);
+    check(MPI_Mrecv(sink.data(), span.count, span.type, &message, MPI_STATUS_IGNORE), what);
     throw CommError(fmt::format("{}: a message of {} bytes from rank {}, expected at most {}", what, got.bytes,
                                 got.source, capacity));
   }
   MPI_Request request;
-  check(MPI_Imrecv(data, bytes, MPI_BYTE, &message, &request), what);
+  check(MPI_Imrecv(data, span.count, span.type, &message, &request), what);
   waitFor(request, timeoutSeconds(), what, patience());
   return got;
 }
