@@ -1,6 +1,7 @@
 // libFuzzer target: what arrives from other ranks before the weights are trusted: the
 // step header of a down message, the start-up facts, a trailer's step number, and doorbell
 // rings (from anyone on the network). Any input parses or is a CommError (or no ring).
+#include <cmath>
 #include <cstring>
 
 #include "runtime/Errors.h"
@@ -11,7 +12,7 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
     auto header = pstrain::protocol::parseStepHeader(data, size);
-    if (header.step < 0) __builtin_trap();
+    if (header.step < 0 || !(std::isfinite(header.lossScale) && header.lossScale > 0)) __builtin_trap();
   } catch (const pstrain::CommError&) {
   }
   try {
