@@ -31,8 +31,9 @@ std::int64_t agreeOnStart(comm::Communicator& comm, const checkpoint::Checkpoint
 
 // Rank 0's update state (a resumed run's) to every rank: the optimizer's names, its updates,
 // each buffer, then the loss scale (every rank's updates must skip alike).
-void shareUpdateState(comm::Communicator& comm, optim::Optimizer& optimizer, SummedUpdate& update,
-                      const at::Tensor& like) {
+void shareUpdateState(UpdateState& s) {
+  comm::Communicator& comm = s.comm;
+  optim::Optimizer& optimizer = *s.optimizer;
   std::string names;
   std::int64_t updates = optimizer.updates();
   if (comm.rank() == 0) {
@@ -46,15 +47,15 @@ void shareUpdateState(comm::Communicator& comm, optim::Optimizer& optimizer, Sum
   const auto state = comm.rank() == 0 ? optimizer.state() : std::vector<std::pair<std::string, at::Tensor>>{};
   std::size_t i = 0;
   for (std::size_t at = 0, end; (end = names.find('\n', at)) != std::string::npos; at = end + 1, ++i) {
-    at::Tensor buffer = comm.rank() == 0 ? state[i].second : torch::empty_like(like);
+    at::Tensor buffer = comm.rank() == 0 ? state[i].second : torch::empty_like(s.messages.weights);
     comm.broadcast(buffer.data_ptr(), buffer.numel() * sizeof(float), 0, "start (optimizer)");
     if (comm.rank() != 0) optimizer.restore(names.substr(at, end - at), buffer);
   }
   optimizer.restoreUpdates(updates);
-  if (optim::LossScale* lossScale = update.lossScaling()) {
-    double state[2] = {lossScale->scale(), static_cast<double>(lossScale->goodSteps())};
-    comm.broadcast(state, sizeof state, 0, "start (loss scale)");
-    lossScale->restore(state[0], static_cast<std::int64_t>(state[1]));
+  if (optim::LossScale* lossScale = s.update.lossScaling()) {
+    double scaleAndCount[2] = {lossScale->scale(), static_cast<double>(lossScale->goodSteps())};
+    comm.broadcast(scaleAndCount, sizeof scaleAndCount, 0, "start (loss scale)");
+    lossScale->restore(scaleAndCount[0], static_cast<std::int64_t>(scaleAndCount[1]));
   }
 }
 
@@ -70,7 +71,7 @@ struct Peer : UpdateState {
       if (a.resume) restoreUpdate(*this, *a.resume);
     }
     comm.broadcast(messages.down.data(), messages.downBytes(), 0, "start");
-    shareUpdateState(comm, *optimizer, update, messages.weights);
+    shareUpdateState(*this);
     trainer->loadWeights();
   }
   // After `done` steps: the model keeps its parameters (without gradients), rank 0 writes
