@@ -145,6 +145,11 @@ namespace {
 // plain sleeps), which ends the pause at once. Then the next 64 polls spin, as at the start,
 // and the pauses start again from 50 us: the data may still be on the way, and over TCP
 // they move only while this rank polls.
+// A wait that moves a large message (patience.bytes, 64 KiB or more; not a long wait) keeps
+// its pauses at 50 us: such a message moves only while both ranks poll where shared memory
+// has no single copy (macOS; a container without ptrace) and over TCP. With 2 ms pauses a
+// 233 MB model took 1.39 s a step to cross shared memory so, 0.11 s without them (README,
+// "Performance"; tools/bench-shm).
 // A long wait (patience.longPauses: nothing can be on the way before a peer posts and
 // rings) lets the pauses grow to 16 ms instead, until the first ring, once the doorbell has
 // heard every rank (so that a ring will come). The server waiting for a step's first
@@ -172,9 +177,11 @@ void pollUntil(Done done, double timeoutSeconds, const std::string& what, MpiCom
   Clock::duration stopped{};
   constexpr int kSpins = 64;  // a short spin first: most waits on one host end in microseconds
   constexpr microseconds kFirstPause(50), kPollingCap(2000), kLongWaitCap(16000);
+  constexpr std::size_t kLargeMessage = std::size_t(64) << 10;
   microseconds pause = kFirstPause;
   Doorbell* bell = patience.bell;
   const bool longWait = patience.longPauses && bell && bell->hearsEveryone();
+  const bool largeMessage = patience.bytes >= kLargeMessage;
   bool rung = false;  // in this wait
   for (int spins = kSpins;;) {
     if (done()) return;
@@ -209,6 +216,7 @@ void pollUntil(Done done, double timeoutSeconds, const std::string& what, MpiCom
       pause = kFirstPause;
       continue;
     }
+    if (largeMessage && !patience.longPauses) continue;  // pause stays kFirstPause
     pause = std::min(pause * 2, longWait && !rung ? kLongWaitCap : kPollingCap);
   }
 }
@@ -319,7 +327,7 @@ void MpiComm::inChunks(std::size_t count, std::size_t elementBytes, std::size_t 
     const int n = static_cast<int>(std::min(chunk, count - offset));
     MPI_Request request;
     check(start(offset, n, request), what);
-    waitFor(request, timeoutSeconds(), what, patience(awaited));
+    waitFor(request, timeoutSeconds(), what, patience(awaited, static_cast<std::size_t>(n) * elementBytes));
     offset += static_cast<std::size_t>(n);
   } while (offset < count);
 }
@@ -346,15 +354,16 @@ void MpiComm::reduceSum(float* data, std::size_t count, int root, const std::str
 // ints), all started at once, in the same order on every rank.
 struct MpiComm::Started {
   std::vector<MPI_Request> requests;
+  std::vector<std::size_t> bytes;  // by request
   std::string what;
   bool waited = false;
 };
 
 MpiComm::~MpiComm() = default;
 
-MpiComm::Patience MpiComm::patience(int awaited) {
+MpiComm::Patience MpiComm::patience(int awaited, std::size_t bytes) {
   arrivals_->announce(currentStep());
-  return {doorbell_.get(), std::exchange(longWaitNext_, false), arrivals_.get(), awaited};
+  return {doorbell_.get(), std::exchange(longWaitNext_, false), arrivals_.get(), awaited, bytes};
 }
 
 template <typename Start>
@@ -365,6 +374,7 @@ std::size_t MpiComm::startInChunks(std::size_t count, std::size_t elementBytes, 
   for (std::size_t offset = 0; offset < count || (count == 0 && started->requests.empty()); offset += chunk) {
     const int n = static_cast<int>(std::min(chunk, count - offset));
     started->requests.push_back(MPI_REQUEST_NULL);
+    started->bytes.push_back(static_cast<std::size_t>(n) * elementBytes);
     check(start(offset, n, started->requests.back()), started->what);
   }
   started_.push_back(std::move(started));
@@ -394,7 +404,9 @@ std::size_t MpiComm::startBroadcast(void* data, std::size_t bytes, int root, con
 
 void MpiComm::wait(std::size_t request) {
   Started& started = *started_.at(request);
-  for (MPI_Request& r : started.requests) waitFor(r, timeoutSeconds(), started.what, patience());
+  for (std::size_t i = 0; i < started.requests.size(); ++i) {
+    waitFor(started.requests[i], timeoutSeconds(), started.what, patience(-1, started.bytes[i]));
+  }
   started.waited = true;
   if (std::all_of(started_.begin(), started_.end(), [](const auto& s) { return s->waited; })) started_.clear();
 }
@@ -494,7 +506,7 @@ void MpiComm::send(const void* data, std::size_t bytes, int dest, const std::str
   MPI_Request request;
   check(MPI_Isend(data, span.count, span.type, dest, 0, MPI_COMM_WORLD, &request), what);
   if (doorbell_) doorbell_->ring(dest);
-  waitFor(request, timeoutSeconds(), what, patience(dest));
+  waitFor(request, timeoutSeconds(), what, patience(dest, bytes));
 }
 
 Communicator::Received MpiComm::receive(void* data, std::size_t capacity, int source, const std::string& context) {
@@ -522,7 +534,7 @@ Communicator::Received MpiComm::receive(void* data, std::size_t capacity, int so
   }
   MPI_Request request;
   check(MPI_Imrecv(data, span.count, span.type, &message, &request), what);
-  waitFor(request, timeoutSeconds(), what, patience());
+  waitFor(request, timeoutSeconds(), what, patience(got.source, got.bytes));
   return got;
 }
 

@@ -51,14 +51,16 @@ class MpiComm : public Communicator {
   // Every rank's last step and when this rank last heard of it (Stall.h), kept by MpiComm.cpp.
   struct Arrivals;
   // How a wait sleeps between polls (see pollUntil in MpiComm.cpp): woken by `bell` (null:
-  // plain sleeps), with long pauses until the first ring if `longPauses`. With `arrivals`
-  // (null: no stall reports), a long wait sends heartbeats and, after stallWarningSeconds(),
-  // names who has not arrived, preferring `awaited` (a rank, or -1: every other rank).
+  // plain sleeps), with long pauses until the first ring if `longPauses`, else without
+  // back-off if `bytes` (what the wait moves) is large. With `arrivals` (null: no stall
+  // reports), a long wait sends heartbeats and, after stallWarningSeconds(), names who has
+  // not arrived, preferring `awaited` (a rank, or -1: every other rank).
   struct Patience {
     Doorbell* bell = nullptr;
     bool longPauses = false;
     Arrivals* arrivals = nullptr;
     int awaited = -1;
+    std::size_t bytes = 0;
   };
 
  private:
@@ -70,7 +72,7 @@ class MpiComm : public Communicator {
   bool longWaitNext_ = false;  // set by expectLongWait()
   // For this rank's next wait, which is for `awaited` (a rank, or -1: every other rank):
   // consumes longWaitNext_, and tells the others this rank's step if it changed.
-  Patience patience(int awaited = -1);
+  Patience patience(int awaited = -1, std::size_t bytes = 0);
   // A blocking collective over `count` elements of `elementBytes` in chunks of at most
   // `chunkBytes` (at most 1 GiB: MPI counts are ints): `start(offset, n, request)` starts the chunk's request and
   // returns MPI's code; each is waited for (`what` names it, `awaited` as for patience())
