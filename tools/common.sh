@@ -121,6 +121,24 @@ mpirun_flags() {
   echo "$flags"
 }
 
+# gpt2_small PYTHON DIR: the benchmarks' GPT-2-small-sized LM (tools/gpt_model.py: 12 layers
+# x 12 heads x 768, vocabulary 50,257, block 128, untied head: 162 M parameters, 650 MB) as
+# DIR/gpt.pt, and 2 M random ids as DIR/train.bin (nanoGPT's flat uint16), with PYTHON (torch
+# and numpy).
+gpt2_small() {
+  "$1" "$PSTRAIN_ROOT/tools/gpt_model.py" "$2/gpt.pt" --vocab 50257 --block-size 128 --layers 12 --heads 12 \
+    --embd 768 > /dev/null
+  "$1" -c "
+import numpy as np, sys
+np.random.default_rng(0).integers(0, 50257, size=2_000_000, dtype=np.uint16).tofile(sys.argv[1])" "$2/train.bin"
+}
+
+# raw_bytes_of RUN_DIR: the bytes that its last step sent and received, uncompressed (metrics.jsonl).
+raw_bytes_of() {
+  python3 -c "import json,sys; l=json.loads(open(sys.argv[1]).readlines()[-1]); print(l['raw_bytes_sent'], l['raw_bytes_received'])" \
+    "$1/metrics.jsonl"
+}
+
 # blas_of PSTRAIN: the BLAS that the pstrain binary PSTRAIN computes with, as its --version names it.
 blas_of() { "$1" --version 2>&1 | sed -n 's/.*BLAS: \(.*\))$/\1/p'; }
 

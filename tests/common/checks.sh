@@ -36,6 +36,15 @@ refused() {
   rm -f "$out"
 }
 ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }  # ge A B: A >= B, as numbers
+# sample_text FILE: English prose for the language-model tests: the GPL, or where a system
+# has no copy, 3000 random sentences of its words.
+sample_text() {
+  if [ -r /usr/share/common-licenses/GPL-3 ]; then cp /usr/share/common-licenses/GPL-3 "$1"
+  else python3 -c "
+import random; r = random.Random(1); w = 'the of a license to work you any program or this software source code'.split()
+print('\n'.join(' '.join(r.choice(w) for _ in range(12)) + '.' for _ in range(3000)))" > "$1"
+  fi
+}
 # metric DIR EXPR: a Python expression over `lines` (DIR/metrics.jsonl as dicts) and `last`.
 metric() {
   python3 - "$1/metrics.jsonl" "$2" <<'PY'

@@ -59,11 +59,7 @@ echo "     val loss after 30 steps: ${loss:-?} (ln 70,000 = 11.1563)"
 check "uint32: trains on ids above 65,535: val loss below 0.3 x ln(70,000)" ge 3.35 "${loss:-99}"
 
 # --- 2. --grad-accum --------------------------------------------------------------------------
-if [ -r /usr/share/common-licenses/GPL-3 ]; then cp /usr/share/common-licenses/GPL-3 input.txt
-else "$python" -c "
-import random; r = random.Random(1); w = 'the of a license to work you any program or this software source code'.split()
-print('\n'.join(' '.join(r.choice(w) for _ in range(12)) + '.' for _ in range(3000)))" > input.txt
-fi
+sample_text input.txt
 "$python" "$tools/text_to_bin.py" input.txt text > /dev/null || exit 1
 "$python" "$tools/gpt_model.py" tiny.pt --meta text/meta.json --block-size 16 --layers 1 --heads 2 --embd 32 --seed 3 > /dev/null
 accum=(--model tiny.pt --dataset text/train.bin --block-size 16 --optimizer adamw --lr 3e-3 --clip-grad-norm 0.5

@@ -25,11 +25,7 @@ if grep -q -- "--device cuda: this libtorch or machine lacks it" plan.log; then
 fi
 val_loss() { tail -1 "$1/eval.csv" | cut -d, -f4; }
 
-if [ -r /usr/share/common-licenses/GPL-3 ]; then cp /usr/share/common-licenses/GPL-3 input.txt
-else "$python" -c "
-import random; r = random.Random(1); w = 'the of a license to work you any program or this software source code'.split()
-print('\n'.join(' '.join(r.choice(w) for _ in range(12)) + '.' for _ in range(3000)))" > input.txt
-fi
+sample_text input.txt
 "$python" "$tools/text_to_bin.py" input.txt text > text.log 2>&1 || { cat text.log; exit 1; }
 "$python" "$tools/gpt_model.py" gpt.pt --meta text/meta.json --block-size 32 --layers 2 --heads 4 --embd 64 > gpt.log 2>&1 \
   || { cat gpt.log; exit 1; }

@@ -181,7 +181,7 @@ void pollUntil(Done done, double timeoutSeconds, const std::string& what, MpiCom
   microseconds pause = kFirstPause;
   Doorbell* bell = patience.bell;
   const bool longWait = patience.longPauses && bell && bell->hearsEveryone();
-  const bool largeMessage = patience.bytes >= kLargeMessage;
+  const bool noBackOff = patience.bytes >= kLargeMessage && !patience.longPauses;
   bool rung = false;  // in this wait
   for (int spins = kSpins;;) {
     if (done()) return;
@@ -216,7 +216,7 @@ void pollUntil(Done done, double timeoutSeconds, const std::string& what, MpiCom
       pause = kFirstPause;
       continue;
     }
-    if (largeMessage && !patience.longPauses) continue;  // pause stays kFirstPause
+    if (noBackOff) continue;  // pause stays kFirstPause
     pause = std::min(pause * 2, longWait && !rung ? kLongWaitCap : kPollingCap);
   }
 }
