@@ -22,6 +22,7 @@
 #include "models/Registry.h"
 #include "models/ScriptModel.h"
 #include "runtime/Errors.h"
+#include "runtime/Portable.h"
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/metrics/Clock.h"
@@ -139,7 +140,10 @@ class Evaluator {
                             cmd_.evalWindows};
     const std::string key = fmt::format("{}:{}:{}:{}", ckpt.dataset, ckpt.syntheticSize, ckpt.blockSize, ckpt.ignoreIndex);
     auto it = testSets_.find(key);
-    if (it == testSets_.end()) it = testSets_.emplace(key, data::loadDataset(source, data::Split::Test)).first;
+    if (it == testSets_.end()) {
+      it = testSets_.emplace(key, data::loadDataset(source, data::Split::Test)).first;
+      portable::keepFreedMemoryForReuse();  // after loading, as pstrain's workers: 4x faster at batch 1000
+    }
     return it->second;
   }
 
