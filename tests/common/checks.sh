@@ -35,6 +35,14 @@ refused() {
   fi
   rm -f "$out"
 }
+# job_refused NAME PATTERN [pstrain flags...]: a job of $pstrain under $mpirun (the caller's
+# variables), 5 steps into $scratch/bad-run, exits non-zero within 60 s saying PATTERN. Two
+# ranks, a server and one worker: each refusal checked so is the server's or a worker's,
+# and a third rank costs every launch a second more on 2 cores.
+job_refused() {
+  refused "$1" "$2" with_timeout 60 "$mpirun" -np 2 "$pstrain" --device cpu --threads 1 --timeout 60 --steps 5 \
+    --train-dir "$scratch/bad-run" "${@:3}"
+}
 ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }  # ge A B: A >= B, as numbers
 # sample_text FILE: English prose for the language-model tests: the GPL, or where a system
 # has no copy, 3000 random sentences of its words.

@@ -241,9 +241,6 @@ run_logged llmc with_timeout 120 "$mpirun" -np 3 "$pstrain" "${common[@]}" --mod
 check "llm.c's token files train, their val split beside them" has llmc.eval.log "perplexity"
 
 # --- 7. bad input -------------------------------------------------------------------------
-fails_with() {  # fails_with NAME PATTERN [pstrain flags...]: exits non-zero within 60 s, saying PATTERN
-  refused "$1" "$2" with_timeout 60 "$mpirun" -np 3 "$pstrain" "${common[@]}" --steps 5 --train-dir "$scratch/bad-run" "${@:3}"
-}
 mkdir -p odd magic version
 head -c 1001 text/train.bin > odd/train.bin && cp text/val.bin odd/
 "$python" - <<'PY'
@@ -254,23 +251,23 @@ for d, magic, version in (("magic", 20240521, 1), ("version", 20240520, 2)):
 PY
 "$python" "$tools/gpt_model.py" small-vocab.pt --vocab 20 --block-size 16 --layers 1 --embd 16 > /dev/null
 echo "a run that must stay" > keep.txt && mkdir -p bad-run && cp keep.txt bad-run/
-fails_with "a .bin of odd size" "odd/train.bin: 1001 bytes, an odd size" --model tiny.pt --dataset odd/train.bin --block-size 16
-fails_with "an llm.c header with a wrong magic" "magic/story_train.bin: not an llm.c token file \(its first int32 is [0-9-]+; llm.c's are magic 20240520 version 1" \
+job_refused "a .bin of odd size" "odd/train.bin: 1001 bytes, an odd size" --model tiny.pt --dataset odd/train.bin --block-size 16
+job_refused "an llm.c header with a wrong magic" "magic/story_train.bin: not an llm.c token file \(its first int32 is [0-9-]+; llm.c's are magic 20240520 version 1" \
   --model tiny.pt --dataset magic/story_train.bin --block-size 16
-fails_with "an llm.c header of another version" "version/story_train.bin: an llm.c token file \(magic 20240520\) of version 2" \
+job_refused "an llm.c header of another version" "version/story_train.bin: an llm.c token file \(magic 20240520\) of version 2" \
   --model tiny.pt --dataset version/story_train.bin --block-size 16
-fails_with "--block-size larger than a split" "text/val.bin: [0-9]+ tokens, too few for one window of --block-size 10000" \
+job_refused "--block-size larger than a split" "text/val.bin: [0-9]+ tokens, too few for one window of --block-size 10000" \
   --model tiny.pt --dataset text/train.bin --block-size 10000
-fails_with "ids beyond the model's vocabulary" "largest is the data's largest id, $((vocab - 1)) .*at least $vocab rows" \
+job_refused "ids beyond the model's vocabulary" "largest is the data's largest id, $((vocab - 1)) .*at least $vocab rows" \
   --model small-vocab.pt --dataset text/train.bin --block-size 16
-fails_with "y whose shape does not fit the output" "output is \[2, 12, 3\] for a batch of 2, but the targets are \[2\] of 2 classes" \
+job_refused "y whose shape does not fit the output" "output is \[2, 12, 3\] for a batch of 2, but the targets are \[2\] of 2 classes" \
   --model tagger.pt --dataset ids.npz
-fails_with "float y with cross-entropy" "float targets, not class labels: use --loss mse" \
+job_refused "float y with cross-entropy" "float targets, not class labels: use --loss mse" \
   --model gru.pt --dataset floaty.npz --loss cross-entropy
-fails_with "--block-size without a token file" "--block-size 16 takes a token file" --model gru.pt --dataset ids.npz --block-size 16
-fails_with "a token file without --block-size" "is a token file: give its window length, --block-size L" \
+job_refused "--block-size without a token file" "--block-size 16 takes a token file" --model gru.pt --dataset ids.npz --block-size 16
+job_refused "a token file without --block-size" "is a token file: give its window length, --block-size L" \
   --model tiny.pt --dataset text/train.bin
-fails_with "a token file with a zoo model" "is a token file: it takes a sequence model of your own" --dataset text/train.bin --block-size 16
+job_refused "a token file with a zoo model" "is a token file: it takes a sequence model of your own" --dataset text/train.bin --block-size 16
 check "bad input: nothing of an earlier file in the train dir overwritten" cmp -s keep.txt bad-run/keep.txt
 left=$(pids_of pstrain "$scratch/bad-run")
 check "nothing left running" test -z "$left"
