@@ -39,6 +39,7 @@ refused() {
 # variables), 5 steps into $scratch/bad-run, exits non-zero within 60 s saying PATTERN. Two
 # ranks, a server and one worker: each refusal checked so is the server's or a worker's,
 # and a third rank costs every launch a second more on 2 cores.
+# shellcheck disable=SC2154  # pstrain, mpirun and scratch are the sourcing script's
 job_refused() {
   refused "$1" "$2" with_timeout 60 "$mpirun" -np 2 "$pstrain" --device cpu --threads 1 --timeout 60 --steps 5 \
     --train-dir "$scratch/bad-run" "${@:3}"
