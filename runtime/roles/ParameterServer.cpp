@@ -236,6 +236,7 @@ void runRounds(Server& s) {
 // What the point-to-point loop counts of stale gradients, in the words of the mode's
 // policy: backup drops late ones, async rejects (and has recomputed) too stale ones.
 struct StaleCounts {
+  explicit StaleCounts(const config::StalePolicy& policy) : policy(policy) {}
   config::StalePolicy policy;
   std::int64_t accepted = 0, stale = 0, staleTotal = 0;  // accepted and stale: since the last metrics line
   std::map<int, std::int64_t> staleByRank;
