@@ -9,28 +9,32 @@
 #include <torch/script.h>
 #include <torch/torch.h>
 #include <torch/version.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <functional>
-#include <fstream>
 #include <set>
 #include <sstream>
 
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
 #include "runtime/Process.h"
-#include "runtime/checkpoint/ArchiveCheck.h"
+#include "runtime/checkpoint/BytesReader.h"
+#include "runtime/rundir/ReadFile.h"
+#include "runtime/zip/ArchiveCheck.h"
 
 namespace pstrain::models {
 namespace {
 
 constexpr const char* kCheckModelFlag = "--check-model";
+constexpr const char* kBytesOnStdin = "--stdin";  // the check process's: the file's bytes come on stdin
 constexpr int kRefused = 2;  // the check process's status for a refused file (its reason on stdout)
 
 // The first line that says something (the TorchScript compiler's reports start with one
@@ -81,31 +85,44 @@ void checkGraphs(const torch::jit::CompilationUnit& unit, const std::string& pat
   }
 }
 
-// Before anything of the file runs: its code (code/**.py) compiled as torch::jit::load
-// would compile it, into a compilation unit of its own, from the classes that data.pkl
-// instantiates (and all they use), without unpickling the module, which runs __setstate__.
-// Its constants must be tensors (their pickle names no class of the file). Then the graphs
-// are checked: what the checks see is what libtorch would execute, whatever the source's
+// The globals that libtorch's unpickler makes itself (Unpickler::readGlobal), running no code
+// of the file: tensors and their storages, typed lists, complex numbers, devices.
+bool libtorchMakes(const zip::PickleGlobal& global) {
+  if (global.module == "torch") return true;  // storage types, quantization schemes, torch.device (else an error)
+  static const std::set<std::pair<std::string, std::string>> kOwn = {
+      {"torch._utils", "_rebuild_tensor_v2"},    {"torch._utils", "_rebuild_qtensor"},
+      {"torch._utils", "_rebuild_sparse_tensor"}, {"torch.jit._pickle", "build_tensor_from_id"},
+      {"torch.jit._pickle", "restore_type_tag"}, {"torch.jit._pickle", "build_intlist"},
+      {"torch.jit._pickle", "build_tensorlist"}, {"torch.jit._pickle", "build_doublelist"},
+      {"torch.jit._pickle", "build_boollist"},   {"builtins", "complex"},
+      {"collections", "OrderedDict"},            {"__main__", "TensorID"},
+      {"__main__", "IntList"}};
+  return kOwn.count({global.module, global.name}) > 0;
+}
+
+// Before anything of the file runs: every class that data.pkl names, whatever its namespace,
+// compiled from the file's code (code/**.py) as torch::jit::load would compile it, into a
+// compilation unit of its own, without unpickling the module (which runs __setstate__); any
+// other name is one of libtorch's own (libtorchMakes) or the file is refused. Its constants
+// must be tensors: their pickle names nothing but libtorch's own. Then the graphs are
+// checked: what the checks see is what libtorch would execute, whatever the source's
 // spelling (line continuations, comments, a forked body).
-void checkBeforeLoading(caffe2::serialize::PyTorchStreamReader& archive, const std::string& path) {
+void checkBeforeLoading(caffe2::serialize::PyTorchStreamReader& archive, const zip::ArchiveContents& contents,
+                        const std::string& path) {
   auto pickle = [&](const std::string& name) {
     const auto [data, size] = archive.getRecord(name);
     return std::string(static_cast<const char*>(data.get()), size);
   };
-  std::vector<std::string> classes;
-  try {
-    classes = checkpoint::pickleGlobals(pickle("data.pkl"), path);
-    if (archive.hasRecord("constants.pkl")) {
-      for (const std::string& name : checkpoint::pickleGlobals(pickle("constants.pkl"), path)) {
-        if (name.rfind("__torch__.", 0) == 0) {
-          refuseUntrusted(path, "an object of class " + name, "among its constants, which loading makes");
-        }
-      }
-    }
-  } catch (const CheckpointError& e) {
-    throw ConfigError(fmt::format("{}: not a TorchScript file pstrain reads ({})", path, e.what()));
-  }
+  const auto named = [&](const char* pickleName) {
+    const auto found = contents.globals.find(pickleName);
+    return found == contents.globals.end() ? std::vector<zip::PickleGlobal>() : found->second;
+  };
   std::vector<c10::IValue> constants;
+  for (const zip::PickleGlobal& global : named("constants")) {
+    if (!libtorchMakes(global)) {
+      refuseUntrusted(path, "an object of class " + global.qualified(), "among its constants, which loading makes");
+    }
+  }
   if (archive.hasRecord("constants.pkl")) {
     const auto noObjects = [&](const c10::QualifiedName& name) -> c10::StrongTypePtr {
       refuseUntrusted(path, "an object of class " + name.qualifiedName(), "among its constants");
@@ -127,31 +144,36 @@ void checkBeforeLoading(caffe2::serialize::PyTorchStreamReader& archive, const s
         return std::make_shared<torch::jit::Source>(pickle(file), file, 1);
       },
       archive.version());
-  for (const std::string& name : classes) {
-    if (name.rfind("__torch__.", 0) == 0) importer.loadType(c10::QualifiedName(name));
+  for (const zip::PickleGlobal& global : named("data")) {
+    if (libtorchMakes(global)) continue;
+    c10::TypePtr type;
+    std::string why;
+    try {
+      type = importer.loadType(c10::QualifiedName(global.module, global.name));
+    } catch (const std::exception& e) {
+      why = " (" + firstLine(e.what()) + ")";
+    }
+    // What the loader would make an object of: a class (or enum) of exactly that name.
+    if (!type || !(type->cast<c10::ClassType>() || type->cast<c10::EnumType>()) || type->str() != global.qualified()) {
+      throw ConfigError(fmt::format("{}: its data names '{}', which is neither one of libtorch's own nor a class "
+                                    "that its code defines{}; a damaged or crafted file: export the model again "
+                                    "with torch.jit.script(model).save(\"{}\")",
+                                    path, global.qualified(), why, path));
+    }
   }
   checkGraphs(*unit, path);
 }
 
 // "crc32 1a2b3c4d, 123456 bytes": what the start-up handshake compares across ranks.
-std::string identityOf(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> chunk(1 << 20);
-  uLong crc = crc32(0, nullptr, 0);
-  std::uint64_t size = 0;
-  while (in) {
-    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
-    const auto n = static_cast<uInt>(in.gcount());
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(chunk.data()), n);
-    size += n;
-  }
-  return fmt::format("crc32 {:08x}, {} bytes", crc, size);
+std::string identityOf(const std::string& bytes) {
+  const uLong crc = crc32_z(crc32(0, nullptr, 0), reinterpret_cast<const Bytef*>(bytes.data()), bytes.size());
+  return fmt::format("crc32 {:08x}, {} bytes", crc, bytes.size());
 }
 
 class ScriptNet : public Net {
  public:
-  ScriptNet(torch::jit::Module module, std::string path)
-      : module_(std::move(module)), path_(std::move(path)), identity_(identityOf(path_)) {
+  ScriptNet(torch::jit::Module module, std::string path, std::string identity)
+      : module_(std::move(module)), path_(std::move(path)), identity_(std::move(identity)) {
     std::set<const void*> seen;  // tied tensors would be bound to two places of the flat buffer
     auto claim = [&](const std::string& name, const at::Tensor& t) {
       if (!seen.insert(t.unsafeGetTensorImpl()).second) {
@@ -216,17 +238,32 @@ class ScriptNet : public Net {
   std::string identity_;
 };
 
-// The file exists, is a PyTorch archive this libtorch reads and, unless trusted, passes
-// checkBeforeLoading, in this process: the check process's work, and the loader's own.
-void checkArchive(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    throw ConfigError(fmt::format("--model {}: no such file (a TorchScript file, from "
-                                  "torch.jit.script(model).save(FILE); the zoo's names: --list-models)", path));
-  }
+// The model file's bytes, read once: what is checked is what is loaded.
+std::string readModelFile(const std::string& path) {
+  return rundir::readRegularFile(path, [&](const std::string& what) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) {
+      throw ConfigError(fmt::format("--model {}: no such file (a TorchScript file, from "
+                                    "torch.jit.script(model).save(FILE); the zoo's names: --list-models)", path));
+    }
+    throw ConfigError(fmt::format("--model {}: {} (a TorchScript file, from torch.jit.script(model).save(FILE))",
+                                  path, what));
+  });
+}
+
+// The file's bytes are a PyTorch archive this libtorch reads, sound as zip/ArchiveCheck.h
+// checks it (storages the size of their records, no compressed record: no zip bomb) and,
+// unless trusted, pass checkBeforeLoading, in this process: the check process's work, and
+// the loader's own.
+void checkArchive(const std::string& bytes, const std::string& path) {
+  const zip::ArchiveContents contents =
+      zip::checkArchive(bytes, zip::ArchiveKind::ModelFile, [&](const std::string& what) {
+        throw ConfigError(fmt::format("{}: not a TorchScript file pstrain reads (not a sound PyTorch archive: {}); "
+                                      "save the model with torch.jit.script(model).save(\"{}\")", path, what, path));
+      });
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> archive;
-  try {
-    archive = std::make_unique<caffe2::serialize::PyTorchStreamReader>(path);  // checks the format version
+  try {  // checks the format version
+    archive = std::make_unique<caffe2::serialize::PyTorchStreamReader>(std::make_shared<checkpoint::BytesReader>(bytes));
   } catch (const c10::Error& e) {
     const std::string why = firstLine(e.what_without_backtrace());
     if (why.find("version") != std::string::npos) {
@@ -239,7 +276,7 @@ void checkArchive(const std::string& path) {
   }
   if (trustModelFiles()) return;
   try {
-    checkBeforeLoading(*archive, path);
+    checkBeforeLoading(*archive, contents, path);
   } catch (const Error&) {
     throw;  // the check's own refusal
   } catch (const std::exception& e) {  // a record it cannot give, code its compiler rejects
@@ -248,13 +285,14 @@ void checkArchive(const std::string& path) {
   }
 }
 
-// checkArchive in the check process, for an untrusted file: a crash of libtorch's
-// compiler there is this file's refusal, not this process's end.
-void checkArchiveApart(const std::string& path) {
+// checkArchive in the check process, for an untrusted file's `bytes` (sent on its standard
+// input): a crash of libtorch's compiler there is this file's refusal, not this process's end.
+void checkArchiveApart(const std::string& bytes, const std::string& path) {
   std::vector<std::string> argv = modelCheckCommand();
   argv.push_back(path);
+  argv.push_back(kBytesOnStdin);
   const auto timeout = std::chrono::seconds(120);
-  const process::CommandResult check = process::runCommand(argv, timeout, /*captureOutput=*/true);
+  const process::CommandResult check = process::runCommand(argv, timeout, /*captureOutput=*/true, {}, bytes);
   std::string said = check.output;
   while (!said.empty() && std::isspace(static_cast<unsigned char>(said.back()))) said.pop_back();
   if (check.exitCode == 0) return;
@@ -276,15 +314,28 @@ void checkArchiveApart(const std::string& path) {
                                 path, TORCH_VERSION, how, path));
 }
 
+// All of standard input (the check process's file).
+std::string readStandardInput() {
+  std::string bytes;
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(STDIN_FILENO, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return bytes;
+    bytes.append(buffer, static_cast<std::size_t>(n));
+  }
+}
+
 }  // namespace
 
 std::shared_ptr<Net> loadScriptModel(const std::string& path) {
-  if (!trustModelFiles() && !modelCheckCommand().empty()) checkArchiveApart(path);
-  checkArchive(path);
+  const std::string bytes = readModelFile(path);
+  if (!trustModelFiles() && !modelCheckCommand().empty()) checkArchiveApart(bytes, path);
+  checkArchive(bytes, path);
   torch::jit::setGraphExecutorOptimize(false);
   torch::jit::Module module;
   try {
-    module = torch::jit::load(path, torch::kCPU);
+    module = torch::jit::load(std::make_shared<checkpoint::BytesReader>(bytes), torch::kCPU);
   } catch (const std::exception& e) {  // c10::Error, or the TorchScript compiler's ErrorReport
     const std::string why = firstLine(e.what());
     if (why.find("constants.pkl") != std::string::npos) {
@@ -301,7 +352,7 @@ std::shared_ptr<Net> loadScriptModel(const std::string& path) {
   }
   // And what loading made, against whatever the compile above did not reach.
   if (!trustModelFiles()) checkGraphs(*module._ivalue()->compilation_unit(), path);
-  return std::make_shared<ScriptNet>(std::move(module), path);
+  return std::make_shared<ScriptNet>(std::move(module), path, identityOf(bytes));
 }
 
 bool& trustModelFiles() {
@@ -315,9 +366,10 @@ std::vector<std::string>& modelCheckCommand() {
 }
 
 std::optional<int> serveModelCheck(int argc, char** argv) {
-  if (argc == 3 && std::string(argv[1]) == kCheckModelFlag) {
+  const bool onStdin = argc == 4 && std::string(argv[3]) == kBytesOnStdin;
+  if ((argc == 3 || onStdin) && std::string(argv[1]) == kCheckModelFlag) {
     try {
-      checkArchive(argv[2]);
+      checkArchive(onStdin ? readStandardInput() : readModelFile(argv[2]), argv[2]);
       return 0;
     } catch (const Error& e) {
       std::printf("%s\n", e.what());

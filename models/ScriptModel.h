@@ -19,27 +19,35 @@ namespace pstrain::models {
 // Turns TorchScript's graph optimizer off for the whole process: the profiling executor
 // recompiles during the first calls and its fusers may change numerics, and runs must be
 // reproducible.
+// The file is read once, by one descriptor (a FIFO in its place is refused), and everything
+// below checks and loads those bytes, never the path again. It must be a sound PyTorch
+// archive (zip/ArchiveCheck.h: records within the file and stored, storages exactly the size
+// of their records).
 // A model file is a program: torch::jit::load runs its __setstate__ methods and training
 // runs its forward, and TorchScript can reach files (aten::save, aten::from_file: any
 // operator with a filename) and other machines (rpc). Unless trustModelFiles() is set
 // (--trust-model), such a file is refused with a ConfigError naming the operator: before
-// loading, by the source it carries (what __setstate__ runs), and after, by every compiled
-// function of its module and submodules. The check before loading compiles the file's code,
-// and libtorch's TorchScript parser can crash on a damaged or hostile file (1.13 dies of
-// SIGSEGV in ScriptTypeParser on some the fuzz tier makes): it runs first in a process of its
-// own, modelCheckCommand(), whose death refuses the file with a ConfigError.
+// loading, by the code of every class its data names (whatever the namespace: a name that is
+// neither one of libtorch's own nor a class its code defines is refused), and after, by every
+// compiled function of its module and submodules. The check before loading compiles the
+// file's code, and libtorch's TorchScript parser can crash on a damaged or hostile file (1.13
+// dies of SIGSEGV in ScriptTypeParser on some the fuzz tier makes): it runs first in a
+// process of its own, modelCheckCommand(), given the bytes on its standard input, whose
+// death refuses the file with a ConfigError.
 std::shared_ptr<Net> loadScriptModel(const std::string& path);
 
 // Whether model files may call such operators (set by main() from --trust-model).
 bool& trustModelFiles();
 
-// The command of the check process ({program, "--check-model"}; the file's path is appended).
+// The command of the check process ({program, "--check-model"}; the file's path and
+// "--stdin" are appended, and the file's bytes come on its standard input).
 // Empty (the default, as in tests): the check runs in this process alone.
 std::vector<std::string>& modelCheckCommand();
 
 // For main() of a program that loads model files, first thing. When argv is {program,
-// "--check-model", FILE}, this process is the check process: it checks FILE (printing a
-// refusal on stdout) and returns the exit status, 0 or 2. Otherwise it makes this program
+// "--check-model", FILE} (FILE read here) or {program, "--check-model", FILE, "--stdin"}
+// (FILE's bytes on standard input), this process is the check process: it checks them
+// (printing a refusal on stdout) and returns the exit status, 0 or 2. Otherwise it makes this program
 // the check process of the models it loads (modelCheckCommand) and returns nullopt.
 // The check process runs no MPI: it is started from a rank, not by mpirun.
 std::optional<int> serveModelCheck(int argc, char** argv);

@@ -1,7 +1,5 @@
 #include "runtime/checkpoint/Checkpoint.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <caffe2/serialize/inline_container.h>
@@ -12,17 +10,18 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <functional>
 #include <limits>
 
 #include "runtime/Errors.h"
-#include "runtime/checkpoint/ArchiveCheck.h"
+#include "runtime/checkpoint/BytesReader.h"
 #include "runtime/optim/LossScale.h"
 #include "runtime/rundir/AtomicFile.h"
+#include "runtime/rundir/ReadFile.h"
 #include "runtime/rundir/RunFiles.h"
+#include "runtime/zip/ArchiveCheck.h"
 
 namespace pstrain::checkpoint {
 namespace {
@@ -79,53 +78,21 @@ TensorList tensorList(const c10::IValue& value, const std::string& path, const s
   return list;
 }
 
-// The whole of the regular file `path`. Opened without blocking, so that a FIFO or a device
-// put in a checkpoint's place is refused instead of waited on.
+// The whole of the regular file `path` (a FIFO or a device put in a checkpoint's place is
+// refused instead of waited on).
 std::string readFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) throw CheckpointError(fmt::format("{}: cannot open ({})", path, std::strerror(errno)));
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { ::close(fd); }
-  } closer{fd};
-  struct stat info {};
-  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
-    throw CheckpointError(fmt::format("{}: not a regular file", path));
-  }
-  std::string bytes;
-  char buffer[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(fd, buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw CheckpointError(fmt::format("{}: cannot read ({})", path, std::strerror(errno)));
-    if (n == 0) return bytes;
-    bytes.append(buffer, static_cast<std::size_t>(n));
-  }
+  return rundir::readRegularFile(path, [&](const std::string& what) {
+    throw CheckpointError(fmt::format("{}: {}", path, what));
+  });
 }
 
-// A read adapter that never reads past the end of its bytes. torch::pickle_load's own
-// in-memory reader copies whatever range the zip directory names, so a crafted or damaged
-// archive makes it read out of bounds (found by tests/fuzz/fuzz_checkpoint).
-class BoundedReader : public caffe2::serialize::ReadAdapterInterface {
- public:
-  explicit BoundedReader(const std::string& bytes) : bytes_(bytes) {}
-  size_t size() const override { return bytes_.size(); }
-  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
-    if (pos >= bytes_.size()) return 0;
-    n = std::min<size_t>(n, bytes_.size() - pos);
-    std::memcpy(buf, bytes_.data() + pos, n);
-    return n;
-  }
-
- private:
-  const std::string& bytes_;
-};
-
-// torch::pickle_load, after checkArchive, reading through a BoundedReader.
+// torch::pickle_load, after zip::checkArchive, reading through a BytesReader.
 c10::IValue unpickle(const std::string& bytes, const std::string& path) {
-  checkArchive(bytes, path);
+  zip::checkArchive(bytes, zip::ArchiveKind::Checkpoint, [&](const std::string& what) {
+    throw CheckpointError(fmt::format("{}: not a valid checkpoint archive ({})", path, what));
+  });
   try {
-    caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BoundedReader>(bytes));
+    caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BytesReader>(bytes));
     return torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"",
                                              /*type_resolver=*/c10::nullopt, /*obj_loader=*/c10::nullopt,
                                              /*device=*/c10::nullopt, reader);

@@ -5,6 +5,7 @@
 //   none, zlib[:LEVEL]          lossless
 //   fp16, bf16                  half-precision floats
 //   int8                        one scale per tensor, values rounded to [-127, 127]
+//   int4                        one scale per block of 64 values, values rounded to [-7, 7]
 //   topk:RATIO                  the k = RATIO x count largest magnitudes, as indices + values
 //   randomk:RATIO               k random elements, scaled by count / k (an unbiased estimate);
 //                               unscaled under error feedback, which needs a contraction
@@ -78,8 +79,11 @@ std::unique_ptr<Codec> makeCodec(const std::string& spec, const Shapes& shapes, 
                                  const std::string& flag = "compress", bool errorFeedback = false);
 
 // Checks `spec` without making a codec (ConfigError naming `flag`); `weights`: only the
-// codecs that make sense for weights (none, zlib, fp16, bf16, int8).
+// codecs that make sense for weights (none, zlib, fp16, bf16, int8, int4).
 void validateSpec(const std::string& spec, bool weights, const std::string& flag);
+
+// Whether `spec` gives back exactly what it was given (none, zlib).
+bool isLossless(const std::string& spec);
 
 // Whether error feedback runs for gradient codec `spec` under --error-feedback `setting`:
 // on, off, or auto (on for the sparsifying and low-rank codecs: topk, randomk, powersgd).

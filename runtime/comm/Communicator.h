@@ -102,6 +102,20 @@ class Communicator {
   // into `data`, which has room for `capacity` bytes; a longer message is a CommError.
   virtual Received receive(void* data, std::size_t capacity, int source, const std::string& context) = 0;
 
+  // Point to point without waiting, on a channel `tag` of their own (>= kFirstFreeTag; the
+  // blocking send() and receive() above use another): startSend() posts `bytes` at `data`
+  // to `dest`, startReceive() a receive from `source` of at most `capacity` bytes into
+  // `data`, whose size it writes to *received once the message is in. Messages on one tag
+  // from one rank to another arrive in the order they were sent. Each returns a request for
+  // wait() or test(); the caller leaves the buffer alone until then.
+  static constexpr int kFirstFreeTag = 2;
+  virtual std::size_t startSend(const void* data, std::size_t bytes, int dest, int tag, const std::string& context) = 0;
+  virtual std::size_t startReceive(void* data, std::size_t capacity, int source, int tag, std::size_t* received,
+                                   const std::string& context) = 0;
+  // Whether `request` (of any start*()) has completed, without waiting; once true, the
+  // request counts as waited for.
+  virtual bool test(std::size_t request) = 0;
+
   // Collective: a Window of `count` floats on every rank, initially zero.
   virtual std::unique_ptr<Window> exposeWindow(std::size_t count, const std::string& context) = 0;
 

@@ -42,13 +42,33 @@ class InProcessComm : public Communicator {
   // Threads run in lockstep anyway: the collective completes at once.
   std::size_t startReduceSum(float* data, std::size_t count, int root, const std::string& context) override {
     reduceSum(data, count, root, context);
-    return 0;
+    return started({});
   }
   std::size_t startBroadcast(void* data, std::size_t bytes, int root, const std::string& context) override {
     broadcast(data, bytes, root, context);
-    return 0;
+    return started({});
   }
-  void wait(std::size_t) override {}
+  void wait(std::size_t request) override {
+    Pending& p = pending_.at(request);
+    if (p.done) return;
+    std::unique_lock<std::mutex> lock(world_.mutex_);
+    world_.waitUntil(lock, [&] { return take(p); }, "receive at " + p.context, timeoutSeconds());
+  }
+  bool test(std::size_t request) override {
+    Pending& p = pending_.at(request);
+    if (p.done) return true;
+    std::lock_guard<std::mutex> lock(world_.mutex_);
+    return take(p);
+  }
+  // A send is done at once: the message is copied into the receiver's mailbox.
+  std::size_t startSend(const void* data, std::size_t bytes, int dest, int tag, const std::string& context) override {
+    post(data, bytes, dest, tag);
+    return started({});
+  }
+  std::size_t startReceive(void* data, std::size_t capacity, int source, int tag, std::size_t* received,
+                           const std::string& context) override {
+    return started({data, capacity, source, tag, received, context, false});
+  }
 
   void allReduceSum(float* data, std::size_t count, const std::string& context) override {
     world_.arrive(rank_, data, "allreduce at " + context, timeoutSeconds());
@@ -72,16 +92,16 @@ class InProcessComm : public Communicator {
   }
 
   void send(const void* data, std::size_t bytes, int dest, const std::string& context) override {
-    std::lock_guard<std::mutex> lock(world_.mutex_);
-    world_.mailboxes_.at(dest).push_back({rank_, std::string(static_cast<const char*>(data), bytes)});
-    world_.changed_.notify_all();
+    post(data, bytes, dest, kBlockingTag);
   }
 
   Received receive(void* data, std::size_t capacity, int source, const std::string& context) override {
     std::unique_lock<std::mutex> lock(world_.mutex_);
     auto& box = world_.mailboxes_[rank_];
     auto match = [&] {
-      return std::find_if(box.begin(), box.end(), [&](const auto& m) { return source == kAnySource || m.source == source; });
+      return std::find_if(box.begin(), box.end(), [&](const auto& m) {
+        return m.tag == kBlockingTag && (source == kAnySource || m.source == source);
+      });
     };
     world_.waitUntil(lock, [&] { return match() != box.end(); }, "receive at " + context, timeoutSeconds());
     auto it = match();
@@ -107,6 +127,44 @@ class InProcessComm : public Communicator {
   }
 
  private:
+  static constexpr int kBlockingTag = 0;  // send() and receive()
+
+  void post(const void* data, std::size_t bytes, int dest, int tag) {
+    std::lock_guard<std::mutex> lock(world_.mutex_);
+    world_.mailboxes_.at(dest).push_back({rank_, tag, std::string(static_cast<const char*>(data), bytes)});
+    world_.changed_.notify_all();
+  }
+
+  // A request: a started receive until its message is taken, else done from the start.
+  struct Pending {
+    void* data = nullptr;
+    std::size_t capacity = 0;
+    int source = 0, tag = 0;
+    std::size_t* received = nullptr;
+    std::string context;
+    bool done = true;
+  };
+  std::size_t started(Pending pending) {
+    pending_.push_back(std::move(pending));
+    return pending_.size() - 1;
+  }
+  // Takes the receive's message if it is there (world_.mutex_ held); true once it is taken.
+  bool take(Pending& p) {
+    if (p.done) return true;
+    auto& box = world_.mailboxes_[rank_];
+    const auto it = std::find_if(box.begin(), box.end(), [&](const auto& m) { return m.tag == p.tag && m.source == p.source; });
+    if (it == box.end()) return false;
+    if (it->bytes.size() > p.capacity) {
+      throw CommError(fmt::format("receive at {}: a message of {} bytes from rank {}, expected at most {}", p.context,
+                                  it->bytes.size(), it->source, p.capacity));
+    }
+    std::memcpy(p.data, it->bytes.data(), it->bytes.size());
+    if (p.received) *p.received = it->bytes.size();
+    box.erase(it);
+    p.done = true;
+    return true;
+  }
+  std::vector<Pending> pending_;  // by request (never reused: a test run is short)
   InProcessWorld& world_;
   int rank_;
 };

@@ -36,6 +36,7 @@ class InProcessWorld {
 
   struct Message {
     int source;
+    int tag;
     std::string bytes;
   };
   std::vector<std::deque<Message>> mailboxes_;  // by destination rank

@@ -123,9 +123,7 @@ const std::vector<Flag> kFlags = {
      "diloco: start each round from the local weights while the last round's exchange travels, and move the "
      "round's progress onto the new global weights when they arrive (Streaming DiLoCo's one-round delay; raw "
      "messages only)", &TrainConfig::overlapRounds, A::Fingerprint, whenDiloco, [](const TrainConfig& c) {
-       require(!c.overlapRounds || c.modeInfo().outerOptimizer(), "--overlap-rounds overlaps diloco's rounds: --mode diloco only");
-       require(!c.overlapRounds || (!c.compressesGradients() && !c.compressesWeights()),
-               "--overlap-rounds sends raw messages: leave out --compress and --compress-weights"); }},
+       require(!c.overlapRounds || c.modeInfo().outerOptimizer(), "--overlap-rounds overlaps diloco's rounds: --mode diloco only"); }},
     {"outer-optimizer", "Modes", "diloco: " + outerOptimizerNames() + " (rank 0's rule on the averaged pseudo-gradient)",
      &TrainConfig::outerOptimizer, A::Fingerprint, whenDiloco, [](const TrainConfig& c) {
        outerOptimizerInfo(c.outerOptimizer); }},

@@ -6,6 +6,7 @@
 #include "runtime/roles/ParameterServer.h"
 #include "runtime/roles/PeerTraining.h"
 #include "runtime/roles/Worker.h"
+#include "runtime/roles/rounds/Rounds.h"
 
 namespace pstrain::roles {
 namespace {

@@ -1,14 +1,13 @@
 #pragma once
 // Rank 0 of the server modes: owns the authoritative weights and the optimizer, drives the
 // step protocol (protocol/StepProtocol.h) and leaves the run's files through a Publisher.
-// One loop per exchange of Mode.h (roles/Exchanges.cpp picks it):
+// One loop per exchange of Mode.h (roles/Exchanges.cpp picks it; diloco's rounds are in
+// rounds/):
 //   collective (sync):        one broadcast of the weights, one sum-reduce of the gradients
 //                             per step (with --overlap, bucket by bucket);
 //   point to point (backup,   each worker pushes its gradient and gets weights back; an
 //   async):                   update takes the mode's quorum of gradients, and a stale one
-//                             is dropped (backup) or recomputed (async, Control::Retry);
-//   local rounds (diloco):    the weights down and each worker's pseudo-gradient up once a
-//                             round of --local-steps, then the outer optimizer's step.
+//                             is dropped (backup) or recomputed (async, Control::Retry).
 #include "runtime/roles/RoleArgs.h"
 
 namespace pstrain::roles {
@@ -20,6 +19,5 @@ namespace pstrain::roles {
 // Collective with the worker of the same exchange (Worker.h) on every other rank.
 void serveCollective(const RoleArgs& args);
 void servePointToPoint(const RoleArgs& args);
-void serveRounds(const RoleArgs& args);
 
 }  // namespace pstrain::roles

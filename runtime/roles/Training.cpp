@@ -25,6 +25,7 @@
 #include "runtime/protocol/StepProtocol.h"
 #include "runtime/loss/Loss.h"
 #include "runtime/roles/Exchanges.h"
+#include "runtime/roles/rounds/RoundsPlan.h"
 #include "runtime/rundir/AtomicFile.h"
 #include "runtime/rundir/RunFiles.h"
 
@@ -160,22 +161,6 @@ std::string checkpointPlan(const config::TrainConfig& cfg, std::int64_t total) {
                      schedule.empty() ? "" : "and ", total);
 }
 
-// The dry run's lines of diloco's rounds: how many, what one moves, and the outer step.
-std::string roundsPlan(const config::TrainConfig& cfg, std::int64_t total, std::size_t down, std::size_t up) {
-  const std::int64_t rounds = (total + cfg.localSteps - 1) / cfg.localSteps;
-  std::string out = fmt::format(
-      "  rounds    {} round(s) of {} local steps{} on each worker (lr above is the inner rule, its state kept "
-      "across rounds, reset on --resume); the weights down and the pseudo-gradient up once a round: {:.0f} + {:.0f} "
-      "bytes per step instead of {} + {}\n",
-      rounds, cfg.localSteps, cfg.balance ? " (dealt by measured speed)" : "", static_cast<double>(down) / cfg.localSteps,
-      static_cast<double>(up) / cfg.localSteps, down, up);
-  out += fmt::format("  outer     {}, lr {}, momentum {} on the workers' mean pseudo-gradient (global - local), "
-                     "weighted by their samples{}\n", cfg.outerOptimizer, cfg.outerLr, cfg.outerMomentum,
-                     cfg.overlapRounds ? "; each round's exchange travels during the next round, whose progress then "
-                                         "moves onto the new global weights (--overlap-rounds)" : "");
-  return out;
-}
-
 // Rank 0's account of a dry run: who does what, and what a real run would move and write.
 void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::string, std::string>>& facts,
                std::int64_t trainSamples, const models::Net& model, const std::string& trainDirState) {
@@ -249,7 +234,7 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
                             cfg.compressWeights);
   }
   out += fmt::format("  exchange  {}\n", exchange);
-  if (mode.outerOptimizer()) out += roundsPlan(cfg, total, downBytes(parameters, buffers, ranks), upBytes(parameters, buffers, ranks));
+  if (mode.outerOptimizer()) out += roundsDryRun(cfg, total, downBytes(parameters, buffers, ranks), upBytes(parameters, buffers, ranks));
   out += checkpointPlan(cfg, total);
   out += fmt::format("  train dir {}: {}\n", cfg.trainDir, trainDirState);
   std::cout << out << std::flush;

@@ -14,7 +14,8 @@ namespace pstrain::roles {
 using namespace protocol;
 
 UpdateState::UpdateState(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
-                         std::int64_t trainSamples, std::int64_t firstStep, c10::Device device, std::uint64_t linkSeed)
+                         std::int64_t trainSamples, std::int64_t firstStep, c10::Device device, std::uint64_t linkSeed,
+                         bool stepLink)
     : comm(comm),
       cfg(cfg),
       model(model),
@@ -25,10 +26,10 @@ UpdateState::UpdateState(comm::Communicator& comm, const config::TrainConfig& cf
       total(config::totalSteps(cfg, updatesPerEpoch)),
       firstStep(firstStep),
       messages(models::parameterCount(model), bufferCount(model), comm.size(), device),
-      link(comm, cfg, model, messages, linkSeed),
       rule(cfg.updateRule()),
       optimizer(optim::makeOptimizer(rule)),
       update(rule, *optimizer, model, messages) {
+  if (stepLink) link.emplace(comm, cfg, model, messages, linkSeed);
   if (comm.rank() == 0) {
     publisher.emplace(cfg, model, *optimizer, update.lossScaling(), updatesPerEpoch, total, firstStep);
   }
@@ -39,7 +40,7 @@ double UpdateState::lr(std::int64_t step) const {
 }
 
 StepStats UpdateState::stats(int contributors) {
-  const StepLink::Traffic traffic = link.take();
+  const StepLink::Traffic traffic = link ? link->take() : StepLink::Traffic();
   StepStats s = summedStats(messages, contributors);
   s.codecSeconds += traffic.codecSeconds;
   s.bytesDown = traffic.bytesDown;

@@ -24,15 +24,16 @@ namespace pstrain::roles {
 struct UpdateState {
   // `trainSamples`: the training set's size (the workers', from the handshake). The run
   // starts at `firstStep` (a resumed checkpoint's step). `device`: where this rank computes
-  // (its messages are pinned memory on CUDA). `linkSeed` seeds this rank's encoder. Rank 0
+  // (its messages are pinned memory on CUDA). `linkSeed` seeds this rank's encoder; without
+  // `stepLink` there is none (an exchange that moves the messages its own way). Rank 0
   // publishes the run's files.
   UpdateState(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model, std::int64_t trainSamples,
-              std::int64_t firstStep, c10::Device device, std::uint64_t linkSeed);
+              std::int64_t firstStep, c10::Device device, std::uint64_t linkSeed, bool stepLink = true);
 
   // The lr of update `step`: rule's schedule (optim/LrSchedule.h) over the batches behind one update.
   double lr(std::int64_t step) const;
   // The accounting of an update from the summed trailer of `contributors` batches, with this
-  // rank's traffic and codec time since the last call.
+  // rank's traffic and codec time since the last call (through the StepLink, if any).
   StepStats stats(int contributors);
 
   comm::Communicator& comm;
@@ -45,7 +46,7 @@ struct UpdateState {
   const std::int64_t total;
   const std::int64_t firstStep;
   protocol::StepMessages messages;
-  protocol::StepLink link;
+  std::optional<protocol::StepLink> link;
   const config::TrainConfig rule;  // of this rank's updates (TrainConfig::updateRule: diloco's outer step)
   std::unique_ptr<optim::Optimizer> optimizer;  // rule's --optimizer
   SummedUpdate update;

@@ -12,10 +12,5 @@ namespace pstrain::roles {
 // rank 0 (ParameterServer.h).
 void runCollectiveWorker(const RoleArgs& args);
 void runPointToPointWorker(const RoleArgs& args);
-// Local rounds (diloco, RoundsWorker.cpp): each round from the global weights, the local
-// steps rank 0 dealt this worker (the down message's shares) with --optimizer, whose state
-// stays across rounds; then global - local weights go up like a gradient. With
-// --overlap-rounds the exchange travels during the next round, a round late.
-void runRoundsWorker(const RoleArgs& args);
 
 }  // namespace pstrain::roles

@@ -169,16 +169,20 @@ fails_with "mse with a zoo model" "--loss mse needs a model of your own" --model
 fails_with "mse on class labels" "--loss mse needs float targets" --model cnn.pt --dataset small.npz --loss mse
 # A model file is a program: one that reaches files is refused unless trusted, whether its
 # forward, its __setstate__ (which loading runs), a forked body or a helper does so, however
-# the archive's source spells the call (tests/e2e/untrusted_models.py: 14 files); refused
-# before any of it ran (no *-wrote.bin), by pstrain and by pseval alike (one loader). The
-# unit tier runs that loader on all 14 (ScriptModel.TheUntrustedCorpus...); here three go
-# through mpirun: the call in forward, in __setstate__, and in a helper's __setstate__
-# spelled across a line continuation.
+# the archive's source spells the call, whatever namespace its classes are in
+# (tests/e2e/untrusted_models.py: 15 files); refused before any of it ran (no *-wrote.bin),
+# by pstrain and by pseval alike (one loader). The unit tier runs that loader on all 15
+# (ScriptModel.TheUntrustedCorpus...); here four go through mpirun: the call in forward, in
+# __setstate__, in a helper's __setstate__ spelled across a line continuation, and in the
+# __setstate__ of classes moved out of the __torch__ namespace.
 "$python" "$here/untrusted_models.py" untrusted > /dev/null || exit 1
-for file in saves.pt setstate.pt continued-helper-setstate.pt; do
+for file in saves.pt setstate.pt continued-helper-setstate.pt namespace.pt; do
   fails_with "untrusted $file: refused, the operator named" \
     "untrusted/$file: its code calls (aten::save|aten::from_file) .*--trust-model" --model "untrusted/$file" --dataset small.npz
 done
+"$pstrain" --check-model untrusted/namespace.pt > check-model.log 2>&1; rc=$?
+check "pstrain --check-model: the namespace-moved file refused (exit $rc)" \
+  bash -c "[ $rc -eq 2 ] && grep -q 'its code calls aten::save' check-model.log"
 check "... each refused before loading ran any of it (nothing written)" bash -c "! ls ./*-wrote.bin 2> /dev/null"
 # A file on which libtorch 1.13's TorchScript parser dies of SIGSEGV (found by the fuzz tier):
 # the check runs in a process of its own, whose death refuses the file; no rank dies.

@@ -2,7 +2,7 @@
 reads or writes files, in forward, in __setstate__ (which loading runs), in a forked body or
 a helper, spelled plainly and rewritten the way a hostile archive is (a line continuation or
 a comment inside the call, the debug records dropped), so that no text scan of the source
-finds the call. Each writes a file named *-wrote.bin where it runs (none must exist after a
+finds the call, or its classes moved out of the __torch__ namespace. Each writes a file named *-wrote.bin where it runs (none must exist after a
 refusal). Usage: untrusted_models.py DIR; prints the files' names."""
 import os
 import sys
@@ -83,18 +83,21 @@ class HelperInSetstate(SavesInSetstate):
         self.training = state[1]
 
 
-def rewrite(source, target, changes):
-    """`source` with each (old, new) of `changes` made in its code, its debug records dropped."""
+def rewrite(source, target, changes, everywhere=False):
+    """`source` with each (old, new) of `changes` made in its code (`everywhere`: in every
+    record and record name: its pickles too), its debug records dropped."""
     with zipfile.ZipFile(source) as zin, zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as zout:
         code = {}
         for info in zin.infolist():
             if not info.filename.endswith(".debug_pkl"):
                 code[info.filename] = zin.read(info.filename)
         for old, new in changes:
-            hits = [n for n, data in code.items() if "/code/" in n and old.encode() in data]
+            hits = [n for n, data in code.items() if (everywhere or "/code/" in n) and old.encode() in data]
             assert hits, f"{old!r} is not in {source}'s code"
             for n in hits:
                 code[n] = code[n].replace(old.encode(), new.encode())
+            if everywhere:
+                code = {n.replace(old, new): data for n, data in code.items()}
         for name, data in code.items():
             zout.writestr(name, data)
 
@@ -124,7 +127,10 @@ def main():
     }
     for name, (base, changes) in rewritten.items():
         rewrite(path(base), path(name), changes)
-    print(" ".join(list(plain) + list(rewritten)))
+    # Its classes moved out of the __torch__ namespace (code/ and data.pkl alike): a check
+    # that compiled only __torch__.* classes let __setstate__ run at load.
+    rewrite(path("setstate.pt"), path("namespace.pt"), [("__torch__", "evil_code")], everywhere=True)
+    print(" ".join(list(plain) + list(rewritten) + ["namespace.pt"]))
 
 
 if __name__ == "__main__":

@@ -92,7 +92,7 @@ TEST_F(ScriptModel, TiedWeightsAreRefused) {
   EXPECT_NE(loadError(path).find("tied weights"), std::string::npos) << loadError(path);
 }
 
-// The fuzz tier's seeds for the model loader (tests/fuzz/corpus/model): the 14 hostile files
+// The fuzz tier's seeds for the model loader (tests/fuzz/corpus/model): the 15 hostile files
 // of tests/e2e/untrusted_models.py, whose code writes NAME-wrote.bin where it runs (in
 // forward, __setstate__, a forked body or a helper; the call spelled to escape a text scan).
 // Each is refused naming --trust-model, and nothing of theirs ran while it was looked at.
@@ -117,6 +117,6 @@ TEST_F(ScriptModel, TheUntrustedCorpusIsRefusedBeforeAnyOfItsCodeRuns) {
   std::vector<std::string> wrote;
   for (const auto& entry : fs::directory_iterator(scratch.path())) wrote.push_back(entry.path().filename().string());
   fs::current_path(before);
-  EXPECT_EQ(files, 15);
+  EXPECT_EQ(files, 16);
   EXPECT_TRUE(wrote.empty()) << wrote.front();
 }

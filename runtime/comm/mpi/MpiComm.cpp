@@ -221,10 +221,11 @@ void pollUntil(Done done, double timeoutSeconds, const std::string& what, MpiCom
   }
 }
 
-void waitFor(MPI_Request& request, double timeoutSeconds, const std::string& what, MpiComm::Patience patience) {
+void waitFor(MPI_Request& request, double timeoutSeconds, const std::string& what, MpiComm::Patience patience,
+             MPI_Status* status = MPI_STATUS_IGNORE) {
   pollUntil([&] {
     int done = 0;
-    check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
+    check(MPI_Test(&request, &done, status), what);
     return done != 0;
   }, timeoutSeconds, what, patience);
 }
@@ -352,11 +353,30 @@ void MpiComm::reduceSum(float* data, std::size_t count, int root, const std::str
 
 // A started operation: one request per chunk of at most kMaxChunk bytes (MPI counts are
 // ints), all started at once, in the same order on every rank.
+// A started point-to-point message is one request; a receive writes the size it got to
+// `received` as it completes (whichever call sees it complete: wait, test or progress).
 struct MpiComm::Started {
   std::vector<MPI_Request> requests;
   std::vector<std::size_t> bytes;  // by request
   std::string what;
   bool waited = false;
+  std::size_t* received = nullptr;
+
+  // Whether request `i` is done (MPI_Test), recording a receive's size when it completes now.
+  bool poll(std::size_t i) {
+    if (requests[i] == MPI_REQUEST_NULL) return true;
+    int done = 0;
+    MPI_Status status;
+    check(MPI_Test(&requests[i], &done, &status), what);
+    if (done) record(status);
+    return done != 0;
+  }
+  void record(const MPI_Status& status) {
+    if (!received) return;
+    MPI_Count count = 0;
+    check(MPI_Get_elements_x(&status, MPI_BYTE, &count), what);
+    *received = static_cast<std::size_t>(std::max<MPI_Count>(count, 0));
+  }
 };
 
 MpiComm::~MpiComm() = default;
@@ -405,18 +425,32 @@ std::size_t MpiComm::startBroadcast(void* data, std::size_t bytes, int root, con
 void MpiComm::wait(std::size_t request) {
   Started& started = *started_.at(request);
   for (std::size_t i = 0; i < started.requests.size(); ++i) {
-    waitFor(started.requests[i], timeoutSeconds(), started.what, patience(-1, started.bytes[i]));
+    if (started.requests[i] == MPI_REQUEST_NULL) continue;
+    MPI_Status status;
+    waitFor(started.requests[i], timeoutSeconds(), started.what, patience(-1, started.bytes[i]), &status);
+    started.record(status);
   }
+  spend(started);
+}
+
+bool MpiComm::test(std::size_t request) {
+  Started& started = *started_.at(request);
+  if (started.waited) return true;
+  for (std::size_t i = 0; i < started.requests.size(); ++i) {
+    if (!started.poll(i)) return false;
+  }
+  spend(started);
+  return true;
+}
+
+void MpiComm::spend(Started& started) {
   started.waited = true;
   if (std::all_of(started_.begin(), started_.end(), [](const auto& s) { return s->waited; })) started_.clear();
 }
 
 void MpiComm::progress() {
   for (auto& started : started_) {
-    for (MPI_Request& r : started->requests) {
-      int done = 0;
-      if (r != MPI_REQUEST_NULL) check(MPI_Test(&r, &done, MPI_STATUS_IGNORE), started->what);
-    }
+    for (std::size_t i = 0; i < started->requests.size(); ++i) started->poll(i);
   }
 }
 
@@ -536,6 +570,33 @@ Communicator::Received MpiComm::receive(void* data, std::size_t capacity, int so
   check(MPI_Imrecv(data, span.count, span.type, &message, &request), what);
   waitFor(request, timeoutSeconds(), what, patience(got.source, got.bytes));
   return got;
+}
+
+std::size_t MpiComm::startSend(const void* data, std::size_t bytes, int dest, int tag, const std::string& context) {
+  auto started = std::make_unique<Started>();
+  started->what = fmt::format("send to rank {} at {}", dest, context);
+  if (tag < kFirstFreeTag) throw InternalError(fmt::format("{}: tag {} is taken", started->what, tag));
+  const ByteSpan span(bytes, started->what);
+  started->requests.push_back(MPI_REQUEST_NULL);
+  started->bytes.push_back(bytes);
+  check(MPI_Isend(data, span.count, span.type, dest, tag, MPI_COMM_WORLD, &started->requests.back()), started->what);
+  if (doorbell_) doorbell_->ring(dest);
+  started_.push_back(std::move(started));
+  return started_.size() - 1;
+}
+
+std::size_t MpiComm::startReceive(void* data, std::size_t capacity, int source, int tag, std::size_t* received,
+                                  const std::string& context) {
+  auto started = std::make_unique<Started>();
+  started->what = fmt::format("receive from rank {} at {}", source, context);
+  if (tag < kFirstFreeTag) throw InternalError(fmt::format("{}: tag {} is taken", started->what, tag));
+  const ByteSpan span(capacity, started->what);
+  started->requests.push_back(MPI_REQUEST_NULL);
+  started->bytes.push_back(capacity);
+  started->received = received;
+  check(MPI_Irecv(data, span.count, span.type, source, tag, MPI_COMM_WORLD, &started->requests.back()), started->what);
+  started_.push_back(std::move(started));
+  return started_.size() - 1;
 }
 
 namespace {

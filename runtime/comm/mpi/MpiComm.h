@@ -45,6 +45,10 @@ class MpiComm : public Communicator {
   void barrier(const std::string& context) override;
   void send(const void* data, std::size_t bytes, int dest, const std::string& context) override;
   Received receive(void* data, std::size_t capacity, int source, const std::string& context) override;
+  std::size_t startSend(const void* data, std::size_t bytes, int dest, int tag, const std::string& context) override;
+  std::size_t startReceive(void* data, std::size_t capacity, int source, int tag, std::size_t* received,
+                           const std::string& context) override;
+  bool test(std::size_t request) override;
   std::unique_ptr<Window> exposeWindow(std::size_t count, const std::string& context) override;
   void expectLongWait() override { longWaitNext_ = true; }
 
@@ -90,8 +94,9 @@ class MpiComm : public Communicator {
   // between are woken to pass the sums on (README, "Performance": rank 0's CPU per step).
   enum class Flow { ToRoot, UpTree, FromRoot, AllToAll };
   void wake(Flow flow, int root = 0);
-  struct Started;  // the MPI_Requests of startReduceSum() and startBroadcast(), and what they are
+  struct Started;  // the MPI_Requests of a start*() call, and what they are
   std::vector<std::unique_ptr<Started>> started_;
+  void spend(Started& started);  // marks it waited for; once all are, the requests start anew
   // Starts `count` elements of `elementBytes` as chunks of at most 1 GiB, start(offset, n,
   // request) each; returns the request of them all.
   template <typename Start>

@@ -1,0 +1,65 @@
+#include "runtime/roles/ServerLoop.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <iostream>
+
+#include "runtime/Errors.h"
+#include "runtime/protocol/FlatParameters.h"
+
+namespace pstrain::roles {
+
+using namespace protocol;
+
+Server::Server(const RoleArgs& a, bool stepLink)
+    : UpdateState(a.comm, a.cfg, a.model, a.trainSamples, a.resume ? a.resume->step : 0, c10::kCPU, a.cfg.seed,
+                  stepLink) {
+  bindParameters(model, messages.weights);
+  readBuffers(model, messages.serverBuffers);
+  if (a.resume) restoreUpdate(*this, *a.resume);
+}
+
+void Server::setHeader(std::int64_t step, Control control, double lr) {
+  messages.setHeader({step, publisher->epochOf(std::min(step, std::max<std::int64_t>(total - 1, 0))), control,
+                      static_cast<float>(lr), static_cast<float>(update.lossScale()), 0});
+}
+
+StepStats Period::close(Server& s, int contributors, const UpdateTime& update, bool updateWithin, bool applied) {
+  const auto end = metrics::Clock::now();
+  const double cpuEnd = metrics::processCpuSeconds();
+  StepStats stats = s.stats(contributors);
+  stats.exchangeSeconds = std::chrono::duration<double>(end - start).count() - (updateWithin ? 0 : update.seconds);
+  stats.exchangeCpuSeconds = cpuEnd - cpuStart - update.cpuSeconds;
+  stats.updateSeconds = update.seconds;
+  stats.applied = applied;
+  start = end;
+  cpuStart = cpuEnd;
+  return stats;
+}
+
+void runServer(const RoleArgs& args, void (*loop)(Server&), bool stepLink, const std::string& details) {
+  Server s(args, stepLink);
+  const config::TrainConfig& cfg = args.cfg;
+  const config::ModeInfo& mode = cfg.modeInfo();
+  if (s.total >= kMaxVersionedSteps && mode.versioned()) {
+    throw ConfigError(fmt::format("--mode {} counts at most {} steps", mode.name, kMaxVersionedSteps - 1));
+  }
+  std::string modeText = mode.name;
+  if (mode.quorum == config::Quorum::Aggregate) {
+    modeText += fmt::format(" (aggregate {} of {})", cfg.batchesPerUpdate(s.computing), s.computing);
+  }
+  if (mode.stale == config::StalePolicy::RetryAfter) modeText += fmt::format(" (max staleness {})", cfg.maxStaleness);
+  if (!details.empty()) modeText += " (" + details + ")";
+  std::cout << fmt::format("pstrain: {} mode, {} workers, {} steps ({} per epoch), model {} ({} parameters), "
+                           "{}, batch {} per worker{}{}",
+                           modeText, s.computing, s.total, s.updatesPerEpoch, cfg.model, s.messages.weights.numel(),
+                           cfg.describeTrainSet(args.trainSamples), cfg.describeBatch(),
+                           s.shards != s.computing ? fmt::format(" and virtual shard ({} virtual shards: {} per step)",
+                                                                 s.shards, s.shards * cfg.shardBatch()) : "",
+                           s.firstStep ? fmt::format("; resuming at step {}", s.firstStep) : "")
+            << std::endl;
+  loop(s);
+}
+
+}  // namespace pstrain::roles

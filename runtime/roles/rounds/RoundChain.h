@@ -1,0 +1,81 @@
+#pragma once
+// How the two messages of a diloco round travel: along a chain of the ranks, a chunk at a
+// time. Up, the workers' summed pseudo-gradient: the last worker sends its chunks to the one
+// before it, which adds its own to each chunk as it arrives and passes the sum on, ...,
+// worker 1 to rank 0. Down, the server's message: rank 0 to worker 1, which passes each
+// chunk on to worker 2 as it arrives, and so on. So every link carries one message's bytes
+// each way whatever the number of workers (a gather, or a tree rooted at rank 0, makes rank
+// 0's link carry N), and a chunk moves on while the next one travels.
+//
+// Each hop encodes its up chunk with the up codec, under its own error feedback where that
+// is on. Down, the server sends either the weights whole (the first round, and with a
+// lossless down codec: raw floats or zlib) or, with a lossy down codec, the update that
+// moves the workers' copy of the weights toward its own: encoded, and applied by the server
+// to its copy exactly as every worker applies it to theirs (decoded, then added), so that
+// all copies stay equal bit for bit and what the coding left out is sent with the next
+// round's update (error feedback by construction).
+//
+// Nothing blocks but finish(): a worker calls advance() between its local steps, so that a
+// round's exchange can travel while it trains on. One exchange at a time per rank.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/codec/Codec.h"
+#include "runtime/comm/Communicator.h"
+
+namespace pstrain::roles {
+
+class RoundChain {
+ public:
+  struct Codecs {
+    std::string up = "none", down = "none";  // codec specs (codec/Codec.h)
+    bool upErrorFeedback = false;
+  };
+  // `weights`: floats of the model's parameters; `upFixed`, `downFixed`: the raw floats
+  // that follow them in each message (buffers and trailer; header, buffers and shares).
+  // `seed` seeds this rank's encoders. Not collective.
+  RoundChain(comm::Communicator& comm, std::int64_t weights, std::int64_t upFixed, std::int64_t downFixed,
+             const Codecs& codecs, std::uint64_t seed);
+  ~RoundChain();
+
+  // Whether the down message sends updates (a lossy down codec) rather than whole weights.
+  bool sendsUpdates() const;
+
+  // A worker starts a round's exchange: `delta` (weights floats) and `fixed` (upFixed
+  // floats) go up, summed with those of the workers after it; the down message comes into
+  // `global` (weights floats: replaced, or moved by the server's update) and `downFixed`.
+  // All four are the caller's and left alone until the exchange is done. With `delta` null
+  // nothing goes up (the run's first down message).
+  void startWorker(const float* delta, const float* fixed, float* global, float* downFixed, const std::string& context);
+  // The server starts receiving the sum of the workers' up messages into `delta` and
+  // `fixed` (overwritten).
+  void startServerUp(float* delta, float* fixed, const std::string& context);
+  // The server sends `fixed` (downFixed floats), then `weights` whole (`target` null) or
+  // the update that moves `weights` toward `target`, which it applies to `weights` here.
+  // The buffers are left alone until the exchange is done.
+  void startServerDown(const float* fixed, float* weights, const float* target, const std::string& context);
+
+  // Moves on what arrived (sums, relays, decodes) without waiting; whether this rank's part
+  // of the started exchange is done (a worker's: its up message passed on and the whole
+  // down message in and passed on; the server's: the one it started).
+  bool advance();
+  // A worker: whether the whole down message is in (it may still be passing it on).
+  bool downArrived() const;
+  // advance() until done, each wait bounded by the communicator's timeout.
+  void finish();
+
+  // What this rank's link carried since the last call: bytes sent and received, as they
+  // travelled and unencoded (the same messages as raw floats), and seconds spent coding.
+  struct Traffic {
+    double sent = 0, received = 0, rawSent = 0, rawReceived = 0, codecSeconds = 0;
+  };
+  Traffic take();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pstrain::roles

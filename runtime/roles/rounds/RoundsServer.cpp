@@ -1,0 +1,157 @@
+// Rank 0 of the local-rounds exchange (diloco): each round the workers' summed
+// pseudo-gradient up the chain, the outer optimizer's step of the global weights, and the
+// weights (or the update toward them) back down.
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <iostream>
+#include <vector>
+
+#include "runtime/Stop.h"
+#include "runtime/codec/Codec.h"
+#include "runtime/optim/LrSchedule.h"
+#include "runtime/protocol/FlatParameters.h"
+#include "runtime/roles/Balance.h"
+#include "runtime/roles/ServerLoop.h"
+#include "runtime/roles/rounds/RoundChain.h"
+#include "runtime/roles/rounds/Rounds.h"
+#include "runtime/roles/rounds/RoundsPlan.h"
+
+namespace pstrain::roles {
+namespace {
+
+using namespace protocol;
+
+// What the rounds loop reports per metrics line beyond the per-step figures: the rounds, the
+// mean L2 norm of the averaged pseudo-gradient, one round's message sizes, the share of the
+// wall time spent communicating (the rounds' periods less their slowest worker's compute),
+// the outer lr, and the local steps each worker was dealt.
+struct RoundCounts {
+  double outerLr = 0;
+  std::int64_t rounds = 0, roundsInLine = 0;
+  double deltaNormSum = 0, commSeconds = 0, wallSeconds = 0, bytesDown = 0, bytesUp = 0;
+  std::vector<int> localSteps;
+
+  void add(const StepStats& stats, double deltaNorm) {
+    ++rounds;
+    ++roundsInLine;
+    deltaNormSum += deltaNorm;
+    commSeconds += std::max(0.0, stats.exchangeSeconds - stats.slowestComputeSeconds);
+    wallSeconds += stats.exchangeSeconds + stats.updateSeconds;
+    bytesDown = stats.bytesDown;
+    bytesUp = stats.bytesUp;
+  }
+  void addTo(metrics::JsonObject& line) {
+    line.add("rounds", rounds).add("outer_lr", outerLr);
+    line.add("delta_norm", roundsInLine ? deltaNormSum / static_cast<double>(roundsInLine) : 0.0);
+    line.add("comm_share", wallSeconds > 0 ? commSeconds / wallSeconds : 0.0);
+    line.add("round_bytes_sent", static_cast<std::int64_t>(bytesDown));
+    line.add("round_bytes_received", static_cast<std::int64_t>(bytesUp));
+    line.addRaw("local_steps_by_worker", metrics::jsonArray(localSteps));
+    roundsInLine = 0;
+    deltaNormSum = commSeconds = wallSeconds = 0;
+  }
+};
+
+// The global weights as the server keeps them. The outer optimizer steps messages.weights;
+// with a lossy down codec the model (what checkpoints hold, and what every worker holds bit
+// for bit) is a copy of them that each round's coded update moves toward them.
+struct GlobalWeights {
+  explicit GlobalWeights(Server& s, bool updates) : s(s) {
+    if (!updates) return;
+    copy = std::make_unique<FloatBuffer>(static_cast<std::size_t>(s.messages.weights.numel()));
+    std::copy(s.messages.weights.data_ptr<float>(), s.messages.weights.data_ptr<float>() + copy->size(), copy->data());
+    bindParameters(s.model, copy->view(0, static_cast<std::int64_t>(copy->size())));
+  }
+  float* sent() { return copy ? copy->data() : s.messages.weights.data_ptr<float>(); }
+  const float* target() const { return copy ? s.messages.weights.data_ptr<float>() : nullptr; }
+
+  Server& s;
+  std::unique_ptr<FloatBuffer> copy;
+};
+
+void runRounds(Server& s) {
+  const RoundsPlan plan = roundsPlanOf(s.cfg);
+  const std::int64_t H = plan.localSteps;
+  const int workers = s.computing;
+  const std::int64_t weightCount = s.messages.weights.numel();
+  RoundChain chain(s.comm, weightCount, static_cast<std::int64_t>(s.messages.up.size()) - weightCount,
+                   static_cast<std::int64_t>(kHeaderFloats) + s.messages.downTail.numel(), plan.codecs, s.cfg.seed * 7919u);
+  GlobalWeights global(s, chain.sendsUpdates());
+  ShareBalancer balancer(s.comm.size(), static_cast<int>(std::min<std::int64_t>(H * workers, 1 << 30)), s.cfg.balance,
+                         /*rebalanceEvery=*/1);
+  RoundCounts counts;
+  counts.outerLr = s.lr(0);
+  s.publisher->setExtras([&](metrics::JsonObject& line) { counts.addTo(line); });
+  std::int64_t step = s.firstStep;
+  auto innerLr = [&](std::int64_t at) {
+    return optim::learningRate(s.cfg, s.cfg.batchesPerUpdate(s.shards), std::min(at, s.total - 1), s.total);
+  };
+  // The header and shares of the next round (or the stop): its first step, its inner lr,
+  // each worker's local steps.
+  auto announce = [&] {
+    const bool train = step < s.total && !s.publisher->timeToStop();
+    s.setHeader(step, train ? Control::Train : Control::Stop, train ? innerLr(step) : 0);
+    const std::int64_t length = std::min(H, s.total - step);
+    balancer.write(s.messages.shares.data_ptr<float>());
+    if (length > 0 && length < H) std::fill_n(s.messages.shares.data_ptr<float>() + 1, workers, static_cast<float>(length));
+    counts.localSteps.assign(s.messages.shares.data_ptr<float>() + 1, s.messages.shares.data_ptr<float>() + 1 + workers);
+    return train;
+  };
+  auto contextOf = [&](bool train) { return train ? fmt::format("round at step {}", step) : s.stopContext; };
+  std::vector<float> downFixed(static_cast<std::size_t>(kHeaderFloats + s.messages.downTail.numel()));
+  // The down message: the header, buffers and shares, then the weights whole (the first
+  // round's) or the update toward the outer step's.
+  auto sendDown = [&](bool train, bool whole) {
+    std::copy(s.messages.down.data(), s.messages.down.data() + kHeaderFloats, downFixed.begin());
+    std::copy(s.messages.downTail.data_ptr<float>(), s.messages.downTail.data_ptr<float>() + s.messages.downTail.numel(),
+              downFixed.begin() + kHeaderFloats);
+    chain.startServerDown(downFixed.data(), global.sent(), whole ? nullptr : global.target(), contextOf(train));
+    chain.finish();
+  };
+  bool training = announce();
+  sendDown(training, /*whole=*/true);
+  Period period;
+  bool warnedOfTimeout = false;
+  while (training) {
+    currentStep() = step;
+    const std::int64_t length = std::min(H, s.total - step);
+    chain.startServerUp(s.messages.up.data(), s.messages.up.data() + weightCount, contextOf(true));
+    s.comm.expectLongWait();  // the workers train first
+    chain.finish();
+    UpdateTime update;
+    bool applied = false;
+    update.add([&] { applied = s.update.apply(s.lr(step), workers, step); });
+    const std::int64_t first = step;
+    step += length;
+    if (length == H) balancer.record(s.messages.trailer + kComputeSeconds);
+    training = announce();
+    sendDown(training, /*whole=*/false);
+    StepStats stats = period.close(s, workers, update, /*updateWithin=*/false, applied);
+    const RoundChain::Traffic traffic = chain.take();
+    stats.bytesDown = traffic.sent;
+    stats.rawBytesDown = traffic.rawSent;
+    stats.bytesUp = traffic.received;
+    stats.rawBytesUp = traffic.rawReceived;
+    stats.codecSeconds += traffic.codecSeconds;
+    counts.add(stats, s.update.gradNorm());
+    // Every rank waits a round for the slowest worker: --timeout must outlast one.
+    if (!warnedOfTimeout && stats.slowestComputeSeconds > s.cfg.timeoutSeconds / 2) {
+      warnedOfTimeout = true;
+      std::cout << fmt::format("pstrain: warning: a round of {} local steps took {:.1f} s, --timeout is {} s: raise "
+                               "--timeout above a round, or lower --local-steps", length, stats.slowestComputeSeconds,
+                               s.cfg.timeoutSeconds) << std::endl;
+    }
+    s.publisher->record(step - 1, innerLr(first), stats, length);
+  }
+  s.publisher->finish(step);
+}
+
+}  // namespace
+
+void serveRounds(const RoleArgs& args) {
+  runServer(args, runRounds, /*stepLink=*/false, describeRounds(roundsPlanOf(args.cfg), args.cfg));
+}
+
+}  // namespace pstrain::roles

@@ -1,0 +1,206 @@
+// A worker of the local-rounds exchange (diloco): rounds of local training between two
+// exchanges with rank 0 (RoundsServer.cpp), the exchange passed along the chain of workers
+// (RoundChain.h).
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <optional>
+
+#include "runtime/Stop.h"
+#include "runtime/optim/LrSchedule.h"
+#include "runtime/optim/Optimizer.h"
+#include "runtime/protocol/FlatParameters.h"
+#include "runtime/protocol/StepMessages.h"
+#include "runtime/roles/LocalTrainer.h"
+#include "runtime/roles/SummedUpdate.h"
+#include "runtime/roles/rounds/RoundChain.h"
+#include "runtime/roles/rounds/Rounds.h"
+#include "runtime/roles/rounds/RoundsPlan.h"
+
+namespace pstrain::roles {
+
+using namespace protocol;
+
+namespace {
+
+// What a round's local steps add up to: the up message's trailer for the round.
+struct RoundTotals {
+  double lossSum = 0, samples = 0, computeSeconds = 0, dataWaitSeconds = 0;
+
+  // A local step's trailer (LocalTrainer::computeGradient) and whether its update was
+  // applied: the loss and samples of one that --skip-nonfinite dropped do not count.
+  void add(const float* trailer, int rank, bool applied) {
+    computeSeconds += trailer[kComputeSeconds + rank];
+    dataWaitSeconds += trailer[kDataWaitSeconds];
+    if (!applied) return;
+    lossSum += trailer[kLossSum];
+    samples += trailer[kSamples];
+  }
+  // A round in which no step was applied says so (the server then skips it under
+  // --skip-nonfinite), with one sample so that the sum stays a count.
+  void write(float* trailer, int ranks, int rank, std::int64_t version) const {
+    std::fill(trailer, trailer + trailerFloats(ranks), 0.0f);
+    trailer[kLossSum] = static_cast<float>(lossSum);
+    trailer[kSamples] = static_cast<float>(samples > 0 ? samples : 1);
+    trailer[kNonFinite] = samples > 0 ? 0.0f : 1.0f;
+    trailer[kDataWaitSeconds] = static_cast<float>(dataWaitSeconds);
+    trailer[kVersion] = static_cast<float>(version);
+    trailer[kComputeSeconds + rank] = static_cast<float>(computeSeconds);
+  }
+};
+
+// A worker's state across rounds. Two sets of messages: `local` is this worker's own
+// training (the model computes from its weights, --optimizer steps them, its state kept
+// across rounds as in DiLoCo), `global` the exchange with rank 0: its weights are this
+// worker's copy of the global weights (equal bit for bit to the server's), its gradient the
+// pseudo-gradient going up. A round's progress is measured from `base`: the global weights
+// it started from; in an overlapped round, the local weights it started from (where the last
+// round ended, while that round's exchange travelled) until the new global weights are in,
+// when its progress moves onto them (rebase()).
+class RoundsWorker {
+ public:
+  explicit RoundsWorker(const RoleArgs& args)
+      : cfg_(args.cfg),
+        comm_(args.comm),
+        rank_(comm_.rank()),
+        plan_(roundsPlanOf(cfg_)),
+        local_(models::parameterCount(args.model), bufferCount(args.model), comm_.size(), args.device),
+        global_(models::parameterCount(args.model), bufferCount(args.model), comm_.size()),
+        trainer_(cfg_, args.model, *args.train, args.device, local_, rank_ - 1, comm_.size() - 1, rank_),
+        inner_(optim::makeOptimizer(cfg_)),
+        update_(cfg_, *inner_, args.model, local_),
+        chain_(comm_, global_.weights.numel(), static_cast<std::int64_t>(global_.up.size()) - global_.weights.numel(),
+               static_cast<std::int64_t>(kHeaderFloats) + global_.downTail.numel(), plan_.codecs,
+               cfg_.seed * 7919u + static_cast<std::uint64_t>(rank_)),
+        downFixed_(static_cast<std::size_t>(kHeaderFloats + global_.downTail.numel())),
+        total_(config::totalSteps(cfg_, cfg_.updatesPerEpoch(trainer_.sampler().stepsPerEpoch(), comm_.size() - 1))) {}
+
+  void run() {
+    receiveDown(/*delta=*/false, "the first round");
+    if (header().control == Control::Stop) return;
+    // The run's step at which this round starts; this worker's next batch of its shard
+    // (equal rounds keep it at the run's step, so a resumed run sees the same batches).
+    std::int64_t roundStart = header().step, batch = header().step;
+    std::int64_t steps = dealt();
+    startFromGlobal();
+    while (roundStart < total_) {
+      currentStep() = roundStart;
+      const std::string context = fmt::format("round at step {}", roundStart);
+      // A short last round is dealt evenly (rank 0's rule, which an overlapped worker, its
+      // shares a round old, applies itself).
+      const std::int64_t span = std::min(plan_.localSteps, total_ - roundStart);
+      const RoundTotals round = trainLocally(roundStart, span, span < plan_.localSteps ? span : steps, batch);
+      if (inFlight_) {  // the last round's exchange: all of it in before this round's goes
+        chain_.finish();
+        inFlight_ = false;
+        if (!rebased_) rebase();
+        if (header().control == Control::Stop) return finishWithGlobal();  // the run ended: drop the round
+        steps = dealt();
+      }
+      // Summed over the workers and divided by the summed samples: the sample-weighted mean
+      // pseudo-gradient; the buffers, the local model's, are averaged likewise.
+      at::sub_out(global_.grad, base(), local_.weights);
+      global_.grad.mul_(round.samples > 0 ? round.samples : 0.0);
+      global_.workerBuffers.copy_(local_.serverBuffers);
+      round.write(global_.trailer, comm_.size(), rank_, roundStart);
+      roundStart += span;
+      if (plan_.overlap) {
+        overlappedBase_ = local_.weights.clone();
+        chain_.startWorker(global_.grad.data_ptr<float>(), global_.up.data() + global_.weights.numel(),
+                           global_.weights.data_ptr<float>(), downFixed_.data(), context);
+        inFlight_ = true;
+        rebased_ = false;
+        continue;
+      }
+      receiveDown(/*delta=*/true, context);
+      if (header().control == Control::Stop) return finishWithGlobal();
+      steps = dealt();
+      startFromGlobal();
+    }
+    if (inFlight_) {  // overlapped: the last round's exchange, whose down message says stop
+      chain_.finish();
+      takeDownFixed();
+    }
+    finishWithGlobal();
+  }
+
+ private:
+  const StepHeader& header() const { return header_; }
+  // The local steps rank 0 dealt this worker.
+  std::int64_t dealt() const { return static_cast<std::int64_t>(global_.shares.data_ptr<float>()[rank_]); }
+  const at::Tensor& base() const { return overlappedBase_.defined() ? overlappedBase_ : global_.weights; }
+
+  // A whole exchange: this worker's pseudo-gradient up (`delta`: from global_.up), then
+  // the down message in.
+  void receiveDown(bool delta, const std::string& context) {
+    chain_.startWorker(delta ? global_.grad.data_ptr<float>() : nullptr,
+                       delta ? global_.up.data() + global_.weights.numel() : nullptr, global_.weights.data_ptr<float>(),
+                       downFixed_.data(), context);
+    chain_.finish();
+    takeDownFixed();
+  }
+  // The down message's header, buffers and shares into global_.
+  void takeDownFixed() {
+    std::copy(downFixed_.begin(), downFixed_.begin() + kHeaderFloats, global_.down.data());
+    std::copy(downFixed_.begin() + kHeaderFloats, downFixed_.end(), global_.downTail.data_ptr<float>());
+    header_ = global_.header();
+  }
+  void startFromGlobal() {
+    local_.weights.copy_(global_.weights);
+    local_.serverBuffers.copy_(global_.serverBuffers);
+    trainer_.loadWeights();
+  }
+  // Overlapped: the new global weights are in; this round's progress so far moves onto them.
+  void rebase() {
+    takeDownFixed();
+    local_.weights.add_(global_.weights).sub_(overlappedBase_);
+    overlappedBase_.copy_(global_.weights);
+    local_.serverBuffers.copy_(global_.serverBuffers);
+    trainer_.loadWeights();
+    rebased_ = true;
+  }
+  // The end of the run: this worker holds the final global weights, as rank 0 does.
+  void finishWithGlobal() { startFromGlobal(); }
+
+  // The round that starts at the run's step `roundStart` and spans `span` steps: this
+  // worker's `steps` local steps of it, from its batch `batch` on (advanced), their inner lr
+  // following the schedule across the span. An exchange in flight moves on between steps,
+  // and its progress moves onto the global weights as soon as they are in.
+  RoundTotals trainLocally(std::int64_t roundStart, std::int64_t span, std::int64_t steps, std::int64_t& batch) {
+    RoundTotals round;
+    for (std::int64_t h = 0; h < steps; ++h) {
+      const std::int64_t at = roundStart + h * span / steps;
+      trainer_.computeGradient(batch++, at, update_.lossScale());
+      const bool applied = update_.apply(optim::learningRate(cfg_, 1, at, total_), 1, at);
+      round.add(local_.trailer, rank_, applied);
+      trainer_.loadWeights();  // on a device: the weights the update changed on the host
+      if (inFlight_ && !rebased_) {
+        chain_.advance();
+        if (chain_.downArrived()) rebase();
+      }
+    }
+    return round;
+  }
+
+  const config::TrainConfig& cfg_;
+  comm::Communicator& comm_;
+  const int rank_;
+  const RoundsPlan plan_;
+  StepMessages local_, global_;
+  LocalTrainer trainer_;
+  std::unique_ptr<optim::Optimizer> inner_;
+  SummedUpdate update_;
+  RoundChain chain_;
+  std::vector<float> downFixed_;  // the down message's header, buffers and shares as they arrive
+  StepHeader header_;
+  const std::int64_t total_;  // the run's steps
+  at::Tensor overlappedBase_;  // overlapped rounds: where this round's progress is measured from
+  bool inFlight_ = false, rebased_ = false;
+};
+
+}  // namespace
+
+void runRoundsWorker(const RoleArgs& args) { RoundsWorker(args).run(); }
+
+}  // namespace pstrain::roles
