@@ -37,6 +37,7 @@ struct Flag {
   Agreement agreement;
   Reading reading;                    // null: the canonical value
   void (*check)(const TrainConfig&);  // throws ConfigError naming the flag; null: any value
+  const char* implicitValue = nullptr;  // the value of the bare flag (--overlap-rounds), if it may stand alone
 };
 
 void requireOneOf(const char* flag, const std::string& value, const std::set<std::string>& allowed) {
@@ -64,6 +65,8 @@ std::optional<std::string> whenSynthetic(const TrainConfig& c, const std::string
   return c.dataset.rfind("synthetic", 0) == 0 ? v : "-";
 }
 std::optional<std::string> resolvedLoss(const TrainConfig& c, const std::string&) { return c.lossFunction(); }
+std::optional<std::string> resolvedGradientCodec(const TrainConfig& c, const std::string&) { return c.gradientCodec(); }
+std::optional<std::string> resolvedWeightCodec(const TrainConfig& c, const std::string&) { return c.weightCodec(); }
 // Flags newer than some runs: part of the fingerprint only away from their default, so that
 // the fingerprints of runs from before them stay what they were.
 std::optional<std::string> onlyWhenOn(const TrainConfig& c, const std::string& v) {
@@ -107,10 +110,10 @@ const std::vector<Flag> kFlags = {
        require(std::isfinite(c.peerTimeoutMs) && c.peerTimeoutMs > 0 && c.peerTimeoutMs <= kMaxSeconds * 1000,
                fmt::format("--peer-timeout-ms must be a positive number of at most {} (got {})", kMaxSeconds * 1000,
                            c.peerTimeoutMs)); }},
-    {"local-steps", "Modes", "diloco: inner optimizer steps each worker runs alone between two exchanges (H)",
-     &TrainConfig::localSteps, A::Fingerprint, whenDiloco, [](const TrainConfig& c) {
-       require(c.localSteps >= 1 && c.localSteps <= 1'000'000,
-               fmt::format("--local-steps must be in [1, 1000000] (got {})", c.localSteps)); }},
+    {"local-steps", "Modes",
+     "diloco: inner optimizer steps each worker runs alone between two exchanges (H), or auto: measured in the "
+     "first round (10 steps), the fewest in [10, 500] that keep the exchange under a tenth of a round",
+     &TrainConfig::localStepsFlag, A::Fingerprint, whenDiloco, [](const TrainConfig& c) { c.fixedLocalSteps(); }},
     {"outer-lr", "Modes", "diloco: the outer optimizer's learning rate on the averaged pseudo-gradient",
      &TrainConfig::outerLr, A::Fingerprint, whenDiloco, [](const TrainConfig& c) {
        require(std::isfinite(c.outerLr) && c.outerLr > 0 && c.outerLr <= 10,
@@ -120,22 +123,28 @@ const std::vector<Flag> kFlags = {
        require(std::isfinite(c.outerMomentum) && c.outerMomentum >= 0 && c.outerMomentum < 1,
                fmt::format("--outer-momentum must be in [0, 1) (got {})", c.outerMomentum)); }},
     {"overlap-rounds", "Modes",
-     "diloco: start each round from the local weights while the last round's exchange travels, and move the "
-     "round's progress onto the new global weights when they arrive (Streaming DiLoCo's one-round delay; raw "
-     "messages only)", &TrainConfig::overlapRounds, A::Fingerprint, whenDiloco, [](const TrainConfig& c) {
-       require(!c.overlapRounds || c.modeInfo().outerOptimizer(), "--overlap-rounds overlaps diloco's rounds: --mode diloco only"); }},
+     "diloco: on | off | auto: start each round from the local weights while the last round's exchange travels, "
+     "and move the round's progress onto the new global weights as soon as they are in; auto: on when even the "
+     "largest --local-steps would leave the exchange over a tenth of a round (bare --overlap-rounds: on)",
+     &TrainConfig::overlapRoundsFlag, A::Fingerprint, whenDiloco, [](const TrainConfig& c) {
+       requireOneOf("overlap-rounds", c.overlapRoundsFlag, {"on", "off", "auto"});
+       require(c.overlapRoundsFlag != "on" || c.modeInfo().outerOptimizer(),
+               "--overlap-rounds overlaps diloco's rounds: --mode diloco only"); }, "on"},
     {"outer-optimizer", "Modes", "diloco: " + outerOptimizerNames() + " (rank 0's rule on the averaged pseudo-gradient)",
      &TrainConfig::outerOptimizer, A::Fingerprint, whenDiloco, [](const TrainConfig& c) {
        outerOptimizerInfo(c.outerOptimizer); }},
 
     {"compress", "Compression",
-     "gradients (worker -> server, allreduce): none, zlib[:LEVEL], fp16, bf16, int8, topk:RATIO, randomk:RATIO, powersgd:RANK",
-     &TrainConfig::compress, A::Fingerprint, nullptr, [](const TrainConfig& c) {
+     "gradients (worker -> server, allreduce): auto (diloco: " + std::string(kFrugalCodec) + ", else none), none, "
+     "zlib[:LEVEL], fp16, bf16, int8, int4, topk:RATIO, randomk:RATIO, powersgd:RANK",
+     &TrainConfig::compress, A::Fingerprint, resolvedGradientCodec, [](const TrainConfig& c) {
        require(c.modeInfo().exchange != Exchange::Gossip || (!c.compressesGradients() && !c.compressesWeights()),
                fmt::format("--mode {} reads peers' weights one-sidedly: --compress and --compress-weights do not apply",
                            c.modeInfo().name)); }},
-    {"compress-weights", "Compression", "weights (server -> worker): none, zlib[:LEVEL], fp16, bf16, int8",
-     &TrainConfig::compressWeights, A::Fingerprint, nullptr, [](const TrainConfig& c) {
+    {"compress-weights", "Compression",
+     "weights (server -> worker): auto (diloco: " + std::string(kFrugalCodec) + " updates unless --compress none, "
+     "else none), none, zlib[:LEVEL], fp16, bf16, int8, int4",
+     &TrainConfig::compressWeights, A::Fingerprint, resolvedWeightCodec, [](const TrainConfig& c) {
        require(!c.modeInfo().peers() || !c.compressesWeights(),
                fmt::format("--mode {} sends no weights: --compress-weights does not apply (--compress does)",
                            c.modeInfo().name)); }},
@@ -413,7 +422,10 @@ cxxopts::Options makeOptions() {
   for (const char* group : kGroups) {
     auto add = options.add_options(group);
     for (const Flag& flag : kFlags) {
-      if (std::string(flag.group) == group) add(flag.name, flag.help, optionValue(flag.member));
+      if (std::string(flag.group) != group) continue;
+      auto value = optionValue(flag.member);
+      if (flag.implicitValue) value->implicit_value(flag.implicitValue);
+      add(flag.name, flag.help, value);
     }
   }
   options.add_options("Model and data")("list-models", "print the models and exit")("list-datasets",

@@ -123,6 +123,29 @@ TrainConfig TrainConfig::updateRule() const {
   return rule;
 }
 
+std::string TrainConfig::gradientCodec() const {
+  if (compress != kAuto) return compress;
+  return modeInfo().outerOptimizer() ? kFrugalCodec : kRawCodec;
+}
+
+std::string TrainConfig::weightCodec() const {
+  if (compressWeights != kAuto) return compressWeights;
+  return modeInfo().outerOptimizer() && compress != kRawCodec ? kFrugalCodec : kRawCodec;
+}
+
+std::int64_t TrainConfig::fixedLocalSteps() const {
+  if (localStepsFlag == kAuto) return 0;
+  std::size_t used = 0;
+  std::int64_t steps = -1;
+  try {
+    steps = std::stoll(localStepsFlag, &used);
+  } catch (const std::exception&) {
+  }
+  require(used == localStepsFlag.size() && steps >= 1 && steps <= 1'000'000,
+          fmt::format("--local-steps must be auto or a whole number in [1, 1000000] (got '{}')", localStepsFlag));
+  return steps;
+}
+
 bool TrainConfig::overlapping() const {
   return overlap == "on" && modeInfo().exchange == Exchange::Collective && !compressesGradients() &&
          !compressesWeights() && !skipNonfinite && clipGradNorm == 0 && !lossScaling();

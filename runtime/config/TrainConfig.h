@@ -15,6 +15,10 @@ namespace pstrain::config {
 // The codec spec of raw floats, the identity coding (runtime/codec's "none" row): the
 // default of --compress and --compress-weights.
 constexpr const char* kRawCodec = "none";
+// diloco's codec both ways unless told otherwise: 4-bit values with a scale per block, a
+// seventh of float32's bytes (codec/Codec.h).
+constexpr const char* kFrugalCodec = "int4";
+constexpr const char* kAuto = "auto";
 
 // Bounds of the numbers a run takes (checked by the flags, so that no product or cast of
 // them overflows): steps and step counts, and seconds of any wait or limit (30 days).
@@ -86,16 +90,16 @@ struct TrainConfig {
   double divergenceThreshold = 0;         // gossip
   double peerTimeoutMs = 100;             // gossip
   std::string straggle;                   // testing: "RANK:MS[,RANK:MS...]"
-  std::int64_t localSteps = 50;           // diloco: inner steps per round (H)
+  std::string localStepsFlag = kAuto;     // diloco: inner steps per round (H), or auto (roles/rounds)
   double outerLr = 0.7;                   // diloco
-  double outerMomentum = 0.9;             // diloco
+  double outerMomentum = 0.6;             // diloco
   std::string outerOptimizer = "nesterov";  // diloco: a row of outerOptimizers()
-  bool overlapRounds = false;             // diloco: a round's exchange travels during the next round
+  std::string overlapRoundsFlag = kAuto;  // diloco: on | off | auto (roles/rounds)
   double simulateComputeMs = 0;           // benchmarks
 
-  // Compression (runtime/codec).
-  std::string compress = kRawCodec;
-  std::string compressWeights = kRawCodec;
+  // Compression (runtime/codec): codec specs, or auto (see gradientCodec()).
+  std::string compress = kAuto;
+  std::string compressWeights = kAuto;
   std::string errorFeedback = "auto";
 
   // Throws ConfigError naming the flag when a value is out of range or flags contradict
@@ -110,9 +114,16 @@ struct TrainConfig {
   std::int64_t shardBatch() const { return batchSize * gradAccum; }
   // shardBatch() for the start-up lines: "32", or "32 (4 micro-batches of 8)".
   std::string describeBatch() const;
-  // Whether --compress / --compress-weights code the messages (a codec other than raw floats).
-  bool compressesGradients() const { return compress != kRawCodec; }
-  bool compressesWeights() const { return compressWeights != kRawCodec; }
+  // --compress and --compress-weights as they apply, auto resolved: in diloco kFrugalCodec
+  // both ways (the pseudo-gradient up; the update toward the new weights down) unless
+  // --compress none (raw floats both ways, as diloco's rounds were), elsewhere raw floats.
+  std::string gradientCodec() const;
+  std::string weightCodec() const;
+  // Whether they code the messages (a codec other than raw floats).
+  bool compressesGradients() const { return gradientCodec() != kRawCodec; }
+  bool compressesWeights() const { return weightCodec() != kRawCodec; }
+  // --local-steps as a number; 0 for auto (measured in the first round: roles/rounds).
+  std::int64_t fixedLocalSteps() const;
 
   // Whether the workers scale the loss and rank 0 skips overflowed updates
   // (optim/LossScale.h): --loss-scale dynamic, or auto with --precision fp16.

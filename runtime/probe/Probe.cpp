@@ -199,7 +199,7 @@ ProbeMeasurements costInputs(const config::TrainConfig& cfg, const std::vector<i
   const Measured& first = all[static_cast<std::size_t>(computing.front())];
   for (std::size_t i = 0; i < kGradientCodecCount; ++i) m.gradientCodecs[kGradientCodecs[i]] = first.gradientCodecs[i];
   for (std::size_t i = 0; i < kWeightCodecCount; ++i) m.weightCodecs[kWeightCodecs[i]] = first.weightCodecs[i];
-  m.localSteps = cfg.localSteps;
+  if (cfg.fixedLocalSteps() > 0) m.localSteps = cfg.fixedLocalSteps();
   return m;
 }
 
@@ -252,7 +252,7 @@ const Prediction& asConfigured(const std::vector<Prediction>& predictions, const
   for (const auto& p : predictions) {
     if (p.mode != mode || p.workers != workers) continue;
     const bool peers = p.weightCodec == "-";
-    if (p.gradientCodec == cfg.compress && (peers || p.weightCodec == cfg.compressWeights)) return p;
+    if (p.gradientCodec == cfg.gradientCodec() && (peers || p.weightCodec == cfg.weightCodec())) return p;
     if (p.gradientCodec == config::kRawCodec && (peers || p.weightCodec == config::kRawCodec)) raw = &p;
   }
   return *raw;

@@ -52,9 +52,9 @@ class RawUp : public UpFrame {
 class CodedUp : public UpFrame {
  public:
   CodedUp(const config::TrainConfig& cfg, const models::Net& model, StepMessages& m, std::uint64_t seed) : m_(m) {
-    const bool feedback = codec::errorFeedbackOn(cfg.errorFeedback, cfg.compress);
+    const bool feedback = codec::errorFeedbackOn(cfg.errorFeedback, cfg.gradientCodec());
     encoder_ = std::make_unique<codec::ErrorFeedbackEncoder>(
-        codec::makeCodec(cfg.compress, parameterShapes(model), seed, "compress", feedback), feedback);
+        codec::makeCodec(cfg.gradientCodec(), parameterShapes(model), seed, "compress", feedback), feedback);
     decoded_.resize(static_cast<std::size_t>(m.grad.numel()));
     inbox_.resize(encoder_->codec().maxFrameBytes() + fixedBytes());
   }
@@ -126,8 +126,8 @@ class RawDown : public DownFrame {
 class CodedDown : public DownFrame {
  public:
   CodedDown(const config::TrainConfig& cfg, const models::Net& model, StepMessages& m, std::uint64_t seed) : m_(m) {
-    codec::validateSpec(cfg.compressWeights, true, "compress-weights");
-    codec_ = codec::makeCodec(cfg.compressWeights, parameterShapes(model), seed, "compress-weights");
+    codec::validateSpec(cfg.weightCodec(), true, "compress-weights");
+    codec_ = codec::makeCodec(cfg.weightCodec(), parameterShapes(model), seed, "compress-weights");
     inbox_.resize(codec_->maxFrameBytes() + fixedBytes());
   }
   bool fixedSize() const override { return false; }

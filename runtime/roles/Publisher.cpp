@@ -6,6 +6,7 @@
 #include "runtime/rundir/TrainDir.h"
 #include "runtime/metrics/Clock.h"
 #include "runtime/metrics/Startup.h"
+#include "runtime/rundir/ReadFile.h"
 #include "runtime/rundir/RunFiles.h"
 
 #include <fmt/format.h>
@@ -205,6 +206,21 @@ void Publisher::writeLine(std::int64_t done) {
   window_ = StepStats();
   windowSteps_ = 0;
   windowStart_ = metrics::steadySeconds();
+}
+
+void Publisher::addToRunJson(const std::string& key, const metrics::JsonObject& value) const {
+  const std::string path = rundir::pathOf(cfg_.trainDir, rundir::kRunJson);
+  try {
+    std::string run = rundir::readRegularFile(path, [&](const std::string& what) {
+      throw CheckpointError(fmt::format("{}: {}", path, what));
+    });
+    const std::size_t end = run.rfind('}');
+    if (end == std::string::npos) throw CheckpointError(fmt::format("{}: not a JSON object", path));
+    run = run.substr(0, end) + "," + metrics::jsonQuote(key) + ":" + value.str() + "}\n";
+    rundir::atomicWrite(path, run);
+  } catch (const Error& e) {
+    std::cout << fmt::format("pstrain: warning: could not add '{}' to run.json ({})", key, e.what()) << std::endl;
+  }
 }
 
 void Publisher::finish(std::int64_t stepsDone) {

@@ -37,6 +37,11 @@ class Publisher {
   // calling `extras` then; it must stay callable until finish() returns.
   void setExtras(std::function<void(metrics::JsonObject&)> extras) { extras_ = std::move(extras); }
 
+  // Adds "key": value to the run's run.json (written at start-up): what a mode learns of
+  // the run once it runs (diloco's measured rounds). A run.json that cannot be rewritten is
+  // reported and left as it was.
+  void addToRunJson(const std::string& key, const metrics::JsonObject& value) const;
+
   // After update `step` (0-based), which ends the `steps` steps step - steps + 1 .. step (a
   // diloco round; 1 elsewhere): adds `stats` to the current window, whose per-step figures
   // then count those steps. Once the update passes a multiple of --log-every, and at the

@@ -147,7 +147,9 @@ void warnOfReferenceBlas(const config::TrainConfig& cfg, const std::vector<std::
 // The dry run's "ckpt" line: the periodic checkpoints (diloco's at the end of the round that
 // passes each multiple of --checkpoint-every), the first four named, and the final one.
 std::string checkpointPlan(const config::TrainConfig& cfg, std::int64_t total) {
-  const std::int64_t every = cfg.checkpointEvery, round = cfg.modeInfo().outerOptimizer() ? cfg.localSteps : 1;
+  // (--local-steps auto: the rounds' ends are known once the first round is measured.)
+  const std::int64_t every = cfg.checkpointEvery,
+                     round = cfg.modeInfo().outerOptimizer() ? std::max<std::int64_t>(cfg.fixedLocalSteps(), 1) : 1;
   std::string schedule;
   std::int64_t count = 0, last = 0;
   for (std::int64_t s = every; every > 0 && s < total; s += every) {
@@ -229,9 +231,9 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
                             gradientBuckets(model, cfg.bucketKb * 1024).size(), cfg.bucketKb);
   }
   if (cfg.compressesGradients() || cfg.compressesWeights()) {
-    const bool feedback = codec::errorFeedbackOn(cfg.errorFeedback, cfg.compress);
-    exchange += fmt::format("; gradients {}{}, weights {}", cfg.compress, feedback ? " with error feedback" : "",
-                            cfg.compressWeights);
+    const bool feedback = codec::errorFeedbackOn(cfg.errorFeedback, cfg.gradientCodec());
+    exchange += fmt::format("; gradients {}{}, weights {}", cfg.gradientCodec(), feedback ? " with error feedback" : "",
+                            cfg.weightCodec());
   }
   out += fmt::format("  exchange  {}\n", exchange);
   if (mode.outerOptimizer()) out += roundsDryRun(cfg, total, downBytes(parameters, buffers, ranks), upBytes(parameters, buffers, ranks));

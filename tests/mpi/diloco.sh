@@ -12,7 +12,10 @@
 #   4. --balance with one worker slowed 2x (--straggle): the fast worker gets more local
 #      steps, the round as many as without;
 #   5. --compress int8 (the pseudo-gradient, error feedback) and --compress-weights fp16 train;
-#   6. --overlap-rounds trains to the end (its exchange a round late), with codecs too.
+#   6. --overlap-rounds trains to the end (its exchange a round late), with codecs too;
+#   7. the defaults (issue 52): the dry run says what each direction sends and that H comes
+#      from the first round; a run measures H (stdout, run.json), sends at most a quarter of
+#      float32's bytes each way, and composes with pseval, --resume and pstrain-run.
 # Usage: diloco.sh PSTRAIN PSEVAL MPIRUN SCRATCH
 set -uo pipefail
 pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
@@ -21,9 +24,16 @@ rm -rf "$scratch" && mkdir -p "$scratch" && cd "$scratch" || exit 1
 source "$(dirname "$0")/../common/checks.sh"
 has() { grep -qE -- "$2" "$1"; }
 wait_for() { for _ in $(seq 600); do [ -e "$1" ] && return 0; sleep 0.1; done; return 1; }
-job=(--device cpu --mode diloco --model mlp --dataset synthetic --synthetic-size 3000 --batch-size 16 --steps 120
-     --local-steps 7 --lr 0.05 --momentum 0 --outer-lr 0.7 --outer-momentum 0.9 --checkpoint-every 20 --log-every 14
-     --threads 1 --timeout 60)
+# wait_for_checkpoints DIR N: until DIR has N published checkpoints (H auto: steps not known ahead).
+wait_for_checkpoints() {
+  for _ in $(seq 600); do [ "$(find "$1/ckpt" -name '*.ok' 2>/dev/null | wc -l)" -ge "$2" ] && return 0; sleep 0.1; done
+  return 1
+}
+# Sections 1-6 send raw floats both ways without overlap, so that a resumed run ends with
+# the uninterrupted run's weights exactly; section 7 takes the defaults.
+base=(--device cpu --mode diloco --model mlp --dataset synthetic --synthetic-size 3000 --batch-size 16 --steps 120
+      --lr 0.05 --momentum 0 --checkpoint-every 20 --log-every 14 --threads 1 --timeout 60)
+job=("${base[@]}" --local-steps 7 --outer-lr 0.7 --outer-momentum 0.9 --compress none --overlap-rounds=off)
 within() {  # within LIMIT A.pt B.pt: max |a - b| <= LIMIT over every tensor
   local diff; diff=$(max_weight_diff "$2" "$3") || return 1
   echo "     max |a - b| = $diff"
@@ -113,4 +123,39 @@ check "--overlap-rounds: trains to the last step, its loss as low as without" \
 run_logged overlapped_coded train "$scratch/overlapped-coded" --overlap-rounds --compress int4 --compress-weights int4
 check "--overlap-rounds with int4 both ways: trains to the last step, its loss as low as without" \
   test "$(metric "$scratch/overlapped-coded" "last['step'] == 120 and last['loss'] < 2 * $(metric "$scratch/reference" "last['loss']") + 0.05")" = True
+# --- 7. the defaults: int4 both ways, H and overlap from the first round -----------------------
+with_timeout 200 "$mpirun" -np 3 "$pstrain" "${base[@]}" --train-dir "$scratch/defaults" --dry-run > defaults-plan.log 2>&1
+sed -n '/rounds/,/outer/p' defaults-plan.log | sed 's/^/     /'
+check "defaults, dry run: H from a first round of 10 steps; int4 both ways, updates down" \
+  bash -c "grep -q 'local steps auto: a first round of 10 local steps' defaults-plan.log && grep -q 'coding    up int4 with error feedback, down int4 updates' defaults-plan.log"
+defaults() {  # defaults DIR [flags...]
+  local dir=$1; shift
+  with_timeout 200 "$mpirun" -np 3 "$pstrain" "${base[@]}" --train-dir "$dir" "$@"
+}
+run_logged defaults defaults "$scratch/defaults"
+grep 'pstrain: diloco' defaults.log | sed 's/^/     /'
+check "defaults: the first round measured H, said on stdout and in run.json" \
+  bash -c "grep -q 'the first round took .* s a local step' defaults.log && python3 -c \"import json,sys; r = json.load(open('$scratch/defaults/run.json'))['rounds']; sys.exit(0 if 10 <= r['local_steps'] <= 500 and r['local_steps_setting'] == 'auto' else 1)\""
+check "defaults: each way at most a quarter of float32's bytes" \
+  test "$(metric "$scratch/defaults" "last['bytes_received'] * 4 <= last['raw_bytes_received'] and last['bytes_sent'] * 4 <= last['raw_bytes_sent'] and last['step'] == 120")" = True
+"$pseval" --train-dir "$scratch/defaults" > defaults-eval.log 2>&1
+check "defaults: pseval evaluates every checkpoint" \
+  bash -c "[ \$(tail -n +2 '$scratch/defaults/eval.csv' | wc -l) -eq \$(find '$scratch/defaults/ckpt' -name '*.ok' | wc -l) ]"
+defaults "$scratch/defaults-killed" --straggle 1:40,2:40 > defaults-killed.log 2>&1 &
+pid=$!
+wait_for_checkpoints "$scratch/defaults-killed" 2
+kill -9 "$(rank_pid "$scratch/defaults-killed" 2)"
+wait $pid
+run_logged defaults_resumed defaults "$scratch/defaults-killed" --resume
+trained=$(metric "$scratch/defaults-killed" "last['step'] == 120 and last['loss'] < 2 * $(metric "$scratch/defaults" "last['loss']") + 0.05")
+check "defaults: --resume measures H again and ends as well trained as the uninterrupted run" \
+  bash -c "grep -q 'resuming at step' defaults_resumed.log && grep -q 'the first round took' defaults_resumed.log && [ $trained = True ]"
+"$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" --discovery-interval 1 --max-restarts 2 \
+  -- "${base[@]}" --straggle 1:40,2:40 --log-every 1 --train-dir "$scratch/defaults-elastic" > defaults-elastic.log 2>&1 &
+supervisor=$!
+wait_for_checkpoints "$scratch/defaults-elastic" 2
+kill -9 "$(rank_pid "$scratch/defaults-elastic" 2)"
+wait $supervisor; rc=$?
+check "defaults: pstrain-run relaunches after a killed worker and finishes" \
+  bash -c "[ $rc -eq 0 ] && [ -e '$scratch/defaults-elastic/ckpt/step-00000120.ok' ] && grep -q 'resuming at step' defaults-elastic.log"
 checks_done

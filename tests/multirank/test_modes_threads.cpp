@@ -117,7 +117,9 @@ TEST(ModesThreads, DilocoWithOneLocalSgdStepAndAPlainOuterStepIsSync) {
   data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
   auto sync = trainOnThreads(cfg, 3, train);
   cfg.mode = config::Mode::Diloco;
-  cfg.localSteps = 1;
+  cfg.localStepsFlag = "1";
+  cfg.compress = config::kRawCodec;  // exact: raw floats both ways, no overlap
+  cfg.overlapRoundsFlag = "off";
   cfg.outerLr = 1;
   cfg.outerMomentum = 0;
   cfg.trainDir = scratch.str() + "/diloco";
@@ -137,7 +139,9 @@ TEST(ModesThreads, DilocoOnOneWorkerKeepsItsInnerStateAcrossRounds) {
   testsupport::ScratchDir scratch("diloco-one");
   auto cfg = testsupport::smallSyntheticConfig(scratch.str());
   cfg.mode = config::Mode::Diloco;
-  cfg.localSteps = 3;
+  cfg.localStepsFlag = "3";
+  cfg.compress = config::kRawCodec;
+  cfg.overlapRoundsFlag = "off";
   cfg.outerLr = 1;
   cfg.outerMomentum = 0;
   data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
@@ -161,10 +165,11 @@ TEST(ModesThreads, DilocoOverlappedRoundsOnOneWorkerAreTheWorkerAlone) {
   testsupport::ScratchDir scratch("diloco-overlap");
   auto cfg = testsupport::smallSyntheticConfig(scratch.str());
   cfg.mode = config::Mode::Diloco;
-  cfg.localSteps = 3;
+  cfg.localStepsFlag = "3";
+  cfg.compress = config::kRawCodec;
   cfg.outerLr = 1;
   cfg.outerMomentum = 0;
-  cfg.overlapRounds = true;
+  cfg.overlapRoundsFlag = "on";
   data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
   auto diloco = trainOnThreads(cfg, 2, train);
   torch::manual_seed(cfg.seed);
@@ -173,4 +178,45 @@ TEST(ModesThreads, DilocoOverlappedRoundsOnOneWorkerAreTheWorkerAlone) {
   const double diff = testsupport::maxAbsDiff(models::stateDict(*reference), diloco);
   std::cout << "diloco, overlapped rounds, one worker (H = 3) vs the worker alone: max abs diff " << diff << std::endl;
   EXPECT_LE(diff, 1e-5);
+}
+
+// diloco's defaults code both directions in int4: the pseudo-gradients under error
+// feedback, and down the update toward the server's new weights, which the server applies to
+// its copy exactly as each worker does to theirs. After 20 rounds (here of 2 local steps,
+// several of them overlapped) the server's model and every worker's copy of the global
+// weights are equal bit for bit, and the run trained.
+TEST(ModesThreads, DilocoQuantizedRoundsKeepEveryCopyOfTheWeightsEqual) {
+  torch::set_num_threads(1);
+  testsupport::ScratchDir scratch("diloco-int4");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
+  cfg.mode = config::Mode::Diloco;
+  cfg.localStepsFlag = "2";
+  cfg.overlapRoundsFlag = "on";
+  cfg.steps = 40;
+  ASSERT_EQ(cfg.gradientCodec(), "int4");
+  ASSERT_EQ(cfg.weightCodec(), "int4");
+  data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
+  std::vector<std::shared_ptr<models::Net>> nets;
+  for (int r = 0; r < 3; ++r) {
+    torch::manual_seed(cfg.seed);
+    nets.push_back(models::makeModel(cfg.model));
+  }
+  checkpoint::TensorList initial;
+  for (const auto& [name, tensor] : models::stateDict(*nets[0])) initial.emplace_back(name, tensor.clone());
+  comm::InProcessWorld world(3);
+  auto errors = runRanks(world, [&](int r) {
+    roles::runTraining(world.rank(r), cfg, *nets[r], r > 0 ? &train : nullptr, c10::Device(c10::kCPU), {});
+  });
+  for (int r = 0; r < 3; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
+  const auto server = models::stateDict(*nets[0]);
+  for (int r = 1; r < 3; ++r) {
+    const auto worker = models::stateDict(*nets[r]);
+    ASSERT_EQ(worker.size(), server.size());
+    for (std::size_t i = 0; i < server.size(); ++i) {
+      EXPECT_TRUE(torch::equal(server[i].second, worker[i].second)) << "rank " << r << ": " << server[i].first;
+    }
+  }
+  EXPECT_GT(testsupport::maxAbsDiff(initial, server), 1e-3) << "the weights did not move";
+  const auto saved = checkpoint::readStateDict(cfg.trainDir + "/trained_model.pt");
+  EXPECT_EQ(testsupport::maxAbsDiff(saved, server), 0.0) << "trained_model.pt is the server's model";
 }

@@ -2,20 +2,54 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/Errors.h"
 #include "runtime/codec/Codec.h"
 
 namespace pstrain::roles {
 
 RoundsPlan roundsPlanOf(const config::TrainConfig& cfg) {
   RoundsPlan plan;
-  plan.localSteps = cfg.localSteps;
-  plan.overlap = cfg.overlapRounds;
-  plan.codecs.up = cfg.compress;
-  plan.codecs.down = cfg.compressWeights;
+  plan.localSteps = cfg.fixedLocalSteps();
+  plan.overlap = cfg.overlapRoundsFlag == "on" ? Setting::On : cfg.overlapRoundsFlag == "off" ? Setting::Off : Setting::Auto;
+  plan.codecs.up = cfg.gradientCodec();
+  plan.codecs.down = cfg.weightCodec();
   // A lossy pseudo-gradient carries what it left out into the next round's, unless told off.
   plan.codecs.upErrorFeedback =
       cfg.errorFeedback == "auto" ? !codec::isLossless(plan.codecs.up) : cfg.errorFeedback == "on";
   return plan;
+}
+
+RoundsDecision chooseRounds(const RoundsPlan& plan, double stepSeconds, double exchangeSeconds) {
+  const double step = std::max(stepSeconds, 1e-6), exchange = std::max(exchangeSeconds, 0.0);
+  auto bounded = [](double h) {
+    return std::clamp<std::int64_t>(static_cast<std::int64_t>(std::ceil(h)), kMinAutoLocalSteps, kMaxAutoLocalSteps);
+  };
+  // The H whose exchange is kCommShareTarget of its round: exchange / (H step + exchange).
+  const double underShare = exchange * (1 - kCommShareTarget) / (kCommShareTarget * step);
+  RoundsDecision d;
+  if (plan.overlap == Setting::Auto) {
+    d.overlap = plan.localSteps > 0 ? exchange > kCommShareTarget * (plan.localSteps * step + exchange)
+                                    : underShare > kMaxAutoLocalSteps;
+  } else {
+    d.overlap = plan.overlap == Setting::On;
+  }
+  d.localSteps = plan.localSteps > 0 ? plan.localSteps : d.overlap ? bounded(1.25 * exchange / step) : bounded(underShare);
+  return d;
+}
+
+void writeDecision(const RoundsDecision& decision, float* out) {
+  out[0] = static_cast<float>(decision.localSteps);
+  out[1] = decision.overlap ? 1.0f : 0.0f;
+}
+
+RoundsDecision readDecision(const float* in) {
+  if (!(in[0] >= 1 && in[0] <= 1e6 && in[0] == std::floor(in[0])) || !(in[1] == 0 || in[1] == 1)) {
+    throw CommError(fmt::format("a garbled round plan from the server ({} local steps, overlap {})", in[0], in[1]));
+  }
+  return {static_cast<std::int64_t>(in[0]), in[1] == 1};
 }
 
 namespace {
@@ -23,35 +57,57 @@ namespace {
 // "up int4 with error feedback, down int4 updates" / "raw floats both ways".
 std::string codingOf(const RoundsPlan& plan) {
   const RoundChain::Codecs& c = plan.codecs;
-  if (codec::isLossless(c.up) && codec::isLossless(c.down) && c.up == config::kRawCodec && c.down == config::kRawCodec) {
-    return "raw floats both ways";
-  }
+  if (c.up == config::kRawCodec && c.down == config::kRawCodec) return "raw floats both ways";
   return fmt::format("up {}{}, down {}", c.up, c.upErrorFeedback ? " with error feedback" : "",
                      codec::isLossless(c.down) ? c.down + " weights" : c.down + " updates (the weights whole at first)");
+}
+
+std::string localStepsOf(const RoundsPlan& plan) {
+  return plan.localSteps > 0 ? fmt::format("{} local steps a round", plan.localSteps)
+                             : fmt::format("local steps auto (a first round of {} measures them)", kFirstRoundSteps);
+}
+
+const char* overlapOf(Setting overlap) {
+  return overlap == Setting::On ? ", exchanged during the next" : overlap == Setting::Auto ? ", overlap auto" : "";
 }
 
 }  // namespace
 
 std::string describeRounds(const RoundsPlan& plan, const config::TrainConfig& cfg) {
-  return fmt::format("{} local steps a round{}{}; outer {}, lr {}, momentum {}; {}", plan.localSteps,
-                     cfg.balance ? ", dealt by speed" : "", plan.overlap ? ", exchanged during the next" : "",
-                     cfg.outerOptimizer, cfg.outerLr, cfg.outerMomentum, codingOf(plan));
+  return fmt::format("{}{}{}; outer {}, lr {}, momentum {}; {}", localStepsOf(plan), cfg.balance ? ", dealt by speed" : "",
+                     overlapOf(plan.overlap), cfg.outerOptimizer, cfg.outerLr, cfg.outerMomentum, codingOf(plan));
 }
 
 std::string roundsDryRun(const config::TrainConfig& cfg, std::int64_t total, std::size_t down, std::size_t up) {
   const RoundsPlan plan = roundsPlanOf(cfg);
-  const std::int64_t H = plan.localSteps;
-  const std::int64_t rounds = (total + H - 1) / H;
-  std::string out = fmt::format(
-      "  rounds    {} round(s) of {} local steps{} on each worker (lr above is the inner rule, its state kept "
-      "across rounds, reset on --resume); the weights down and the pseudo-gradient up once a round: {:.0f} + {:.0f} "
-      "bytes per step instead of {} + {}\n",
-      rounds, H, cfg.balance ? " (dealt by measured speed)" : "", static_cast<double>(down) / H,
-      static_cast<double>(up) / H, down, up);
+  std::string out;
+  if (plan.localSteps > 0) {
+    const std::int64_t H = plan.localSteps;
+    out += fmt::format(
+        "  rounds    {} round(s) of {} local steps{} on each worker (lr above is the inner rule, its state kept "
+        "across rounds, reset on --resume); the weights down and the pseudo-gradient up once a round: {:.0f} + {:.0f} "
+        "bytes per step instead of {} + {}\n",
+        (total + H - 1) / H, H, cfg.balance ? " (dealt by measured speed)" : "", static_cast<double>(down) / H,
+        static_cast<double>(up) / H, down, up);
+  } else {
+    out += fmt::format(
+        "  rounds    local steps auto: a first round of {} local steps{} on each worker measures a step and the "
+        "exchange; the rest have the fewest in [{}, {}] that keep the exchange under {:.0f}% of a round (lr above is "
+        "the inner rule, its state kept across rounds, reset on --resume); the weights down and the pseudo-gradient "
+        "up once a round ({} + {} bytes raw)\n",
+        kFirstRoundSteps, cfg.balance ? " (dealt by measured speed)" : "", kMinAutoLocalSteps, kMaxAutoLocalSteps,
+        100 * kCommShareTarget, down, up);
+  }
+  out += fmt::format("  coding    {}\n", codingOf(plan));
+  const char* overlap = plan.overlap == Setting::On
+                            ? "; each round's exchange travels during the next round, whose progress then moves onto "
+                              "the new global weights as soon as they are in (--overlap-rounds)"
+                        : plan.overlap == Setting::Auto
+                            ? "; rounds overlap their exchange (--overlap-rounds) if the first round shows that it "
+                              "takes over a tenth of a round"
+                            : "";
   out += fmt::format("  outer     {}, lr {}, momentum {} on the workers' mean pseudo-gradient (global - local), "
-                     "weighted by their samples{}\n", cfg.outerOptimizer, cfg.outerLr, cfg.outerMomentum,
-                     plan.overlap ? "; each round's exchange travels during the next round, whose progress then "
-                                    "moves onto the new global weights (--overlap-rounds)" : "");
+                     "weighted by their samples{}\n", cfg.outerOptimizer, cfg.outerLr, cfg.outerMomentum, overlap);
   return out;
 }
 

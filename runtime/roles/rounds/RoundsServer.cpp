@@ -71,16 +71,44 @@ struct GlobalWeights {
   std::unique_ptr<FloatBuffer> copy;
 };
 
+// The decision after the first round, from its measures (RoundsPlan.h's chooseRounds): said
+// on stdout and in run.json.
+RoundsDecision decide(Server& s, const RoundsPlan& plan, std::int64_t length, const StepStats& first) {
+  const double step = first.slowestComputeSeconds / static_cast<double>(std::max<std::int64_t>(length, 1));
+  const double exchange = std::max(0.0, first.exchangeSeconds - first.slowestComputeSeconds);
+  const RoundsDecision d = chooseRounds(plan, step, exchange);
+  std::cout << fmt::format("pstrain: diloco: the first round took {:.3f} s a local step and {:.3f} s to exchange: "
+                           "{} local steps a round{}", step, exchange, d.localSteps,
+                           d.overlap ? ", each exchanged during the next round" : "") << std::endl;
+  metrics::JsonObject measured;
+  measured.add("local_steps", d.localSteps).add("overlap", d.overlap);
+  measured.add("local_steps_setting", plan.localSteps > 0 ? std::to_string(plan.localSteps) : std::string(config::kAuto));
+  measured.add("step_s", step).add("exchange_s", exchange);
+  s.publisher->addToRunJson("rounds", measured);
+  return d;
+}
+
+// Local rounds (diloco): each round the global weights go down with each worker's local
+// steps (the shares; --balance deals them by speed), every worker trains alone that long
+// and sends its pseudo-gradient (global - local, times its samples) up to be summed like a
+// gradient, and the outer rule (UpdateState::rule) steps the global weights with the mean.
+// A round of H local steps on each of W workers is H steps of the run: as many samples as H
+// sync steps. The last round may be shorter; it is dealt evenly. The first round measures
+// what --local-steps auto and --overlap-rounds auto decide for the rest.
 void runRounds(Server& s) {
   const RoundsPlan plan = roundsPlanOf(s.cfg);
-  const std::int64_t H = plan.localSteps;
+  RoundsDecision decision{plan.localSteps > 0 ? plan.localSteps : kFirstRoundSteps, false};
   const int workers = s.computing;
   const std::int64_t weightCount = s.messages.weights.numel();
+  std::vector<float> downFixed(kDecisionFloats + kHeaderFloats + static_cast<std::size_t>(s.messages.downTail.numel()));
   RoundChain chain(s.comm, weightCount, static_cast<std::int64_t>(s.messages.up.size()) - weightCount,
-                   static_cast<std::int64_t>(kHeaderFloats) + s.messages.downTail.numel(), plan.codecs, s.cfg.seed * 7919u);
+                   static_cast<std::int64_t>(downFixed.size()), plan.codecs, s.cfg.seed * 7919u);
   GlobalWeights global(s, chain.sendsUpdates());
-  ShareBalancer balancer(s.comm.size(), static_cast<int>(std::min<std::int64_t>(H * workers, 1 << 30)), s.cfg.balance,
+  auto balancerOf = [&](std::int64_t H) {
+    return ShareBalancer(s.comm.size(), static_cast<int>(std::min<std::int64_t>(H * workers, 1 << 30)), s.cfg.balance,
                          /*rebalanceEvery=*/1);
+  };
+  ShareBalancer balancer = balancerOf(decision.localSteps);
   RoundCounts counts;
   counts.outerLr = s.lr(0);
   s.publisher->setExtras([&](metrics::JsonObject& line) { counts.addTo(line); });
@@ -89,34 +117,38 @@ void runRounds(Server& s) {
     return optim::learningRate(s.cfg, s.cfg.batchesPerUpdate(s.shards), std::min(at, s.total - 1), s.total);
   };
   // The header and shares of the next round (or the stop): its first step, its inner lr,
-  // each worker's local steps.
+  // each worker's local steps; `length`: its steps.
+  std::int64_t length = 0;
   auto announce = [&] {
+    const std::int64_t H = decision.localSteps;
     const bool train = step < s.total && !s.publisher->timeToStop();
     s.setHeader(step, train ? Control::Train : Control::Stop, train ? innerLr(step) : 0);
-    const std::int64_t length = std::min(H, s.total - step);
+    length = std::min(H, s.total - step);
     balancer.write(s.messages.shares.data_ptr<float>());
     if (length > 0 && length < H) std::fill_n(s.messages.shares.data_ptr<float>() + 1, workers, static_cast<float>(length));
     counts.localSteps.assign(s.messages.shares.data_ptr<float>() + 1, s.messages.shares.data_ptr<float>() + 1 + workers);
     return train;
   };
   auto contextOf = [&](bool train) { return train ? fmt::format("round at step {}", step) : s.stopContext; };
-  std::vector<float> downFixed(static_cast<std::size_t>(kHeaderFloats + s.messages.downTail.numel()));
-  // The down message: the header, buffers and shares, then the weights whole (the first
-  // round's) or the update toward the outer step's.
+  // The down message: the decision, the header, buffers and shares, then the weights whole
+  // (the first round's) or the update toward the outer step's.
   auto sendDown = [&](bool train, bool whole) {
-    std::copy(s.messages.down.data(), s.messages.down.data() + kHeaderFloats, downFixed.begin());
+    writeDecision(decision, downFixed.data());
+    std::copy(s.messages.down.data(), s.messages.down.data() + kHeaderFloats, downFixed.begin() + kDecisionFloats);
     std::copy(s.messages.downTail.data_ptr<float>(), s.messages.downTail.data_ptr<float>() + s.messages.downTail.numel(),
-              downFixed.begin() + kHeaderFloats);
+              downFixed.begin() + kDecisionFloats + kHeaderFloats);
     chain.startServerDown(downFixed.data(), global.sent(), whole ? nullptr : global.target(), contextOf(train));
     chain.finish();
   };
   bool training = announce();
   sendDown(training, /*whole=*/true);
   Period period;
-  bool warnedOfTimeout = false;
+  // The first round's period (its compute, the pseudo-gradients up, the update back down)
+  // decides the rounds from the third on: the second was announced with the first's down.
+  bool warnedOfTimeout = false, decided = false;
   while (training) {
     currentStep() = step;
-    const std::int64_t length = std::min(H, s.total - step);
+    const std::int64_t steps = length, H = decision.localSteps;
     chain.startServerUp(s.messages.up.data(), s.messages.up.data() + weightCount, contextOf(true));
     s.comm.expectLongWait();  // the workers train first
     chain.finish();
@@ -124,8 +156,8 @@ void runRounds(Server& s) {
     bool applied = false;
     update.add([&] { applied = s.update.apply(s.lr(step), workers, step); });
     const std::int64_t first = step;
-    step += length;
-    if (length == H) balancer.record(s.messages.trailer + kComputeSeconds);
+    step += steps;
+    if (steps == H) balancer.record(s.messages.trailer + kComputeSeconds);
     training = announce();
     sendDown(training, /*whole=*/false);
     StepStats stats = period.close(s, workers, update, /*updateWithin=*/false, applied);
@@ -140,10 +172,15 @@ void runRounds(Server& s) {
     if (!warnedOfTimeout && stats.slowestComputeSeconds > s.cfg.timeoutSeconds / 2) {
       warnedOfTimeout = true;
       std::cout << fmt::format("pstrain: warning: a round of {} local steps took {:.1f} s, --timeout is {} s: raise "
-                               "--timeout above a round, or lower --local-steps", length, stats.slowestComputeSeconds,
+                               "--timeout above a round, or lower --local-steps", steps, stats.slowestComputeSeconds,
                                s.cfg.timeoutSeconds) << std::endl;
     }
-    s.publisher->record(step - 1, innerLr(first), stats, length);
+    s.publisher->record(step - 1, innerLr(first), stats, steps);
+    if (!decided) {  // after the first record, which rewrites run.json with the start-up's times
+      decided = true;
+      decision = decide(s, plan, steps, stats);
+      balancer = balancerOf(decision.localSteps);
+    }
   }
   s.publisher->finish(step);
 }

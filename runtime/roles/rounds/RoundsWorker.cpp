@@ -70,10 +70,10 @@ class RoundsWorker {
         trainer_(cfg_, args.model, *args.train, args.device, local_, rank_ - 1, comm_.size() - 1, rank_),
         inner_(optim::makeOptimizer(cfg_)),
         update_(cfg_, *inner_, args.model, local_),
+        downFixed_(kDecisionFloats + kHeaderFloats + static_cast<std::size_t>(global_.downTail.numel())),
         chain_(comm_, global_.weights.numel(), static_cast<std::int64_t>(global_.up.size()) - global_.weights.numel(),
-               static_cast<std::int64_t>(kHeaderFloats) + global_.downTail.numel(), plan_.codecs,
+               static_cast<std::int64_t>(downFixed_.size()), plan_.codecs,
                cfg_.seed * 7919u + static_cast<std::uint64_t>(rank_)),
-        downFixed_(static_cast<std::size_t>(kHeaderFloats + global_.downTail.numel())),
         total_(config::totalSteps(cfg_, cfg_.updatesPerEpoch(trainer_.sampler().stepsPerEpoch(), comm_.size() - 1))) {}
 
   void run() {
@@ -89,8 +89,9 @@ class RoundsWorker {
       const std::string context = fmt::format("round at step {}", roundStart);
       // A short last round is dealt evenly (rank 0's rule, which an overlapped worker, its
       // shares a round old, applies itself).
-      const std::int64_t span = std::min(plan_.localSteps, total_ - roundStart);
-      const RoundTotals round = trainLocally(roundStart, span, span < plan_.localSteps ? span : steps, batch);
+      const std::int64_t H = decision_.localSteps;
+      const std::int64_t span = std::min(H, total_ - roundStart);
+      const RoundTotals round = trainLocally(roundStart, span, span < H ? span : steps, batch);
       if (inFlight_) {  // the last round's exchange: all of it in before this round's goes
         chain_.finish();
         inFlight_ = false;
@@ -105,8 +106,9 @@ class RoundsWorker {
       global_.workerBuffers.copy_(local_.serverBuffers);
       round.write(global_.trailer, comm_.size(), rank_, roundStart);
       roundStart += span;
-      if (plan_.overlap) {
-        overlappedBase_ = local_.weights.clone();
+      if (decision_.overlap) {
+        if (!overlappedBase_.defined()) overlappedBase_ = torch::empty_like(local_.weights);
+        overlappedBase_.copy_(local_.weights);
         chain_.startWorker(global_.grad.data_ptr<float>(), global_.up.data() + global_.weights.numel(),
                            global_.weights.data_ptr<float>(), downFixed_.data(), context);
         inFlight_ = true;
@@ -142,8 +144,10 @@ class RoundsWorker {
   }
   // The down message's header, buffers and shares into global_.
   void takeDownFixed() {
-    std::copy(downFixed_.begin(), downFixed_.begin() + kHeaderFloats, global_.down.data());
-    std::copy(downFixed_.begin() + kHeaderFloats, downFixed_.end(), global_.downTail.data_ptr<float>());
+    decision_ = readDecision(downFixed_.data());
+    const auto header = downFixed_.begin() + kDecisionFloats;
+    std::copy(header, header + kHeaderFloats, global_.down.data());
+    std::copy(header + kHeaderFloats, downFixed_.end(), global_.downTail.data_ptr<float>());
     header_ = global_.header();
   }
   void startFromGlobal() {
@@ -191,8 +195,9 @@ class RoundsWorker {
   LocalTrainer trainer_;
   std::unique_ptr<optim::Optimizer> inner_;
   SummedUpdate update_;
+  std::vector<float> downFixed_;  // the down message's decision, header, buffers and shares as they arrive
   RoundChain chain_;
-  std::vector<float> downFixed_;  // the down message's header, buffers and shares as they arrive
+  RoundsDecision decision_;       // the latest from the server: the next round's H, overlap
   StepHeader header_;
   const std::int64_t total_;  // the run's steps
   at::Tensor overlappedBase_;  // overlapped rounds: where this round's progress is measured from
