@@ -511,6 +511,10 @@ ErrorFeedbackEncoder::ErrorFeedbackEncoder(std::unique_ptr<Codec> codec, bool er
   }
 }
 
+void ErrorFeedbackEncoder::scaleResidual(float factor) {
+  for (float& r : residual_) r *= factor;
+}
+
 void ErrorFeedbackEncoder::encode(const float* values, std::string& out) {
   if (!errorFeedback_) return codec_->encode(values, out);
   const std::size_t n = codec_->count();

@@ -99,6 +99,9 @@ class ErrorFeedbackEncoder {
   void encode(const float* values, std::string& out);
   const Codec& codec() const { return *codec_; }
   const std::vector<float>& residual() const { return residual_; }
+  // Multiplies what is kept for the next payload by `factor`: when the values it was left
+  // from are weighted differently from the next ones (a diloco round of other length).
+  void scaleResidual(float factor);
 
  private:
   std::unique_ptr<Codec> codec_;

@@ -67,6 +67,9 @@ std::optional<std::string> whenSynthetic(const TrainConfig& c, const std::string
 std::optional<std::string> resolvedLoss(const TrainConfig& c, const std::string&) { return c.lossFunction(); }
 std::optional<std::string> resolvedGradientCodec(const TrainConfig& c, const std::string&) { return c.gradientCodec(); }
 std::optional<std::string> resolvedWeightCodec(const TrainConfig& c, const std::string&) { return c.weightCodec(); }
+std::optional<std::string> resolvedBalance(const TrainConfig& c, const std::string&) {
+  return std::string(c.balance() ? "true" : "false");  // as the flag read when it was a bool
+}
 // Flags newer than some runs: part of the fingerprint only away from their default, so that
 // the fingerprints of runs from before them stay what they were.
 std::optional<std::string> onlyWhenOn(const TrainConfig& c, const std::string& v) {
@@ -112,7 +115,8 @@ const std::vector<Flag> kFlags = {
                            c.peerTimeoutMs)); }},
     {"local-steps", "Modes",
      "diloco: inner optimizer steps each worker runs alone between two exchanges (H), or auto: measured in the "
-     "first round (10 steps), the fewest in [10, 500] that keep the exchange under a tenth of a round",
+     "first rounds (of 10 steps), the fewest in [10, 500] that keep the exchange under 5% of a round (10% where that "
+     "takes more than 50)",
      &TrainConfig::localStepsFlag, A::Fingerprint, whenDiloco, [](const TrainConfig& c) { c.fixedLocalSteps(); }},
     {"outer-lr", "Modes", "diloco: the outer optimizer's learning rate on the averaged pseudo-gradient",
      &TrainConfig::outerLr, A::Fingerprint, whenDiloco, [](const TrainConfig& c) {
@@ -125,7 +129,7 @@ const std::vector<Flag> kFlags = {
     {"overlap-rounds", "Modes",
      "diloco: on | off | auto: start each round from the local weights while the last round's exchange travels, "
      "and move the round's progress onto the new global weights as soon as they are in; auto: on when even the "
-     "largest --local-steps would leave the exchange over a tenth of a round (bare --overlap-rounds: on)",
+     "exchange would take over 10% of a round even at --local-steps 500 (bare --overlap-rounds: on)",
      &TrainConfig::overlapRoundsFlag, A::Fingerprint, whenDiloco, [](const TrainConfig& c) {
        requireOneOf("overlap-rounds", c.overlapRoundsFlag, {"on", "off", "auto"});
        require(c.overlapRoundsFlag != "on" || c.modeInfo().outerOptimizer(),
@@ -219,12 +223,14 @@ const std::vector<Flag> kFlags = {
      "--resume may change the virtual shards or the batch size (the data order, global batch and lr change)",
      &TrainConfig::reshard, A::HostLocal, nullptr, nullptr},
     {"balance", "Optimization",
-     "sync: deal each step's virtual shards to the workers in proportion to their measured speed (same weights; hosts "
-     "of different speeds finish together); diloco: deal each round's local steps in proportion to the workers' speed "
-     "(a fast host does more of them instead of waiting)", &TrainConfig::balance, A::Fingerprint, nullptr, [](const TrainConfig& c) {
-       require(!c.balance || c.modeInfo().exchange == Exchange::Collective || c.modeInfo().outerOptimizer(),
+     "on | off | auto (on in diloco): sync: deal each step's virtual shards to the workers in proportion to their "
+     "measured speed (same weights; hosts of different speeds finish together); diloco: deal each round's local steps "
+     "in proportion to the workers' speed (a fast host does more of them instead of waiting); bare --balance: on",
+     &TrainConfig::balanceFlag, A::Fingerprint, resolvedBalance, [](const TrainConfig& c) {
+       requireOneOf("balance", c.balanceFlag, {"on", "off", "auto"});
+       require(c.balanceFlag != "on" || c.modeInfo().exchange == Exchange::Collective || c.modeInfo().outerOptimizer(),
                "--balance deals a sync step's virtual shards, or a diloco round's local steps, by speed: --mode sync or "
-               "diloco only"); }},
+               "diloco only"); }, "on"},
     {"lr", "Optimization", "base learning rate (one worker)",
      &TrainConfig::lr, A::Fingerprint, nullptr, [](const TrainConfig& c) {
        require(std::isfinite(c.lr) && c.lr > 0, fmt::format("--lr must be a positive number (got {})", c.lr)); }},

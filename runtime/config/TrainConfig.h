@@ -42,7 +42,7 @@ struct TrainConfig {
   // --resume keeps the checkpoint's. Modes that are not sharded keep one per worker.
   int virtualShards = 0;
   bool reshard = false;
-  bool balance = false;
+  std::string balanceFlag = kAuto;       // on | off | auto (see balance())
   double lr = 0.01;
   std::string lrScaling = "linear";
   std::int64_t warmupSteps = 0;
@@ -122,6 +122,9 @@ struct TrainConfig {
   // Whether they code the messages (a codec other than raw floats).
   bool compressesGradients() const { return gradientCodec() != kRawCodec; }
   bool compressesWeights() const { return weightCodec() != kRawCodec; }
+  // Whether --balance deals work by speed: on, or auto in diloco (workers of unequal speed
+  // then do local steps in proportion to it instead of waiting for the slowest).
+  bool balance() const { return balanceFlag == "on" || (balanceFlag == kAuto && modeInfo().outerOptimizer()); }
   // --local-steps as a number; 0 for auto (measured in the first round: roles/rounds).
   std::int64_t fixedLocalSteps() const;
 

@@ -56,9 +56,9 @@ void runCollective(Server& s) {
     return train;
   };
   auto contextOf = [&](bool train) { return train ? fmt::format("step {}", step) : s.stopContext; };
-  ShareBalancer balancer(s.comm.size(), s.shards, s.cfg.balance);
+  ShareBalancer balancer(s.comm.size(), s.shards, s.cfg.balance());
   balancer.write(s.messages.shares.data_ptr<float>());
-  if (s.cfg.balance) {
+  if (s.cfg.balance()) {
     s.publisher->setExtras([&](metrics::JsonObject& line) {
       line.addRaw("virtual_shards_by_worker", metrics::jsonArray(balancer.counts()));
     });

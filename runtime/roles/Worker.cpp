@@ -32,7 +32,7 @@ void runWorker(const RoleArgs& args, const WorkerExchange& exchange) {
   StepLink link(comm, cfg, args.model, messages, cfg.seed * 7919u + static_cast<std::uint64_t>(comm.rank()));
   auto useWeights = [&] {
     trainer.loadWeights();
-    if (cfg.balance) trainer.assign(shardsOfRank(messages.shares.data_ptr<float>(), comm.size(), comm.rank()));
+    if (cfg.balance()) trainer.assign(shardsOfRank(messages.shares.data_ptr<float>(), comm.size(), comm.rank()));
     return messages.header();
   };
   auto receiveWeights = [&](std::int64_t expected) {

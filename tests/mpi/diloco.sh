@@ -29,11 +29,11 @@ wait_for_checkpoints() {
   for _ in $(seq 600); do [ "$(find "$1/ckpt" -name '*.ok' 2>/dev/null | wc -l)" -ge "$2" ] && return 0; sleep 0.1; done
   return 1
 }
-# Sections 1-6 send raw floats both ways without overlap, so that a resumed run ends with
-# the uninterrupted run's weights exactly; section 7 takes the defaults.
+# Sections 1-6 send raw floats both ways without overlap or balance, so that a resumed run
+# ends with the uninterrupted run's weights exactly; section 7 takes the defaults.
 base=(--device cpu --mode diloco --model mlp --dataset synthetic --synthetic-size 3000 --batch-size 16 --steps 120
       --lr 0.05 --momentum 0 --checkpoint-every 20 --log-every 14 --threads 1 --timeout 60)
-job=("${base[@]}" --local-steps 7 --outer-lr 0.7 --outer-momentum 0.9 --compress none --overlap-rounds=off)
+job=("${base[@]}" --local-steps 7 --outer-lr 0.7 --outer-momentum 0.9 --compress none --overlap-rounds=off --balance=off)
 within() {  # within LIMIT A.pt B.pt: max |a - b| <= LIMIT over every tensor
   local diff; diff=$(max_weight_diff "$2" "$3") || return 1
   echo "     max |a - b| = $diff"
@@ -126,16 +126,16 @@ check "--overlap-rounds with int4 both ways: trains to the last step, its loss a
 # --- 7. the defaults: int4 both ways, H and overlap from the first round -----------------------
 with_timeout 200 "$mpirun" -np 3 "$pstrain" "${base[@]}" --train-dir "$scratch/defaults" --dry-run > defaults-plan.log 2>&1
 sed -n '/rounds/,/outer/p' defaults-plan.log | sed 's/^/     /'
-check "defaults, dry run: H from a first round of 10 steps; int4 both ways, updates down" \
-  bash -c "grep -q 'local steps auto: a first round of 10 local steps' defaults-plan.log && grep -q 'coding    up int4 with error feedback, down int4 updates' defaults-plan.log"
+check "defaults, dry run: H measured in the first rounds, of 10 steps; int4 both ways, updates down" \
+  bash -c "grep -q 'local steps auto: the first rounds, of 10 local steps' defaults-plan.log && grep -q 'coding    up int4 with error feedback, down int4 updates' defaults-plan.log"
 defaults() {  # defaults DIR [flags...]
   local dir=$1; shift
   with_timeout 200 "$mpirun" -np 3 "$pstrain" "${base[@]}" --train-dir "$dir" "$@"
 }
 run_logged defaults defaults "$scratch/defaults"
 grep 'pstrain: diloco' defaults.log | sed 's/^/     /'
-check "defaults: the first round measured H, said on stdout and in run.json" \
-  bash -c "grep -q 'the first round took .* s a local step' defaults.log && python3 -c \"import json,sys; r = json.load(open('$scratch/defaults/run.json'))['rounds']; sys.exit(0 if 10 <= r['local_steps'] <= 500 and r['local_steps_setting'] == 'auto' else 1)\""
+check "defaults: the first rounds measured H, said on stdout and in run.json" \
+  bash -c "grep -q 'round 2 took .* s a local step' defaults.log && python3 -c \"import json,sys; r = json.load(open('$scratch/defaults/run.json'))['rounds']; sys.exit(0 if 10 <= r['local_steps'] <= 500 and r['local_steps_setting'] == 'auto' else 1)\""
 check "defaults: each way at most a quarter of float32's bytes" \
   test "$(metric "$scratch/defaults" "last['bytes_received'] * 4 <= last['raw_bytes_received'] and last['bytes_sent'] * 4 <= last['raw_bytes_sent'] and last['step'] == 120")" = True
 "$pseval" --train-dir "$scratch/defaults" > defaults-eval.log 2>&1
@@ -149,7 +149,7 @@ wait $pid
 run_logged defaults_resumed defaults "$scratch/defaults-killed" --resume
 trained=$(metric "$scratch/defaults-killed" "last['step'] == 120 and last['loss'] < 2 * $(metric "$scratch/defaults" "last['loss']") + 0.05")
 check "defaults: --resume measures H again and ends as well trained as the uninterrupted run" \
-  bash -c "grep -q 'resuming at step' defaults_resumed.log && grep -q 'the first round took' defaults_resumed.log && [ $trained = True ]"
+  bash -c "grep -q 'resuming at step' defaults_resumed.log && grep -q 'round 2 took' defaults_resumed.log && [ $trained = True ]"
 "$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" --discovery-interval 1 --max-restarts 2 \
   -- "${base[@]}" --straggle 1:40,2:40 --log-every 1 --train-dir "$scratch/defaults-elastic" > defaults-elastic.log 2>&1 &
 supervisor=$!

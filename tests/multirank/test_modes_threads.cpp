@@ -120,6 +120,7 @@ TEST(ModesThreads, DilocoWithOneLocalSgdStepAndAPlainOuterStepIsSync) {
   cfg.localStepsFlag = "1";
   cfg.compress = config::kRawCodec;  // exact: raw floats both ways, no overlap
   cfg.overlapRoundsFlag = "off";
+  cfg.balanceFlag = "off";
   cfg.outerLr = 1;
   cfg.outerMomentum = 0;
   cfg.trainDir = scratch.str() + "/diloco";
@@ -142,6 +143,7 @@ TEST(ModesThreads, DilocoOnOneWorkerKeepsItsInnerStateAcrossRounds) {
   cfg.localStepsFlag = "3";
   cfg.compress = config::kRawCodec;
   cfg.overlapRoundsFlag = "off";
+  cfg.balanceFlag = "off";
   cfg.outerLr = 1;
   cfg.outerMomentum = 0;
   data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);

@@ -288,6 +288,10 @@ RoundChain::~RoundChain() = default;
 
 bool RoundChain::sendsUpdates() const { return impl_->lossyDown; }
 
+void RoundChain::scaleUpResidual(double factor) {
+  for (auto& encoder : impl_->upEncoders) encoder->scaleResidual(static_cast<float>(factor));
+}
+
 void RoundChain::startWorker(const float* delta, const float* fixed, float* global, float* downFixed,
                              const std::string& context) {
   Impl& s = *impl_;

@@ -42,6 +42,9 @@ class RoundChain {
 
   // Whether the down message sends updates (a lossy down codec) rather than whole weights.
   bool sendsUpdates() const;
+  // A worker: multiplies what error feedback keeps for its next up message by `factor`
+  // (the next pseudo-gradient is weighted by `factor` times the last one's samples).
+  void scaleUpResidual(double factor);
 
   // A worker starts a round's exchange: `delta` (weights floats) and `fixed` (upFixed
   // floats) go up, summed with those of the workers after it; the down message comes into

@@ -27,16 +27,17 @@ RoundsDecision chooseRounds(const RoundsPlan& plan, double stepSeconds, double e
   auto bounded = [](double h) {
     return std::clamp<std::int64_t>(static_cast<std::int64_t>(std::ceil(h)), kMinAutoLocalSteps, kMaxAutoLocalSteps);
   };
-  // The H whose exchange is kCommShareTarget of its round: exchange / (H step + exchange).
-  const double underShare = exchange * (1 - kCommShareTarget) / (kCommShareTarget * step);
+  // The H whose exchange is `share` of its round: exchange / (H step + exchange).
+  auto under = [&](double share) { return exchange * (1 - share) / (share * step); };
+  const double needed = under(kShortShare) <= kShortRound ? under(kShortShare) : under(kLongShare);
   RoundsDecision d;
   if (plan.overlap == Setting::Auto) {
-    d.overlap = plan.localSteps > 0 ? exchange > kCommShareTarget * (plan.localSteps * step + exchange)
-                                    : underShare > kMaxAutoLocalSteps;
+    d.overlap = plan.localSteps > 0 ? exchange > kLongShare * (plan.localSteps * step + exchange)
+                                    : needed > kMaxAutoLocalSteps;
   } else {
     d.overlap = plan.overlap == Setting::On;
   }
-  d.localSteps = plan.localSteps > 0 ? plan.localSteps : d.overlap ? bounded(1.25 * exchange / step) : bounded(underShare);
+  d.localSteps = plan.localSteps > 0 ? plan.localSteps : d.overlap ? bounded(1.25 * exchange / step) : bounded(needed);
   return d;
 }
 
@@ -64,7 +65,7 @@ std::string codingOf(const RoundsPlan& plan) {
 
 std::string localStepsOf(const RoundsPlan& plan) {
   return plan.localSteps > 0 ? fmt::format("{} local steps a round", plan.localSteps)
-                             : fmt::format("local steps auto (a first round of {} measures them)", kFirstRoundSteps);
+                             : fmt::format("local steps auto (measured in rounds of {} first)", kFirstRoundSteps);
 }
 
 const char* overlapOf(Setting overlap) {
@@ -74,7 +75,7 @@ const char* overlapOf(Setting overlap) {
 }  // namespace
 
 std::string describeRounds(const RoundsPlan& plan, const config::TrainConfig& cfg) {
-  return fmt::format("{}{}{}; outer {}, lr {}, momentum {}; {}", localStepsOf(plan), cfg.balance ? ", dealt by speed" : "",
+  return fmt::format("{}{}{}; outer {}, lr {}, momentum {}; {}", localStepsOf(plan), cfg.balance() ? ", dealt by speed" : "",
                      overlapOf(plan.overlap), cfg.outerOptimizer, cfg.outerLr, cfg.outerMomentum, codingOf(plan));
 }
 
@@ -87,24 +88,24 @@ std::string roundsDryRun(const config::TrainConfig& cfg, std::int64_t total, std
         "  rounds    {} round(s) of {} local steps{} on each worker (lr above is the inner rule, its state kept "
         "across rounds, reset on --resume); the weights down and the pseudo-gradient up once a round: {:.0f} + {:.0f} "
         "bytes per step instead of {} + {}\n",
-        (total + H - 1) / H, H, cfg.balance ? " (dealt by measured speed)" : "", static_cast<double>(down) / H,
+        (total + H - 1) / H, H, cfg.balance() ? " (dealt by measured speed)" : "", static_cast<double>(down) / H,
         static_cast<double>(up) / H, down, up);
   } else {
     out += fmt::format(
-        "  rounds    local steps auto: a first round of {} local steps{} on each worker measures a step and the "
-        "exchange; the rest have the fewest in [{}, {}] that keep the exchange under {:.0f}% of a round (lr above is "
-        "the inner rule, its state kept across rounds, reset on --resume); the weights down and the pseudo-gradient "
-        "up once a round ({} + {} bytes raw)\n",
-        kFirstRoundSteps, cfg.balance ? " (dealt by measured speed)" : "", kMinAutoLocalSteps, kMaxAutoLocalSteps,
-        100 * kCommShareTarget, down, up);
+        "  rounds    local steps auto: the first rounds, of {} local steps{} on each worker, measure a step and the "
+        "exchange (round {}); the rest have the fewest in [{}, {}] that keep the exchange under {:.0f}% of a round "
+        "(under {:.0f}% where that takes more than {}) (lr above is the inner rule, its state kept across rounds, reset "
+        "on --resume); the weights down and the pseudo-gradient up once a round ({} + {} bytes raw)\n",
+        kFirstRoundSteps, cfg.balance() ? " (dealt by measured speed)" : "", kMeasuredRound, kMinAutoLocalSteps,
+        kMaxAutoLocalSteps, 100 * kShortShare, 100 * kLongShare, kShortRound, down, up);
   }
   out += fmt::format("  coding    {}\n", codingOf(plan));
   const char* overlap = plan.overlap == Setting::On
                             ? "; each round's exchange travels during the next round, whose progress then moves onto "
                               "the new global weights as soon as they are in (--overlap-rounds)"
                         : plan.overlap == Setting::Auto
-                            ? "; rounds overlap their exchange (--overlap-rounds) if the first round shows that it "
-                              "takes over a tenth of a round"
+                            ? "; rounds overlap their exchange (--overlap-rounds) if the first rounds show that it "
+                              "would take over 10% of a round even at 500 local steps"
                             : "";
   out += fmt::format("  outer     {}, lr {}, momentum {} on the workers' mean pseudo-gradient (global - local), "
                      "weighted by their samples{}\n", cfg.outerOptimizer, cfg.outerLr, cfg.outerMomentum, overlap);

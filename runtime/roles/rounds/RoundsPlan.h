@@ -3,11 +3,12 @@
 // and the announcement: the local steps of a round (H), whether a round's exchange travels
 // during the next round, and the codecs of the two directions.
 //
-// --local-steps auto and --overlap-rounds auto are decided by rank 0 from the run's first
-// round (kFirstRoundSteps local steps, never overlapped): the slowest worker's seconds per
-// step and the seconds the exchange took besides (chooseRounds). The decision holds for the
-// rest of the run, goes to every worker in each down message, to stdout and to run.json; a
-// relaunched run measures again.
+// --local-steps auto and --overlap-rounds auto are decided by rank 0 from the run's
+// kMeasuredRound-th round (the rounds until the decision have kFirstRoundSteps local steps
+// and never overlap): the slowest worker's seconds per step and the seconds the rest of the
+// round took, the exchange (chooseRounds). The decision holds for the rest of the run (from
+// the round after the next: the next is announced already), goes to every worker in each
+// down message, to stdout and to run.json; a relaunched run measures again.
 #include <cstdint>
 #include <string>
 
@@ -26,22 +27,28 @@ struct RoundsPlan {
 
 RoundsPlan roundsPlanOf(const config::TrainConfig& cfg);
 
-// The bounds of an auto H, the length of the measuring first round, and the share of a
-// round that an exchange may take before it is worth hiding.
+// The bounds of an auto H and the length of the measuring first rounds. The share of a
+// round that the exchange may take: kShortShare while that keeps rounds short (up to
+// kShortRound steps), else kLongShare: each step of H costs some val loss, fast in a short
+// run (tools/bench-lowcomm), so long rounds are worth less speed.
 constexpr std::int64_t kMinAutoLocalSteps = 10, kMaxAutoLocalSteps = 500, kFirstRoundSteps = kMinAutoLocalSteps;
-constexpr double kCommShareTarget = 0.1;
+constexpr int kMeasuredRound = 2;
+constexpr double kShortShare = 0.05, kLongShare = 0.1;
+constexpr std::int64_t kShortRound = 50;
 
 // What the rounds are from the second on: H, and whether they overlap.
 struct RoundsDecision {
   std::int64_t localSteps = 0;
   bool overlap = false;
 };
-// `plan`'s decision given the first round's measures: `stepSeconds`, the slowest worker's
-// seconds per local step, and `exchangeSeconds`, what the rest of the round took. An auto H
-// is the smallest in [kMinAutoLocalSteps, kMaxAutoLocalSteps] that keeps the exchange under
-// kCommShareTarget of a round; auto overlap is on when that share cannot be kept (the H
-// needed is past the bound, or a fixed H's share is over it), and then an auto H is the
-// smallest whose round computes for a quarter longer than the exchange takes (hidden).
+// `plan`'s decision given a measuring round's `stepSeconds`, the slowest worker's seconds
+// per local step, and `exchangeSeconds`, what the rest of the round took. An auto H is the
+// smallest in [kMinAutoLocalSteps, kMaxAutoLocalSteps] that keeps the exchange under
+// kShortShare of a round if that H is at most kShortRound, else under kLongShare. Auto
+// overlap is on only when no H can (the one needed is past kMaxAutoLocalSteps, or a fixed
+// H's share is over kLongShare): an overlapped round costs more val loss than a longer one
+// (tools/bench-lowcomm); an auto H is then the smallest whose round computes a quarter
+// longer than the exchange takes.
 RoundsDecision chooseRounds(const RoundsPlan& plan, double stepSeconds, double exchangeSeconds);
 
 // A down message begins with the decision the workers follow from their next round on, as

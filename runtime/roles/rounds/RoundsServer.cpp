@@ -71,15 +71,16 @@ struct GlobalWeights {
   std::unique_ptr<FloatBuffer> copy;
 };
 
-// The decision after the first round, from its measures (RoundsPlan.h's chooseRounds): said
-// on stdout and in run.json.
+// The decision from the measures of round kMeasuredRound (RoundsPlan.h's chooseRounds):
+// said on stdout and in run.json.
 RoundsDecision decide(Server& s, const RoundsPlan& plan, std::int64_t length, const StepStats& first) {
   const double step = first.slowestComputeSeconds / static_cast<double>(std::max<std::int64_t>(length, 1));
   const double exchange = std::max(0.0, first.exchangeSeconds - first.slowestComputeSeconds);
   const RoundsDecision d = chooseRounds(plan, step, exchange);
-  std::cout << fmt::format("pstrain: diloco: the first round took {:.3f} s a local step and {:.3f} s to exchange: "
-                           "{} local steps a round{}", step, exchange, d.localSteps,
-                           d.overlap ? ", each exchanged during the next round" : "") << std::endl;
+  std::cout << fmt::format("pstrain: diloco: round {} took {:.3f} s a local step and {:.3f} s to exchange: {} local "
+                           "steps a round from round {} on{}", kMeasuredRound, step, exchange, d.localSteps,
+                           kMeasuredRound + 2, d.overlap ? ", each exchanged during the next round" : "")
+            << std::endl;
   metrics::JsonObject measured;
   measured.add("local_steps", d.localSteps).add("overlap", d.overlap);
   measured.add("local_steps_setting", plan.localSteps > 0 ? std::to_string(plan.localSteps) : std::string(config::kAuto));
@@ -93,8 +94,8 @@ RoundsDecision decide(Server& s, const RoundsPlan& plan, std::int64_t length, co
 // and sends its pseudo-gradient (global - local, times its samples) up to be summed like a
 // gradient, and the outer rule (UpdateState::rule) steps the global weights with the mean.
 // A round of H local steps on each of W workers is H steps of the run: as many samples as H
-// sync steps. The last round may be shorter; it is dealt evenly. The first round measures
-// what --local-steps auto and --overlap-rounds auto decide for the rest.
+// sync steps. The last round may be shorter; it is dealt evenly. A round of the first
+// measures what --local-steps auto and --overlap-rounds auto decide for the rest.
 void runRounds(Server& s) {
   const RoundsPlan plan = roundsPlanOf(s.cfg);
   RoundsDecision decision{plan.localSteps > 0 ? plan.localSteps : kFirstRoundSteps, false};
@@ -105,7 +106,7 @@ void runRounds(Server& s) {
                    static_cast<std::int64_t>(downFixed.size()), plan.codecs, s.cfg.seed * 7919u);
   GlobalWeights global(s, chain.sendsUpdates());
   auto balancerOf = [&](std::int64_t H) {
-    return ShareBalancer(s.comm.size(), static_cast<int>(std::min<std::int64_t>(H * workers, 1 << 30)), s.cfg.balance,
+    return ShareBalancer(s.comm.size(), static_cast<int>(std::min<std::int64_t>(H * workers, 1 << 30)), s.cfg.balance(),
                          /*rebalanceEvery=*/1);
   };
   ShareBalancer balancer = balancerOf(decision.localSteps);
@@ -143,9 +144,8 @@ void runRounds(Server& s) {
   bool training = announce();
   sendDown(training, /*whole=*/true);
   Period period;
-  // The first round's period (its compute, the pseudo-gradients up, the update back down)
-  // decides the rounds from the third on: the second was announced with the first's down.
-  bool warnedOfTimeout = false, decided = false;
+  bool warnedOfTimeout = false;
+  int rounds = 0;
   while (training) {
     currentStep() = step;
     const std::int64_t steps = length, H = decision.localSteps;
@@ -176,8 +176,10 @@ void runRounds(Server& s) {
                                s.cfg.timeoutSeconds) << std::endl;
     }
     s.publisher->record(step - 1, innerLr(first), stats, steps);
-    if (!decided) {  // after the first record, which rewrites run.json with the start-up's times
-      decided = true;
+    // The second round is the first whose workers all started together (the first's down
+    // message, the whole weights, reached them one after another along the chain): it
+    // decides. After the first record, which rewrites run.json with the start-up's times.
+    if (++rounds == kMeasuredRound) {
       decision = decide(s, plan, steps, stats);
       balancer = balancerOf(decision.localSteps);
     }

@@ -100,7 +100,11 @@ class RoundsWorker {
         steps = dealt();
       }
       // Summed over the workers and divided by the summed samples: the sample-weighted mean
-      // pseudo-gradient; the buffers, the local model's, are averaged likewise.
+      // pseudo-gradient; the buffers, the local model's, are averaged likewise. What error
+      // feedback kept of the last round's is weighted as this round's: the server divides
+      // by this round's samples, which grow with its length.
+      if (lastSpan_ > 0) chain_.scaleUpResidual(static_cast<double>(span) / static_cast<double>(lastSpan_));
+      lastSpan_ = span;
       at::sub_out(global_.grad, base(), local_.weights);
       global_.grad.mul_(round.samples > 0 ? round.samples : 0.0);
       global_.workerBuffers.copy_(local_.serverBuffers);
@@ -202,6 +206,7 @@ class RoundsWorker {
   const std::int64_t total_;  // the run's steps
   at::Tensor overlappedBase_;  // overlapped rounds: where this round's progress is measured from
   bool inFlight_ = false, rebased_ = false;
+  std::int64_t lastSpan_ = 0;  // the steps of the run that the last round spanned
 };
 
 }  // namespace
