@@ -4,6 +4,7 @@
 
 #include <fstream>
 
+#include "data/ReadAt.h"
 #include "runtime/Errors.h"
 
 namespace pstrain::data {
@@ -15,18 +16,19 @@ CifarArrays readCifar(const std::vector<std::string>& files, int classes) {
   const std::size_t record = labelBytes + kPixels;
   CifarArrays out;
   for (const auto& path : files) {
-    std::ifstream in(path, std::ios::binary | std::ios::ate);
-    if (!in) throw DataError(fmt::format("{}: cannot open: No such file or unreadable", path));
-    const auto size = static_cast<std::size_t>(in.tellg());
+    const int fd = openDataFile(path);
+    if (fd < 0) throw DataError(fmt::format("{}: cannot open: No such file or unreadable", path));
+    struct FdCloser {
+      int fd;
+      ~FdCloser() { ::close(fd); }
+    } closer{fd};
+    const auto size = static_cast<std::size_t>(sizeOfDataFile(fd, path));
     if (size == 0 || size % record != 0) {
       throw DataError(fmt::format("{}: {} bytes is not a whole number of {}-byte CIFAR-{} records "
                                   "(truncated, or the wrong file)", path, size, record, classes));
     }
-    in.seekg(0);
     std::vector<std::uint8_t> bytes(size);
-    if (!in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size))) {
-      throw DataError(fmt::format("{}: read failed", path));
-    }
+    readAt(fd, 0, bytes.data(), size, path);
     const std::size_t n = size / record;
     const std::size_t first = out.labels.size();
     out.labels.resize(first + n);

@@ -6,6 +6,7 @@
 
 #include <memory>
 
+#include "data/ReadAt.h"
 #include "runtime/Errors.h"
 
 namespace pstrain::data {
@@ -24,9 +25,19 @@ bool endsWith(const std::string& s, const std::string& suffix) {
 
 class Reader {
  public:
-  explicit Reader(const std::string& path) : path_(path), file_(gzopen(path.c_str(), "rb")) {
-    if (!file_) throw DataError(fmt::format("{}: cannot open: No such file or unreadable", path));
+  explicit Reader(const std::string& path) : path_(path), file_(open(path)) {
     gzbuffer(file_.get(), 1 << 20);
+  }
+
+  // `path` as a gzip stream (or plain bytes), opened without waiting on a FIFO.
+  static gzFile open(const std::string& path) {
+    const int fd = openDataFile(path);
+    gzFile file = fd < 0 ? nullptr : gzdopen(fd, "rb");
+    if (!file) {
+      if (fd >= 0) ::close(fd);
+      throw DataError(fmt::format("{}: cannot open: No such file or unreadable", path));
+    }
+    return file;
   }
 
   // Reads up to `n` bytes; throws on a decompression error.

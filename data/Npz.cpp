@@ -181,7 +181,7 @@ std::uint64_t NpyArray::elements() const {
 }
 
 NpzFile::NpzFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  fd_ = openDataFile(path);
   if (fd_ < 0) {
     throw DataError(fmt::format("{}: cannot open ({}); --dataset takes a NumPy .npz file (np.savez) or a name "
                                 "of --list-datasets", path, std::strerror(errno)));

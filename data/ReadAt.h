@@ -1,6 +1,7 @@
 #pragma once
 // Positioned reads of the dataset readers (token files, .npz members).
 #include <fmt/format.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -39,7 +40,26 @@ inline std::uint64_t sizeOfDataFile(int fd, const std::string& path) {
     throw DataError(fmt::format("{}: a directory; --dataset takes a file (an .npz, a token file such as "
                                 "DIR/train.bin) or a name of --list-datasets", path));
   }
+  if (!S_ISREG(info.st_mode)) {
+    throw DataError(fmt::format("{}: not a regular file (a FIFO, a device or a socket, whose reads would wait or "
+                                "never end); --dataset takes a file", path));
+  }
   return static_cast<std::uint64_t>(info.st_size);
+}
+
+// `path` opened for reading without waiting (a FIFO's open would wait for a writer) and
+// checked to be a regular file (sizeOfDataFile); -1 with errno when it cannot be opened.
+inline int openDataFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return fd;
+  try {
+    sizeOfDataFile(fd, path);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
 }
 
 }  // namespace pstrain::data

@@ -122,7 +122,7 @@ std::string validationPath(const std::string& trainPath) {
 }
 
 TokenFile::TokenFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  fd_ = openDataFile(path);
   if (fd_ < 0) {
     throw DataError(fmt::format("{}: cannot open ({}); --dataset takes a token file (nanoGPT's train.bin, an llm.c "
                                 ".bin), an .npz, or a name of --list-datasets", path, std::strerror(errno)));

@@ -246,10 +246,10 @@ int main(int argc, char** argv) {
   } catch (const CollectiveConfigError& e) {
     if (rank == 0) launcher::printErrorLine(fmt::format("pstrain: error: {}", e.what()));
     return kConfigErrorExit;
-  } catch (const ConfigError& e) {
+  } catch (const InputError& e) {
     // A refusal of this rank's alone (rank 0's train dir: a run already there, a held lock,
-    // a leftover .replaced/; a device this host lacks): final, so the job ends with the
-    // refusal's status, which pstrain-run does not retry.
+    // a leftover .replaced/; a device this host lacks; a data file gone bad): final, so the
+    // job ends with the refusal's status, which pstrain-run does not retry.
     launcher::printErrorLine(fmt::format("pstrain: error: rank {}: {}", rank, e.what()));
     comm::MpiSession::abortJob(kConfigErrorExit);
   } catch (const std::exception& e) {

@@ -11,9 +11,15 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Bad flags or configuration.
-struct ConfigError : Error {
+// Input the user must change, which no retry mends: a refusal. The programs exit with 2
+// on it (pstrain-run then does not relaunch), 1 on any other error.
+struct InputError : Error {
   using Error::Error;
+};
+
+// Bad flags or configuration (a checkpoint that does not fit them among it).
+struct ConfigError : InputError {
+  using InputError::InputError;
 };
 
 // Throws ConfigError(message) unless `ok`: the checks of flags and configurations.
@@ -38,8 +44,8 @@ struct CollectiveConfigError : ConfigError {
 };
 
 // Missing, truncated or garbled dataset files.
-struct DataError : Error {
-  using Error::Error;
+struct DataError : InputError {
+  using InputError::InputError;
 };
 
 // A collective that failed or timed out, or a peer that went away.

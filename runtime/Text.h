@@ -16,6 +16,24 @@ inline std::string trim(const std::string& text) {
   return text.substr(first, text.find_last_not_of(" \t\r") - first + 1);
 }
 
+// `text` safe to print on a terminal: control bytes (an escape sequence's ESC among them)
+// and DEL as \xNN, so that text from another program (a discovery script) cannot move the
+// cursor, recolour or retitle the terminal it is shown on.
+inline std::string printable(const std::string& text) {
+  static const char* const kHex = "0123456789abcdef";
+  std::string out;
+  for (const unsigned char c : text) {
+    if (c < 0x20 || c == 0x7f) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xf];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 // The distinct strings of `values` in the order they first appear, each with the indices
 // that hold it (ranks' verdicts or facts, grouped to name the ranks that share one).
 inline std::vector<std::pair<std::string, std::vector<std::size_t>>> groupIndices(const std::vector<std::string>& values) {

@@ -18,7 +18,7 @@ int parseSlots(const std::string& text, const std::string& where) {
   const bool digits = !text.empty() && text.size() <= 6 && text.find_first_not_of("0123456789") == std::string::npos;
   const int slots = digits ? std::stoi(text) : -1;
   if (slots < 0 || slots > kMostSlots) {
-    throw ConfigError(fmt::format("{}: the slots '{}' are not a number from 0 to {}", where, text, kMostSlots));
+    throw ConfigError(fmt::format("{}: the slots '{}' are not a number from 0 to {}", where, printable(text), kMostSlots));
   }
   return slots;
 }
@@ -29,7 +29,17 @@ void checkHostName(const std::string& name, const std::string& where) {
   if (name.empty() || name.size() > 253 || name[0] == '-' ||
       name.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") != std::string::npos) {
     throw ConfigError(fmt::format("{}: '{}' is not a host name (letters, digits, '.', '_', '-'; no leading '-')",
-                                  where, name));
+                                  where, printable(name)));
+  }
+}
+
+// Each host once: a second line for it (mpirun would fail on it, and pstrain-run retry) is
+// a ConfigError naming both lines. `lineOfHost`: the hosts seen so far, by their line.
+void requireOnce(std::map<std::string, int>& lineOfHost, const std::string& name, int number, const std::string& where) {
+  const auto [earlier, first] = lineOfHost.emplace(name, number);
+  if (!first) {
+    throw ConfigError(fmt::format("{}: '{}' again (line {} names it too): list each host once, with all its slots",
+                                  where, name, earlier->second));
   }
 }
 
@@ -49,11 +59,7 @@ std::vector<Host> parseHostList(const std::string& text) {
     h.name = trim(line.substr(0, colon));
     checkHostName(h.name, where);
     if (colon != std::string::npos) h.slots = parseSlots(trim(line.substr(colon + 1)), where);
-    const auto [earlier, first] = lineOfHost.emplace(h.name, number);
-    if (!first) {
-      throw ConfigError(fmt::format("{}: '{}' again (line {} names it too): list each host once, with all its slots",
-                                    where, h.name, earlier->second));
-    }
+    requireOnce(lineOfHost, h.name, number, where);
     if (h.slots > 0) hosts.push_back(h);
   }
   return hosts;
@@ -61,6 +67,7 @@ std::vector<Host> parseHostList(const std::string& text) {
 
 std::vector<Host> parseHostfile(const std::string& text) {
   std::vector<Host> hosts;
+  std::map<std::string, int> lineOfHost;
   std::istringstream lines(text);
   std::string line;
   static const std::regex equals(R"(\s*=\s*)");
@@ -80,6 +87,7 @@ std::vector<Host> parseHostfile(const std::string& text) {
         h.slots = parseSlots(word.substr(eq + 1), where);
       }
     }
+    requireOnce(lineOfHost, h.name, number, where);
     if (h.slots > 0) hosts.push_back(h);
   }
   return hosts;

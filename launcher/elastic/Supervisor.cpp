@@ -78,7 +78,7 @@ class Supervisor {
     ::close(rundir::openPrivateDirectory(job_.trainDir));  // as pstrain makes it, before pstrain does
     events_ = std::make_unique<metrics::JsonLines>(rundir::pathOf(job_.trainDir, rundir::kElastic));
     earlier_ = publishedCheckpoints();
-    setAsideBefore_ = fs::exists(rundir::pathOf(job_.trainDir, rundir::kSetAside));
+    setAsideBefore_ = rundir::holdsSetAside(job_.trainDir);
   }
 
   int run() {
@@ -382,7 +382,7 @@ class Supervisor {
   // launch would have done, discard them once it published a checkpoint of its own (a
   // resume), else put them back (a fresh start, which sets them aside again).
   void tidySetAside(bool ownCheckpoint) {
-    if (setAsideBefore_ || !fs::exists(rundir::pathOf(job_.trainDir, rundir::kSetAside))) return;
+    if (setAsideBefore_ || !rundir::holdsSetAside(job_.trainDir)) return;
     if (ownCheckpoint) {
       rundir::discardSetAside(job_.trainDir);
     } else {

@@ -33,7 +33,8 @@ bool endsWith(const std::string& text, const std::string& suffix) {
 TrainConfig::Injection injection(const std::string& flag, const std::string& text) {
   if (text.empty()) return {};
   auto [rank, step] = rankAndNumber(flag, text, 0, "STEP");
-  require(step == std::floor(step), fmt::format("--{} wants a whole STEP (got '{}')", flag, text));
+  require(step == std::floor(step) && step <= static_cast<double>(kMaxSteps),
+          fmt::format("--{} wants a whole STEP of at most {} (got '{}')", flag, kMaxSteps, text));
   return {rank, static_cast<std::int64_t>(step)};
 }
 

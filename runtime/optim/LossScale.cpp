@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 
 #include "runtime/Errors.h"
 
@@ -27,9 +28,15 @@ void LossScale::record(bool finite, std::int64_t step) {
 }
 
 void LossScale::restore(double scale, std::int64_t goodSteps) {
-  if (!(std::isfinite(static_cast<float>(scale)) && scale > 0) || goodSteps < 0 || goodSteps >= growthInterval_) {
-    throw CheckpointError(fmt::format("the checkpoint's loss scale {} after {} good steps does not fit "
-                                      "--loss-scale-window {}", scale, goodSteps, growthInterval_));
+  // As the float the step header carries it in: a double below a float's range would travel
+  // as 0 (a "garbled" header), one between 0 and kSmallestScale as a scale that the backoff
+  // could never have reached (its advice, lower --lr, then wrong).
+  const float carried = static_cast<float>(scale);
+  if (!(std::isfinite(carried) && carried >= kSmallestScale) || goodSteps < 0 || goodSteps >= growthInterval_) {
+    throw ConfigError(fmt::format("the checkpoint's loss scale {} after {} good steps is not one that dynamic loss "
+                                  "scaling reaches (a float in [{:g}, {:g}], fewer good steps than --loss-scale-window "
+                                  "{}): a damaged or edited checkpoint; resume from another, or start afresh",
+                                  scale, goodSteps, kSmallestScale, std::numeric_limits<float>::max(), growthInterval_));
   }
   scale_ = scale;
   goodSteps_ = goodSteps;

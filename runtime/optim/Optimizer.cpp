@@ -1,6 +1,7 @@
 #include "runtime/optim/Optimizer.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <fmt/format.h>
 
 #include <algorithm>

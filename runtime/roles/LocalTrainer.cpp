@@ -119,7 +119,9 @@ void LocalTrainer::onGradient(int parameter, const at::Tensor& gradient) {
 
 void LocalTrainer::deliver(int parameter, const at::Tensor& gradient) {
   at::Tensor& slot = slots_[parameter];
-  if (!gradient.defined()) {
+  if (injectingOverflow_) {
+    slot.fill_(INFINITY);  // --inject-overflow
+  } else if (!gradient.defined()) {
     slot.zero_();  // a parameter the loss did not reach
   } else if (device_.is_cpu()) {
     at::mul_out(slot, gradient, at::scalar_tensor(scale_));  // one pass over the gradient, not a copy and a multiply
@@ -176,6 +178,7 @@ float LocalTrainer::forwardBackward(std::int64_t batch, const data::Prefetcher::
   const float multiplier = static_cast<float>(count / lossScale);
   if (streaming) {
     scale_ = multiplier;
+    injectingOverflow_ = batch == overflowBatch_;
     nextReady_ = 0;
     missing_.clear();
     for (const auto& b : buckets_) missing_.push_back(static_cast<int>(b.parameters.size()));
@@ -230,7 +233,7 @@ float LocalTrainer::forwardBackward(std::int64_t batch, const data::Prefetcher::
     handOverReadyBuckets();
   } else {  // streamed: the hooks already wrote gradient x count into messages.grad
     if (batch == nanBatch_) grad_.fill_(NAN);  // --inject-nan (streaming: never with --skip-nonfinite)
-    if (batch == overflowBatch_) grad_.fill_(INFINITY);  // --inject-overflow (streaming: never with loss scaling)
+    if (batch == overflowBatch_) grad_.fill_(INFINITY);  // --inject-overflow (streaming: in deliver())
     grad_.mul_(multiplier);
     if (!device_.is_cpu()) messages_.grad.copy_(grad_, /*non_blocking=*/true);
   }

@@ -85,6 +85,7 @@ class LocalTrainer {
   std::unique_ptr<data::Prefetcher> prefetcher_;
   std::int64_t nanBatch_ = -1;       // --inject-nan
   std::int64_t overflowBatch_ = -1;  // --inject-overflow
+  bool injectingOverflow_ = false;    // streaming: this batch's gradient goes as +inf
   double straggleMs_ = 0;
   double simulatedSeconds_ = 0;  // --simulate-compute, per micro-batch
 

@@ -8,6 +8,7 @@
 
 #include <iostream>
 #include <optional>
+#include <tuple>
 
 #include "data/ShardSampler.h"
 #include "runtime/Errors.h"
@@ -293,6 +294,14 @@ void checkWorld(const config::TrainConfig& cfg, int size) {
   }
   if (mode.quorum == config::Quorum::Aggregate && cfg.aggregate > size - 1) {
     throw CollectiveConfigError(fmt::format("--aggregate {} is more than the {} worker(s)", cfg.aggregate, size - 1));
+  }
+  // The testing flags name a rank that computes, or they would do nothing without a word.
+  for (const auto& [flag, text, injection] : {std::tuple{"inject-nan", cfg.injectNan, cfg.nanInjection()},
+                                               std::tuple{"inject-overflow", cfg.injectOverflow, cfg.overflowInjection()}}) {
+    if (!text.empty() && (injection.rank >= size || !config::computesGradients(cfg.mode, injection.rank))) {
+      throw CollectiveConfigError(fmt::format("--{} {}: rank {} computes no gradients here (ranks {}..{} do)", flag, text,
+                                              injection.rank, mode.peers() ? 0 : 1, size - 1));
+    }
   }
 }
 

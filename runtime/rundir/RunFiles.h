@@ -22,6 +22,7 @@ inline constexpr const char* kProbe = "probe.json";             // pstrain --pro
 inline constexpr const char* kPlots = "plots";                  // tools/plot's PNGs
 inline constexpr const char* kLock = ".lock";                   // the job that holds the dir
 inline constexpr const char* kSetAside = ".replaced";           // an earlier run, while --overwrite replaces it
+inline constexpr const char* kSettingAside = ".replacing";      // the same being set aside: whole once renamed .replaced
 
 // What --overwrite sets aside: everything a run, its evaluator and its plots leave. Not
 // elastic.jsonl (pstrain-run's, open while it relaunches the job with --overwrite) nor

@@ -68,10 +68,11 @@ TrainDir::TrainDir(const config::TrainConfig& cfg) : cfg_(cfg) {
   // may be locked from another host).
   const std::string holder = portable::hostName() + ":" + std::to_string(::getpid()) + "\n";
   if (::ftruncate(lock_.fd, 0) == 0) (void)::pwrite(lock_.fd, holder.data(), holder.size(), 0);
-  if (fs::exists(dir / kSetAside)) {
+  for (const char* aside : {kSetAside, kSettingAside}) {
+    if (!fs::exists(dir / aside)) continue;
     throw ConfigError(fmt::format("{}/{} holds the files of a run that an interrupted start (--overwrite or "
                                   "--resume) set aside: move them back into {} to keep that run, or remove {}/{}",
-                                  cfg.trainDir, kSetAside, cfg.trainDir, cfg.trainDir, kSetAside));
+                                  cfg.trainDir, aside, cfg.trainDir, cfg.trainDir, aside));
   }
   earlierRun_ = fs::exists(dir / kRunJson);
   if (earlierRun_ && !cfg.overwrite && !cfg.resume) {
@@ -97,19 +98,49 @@ TrainDir::LockFile::~LockFile() {
   if (fd >= 0) ::close(fd);  // releases the flock
 }
 
+namespace {
+
+// Moves the files `names` of `dir` that exist into kSetAside/, as one step: each into
+// kSettingAside/ first, which becomes kSetAside/ by one rename once all are in. So
+// kSetAside/ always holds a whole earlier run, and whatever else is in `dir` then is the new
+// run's; a start killed half-way leaves kSettingAside/, whose files restoreSetAside() puts
+// back without touching anything else. A rename that fails puts back what moved, then
+// throws ConfigError.
+void setAside(const fs::path& dir, const std::vector<std::string>& names) {
+  const fs::path staging = dir / kSettingAside;
+  std::error_code ec;
+  bool any = false;
+  for (const auto& name : names) {
+    if (!fs::exists(dir / name)) continue;
+    if (!any) fs::create_directories(staging, ec);
+    any = true;
+    fs::rename(dir / name, staging / name, ec);
+    if (ec) {
+      const std::string why = ec.message();
+      restoreSetAside(dir.string(), false);
+      throw ConfigError(fmt::format("{}: cannot set {} aside ({}); nothing was changed", dir.string(), name, why));
+    }
+  }
+  if (!any) return;
+  syncDirectory(staging.string());
+  fs::rename(staging, dir / kSetAside, ec);
+  if (ec) {
+    const std::string why = ec.message();
+    restoreSetAside(dir.string(), false);
+    throw ConfigError(fmt::format("{}: cannot set the earlier run aside ({}); nothing was changed", dir.string(), why));
+  }
+  syncDirectory(dir.string());
+}
+
+}  // namespace
+
 void TrainDir::begin() {
   const fs::path dir(cfg_.trainDir);
   std::error_code ec;
-  auto setAside = [&](const std::string& name) {
-    if (!fs::exists(dir / name)) return;
-    fs::create_directories(dir / kSetAside, ec);
-    fs::rename(dir / name, dir / kSetAside / name, ec);
-    if (ec) throw Error(fmt::format("{}: cannot set {} aside ({})", cfg_.trainDir, name, ec.message()));
-  };
   if (earlierRun_ && cfg_.overwrite) {
-    for (const auto& name : runFiles(cfg_.trainDir)) setAside(name);
+    setAside(dir, runFiles(cfg_.trainDir));
   } else if (cfg_.resume) {
-    for (const auto& name : finalFiles()) setAside(name);
+    setAside(dir, finalFiles());
     // Temporary files of a write that a killed job left behind.
     for (const auto& entry : fs::directory_iterator(dir / kCheckpoints, ec)) {
       if (entry.path().filename().string().find(".tmp") != std::string::npos) fs::remove(entry.path(), ec);
@@ -117,7 +148,7 @@ void TrainDir::begin() {
   }
   ::close(openPrivateDirectory((dir / kCheckpoints).string()));
   // Killed by a signal before the first checkpoint: the earlier run's files go back.
-  if (fs::exists(dir / kSetAside)) {
+  if (holdsSetAside(cfg_.trainDir)) {
     setTerminationCleanup([trainDir = cfg_.trainDir, wholeRun = earlierRun_ && cfg_.overwrite] {
       restoreSetAside(trainDir, wholeRun);
     });
@@ -130,8 +161,17 @@ void TrainDir::restore() {
 }
 
 void restoreSetAside(const std::string& trainDir, bool wholeRun) {
-  const fs::path dir(trainDir), aside = dir / kSetAside;
+  const fs::path dir(trainDir), aside = dir / kSetAside, staging = dir / kSettingAside;
   std::error_code ec;
+  // A set-aside that did not finish: the new run has written nothing yet, and the earlier
+  // run's files are partly here, partly there. They go back; nothing is removed.
+  if (fs::exists(staging)) {
+    for (const auto& entry : fs::directory_iterator(staging, ec)) {
+      const fs::path back = dir / entry.path().filename();
+      if (!fs::exists(back)) fs::rename(entry.path(), back, ec);
+    }
+    fs::remove(staging, ec);
+  }
   if (!fs::exists(aside)) return;
   // What the failed run wrote (its run.json, its event file...) goes: every run file now
   // in the dir is its, since --overwrite set all of the earlier run's aside.
@@ -144,6 +184,10 @@ void restoreSetAside(const std::string& trainDir, bool wholeRun) {
     fs::rename(entry.path(), back, ec);
   }
   fs::remove(aside, ec);
+}
+
+bool holdsSetAside(const std::string& trainDir) {
+  return fs::exists(fs::path(trainDir) / kSetAside) || fs::exists(fs::path(trainDir) / kSettingAside);
 }
 
 void discardSetAside(const std::string& trainDir) {

@@ -2,7 +2,8 @@
 // Rank 0's hold on the train dir (DESIGN.md, "Files a run leaves"): one job at a time, no
 // dir that other users can write, and an earlier run that survives a failed start. With
 // --overwrite (and --resume, for the final weights it writes again) the earlier run's
-// files are set aside in <train-dir>/.replaced/ only once every start-up check has passed,
+// files are set aside in <train-dir>/.replaced/ (as one step: see setAside in TrainDir.cpp)
+// only once every start-up check has passed,
 // and deleted only once the new run has published its first checkpoint; a failure before
 // that puts them back, also on a stop signal (runtime/Stop.h); if the process was
 // killed outright, they stay there and the next start says so (pstrain-run puts them back).
@@ -47,8 +48,12 @@ class TrainDir {
 void discardSetAside(const std::string& trainDir);
 // A run that failed before its first checkpoint: the files set aside in `trainDir` go back
 // in place of what the run wrote; with `wholeRun` (--overwrite set every run file aside)
-// every run file the failed run wrote goes first. Nothing set aside: nothing happens.
-// TrainDir::restore(), and pstrain-run for a launch that was killed before it could.
+// every run file the failed run wrote goes first. A set-aside that was interrupted half-way
+// (kSettingAside/) is undone without removing anything: the run had written nothing yet.
+// Nothing set aside: nothing happens. TrainDir::restore(), and pstrain-run for a launch
+// that was killed before it could.
 void restoreSetAside(const std::string& trainDir, bool wholeRun);
+// Whether `trainDir` holds files that a start set aside, whole or half-way.
+bool holdsSetAside(const std::string& trainDir);
 
 }  // namespace pstrain::rundir

@@ -17,12 +17,13 @@ pstrain_fuzzer(fuzz_cifar data/Cifar.cpp)
 pstrain_fuzzer(fuzz_wire runtime/protocol/Handshake.cpp runtime/protocol/StepProtocol.cpp runtime/comm/Doorbell.cpp
                runtime/net/Interfaces.cpp)
 pstrain_fuzzer(fuzz_checkpoint runtime/checkpoint/Checkpoint.cpp runtime/zip/ArchiveCheck.cpp runtime/Portable.cpp
-               runtime/rundir/AtomicFile.cpp runtime/rundir/RunFiles.cpp runtime/zip/ZipDirectory.cpp)
+               runtime/rundir/AtomicFile.cpp runtime/rundir/ReadFile.cpp runtime/rundir/RunFiles.cpp runtime/zip/ZipDirectory.cpp)
 target_link_libraries(fuzz_checkpoint PRIVATE ${TORCH_LIBRARIES})
 pstrain_fuzzer(fuzz_npz data/Npz.cpp runtime/zip/ZipDirectory.cpp)
 pstrain_fuzzer(fuzz_tokens data/TokenFile.cpp)
 file(GLOB PSTRAIN_CONFIG_SOURCES ${PROJECT_SOURCE_DIR}/runtime/config/*.cpp)  # the registry's names
 pstrain_fuzzer(fuzz_model models/ScriptModel.cpp models/Registry.cpp models/ResNet.cpp models/Vgg.cpp
                runtime/zip/ArchiveCheck.cpp runtime/zip/ZipDirectory.cpp runtime/Portable.cpp runtime/Process.cpp
+               runtime/rundir/ReadFile.cpp
                ${PSTRAIN_CONFIG_SOURCES})
 target_link_libraries(fuzz_model PRIVATE ${TORCH_LIBRARIES})

@@ -1,7 +1,7 @@
 // libFuzzer target: a published checkpoint whose .pt holds the input, with a marker that
 // matches it (so the input reaches the unpickler and the structure checks), must read back
 // or fail with a CheckpointError, never crash or throw anything else; so must the marker
-// itself when it is the input.
+// itself when it is the input. Mutated as archives (ArchiveMutator.h) as well as bytes.
 #include <fmt/format.h>
 #include <zlib.h>
 
@@ -10,6 +10,7 @@
 #include "runtime/rundir/AtomicFile.h"
 #include "runtime/Errors.h"
 #include "runtime/checkpoint/Checkpoint.h"
+#include "tests/fuzz/ArchiveMutator.h"
 #include "tests/fuzz/FuzzFile.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

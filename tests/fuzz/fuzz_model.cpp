@@ -4,13 +4,15 @@
 // tests/e2e/untrusted_models.py, each of which writes NAME-wrote.bin in the working directory
 // where its code runs: such a file appearing is a finding too. As in pstrain, the check runs
 // first in a process of its own (this program, with --check-model FILE), whose crash on a
-// file (libtorch 1.13's TorchScript parser has SEGVs) refuses the file.
+// file (libtorch 1.13's TorchScript parser has SEGVs) refuses the file. Mutated as archives
+// (ArchiveMutator.h: names, pickle opcodes, declared sizes, the zip) as well as bytes.
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 
 #include "models/ScriptModel.h"
 #include "runtime/Errors.h"
+#include "tests/fuzz/ArchiveMutator.h"
 #include "tests/fuzz/FuzzFile.h"
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {

@@ -5,6 +5,7 @@
 # every checkpoint; a scaled fp32 run ends where an unscaled one does; --resume continues
 # the scale; async, allreduce, gossip and diloco survive an overflow; --precision fp16
 # trains where this libtorch autocasts to float16 and is refused where it does not.
+# Last, --inject-overflow's refusals, and its overflow without loss scaling.
 # Usage: loss_scale.sh PSTRAIN PSEVAL MPIRUN SCRATCH
 set -uo pipefail
 pstrain=$1 mpirun=$3 scratch=$4
@@ -88,4 +89,18 @@ else
   check "fp16: refused at start-up, naming the precision and this libtorch (exit $rc)" \
     bash -c "[ $rc -eq 2 ] && grep -qE -- '--precision fp16 on cpu: this libtorch \([0-9.]+\) (refuses it|computed)' '$dir.log' && ! grep -q 'frame #' '$dir.log'"
 fi
+
+# 6. --inject-overflow never does nothing without a word: a rank that computes nothing
+#    (rank 0 of a server mode, a rank past the world) or a step past any run's is refused
+#    (exit 2); without loss scaling, in sync's overlapped exchange, the overflow does reach
+#    the server, which stops at that step.
+job_refused "--inject-overflow on the server: refused" "inject-overflow 0:3: rank 0 computes no gradients here" \
+  --model mlp --dataset synthetic --inject-overflow 0:3
+job_refused "--inject-overflow past the world: refused" "inject-overflow 5:3: rank 5 computes no gradients here" \
+  --model mlp --dataset synthetic --inject-overflow 5:3
+job_refused "--inject-overflow at a step past any run's: refused" "inject-overflow wants a whole STEP of at most" \
+  --model mlp --dataset synthetic --inject-overflow 1:1e30
+train "$scratch/unscaled" --optimizer sgd --inject-overflow 1:3
+check "--inject-overflow without loss scaling, overlapped sync: it fires, the run stops at step 3" \
+  bash -c "grep -q 'step 3: the summed gradient of the workers is not finite' '$scratch/unscaled.log' && ! test -f '$scratch/unscaled/trained_model.pt'"
 checks_done

@@ -43,6 +43,21 @@ TEST(Elastic, GarbageHostsAndSlotCountsAreConfigErrors) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("line 3: 'studio' again (line 1 names it too)"), std::string::npos) << e.what();
   }
+  try {  // a script's terminal escape sequences are shown escaped, never sent to the terminal
+    launcher::parseHostList("\x1b]0;owned\x07\x1b[2J:1\n");
+    ADD_FAILURE() << "an escape sequence taken for a host";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find('\x1b'), std::string::npos) << what;
+    EXPECT_NE(what.find("\\x1b]0;owned\\x07\\x1b[2J"), std::string::npos) << what;
+  }
+  try {  // the same in a hostfile
+    launcher::parseHostfile("studio slots=2\n# a comment\nstudio slots=1\n");
+    ADD_FAILURE() << "a host listed twice in a hostfile accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("hostfile line 3: 'studio' again (line 1 names it too)"), std::string::npos)
+        << e.what();
+  }
   try {
     launcher::parseHostList("ok:1\nok-2.local_3:65536\nx:65537\n");
     ADD_FAILURE() << "65537 slots accepted";

@@ -122,10 +122,14 @@ TEST(LossScale, GivesUpBelowTheSmallestScaleAndRestoresOnlyWhatFits) {
   scale.restore(1024.0, 1999);
   EXPECT_EQ(scale.scale(), 1024.0);
   EXPECT_EQ(scale.goodSteps(), 1999);
-  EXPECT_THROW(scale.restore(1024.0, 2000), CheckpointError);
-  EXPECT_THROW(scale.restore(0.0, 0), CheckpointError);
-  EXPECT_THROW(scale.restore(1e39, 0), CheckpointError);
-  EXPECT_THROW(scale.restore(NAN, 0), CheckpointError);
+  // A scale that dynamic loss scaling never reaches is refused as a configuration (exit 2,
+  // never retried): outside float's range (1e-300 travelled as 0, "garbled"), or below the
+  // smallest the backoff tries (1e-45, a float denormal, gave "lower --lr").
+  for (double forged : {0.0, 1e39, double(NAN), 1e-300, 1e-45, 5e-8}) {
+    EXPECT_THROW(scale.restore(forged, 0), ConfigError) << forged;
+  }
+  EXPECT_THROW(scale.restore(1024.0, 2000), ConfigError);
+  scale.restore(optim::LossScale::kSmallestScale, 0);  // the smallest it tries
 }
 
 // With loss scaling the update skips a summed gradient that overflowed, changing neither the

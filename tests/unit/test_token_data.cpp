@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <sys/stat.h>
+
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <set>
@@ -87,6 +90,17 @@ TEST(TokenFile, BadFilesSayWhatIsWrong) {
   std::filesystem::resize_file(dir / "c_train.bin", 1024 + 8);
   EXPECT_NE(errorOf([&] { data::TokenFile((dir / "c_train.bin").string()); }).find("says 10 tokens"), std::string::npos);
   EXPECT_NE(errorOf([&] { data::TokenFile((dir / "none.bin").string()); }).find("cannot open"), std::string::npos);
+}
+
+// A FIFO in a token file's place is refused at once, not waited on (its open would wait
+// for a writer: pstrain hung until the handshake's timeout named a rank, pseval forever).
+TEST(TokenFile, AFifoIsRefusedAtOnce) {
+  testsupport::ScratchDir dir("fifo-tokens");
+  const std::string fifo = (dir / "train.bin").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_NE(errorOf([&] { data::TokenFile{fifo}; }).find("not a regular file"), std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
 // Python's redo of windowDraw gives these (tools/ and the tests' scripts rely on them).

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "runtime/Errors.h"
@@ -108,6 +109,41 @@ TEST_F(TrainDir, OverwriteKeepsTheEarlierRunUntilTheFirstCheckpoint) {
   }
   EXPECT_FALSE(fs::exists(run / rundir::kSetAside));
   EXPECT_FALSE(fs::exists(run / rundir::kMetrics));
+}
+
+// --overwrite killed between two renames of its set-aside (hardening IV, finding 4): the
+// earlier run's files are partly in place, partly set aside. The next start refuses the dir
+// and says where; putting back (pstrain-run does it with the whole-run flag) moves them all
+// back and removes none of them (the old put-back deleted every run file still in place:
+// the earlier run's own run.json, metrics.jsonl, trained_model.pt).
+TEST_F(TrainDir, AnInterruptedSetAsideIsPutBackWithoutLosingAFile) {
+  earlierRun();
+  const fs::path run = scratch.path() / "run";
+  std::ofstream(run / rundir::kTrainedModel) << "weights";
+  fs::create_directories(run / rundir::kSettingAside);
+  fs::rename(run / rundir::kMetrics, run / rundir::kSettingAside / rundir::kMetrics);  // the first rename, then a kill
+  config::TrainConfig overwrite = cfg();
+  overwrite.overwrite = true;
+  EXPECT_NE(refusal(overwrite).find(".replacing holds the files of a run"), std::string::npos) << refusal(overwrite);
+  EXPECT_TRUE(rundir::holdsSetAside(run.string()));
+  rundir::restoreSetAside(run.string(), /*wholeRun=*/true);
+  EXPECT_FALSE(rundir::holdsSetAside(run.string()));
+  for (const char* name : {rundir::kRunJson, rundir::kMetrics, rundir::kTrainedModel}) {
+    EXPECT_TRUE(fs::exists(run / name)) << name;
+  }
+  std::ifstream model(run / rundir::kTrainedModel);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(model), {}), "weights");
+  // A whole set-aside moves every file in one step: .replaced/ then holds them all.
+  {
+    rundir::TrainDir dir(overwrite);
+    dir.begin();
+    EXPECT_FALSE(fs::exists(run / rundir::kSettingAside));
+    for (const char* name : {rundir::kRunJson, rundir::kMetrics, rundir::kTrainedModel}) {
+      EXPECT_TRUE(fs::exists(run / rundir::kSetAside / name)) << name;
+    }
+    dir.restore();
+  }
+  EXPECT_TRUE(fs::exists(run / rundir::kTrainedModel));
 }
 
 TEST_F(TrainDir, CheckpointNamesReadBack) {
