@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -15,6 +16,17 @@
 #include <sstream>
 #include <string>
 
+#if defined(__linux__)
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+#endif
 #if defined(__GLIBC__)
 #include <malloc.h>
 #elif defined(__APPLE__)
@@ -164,5 +176,78 @@ int ranksOnThisHost() {
   const long ranks = text ? std::strtol(text, nullptr, 10) : 1;
   return ranks >= 1 && ranks <= (1 << 20) ? static_cast<int>(ranks) : 1;
 }
+
+#if defined(__linux__)
+int sendFlagsWithoutSigpipe(int) { return MSG_NOSIGNAL; }
+#else
+int sendFlagsWithoutSigpipe(int fd) {
+  const int on = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_NOSIGPIPE, &on, sizeof on);
+  return 0;
+}
+#endif
+
+#if defined(__linux__) && (defined(__x86_64__) || defined(__aarch64__))
+bool forbidWritesSocketsAndPrograms() {
+#if defined(__x86_64__)
+  constexpr std::uint32_t kArch = AUDIT_ARCH_X86_64;
+#else
+  constexpr std::uint32_t kArch = AUDIT_ARCH_AARCH64;
+#endif
+  // Every call that changes the file system, reaches another machine or process, or runs a
+  // program (the legacy x86-64 names where they exist; aarch64 has only the *at forms).
+  static const int kForbidden[] = {
+#if defined(__x86_64__)
+      __NR_creat, __NR_unlink, __NR_rename, __NR_mkdir, __NR_rmdir, __NR_link, __NR_symlink, __NR_chmod,
+      __NR_chown, __NR_lchown, __NR_mknod, __NR_truncate,
+#endif
+      __NR_unlinkat, __NR_renameat, __NR_renameat2, __NR_mkdirat, __NR_linkat, __NR_symlinkat, __NR_fchmodat,
+      __NR_fchownat, __NR_mknodat, __NR_socket, __NR_socketpair, __NR_execve, __NR_execveat, __NR_ptrace,
+      __NR_process_vm_writev, __NR_fchmod, __NR_fchown, __NR_ftruncate};
+  constexpr std::uint32_t kWriting = O_WRONLY | O_RDWR | O_CREAT | O_TRUNC | O_APPEND;
+  const auto load = [](std::uint32_t offset) {
+    return sock_filter{static_cast<std::uint16_t>(BPF_LD | BPF_W | BPF_ABS), 0, 0, offset};
+  };
+  const auto jumpIfEqual = [](std::uint32_t value, std::uint8_t skipIfTrue, std::uint8_t skipIfFalse) {
+    return sock_filter{static_cast<std::uint16_t>(BPF_JMP | BPF_JEQ | BPF_K), skipIfTrue, skipIfFalse, value};
+  };
+  const auto answer = [](std::uint32_t action) { return sock_filter{static_cast<std::uint16_t>(BPF_RET | BPF_K), 0, 0, action}; };
+  const std::uint32_t nrAt = offsetof(seccomp_data, nr), archAt = offsetof(seccomp_data, arch);
+  const auto argAt = [](int i) { return static_cast<std::uint32_t>(offsetof(seccomp_data, args) + 8 * i); };  // low word
+  std::vector<sock_filter> program = {load(archAt), jumpIfEqual(kArch, 1, 0), answer(SECCOMP_RET_KILL_PROCESS),
+                                      load(nrAt)};
+#if defined(__x86_64__)
+  // x32 system calls (the same numbers with bit 30 set) would slip past the numbers below.
+  program.push_back({static_cast<std::uint16_t>(BPF_JMP | BPF_JGE | BPF_K), 0, 1, 0x40000000u});
+  program.push_back(answer(SECCOMP_RET_KILL_PROCESS));
+#endif
+  for (int nr : kForbidden) {
+    program.push_back(jumpIfEqual(static_cast<std::uint32_t>(nr), 0, 1));
+    program.push_back(answer(SECCOMP_RET_KILL_PROCESS));
+  }
+  // openat2's flags are behind a pointer: it is refused (ENOSYS), and callers fall back on openat.
+  program.push_back(jumpIfEqual(__NR_openat2, 0, 1));
+  program.push_back(answer(SECCOMP_RET_ERRNO | ENOSYS));
+  // open(2) and openat(2) for writing: the flags' word.
+  const auto refuseWriting = [&](int nr, int flagsArg) {
+    program.push_back(jumpIfEqual(static_cast<std::uint32_t>(nr), 0, 5));
+    program.push_back(load(argAt(flagsArg)));
+    program.push_back({static_cast<std::uint16_t>(BPF_ALU | BPF_AND | BPF_K), 0, 0, kWriting});
+    program.push_back(jumpIfEqual(0, 1, 0));
+    program.push_back(answer(SECCOMP_RET_KILL_PROCESS));
+    program.push_back(answer(SECCOMP_RET_ALLOW));
+  };
+#if defined(__x86_64__)
+  refuseWriting(__NR_open, 1);
+  program.push_back(load(nrAt));  // (refuseWriting's load replaced the number only where it matched)
+#endif
+  refuseWriting(__NR_openat, 2);
+  program.push_back(answer(SECCOMP_RET_ALLOW));
+  const sock_fprog filter{static_cast<unsigned short>(program.size()), program.data()};
+  return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &filter) == 0;
+}
+#else
+bool forbidWritesSocketsAndPrograms() { return false; }
+#endif
 
 }  // namespace pstrain::portable

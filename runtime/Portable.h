@@ -35,6 +35,18 @@ void keepFreedMemoryForReuse();
 // fcntl: the caller must not fork from another thread in between). Returns false with errno.
 bool closeOnExecPipe(int fds[2]);
 
+// The flags for send(2) on the stream socket `fd` so that a peer that has gone makes it fail
+// with EPIPE instead of raising SIGPIPE (which ends the process): Linux's MSG_NOSIGNAL; on
+// macOS, which lacks it, SO_NOSIGPIPE is set on `fd` and the flags are 0.
+int sendFlagsWithoutSigpipe(int fd);
+
+// From now on, this process (and any it starts) may not write, create, rename or remove a
+// file, open a socket, run a program, or reach into another process: any such system call
+// kills it with SIGSYS. Reading files, threads and memory stay allowed. Linux: a seccomp
+// filter (no new privileges first); returns false where the system has no such filter
+// (macOS: its sandbox_init profiles cannot say all of this at once), doing nothing.
+bool forbidWritesSocketsAndPrograms();
+
 // The address of the C symbol `name` in the loaded library `library` or the libraries it
 // depends on (dlsym on its handle), or nullptr; `library` "" searches the whole process.
 void* symbolAddress(const char* name, const std::string& library = "");

@@ -192,6 +192,8 @@ std::string publish(const std::string& dir, const Checkpoint& ckpt) {
   meta.insert("batch_size", ckpt.batchSize);
   meta.insert("block_size", ckpt.blockSize);
   meta.insert("ignore_index", ckpt.ignoreIndex);
+  meta.insert("optimizer_rule", ckpt.optimizerRule);
+  meta.insert("configuration", ckpt.configuration);
   GenericDict top = stringKeyedDict();
   top.insert("model", tensorDict(ckpt.modelState));
   top.insert("optimizer", optimizerDict(ckpt));
@@ -287,6 +289,8 @@ Checkpoint decode(const c10::IValue& top, const std::string& path) {
   if (meta.contains("batch_size")) ckpt.batchSize = metaInt("batch_size");
   if (meta.contains("block_size")) ckpt.blockSize = metaInt("block_size");
   if (meta.contains("ignore_index")) ckpt.ignoreIndex = metaInt("ignore_index");
+  if (meta.contains("optimizer_rule")) ckpt.optimizerRule = metaString("optimizer_rule");
+  if (meta.contains("configuration")) ckpt.configuration = metaString("configuration");
   ckpt.modelState = tensorList(dict.at("model"), path, "model");
   if (!dict.at("optimizer").isGenericDict()) throw CheckpointError(fmt::format("{}: 'optimizer' is not a dict", path));
   for (const auto& item : dict.at("optimizer").toGenericDict()) {

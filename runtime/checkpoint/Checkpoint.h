@@ -7,7 +7,7 @@
 //                 {"exp_avg": {key: tensor}, "exp_avg_sq": {key: tensor}, "step": N} (Adam, AdamW),
 //    "__meta__": {"format": 1, "step", "epoch", "model", "dataset", "synthetic_size",
 //                  "fingerprint", "loss", "model_path", "virtual_shards", "batch_size",
-//                  "block_size", "ignore_index"}}
+//                  "block_size", "ignore_index", "optimizer_rule", "configuration"}}
 // (the meta entries from "loss" on are optional: checkpoints of earlier versions lack them.)
 // It is *published* by <dir>/step-NNNNNNNN.ok, written only after the .pt is complete,
 // fsync'd and renamed into place; the .ok records the .pt's size and CRC-32 so a reader
@@ -39,6 +39,11 @@ struct Checkpoint {
   std::int64_t batchSize = 0;      // per virtual shard (0: not recorded)
   std::int64_t blockSize = 0;      // a token file's window (0: not one)
   std::int64_t ignoreIndex = -100;
+  // What the optimizer state belongs to (TrainConfig::updateRuleName(): "update adamw",
+  // diloco's "outer sgd"), and the configuration's shared fields as "name=value" lines (for
+  // a resume to say which changed). Empty in checkpoints of earlier versions.
+  std::string optimizerRule;
+  std::string configuration;
   TensorList modelState;   // state_dict, in order
   // The optimizer's state per parameter, by torch.optim's names, and the updates it counted
   // (Adam's step; 0 for SGD); empty before the first update with such state.

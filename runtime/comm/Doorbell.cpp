@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "runtime/net/Interfaces.h"
+#include "runtime/net/Socket.h"
 
 namespace pstrain::comm {
 namespace {
@@ -42,13 +43,10 @@ std::vector<Listening> selectAddresses(const Doorbell::Interfaces& interfaces) {
 int bindSocket(in_addr address, int& port) {
   const int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
   if (fd < 0) return -1;
-  sockaddr_in bound{};
-  bound.sin_family = AF_INET;
-  bound.sin_addr = address;
-  bound.sin_port = htons(static_cast<std::uint16_t>(port));
+  sockaddr_in bound = net::socketAddress(address, port);
   socklen_t length = sizeof bound;
   // Non-blocking: a ring never waits for buffer space, and sleep() drains without blocking.
-  if (fd >= FD_SETSIZE || ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK) != 0 ||
+  if (fd >= FD_SETSIZE || !net::setNonBlocking(fd) ||
       ::bind(fd, reinterpret_cast<sockaddr*>(&bound), sizeof bound) != 0 ||
       ::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length) != 0) {
     ::close(fd);
@@ -60,15 +58,8 @@ int bindSocket(in_addr address, int& port) {
 
 std::uint64_t rotl(std::uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
 
-void putBigEndian(std::uint64_t value, int bytes, unsigned char* out) {
-  for (int i = 0; i < bytes; ++i) out[i] = static_cast<unsigned char>(value >> (8 * (bytes - 1 - i)));
-}
-
-std::uint64_t getBigEndian(const unsigned char* in, int bytes) {
-  std::uint64_t value = 0;
-  for (int i = 0; i < bytes; ++i) value = value << 8 | in[i];
-  return value;
-}
+using net::getBigEndian;
+using net::putBigEndian;
 
 }  // namespace
 
@@ -143,10 +134,8 @@ void Doorbell::connect(const std::vector<std::string>& addresses, int self, cons
     int port = 0;
     if (!(in >> port) || port <= 0 || port > 65535) continue;
     for (std::string text; in >> text;) {
-      sockaddr_in to{};
-      to.sin_family = AF_INET;
-      to.sin_port = htons(static_cast<std::uint16_t>(port));
-      if (::inet_pton(AF_INET, text.c_str(), &to.sin_addr) == 1) peers_[rank].push_back(to);
+      in_addr address{};
+      if (::inet_pton(AF_INET, text.c_str(), &address) == 1) peers_[rank].push_back(net::socketAddress(address, port));
     }
   }
 }

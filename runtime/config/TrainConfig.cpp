@@ -147,6 +147,10 @@ std::int64_t TrainConfig::fixedLocalSteps() const {
   return steps;
 }
 
+std::string TrainConfig::updateRuleName() const {
+  return fmt::format("{} {}", modeInfo().outerOptimizer() ? "outer" : "update", updateRule().optimizer);
+}
+
 bool TrainConfig::overlapping() const {
   return overlap == "on" && modeInfo().exchange == Exchange::Collective && !compressesGradients() &&
          !compressesWeights() && !skipNonfinite && clipGradNorm == 0 && !lossScaling();

@@ -165,6 +165,9 @@ struct TrainConfig {
   // --outer-optimizer nesterov) at the constant --outer-lr, with neither clipping nor weight
   // decay (both belong to the workers' inner steps).
   TrainConfig updateRule() const;
+  // What an optimizer state of this run belongs to: the role of its rule ("update": the
+  // gradients' update; "outer": diloco's outer step) and its optimizer ("update adamw").
+  std::string updateRuleName() const;
 
   // Whether the sync exchange overlaps backward: --overlap on, a collective exchange, raw
   // messages, and neither --skip-nonfinite nor --clip-grad-norm (which must see the whole

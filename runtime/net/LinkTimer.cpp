@@ -1,6 +1,5 @@
 #include "runtime/net/LinkTimer.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -8,17 +7,17 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
-#include <cstring>
+#include <random>
 #include <vector>
 
+#include "runtime/Portable.h"
 #include "runtime/metrics/Clock.h"
+#include "runtime/net/Socket.h"
 
 namespace pstrain::net {
 namespace {
 
 using metrics::Clock;
-
-void setNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
 // Waits until `fd` is ready for `events` or `deadline` passes; false on the deadline.
 bool waitFor(int fd, short events, Clock::time_point deadline) {
@@ -32,42 +31,21 @@ bool waitFor(int fd, short events, Clock::time_point deadline) {
   }
 }
 
-sockaddr_in socketAddress(in_addr address, int port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr = address;
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  return a;
-}
-
-}  // namespace
-
-LinkListener::LinkListener(in_addr address) {
-  fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd_ < 0) return;
-  sockaddr_in bound = socketAddress(address, 0);
-  socklen_t length = sizeof bound;
-  if (::bind(fd_, reinterpret_cast<sockaddr*>(&bound), sizeof bound) != 0 || ::listen(fd_, 4) != 0 ||
-      ::getsockname(fd_, reinterpret_cast<sockaddr*>(&bound), &length) != 0) {
-    ::close(fd_);
-    fd_ = -1;
-    return;
+// Reads from the non-blocking `fd` into `out` until `size` bytes are in, the peer closes,
+// or `deadline`; returns the bytes read.
+std::size_t readUpTo(int fd, unsigned char* out, std::size_t size, Clock::time_point deadline) {
+  std::size_t got = 0;
+  while (got < size && waitFor(fd, POLLIN, deadline)) {
+    const ssize_t n = ::recv(fd, out + got, size - got, 0);
+    if (n > 0) got += static_cast<std::size_t>(n);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) break;
   }
-  setNonBlocking(fd_);
-  port_ = ntohs(bound.sin_port);
+  return got;
 }
 
-LinkListener::~LinkListener() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-std::size_t LinkListener::receiveOne(std::chrono::milliseconds timeout) {
-  if (fd_ < 0) return 0;
-  const auto deadline = Clock::now() + timeout;
-  if (!waitFor(fd_, POLLIN, deadline)) return 0;
-  const int peer = ::accept(fd_, nullptr, nullptr);
-  if (peer < 0) return 0;
-  setNonBlocking(peer);
+// Counts what the sender on `peer` sends until it half-closes or `deadline`, then answers
+// with the count (8 bytes, big-endian).
+std::uint64_t countAndAnswer(int peer, Clock::time_point deadline) {
   std::vector<char> buffer(1 << 20);
   std::uint64_t received = 0;
   while (waitFor(peer, POLLIN, deadline)) {
@@ -76,13 +54,60 @@ std::size_t LinkListener::receiveOne(std::chrono::milliseconds timeout) {
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) break;
   }
   unsigned char answer[8];
-  for (int i = 0; i < 8; ++i) answer[i] = static_cast<unsigned char>(received >> (56 - 8 * i));
-  if (waitFor(peer, POLLOUT, Clock::now() + std::chrono::seconds(1))) ::send(peer, answer, sizeof answer, 0);
-  ::close(peer);
-  return static_cast<std::size_t>(received);
+  putBigEndian(received, 8, answer);
+  if (waitFor(peer, POLLOUT, Clock::now() + std::chrono::seconds(1))) {
+    ::send(peer, answer, sizeof answer, portable::sendFlagsWithoutSigpipe(peer));
+  }
+  return received;
 }
 
-double timeSend(in_addr from, in_addr to, int port, std::size_t bytes, std::chrono::milliseconds timeout) {
+}  // namespace
+
+LinkToken randomLinkToken() {
+  std::random_device entropy;  // the kernel's random source
+  LinkToken token;
+  for (auto& byte : token) byte = static_cast<unsigned char>(entropy());
+  return token;
+}
+
+LinkListener::LinkListener(in_addr address) {
+  fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd_ < 0) return;
+  sockaddr_in bound = socketAddress(address, 0);
+  socklen_t length = sizeof bound;
+  if (::bind(fd_, reinterpret_cast<sockaddr*>(&bound), sizeof bound) != 0 || ::listen(fd_, 4) != 0 ||
+      ::getsockname(fd_, reinterpret_cast<sockaddr*>(&bound), &length) != 0 || !setNonBlocking(fd_)) {
+    ::close(fd_);
+    fd_ = -1;
+    return;
+  }
+  port_ = ntohs(bound.sin_port);
+}
+
+LinkListener::~LinkListener() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::size_t LinkListener::receiveOne(const LinkToken& token, std::chrono::milliseconds timeout) {
+  if (fd_ < 0) return 0;
+  const auto deadline = Clock::now() + timeout;
+  while (waitFor(fd_, POLLIN, deadline)) {
+    const int peer = ::accept(fd_, nullptr, nullptr);
+    if (peer < 0) continue;
+    setNonBlocking(peer);
+    LinkToken said{};
+    // A connection that does not start with the token within a second is not the sender's.
+    const bool sender = readUpTo(peer, said.data(), said.size(), std::min(deadline, Clock::now() + std::chrono::seconds(1))) ==
+                            said.size() && said == token;
+    const std::uint64_t received = sender ? countAndAnswer(peer, deadline) : 0;
+    ::close(peer);
+    if (sender) return static_cast<std::size_t>(received);
+  }
+  return 0;
+}
+
+double timeSend(in_addr from, in_addr to, int port, const LinkToken& token, std::size_t bytes,
+                std::chrono::milliseconds timeout) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return 0;
   const auto start = Clock::now();
@@ -95,24 +120,30 @@ double timeSend(in_addr from, in_addr to, int port, std::size_t bytes, std::chro
   if (::bind(fd, reinterpret_cast<sockaddr*>(&source), sizeof source) == 0 &&
       (::connect(fd, reinterpret_cast<sockaddr*>(&target), sizeof target) == 0 || errno == EINPROGRESS) &&
       waitFor(fd, POLLOUT, deadline) && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0) {
-    const std::vector<char> chunk(1 << 20, 'p');
-    for (std::size_t sent = 0; sent < bytes && waitFor(fd, POLLOUT, deadline);) {
-      const ssize_t n = ::send(fd, chunk.data(), std::min(chunk.size(), bytes - sent), 0);
-      if (n > 0) sent += static_cast<std::size_t>(n);
-      if (n < 0 && errno != EAGAIN && errno != EINTR) break;
+    // Sends `size` bytes of `data`, as many as go before the deadline; how many went. A
+    // receiver that closes (it took this connection for another's) is EPIPE, not SIGPIPE.
+    const int flags = portable::sendFlagsWithoutSigpipe(fd);
+    auto sendUpTo = [&](const void* data, std::size_t size) {
+      std::size_t sent = 0;
+      while (sent < size && waitFor(fd, POLLOUT, deadline)) {
+        const ssize_t n = ::send(fd, static_cast<const char*>(data) + sent, size - sent, flags);
+        if (n > 0) sent += static_cast<std::size_t>(n);
+        if (n < 0 && errno != EAGAIN && errno != EINTR) break;
+      }
+      return sent;
+    };
+    if (sendUpTo(token.data(), token.size()) == token.size()) {
+      const std::vector<char> chunk(1 << 20, 'p');
+      for (std::size_t sent = 0; sent < bytes;) {
+        const std::size_t part = std::min(chunk.size(), bytes - sent), went = sendUpTo(chunk.data(), part);
+        sent += went;
+        if (went < part) break;  // the deadline, or the path broke
+      }
     }
     ::shutdown(fd, SHUT_WR);
     unsigned char answer[8];
-    std::size_t got = 0;
-    while (got < sizeof answer && waitFor(fd, POLLIN, deadline + std::chrono::seconds(1))) {
-      const ssize_t n = ::recv(fd, answer + got, sizeof answer - got, 0);
-      if (n <= 0 && !(n < 0 && (errno == EAGAIN || errno == EINTR))) break;
-      if (n > 0) got += static_cast<std::size_t>(n);
-    }
-    if (got == sizeof answer) {
-      std::uint64_t received = 0;
-      for (unsigned char b : answer) received = received << 8 | b;
-      rate = static_cast<double>(received) / std::max(metrics::secondsSince(start), 1e-6);
+    if (readUpTo(fd, answer, sizeof answer, deadline + std::chrono::seconds(1)) == sizeof answer) {
+      rate = static_cast<double>(getBigEndian(answer, 8)) / std::max(metrics::secondsSince(start), 1e-6);
     }
   }
   ::close(fd);

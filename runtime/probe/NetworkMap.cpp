@@ -2,15 +2,20 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <sstream>
 
+#include "runtime/Errors.h"
 #include "runtime/net/Interfaces.h"
 #include "runtime/net/LinkTimer.h"
+#include "runtime/protocol/Handshake.h"
 
 namespace pstrain::probe {
 namespace {
+
+constexpr const char* kPortOf = "port ";  // the fact of rank 0's listening port on an address
 
 std::vector<net::Interface> external(const std::vector<net::Interface>& all) {
   std::vector<net::Interface> out;
@@ -47,32 +52,33 @@ WorkerNetwork sharedWith(const std::string& serverHost, const std::vector<net::I
 
 std::vector<WorkerNetwork> mapNetwork(comm::Communicator& comm, std::size_t bytes, double seconds) {
   const std::vector<net::Interface> mine = external(net::localInterfaces());
-  // Rank 0 listens on each of its addresses; the workers learn the ports with the map.
+  // Every rank's host and interfaces; rank 0's listening port on each of its addresses, and
+  // the token that the timed transfers start with (LinkTimer.h), over MPI.
+  protocol::Facts facts = {{"host", comm.hostName()}, {"interfaces", net::describe(mine)}};
   std::map<std::string, std::unique_ptr<net::LinkListener>> listeners;
-  std::string ports;
   if (comm.rank() == 0) {
+    const net::LinkToken token = net::randomLinkToken();
+    facts.emplace_back("token", std::string(token.begin(), token.end()));
     for (const auto& i : mine) {
       auto listener = std::make_unique<net::LinkListener>(i.address);
-      if (listener->port() > 0) ports += net::dotted(i.address) + " " + std::to_string(listener->port()) + "\n";
+      if (listener->port() > 0) facts.emplace_back(kPortOf + net::dotted(i.address), std::to_string(listener->port()));
       listeners[net::dotted(i.address)] = std::move(listener);
     }
   }
-  const auto described = comm.allGather(comm.hostName() + "\n" + net::describe(mine), "probe: network map");
+  std::vector<std::map<std::string, std::string>> all;
+  const auto encoded = comm.allGather(protocol::encodeFacts(facts), "probe: network map");
+  for (std::size_t r = 0; r < encoded.size(); ++r) all.push_back(protocol::decodeFacts(encoded[r], static_cast<int>(r)));
+  net::LinkToken token{};
+  const std::string& said = all[0]["token"];
+  if (said.size() != token.size()) throw CommError("probe: network map: rank 0 sent no transfer token");
+  std::copy(said.begin(), said.end(), token.begin());
   std::map<std::string, int> portOf;
-  {
-    std::istringstream lines(comm.allGather(ports, "probe: network map (ports)")[0]);
-    std::string address;
-    for (int port; lines >> address >> port;) portOf[address] = port;
+  for (const auto& [key, value] : all[0]) {
+    if (key.rfind(kPortOf, 0) == 0) portOf[key.substr(std::strlen(kPortOf))] = std::stoi(value);
   }
   std::vector<WorkerNetwork> workers;
-  auto hostOf = [&](int r) {
-    const std::string& text = described[static_cast<std::size_t>(r)];
-    return text.substr(0, text.find('\n'));
-  };
-  auto interfacesOf = [&](int r) {
-    const std::string& text = described[static_cast<std::size_t>(r)];
-    return net::parseDescription(text.substr(text.find('\n') + 1));
-  };
+  auto hostOf = [&](int r) { return all[static_cast<std::size_t>(r)]["host"]; };
+  auto interfacesOf = [&](int r) { return net::parseDescription(all[static_cast<std::size_t>(r)]["interfaces"]); };
   for (int r = 1; r < comm.size(); ++r) {
     WorkerNetwork w = sharedWith(hostOf(0), interfacesOf(0), hostOf(r), interfacesOf(r));
     w.rank = r;
@@ -87,12 +93,12 @@ std::vector<WorkerNetwork> mapNetwork(comm::Communicator& comm, std::size_t byte
     if (w.sameHostAsServer || (comm.rank() != 0 && comm.rank() != w.rank)) continue;
     for (auto& s : w.subnets) {
       if (comm.rank() == 0) {
-        if (portOf.count(s.serverAddress)) listeners[s.serverAddress]->receiveOne(timeout + std::chrono::seconds(2));
+        if (portOf.count(s.serverAddress)) listeners[s.serverAddress]->receiveOne(token, timeout + std::chrono::seconds(2));
       } else {
         const auto port = portOf.find(s.serverAddress);
         in_addr from{}, to{};
         if (port != portOf.end() && net::parseAddress(s.workerAddress, from) && net::parseAddress(s.serverAddress, to)) {
-          s.bytesPerSecond = net::timeSend(from, to, port->second, bytes, timeout);
+          s.bytesPerSecond = net::timeSend(from, to, port->second, token, bytes, timeout);
         }
         rates += std::to_string(s.bytesPerSecond) + " ";
       }

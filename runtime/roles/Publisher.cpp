@@ -264,6 +264,8 @@ checkpoint::Checkpoint Publisher::snapshot(std::int64_t stepsDone) const {
   ckpt.batchSize = cfg_.shardBatch();
   if (config::isModelFile(cfg_.model)) ckpt.modelPath = fs::absolute(cfg_.model).string();
   ckpt.fingerprint = cfg_.fingerprint();
+  ckpt.optimizerRule = cfg_.updateRuleName();
+  for (const auto& [name, value] : cfg_.sharedFields()) ckpt.configuration += name + "=" + value + "\n";
   ckpt.modelState = models::stateDict(model_);
   for (const auto& [name, buffer] : optimizer_.state()) {
     const auto views = parameterViews(model_, buffer);

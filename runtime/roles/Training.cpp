@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <map>
 #include <optional>
+#include <sstream>
 #include <tuple>
 
 #include "data/ShardSampler.h"
@@ -62,6 +64,25 @@ std::optional<checkpoint::Checkpoint> resumePoint(const config::TrainConfig& cfg
   }
   std::cout << "pstrain: resume: no valid checkpoint in " << dir << "; starting at step 0" << std::endl;
   return std::nullopt;
+}
+
+// What changed between a checkpoint's configuration ("name=value" lines) and `now`: ": --steps
+// 100 -> 200, --mode sync -> diloco"; the fingerprints for a checkpoint that does not say.
+std::string configurationChange(const std::string& before, const config::TrainConfig& now) {
+  if (before.empty()) return fmt::format(" (fingerprint now {})", now.fingerprint());
+  std::map<std::string, std::string> earlier;
+  std::istringstream lines(before);
+  for (std::string line; std::getline(lines, line);) {
+    const auto eq = line.find('=');
+    if (eq != std::string::npos) earlier[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  std::vector<std::string> changes;
+  for (const auto& [name, value] : now.sharedFields()) {
+    const auto it = earlier.find(name);
+    const std::string was = it == earlier.end() ? "(unset)" : it->second;
+    if (was != value) changes.push_back(fmt::format("--{} {} -> {}", name, was, value));
+  }
+  return changes.empty() ? "" : ": " + fmt::format("{}", fmt::join(changes, ", "));
 }
 
 // The virtual shards of the run (TrainConfig::virtualShards), decided on rank 0: --virtual-
@@ -391,9 +412,10 @@ StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, mo
   }
   if (started.resume) {
     if (started.resume->fingerprint != started.run.fingerprint()) {
-      std::cout << "pstrain: resume: the configuration differs from the one that wrote step " << started.resume->step
-                << " (fingerprint " << started.resume->fingerprint << ", now " << started.run.fingerprint()
-                << "); continuing with the new one" << std::endl;
+      std::cout << fmt::format("pstrain: resume: the configuration differs from the one that wrote step {}{}; "
+                               "continuing with the new one", started.resume->step,
+                               configurationChange(started.resume->configuration, started.run))
+                << std::endl;
     }
     models::loadStateDict(model, started.resume->modelState, fmt::format("step {} checkpoint", started.resume->step));
   }

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <iostream>
 #include <map>
 
 #include "runtime/Errors.h"
@@ -50,7 +52,32 @@ StepStats UpdateState::stats(int contributors) {
   return s;
 }
 
+namespace {
+
+// Whether the checkpoint's optimizer state is this run's rule's: the same rule in the same
+// role ("outer sgd" is not "update sgd": a sync momentum buffer is no outer momentum), or
+// for a checkpoint that does not say, state that the rule has by every name.
+bool stateFits(const UpdateState& s, const checkpoint::Checkpoint& ckpt) {
+  if (!ckpt.optimizerRule.empty()) return ckpt.optimizerRule == s.cfg.updateRuleName();
+  const auto& names = s.optimizer->info().state;
+  return std::all_of(ckpt.optimizerState.begin(), ckpt.optimizerState.end(), [&](const auto& state) {
+    return std::find(names.begin(), names.end(), state.first) != names.end();
+  });
+}
+
+}  // namespace
+
 void restoreUpdate(UpdateState& s, const checkpoint::Checkpoint& ckpt) {
+  optim::LossScale* lossScale = s.update.lossScaling();
+  if (lossScale && ckpt.lossScale) lossScale->restore(ckpt.lossScale->scale, ckpt.lossScale->goodSteps);
+  if (!ckpt.optimizerState.empty() && !stateFits(s, ckpt)) {
+    std::cout << fmt::format("pstrain: resume: step {}'s optimizer state belongs to {}, this run's rule is {}: it "
+                             "starts afresh (the weights and the step go on)",
+                             ckpt.step, ckpt.optimizerRule.empty() ? std::string("another rule") : "'" + ckpt.optimizerRule + "'",
+                             "'" + s.cfg.updateRuleName() + "'")
+              << std::endl;
+    return;
+  }
   for (const auto& [name, tensors] : ckpt.optimizerState) {
     std::map<std::string, at::Tensor> saved(tensors.begin(), tensors.end());
     std::vector<at::Tensor> parts;
@@ -65,8 +92,6 @@ void restoreUpdate(UpdateState& s, const checkpoint::Checkpoint& ckpt) {
     s.optimizer->restore(name, torch::cat(parts));
   }
   s.optimizer->restoreUpdates(ckpt.optimizerSteps);
-  optim::LossScale* lossScale = s.update.lossScaling();
-  if (lossScale && ckpt.lossScale) lossScale->restore(ckpt.lossScale->scale, ckpt.lossScale->goodSteps);
 }
 
 }  // namespace pstrain::roles

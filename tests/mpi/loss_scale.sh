@@ -90,6 +90,24 @@ else
     bash -c "[ $rc -eq 2 ] && grep -qE -- '--precision fp16 on cpu: this libtorch \([0-9.]+\) (refuses it|computed)' '$dir.log' && ! grep -q 'frame #' '$dir.log'"
 fi
 
+# 5b. What docs/files.md says of torch.load(..., weights_only=True): a loss-scaled
+#     checkpoint's scaler is floats, which PyTorch 1.13's weights-only unpickler cannot read
+#     and 2.x's can; its trained_model.pt loads on both.
+check "weights_only=True: trained_model.pt loads; the loss-scaled checkpoint as docs/files.md says for this PyTorch" \
+  "$PSTRAIN_PYTHON" - "$scratch/overflow" <<'PY'
+import os, sys, torch
+run = sys.argv[1]
+torch.load(os.path.join(run, "trained_model.pt"), weights_only=True)
+try:
+    torch.load(os.path.join(run, "ckpt", "step-00000008.pt"), weights_only=True)
+    loaded = True
+except Exception as e:
+    loaded = False
+    print("     torch", torch.__version__, ":", str(e).splitlines()[0][:100])
+old = int(torch.__version__.split(".")[0]) < 2
+sys.exit(0 if loaded != old else 1)
+PY
+
 # 6. --inject-overflow never does nothing without a word: a rank that computes nothing
 #    (rank 0 of a server mode, a rank past the world) or a step past any run's is refused
 #    (exit 2); without loss scaling, in sync's overlapped exchange, the overflow does reach

@@ -46,9 +46,10 @@ TEST(Network, ATimedTransferCountsWhatArrived) {
   const in_addr local = address("127.0.0.1");
   net::LinkListener listener(local);
   ASSERT_GT(listener.port(), 0);
+  const net::LinkToken token = net::randomLinkToken();
   std::size_t received = 0;
-  std::thread receiver([&] { received = listener.receiveOne(std::chrono::seconds(10)); });
-  const double rate = net::timeSend(local, local, listener.port(), 8 << 20, std::chrono::seconds(5));
+  std::thread receiver([&] { received = listener.receiveOne(token, std::chrono::seconds(10)); });
+  const double rate = net::timeSend(local, local, listener.port(), token, 8 << 20, std::chrono::seconds(5));
   receiver.join();
   EXPECT_EQ(received, std::size_t(8) << 20);
   EXPECT_GT(rate, 1e6);
@@ -59,8 +60,27 @@ TEST(Network, ATimedTransferCountsWhatArrived) {
     port = gone.port();
   }
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_EQ(net::timeSend(local, local, port, 1 << 20, std::chrono::seconds(3)), 0);
+  EXPECT_EQ(net::timeSend(local, local, port, token, 1 << 20, std::chrono::seconds(3)), 0);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+// Another local process that connects first (hardening IV, finding 8: it zeroed a worker's
+// measure and steered the recommendation) is not the sender: without the job's token its
+// connection is closed and not counted, and the real sender's transfer is measured.
+TEST(Network, AConnectionWithoutTheTokenIsNotTheSender) {
+  const in_addr local = address("127.0.0.1");
+  net::LinkListener listener(local);
+  ASSERT_GT(listener.port(), 0);
+  const net::LinkToken token = net::randomLinkToken();
+  std::size_t received = 0;
+  std::thread receiver([&] { received = listener.receiveOne(token, std::chrono::seconds(10)); });
+  net::LinkToken wrong = token;
+  wrong[0] ^= 1;
+  EXPECT_EQ(net::timeSend(local, local, listener.port(), wrong, 1 << 20, std::chrono::seconds(3)), 0);
+  const double rate = net::timeSend(local, local, listener.port(), token, 4 << 20, std::chrono::seconds(5));
+  receiver.join();
+  EXPECT_EQ(received, std::size_t(4) << 20);
+  EXPECT_GT(rate, 1e6);
 }
 
 TEST(Network, SharedSubnetsAreThoseThatJoinTheTwoHosts) {

@@ -1,17 +1,25 @@
 // A model of the user's (models/ScriptModel): TorchScript modules made here with libtorch's
 // own compiler, loaded as pstrain loads --model FILE.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <torch/script.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/Registry.h"
 #include "models/ScriptModel.h"
 #include "runtime/Errors.h"
+#include "runtime/Portable.h"
 #include "runtime/checkpoint/Checkpoint.h"
 #include "tests/common/ScratchDir.h"
 
@@ -119,4 +127,45 @@ TEST_F(ScriptModel, TheUntrustedCorpusIsRefusedBeforeAnyOfItsCodeRuns) {
   fs::current_path(before);
   EXPECT_EQ(files, 16);
   EXPECT_TRUE(wrote.empty()) << wrote.front();
+}
+
+// The check process's sandbox (defence in depth: the trial load of a model file that passed
+// the checks): reading stays allowed; writing a file, opening a socket or running a program
+// kills the process with SIGSYS. Each in a child process of its own. Skipped where the
+// system has none (macOS).
+TEST(Sandbox, ForbidsWritingSocketsAndProgramsButNotReading) {
+  testsupport::ScratchDir scratch("sandbox");
+  const std::string written = (scratch.path() / "written").string();
+  auto inSandbox = [&](const std::function<void()>& attempt) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      if (!portable::forbidWritesSocketsAndPrograms()) ::_exit(77);
+      attempt();
+      ::_exit(0);
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    return status;
+  };
+  const int reading = inSandbox([] {
+    const int fd = ::open("/proc/self/status", O_RDONLY);
+    char buffer[16];
+    if (fd < 0 || ::read(fd, buffer, sizeof buffer) <= 0) ::_exit(1);
+  });
+  if (WIFEXITED(reading) && WEXITSTATUS(reading) == 77) GTEST_SKIP() << "no sandbox on this system";
+  EXPECT_TRUE(WIFEXITED(reading) && WEXITSTATUS(reading) == 0) << "reading a file was refused: " << reading;
+  const std::vector<std::pair<const char*, std::function<void()>>> forbidden = {
+      {"open for writing", [&] { ::open(written.c_str(), O_WRONLY | O_CREAT, 0600); }},
+      {"a socket", [] { ::socket(AF_INET, SOCK_STREAM, 0); }},
+      {"running a program", [] {
+         char* const argv[] = {const_cast<char*>("/bin/true"), nullptr};
+         ::execv("/bin/true", argv);
+       }},
+      {"renaming", [&] { ::rename("/proc/self/status", written.c_str()); }},
+  };
+  for (const auto& [what, attempt] : forbidden) {
+    const int status = inSandbox(attempt);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGSYS) << what << ": " << status;
+  }
+  EXPECT_FALSE(std::filesystem::exists(written));
 }

@@ -3,3 +3,4 @@
 #pragma once
 #include_next <sys/socket.h>
 #define AF_LINK 18 /* link layer interface: getifaddrs' entries with an if_data */
+#define SO_NOSIGPIPE 0x1022 /* APPLE: no SIGPIPE on EPIPE */
