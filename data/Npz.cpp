@@ -122,7 +122,15 @@ std::string headerField(const std::string& header, const std::string& key, const
   return value;
 }
 
-NpyArray parseHeader(const std::string& header, const std::string& what) {
+// The types an .npz array may hold.
+const std::map<std::string, std::size_t>& npzTypes() {
+  static const std::map<std::string, std::size_t> kinds = {{"u1", 1}, {"i2", 2}, {"u2", 2}, {"i4", 4},
+                                                            {"i8", 8}, {"f4", 4}, {"f8", 8}};
+  return kinds;
+}
+
+NpyArray parseHeader(const std::string& header, const std::string& what,
+                     const std::map<std::string, std::size_t>& kinds = npzTypes()) {
   NpyArray a;
   std::string descr = headerField(header, "descr", what);
   if (descr.size() < 3 || descr.front() != '\'' || descr.back() != '\'') {
@@ -131,12 +139,12 @@ NpyArray parseHeader(const std::string& header, const std::string& what) {
   descr = descr.substr(1, descr.size() - 2);
   const char order = descr[0];
   const std::string type = descr.substr(1);
-  static const std::map<std::string, std::size_t> kinds = {{"u1", 1}, {"i2", 2}, {"u2", 2}, {"i4", 4},
-                                                                  {"i8", 8}, {"f4", 4}, {"f8", 8}};
   auto kind = kinds.find(type);
   if (kind == kinds.end() || (order != '<' && order != '|' && order != '=') || (order == '|' && type != "u1")) {
-    throw DataError(fmt::format("{}: dtype '{}' is not supported (uint8, int16, uint16, int32, int64, "
-                                "float32, float64, little-endian); convert it, e.g. x.astype(np.float32)", what, descr));
+    std::string known;
+    for (const auto& [name, size] : kinds) known += (known.empty() ? "" : ", ") + name;
+    throw DataError(fmt::format("{}: dtype '{}' is not supported (little-endian {}); convert it, e.g. "
+                                "x.astype(np.{})", what, descr, known, kinds.count("f4") ? "float32" : "uint16"));
   }
   a.dtype = type;
   a.itemSize = kind->second;
@@ -164,10 +172,26 @@ NpyArray parseHeader(const std::string& header, const std::string& what) {
   if (fortran == "True" && a.shape.size() > 1) {
     throw DataError(fmt::format("{}: stored in Fortran order; save np.ascontiguousarray(x) instead", what));
   }
+  a.fortranOrder = fortran == "True";
   return a;
 }
 
 }  // namespace
+
+NpyArray npyFileHeader(const unsigned char* head, std::size_t size, const std::map<std::string, std::size_t>& dtypes,
+                       std::uint64_t& dataOffset, const std::string& what) {
+  if (size < 10 || std::memcmp(head, "\x93NUMPY", 6) != 0) throw DataError(fmt::format("{}: not a .npy array", what));
+  const int major = head[6];
+  if (major < 1 || major > 3) throw DataError(fmt::format("{}: .npy format version {} is not supported", what, major));
+  const std::size_t prefix = major == 1 ? 10 : 12;
+  if (size < prefix) throw DataError(fmt::format("{}: truncated .npy header", what));
+  const std::uint64_t length = major == 1 ? le(head + 8, 2) : le(head + 8, 4);
+  if (length > size - prefix) {
+    throw DataError(fmt::format("{}: a .npy header of {} bytes, more than pstrain reads ({})", what, length, size - prefix));
+  }
+  dataOffset = prefix + length;
+  return parseHeader(std::string(reinterpret_cast<const char*>(head + prefix), length), what, dtypes);
+}
 
 std::uint64_t NpyArray::elements() const {
   std::uint64_t n = 1;

@@ -15,11 +15,19 @@
 namespace pstrain::data {
 
 struct NpyArray {
-  std::string dtype;                // "u1", "i2", "u2", "i4", "i8", "f4" or "f8" (little-endian)
+  std::string dtype;                // "u1", "i2", "u2", "i4", "i8", "f4" or "f8" (little-endian); "u4" for token ids
   std::vector<std::int64_t> shape;  // () for a scalar
   std::size_t itemSize = 0;         // bytes per element
+  bool fortranOrder = false;
   std::uint64_t elements() const;   // product of the shape
 };
+
+// The array of a whole .npy file whose first `size` bytes are `head` (its magic, version and
+// header dict must lie within them), its data starting at `dataOffset`. `dtypes`: the
+// little-endian types it may hold, by NumPy's letter code ("u2"), with their sizes. Throws
+// DataError naming `what`.
+NpyArray npyFileHeader(const unsigned char* head, std::size_t size, const std::map<std::string, std::size_t>& dtypes,
+                       std::uint64_t& dataOffset, const std::string& what);
 
 class NpzFile {
  public:

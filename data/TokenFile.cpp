@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <vector>
 
+#include "data/Npz.h"
 #include "data/ReadAt.h"
 #include "runtime/Errors.h"
 
@@ -71,8 +73,11 @@ std::string llmcFormats() {
 
 }  // namespace
 
-TokenLayout tokenLayout(const unsigned char* head, std::size_t headBytes, std::uint64_t fileSize,
-                        const std::string& path) {
+namespace {
+
+// nanoGPT's and llm.c's .bin files (TokenFile.h).
+TokenLayout binTokenLayout(const unsigned char* head, std::size_t headBytes, std::uint64_t fileSize,
+                           const std::string& path) {
   const std::int32_t first = headBytes >= 4 ? int32At(head) : 0;
   for (const auto& format : kLlmcFormats) {
     if (first != format.magic) continue;
@@ -108,6 +113,45 @@ TokenLayout tokenLayout(const unsigned char* head, std::size_t headBytes, std::u
                               looksLikeAMagic(first) ? ""
                                                      : "; nanoGPT's flat files of uint16 ids are named train.bin and "
                                                        "val.bin"));
+}
+
+// NumPy's .npy of one dimension of uint16 or uint32 ids (np.save(f, ids.astype(np.uint16))).
+TokenLayout npyTokenLayout(const unsigned char* head, std::size_t headBytes, std::uint64_t fileSize,
+                           const std::string& path) {
+  static const std::map<std::string, std::size_t> kIds = {{"u2", 2}, {"u4", 4}};
+  std::uint64_t offset = 0;
+  const NpyArray a = npyFileHeader(head, headBytes, kIds, offset, path);
+  if (a.shape.size() != 1) {
+    throw DataError(fmt::format("{}: a .npy of token ids has one dimension (np.save(f, ids.astype(np.uint16))); this "
+                                "one has {}", path, a.shape.size()));
+  }
+  const std::uint64_t count = a.elements(), bytes = offset <= fileSize ? fileSize - offset : 0;
+  if (offset > fileSize || count > bytes / a.itemSize || count * a.itemSize != bytes) {
+    throw DataError(fmt::format("{}: holds {} bytes of ids, its shape needs {} x {} (truncated?)", path, bytes, count,
+                                a.itemSize));
+  }
+  return {offset, count, a.itemSize};
+}
+
+// One row per token-file format: the extension that names it, and how its ids lie. A name
+// without one of them is read as a .bin (llm.c's files may have any name).
+struct TokenFormat {
+  const char* extension;
+  TokenLayout (*layout)(const unsigned char*, std::size_t, std::uint64_t, const std::string&);
+};
+constexpr TokenFormat kTokenFormats[] = {{".npy", npyTokenLayout}, {".bin", binTokenLayout}};
+
+}  // namespace
+
+TokenLayout tokenLayout(const unsigned char* head, std::size_t headBytes, std::uint64_t fileSize,
+                        const std::string& path) {
+  for (const TokenFormat& format : kTokenFormats) {
+    const std::string extension = format.extension;
+    if (path.size() >= extension.size() && path.compare(path.size() - extension.size(), extension.size(), extension) == 0) {
+      return format.layout(head, headBytes, fileSize, path);
+    }
+  }
+  return binTokenLayout(head, headBytes, fileSize, path);
 }
 
 std::string validationPath(const std::string& trainPath) {

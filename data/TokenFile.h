@@ -8,7 +8,9 @@
 //               the count's ids: magic 20240520 version 1 for uint16 ids, magic 20240801
 //               version 7 for uint32 ids (vocabularies over 65,536, LLaMA-3's); any name,
 //               its test split the name with its last "train" turned to "val"
-//               (tiny_shakespeare_train.bin, ..._val.bin).
+//               (tiny_shakespeare_train.bin, ..._val.bin);
+//   NumPy's:    an .npy array of one dimension, uint16 or uint32 (np.save(f, ids)), named
+//               NAME_train.npy or train.npy (NAME_val.npy, val.npy beside it).
 // A file that starts with an llm.c magic is read as llm.c's or refused (another version, a
 // size its header does not give), whatever its name; a train.bin whose first int32 reads as
 // a date (how llm.c's magics are made) is refused too: the ids are never guessed.

@@ -68,8 +68,6 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
   TrainCommand command = config::parseTrainFlags(std::vector<std::string>(argv + 1, argv + argc));
   if (!command.helpText.empty()) return command;
   const config::TrainConfig& c = command.cfg;
-  codec::validateSpec(c.gradientCodec(), false, "compress");
-  codec::validateSpec(c.weightCodec(), true, "compress-weights");
   // Files (a model or dataset of the user's) are read, and checked against each other, at
   // start-up on every rank; names are checked here.
   if (config::isModelFile(c.model) || config::isDatasetFile(c.dataset)) {

@@ -30,7 +30,7 @@
 #include "runtime/metrics/Startup.h"
 #include "runtime/probe/Probe.h"
 #include "runtime/roles/Autocast.h"
-#include "runtime/roles/Training.h"
+#include "runtime/training/Training.h"
 
 namespace {
 

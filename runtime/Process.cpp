@@ -34,6 +34,13 @@ pid_t spawn(const std::vector<std::string>& argv, int stdoutFd, int stdinFd) {
   return child;
 }
 
+bool ended(pid_t child, int& exitCode) {
+  int status = 0;
+  if (::waitpid(child, &status, WNOHANG) != child) return false;
+  exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return true;
+}
+
 namespace {
 
 // SIGPIPE blocked in this thread while it writes to a command's standard input: a command
@@ -119,16 +126,13 @@ CommandResult runCommand(const std::vector<std::string>& argv, std::chrono::mill
   ::close(outFds[0]);
   closeInput();
   if (result.timedOut) ::kill(-child, SIGKILL);
-  int status = 0;
-  for (;;) {
-    if (::waitpid(child, &status, result.timedOut ? 0 : WNOHANG) == child) break;
-    if (Clock::now() > deadline + std::chrono::seconds(2)) {
+  while (!ended(child, result.exitCode)) {
+    if (!result.timedOut && Clock::now() > deadline + std::chrono::seconds(2)) {
       result.timedOut = true;
       ::kill(-child, SIGKILL);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  result.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
 }
 

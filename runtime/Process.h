@@ -33,4 +33,8 @@ CommandResult runCommand(const std::vector<std::string>& argv, std::chrono::mill
 // child that cannot run the command exits 127.
 pid_t spawn(const std::vector<std::string>& argv, int stdoutFd, int stdinFd = -1);
 
+// Whether the child `child` has ended, without waiting (it is then reaped); its exit code
+// in `exitCode` (128 + N after signal N).
+bool ended(pid_t child, int& exitCode);
+
 }  // namespace pstrain::process

@@ -13,7 +13,8 @@ import sys
 # models/ and data/ (outside runtime/) sit between checkpoint and loss.
 LAYERS = ["runtime", "runtime/zip", "runtime/config", "runtime/metrics", "runtime/rundir", "runtime/net", "runtime/comm",
           "runtime/comm/mpi", "runtime/codec", "runtime/optim", "runtime/checkpoint", "models", "data",
-          "runtime/loss", "runtime/protocol", "runtime/roles", "runtime/probe"]
+          "runtime/loss", "runtime/protocol", "runtime/roles", "runtime/roles/rounds", "runtime/training",
+          "runtime/probe"]
 # Folders at the same height that must not include each other either.
 SIBLINGS = {("models", "data"), ("data", "models")}
 

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -301,9 +300,9 @@ class Supervisor {
     auto nextLook = Clock::now() + interval;
     int stopStage = 0;
     Clock::time_point stageAt;
-    int status = 0;
     for (;;) {
-      if (::waitpid(child, &status, WNOHANG) == child) break;
+      int exitCode = 0;
+      if (process::ended(child, exitCode)) return exitCode;
       if (gStopSignals > 0) {
         const bool graceOver = stopStage > 0 && secondsSince(stageAt) >= o_.stopGraceSeconds;
         const int wanted = std::min(3, std::max(gStopSignals.load(), stopStage + (graceOver ? 1 : 0)));
@@ -326,7 +325,6 @@ class Supervisor {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
 
   // --prefer-fastest-link: runs `probe` (pstrain --probe on the launch's hosts) and returns

@@ -12,7 +12,7 @@
 
 #include "runtime/Errors.h"
 #include "runtime/Varint.h"
-#include "runtime/config/TrainConfig.h"
+#include "runtime/config/Codecs.h"
 
 namespace pstrain::codec {
 namespace {
@@ -48,19 +48,6 @@ std::int64_t numel(const std::vector<std::int64_t>& shape) {
 
 at::Tensor wrap(const float* values, std::int64_t count) {
   return torch::from_blob(const_cast<float*>(values), {count}, torch::kFloat32);
-}
-
-// The ratio of topk:R and randomk:R, the rank of powersgd:R, the level of zlib[:L].
-double parameter(const std::string& spec, const std::string& flag) {
-  auto colon = spec.find(':');
-  if (colon == std::string::npos) return NAN;
-  try {
-    std::size_t used = 0;
-    double value = std::stod(spec.substr(colon + 1), &used);
-    if (used == spec.size() - colon - 1) return value;
-  } catch (const std::exception&) {
-  }
-  throw ConfigError(fmt::format("--{} '{}': '{}' is not a number", flag, spec, spec.substr(colon + 1)));
 }
 
 // --- codecs --------------------------------------------------------------------------------
@@ -396,111 +383,42 @@ std::size_t Codec::maxFrameBytes() const {
 
 namespace {
 
-// What a codec's spec may say after its name.
-enum class Parameter {
-  None,   // nothing: "fp16"
-  Level,  // optional, a whole number 0..9: "zlib", "zlib:6"
-  Ratio,  // required, in (0, 1]: "topk:0.01"
-  Rank,   // required, a whole number 1..1024: "powersgd:4"
-};
-
-// One row per codec. The wire id goes into every frame, so that a payload of another codec
-// is refused: never change a codec's id, give a new one the next.
-struct CodecRow {
-  const char* name;
-  std::uint8_t wireId;
-  Parameter parameter;
-  const char* unfitForWeights;  // why it may not encode weights; null: it may
-  bool errorFeedbackByDefault;  // --error-feedback auto: on for codecs that drop information on purpose
-  std::unique_ptr<Codec> (*make)(const CodecArgs&);
-  bool lossless = false;        // decodes to exactly what was encoded
-};
-
 template <typename C>
 std::unique_ptr<Codec> make(const CodecArgs& a) {
   return std::make_unique<C>(a);
 }
 
+// The class of each row of config::kCodecs, by the row's name.
+struct Maker {
+  const char* name;
+  std::unique_ptr<Codec> (*make)(const CodecArgs&);
+};
 // clang-format off
-const CodecRow kCodecs[] = {
-  {config::kRawCodec, 0, Parameter::None, nullptr, false, make<Raw>, true},
-  {"zlib", 1, Parameter::Level, nullptr, false, make<Zlib>, true},
-  {"fp16", 2, Parameter::None, nullptr, false, [](const CodecArgs& a) -> std::unique_ptr<Codec> {
-     return std::make_unique<HalfPrecision>(a, torch::kHalf); }},
-  {"bf16", 3, Parameter::None, nullptr, false, [](const CodecArgs& a) -> std::unique_ptr<Codec> {
-     return std::make_unique<HalfPrecision>(a, torch::kBFloat16); }},
-  {"int8", 4, Parameter::None, nullptr, false, make<Int8>},
-  {"int4", 8, Parameter::None, nullptr, false, make<Int4>},
-  {"topk", 5, Parameter::Ratio, "sparsified weights make no sense", true, [](const CodecArgs& a) -> std::unique_ptr<Codec> {
-     return std::make_unique<Sparse>(a, true); }},
-  {"randomk", 6, Parameter::Ratio, "sparsified weights make no sense", true, [](const CodecArgs& a) -> std::unique_ptr<Codec> {
-     return std::make_unique<Sparse>(a, false); }},
-  {"powersgd", 7, Parameter::Rank, "low-rank weights make no sense", true, make<PowerSgd>},
+const Maker kMakers[] = {
+  {config::kRawCodec, make<Raw>},
+  {"zlib", make<Zlib>},
+  {"fp16", [](const CodecArgs& a) -> std::unique_ptr<Codec> { return std::make_unique<HalfPrecision>(a, torch::kHalf); }},
+  {"bf16", [](const CodecArgs& a) -> std::unique_ptr<Codec> { return std::make_unique<HalfPrecision>(a, torch::kBFloat16); }},
+  {"int8", make<Int8>},
+  {"int4", make<Int4>},
+  {"topk", [](const CodecArgs& a) -> std::unique_ptr<Codec> { return std::make_unique<Sparse>(a, true); }},
+  {"randomk", [](const CodecArgs& a) -> std::unique_ptr<Codec> { return std::make_unique<Sparse>(a, false); }},
+  {"powersgd", make<PowerSgd>},
 };
 // clang-format on
-
-// "none, zlib[:LEVEL], fp16, ..." of the codecs that may encode weights, or of all.
-std::string specsOf(bool weights) {
-  static const char* const kForms[] = {"", "[:LEVEL]", ":RATIO", ":RANK"};
-  std::string list;
-  for (const CodecRow& row : kCodecs) {
-    if (weights && row.unfitForWeights) continue;
-    list += (list.empty() ? "" : ", ") + std::string(row.name) + kForms[static_cast<int>(row.parameter)];
-  }
-  return list;
-}
-
-const CodecRow* rowOf(const std::string& spec) {
-  const std::string name = spec.substr(0, spec.find(':'));
-  for (const CodecRow& row : kCodecs) {
-    if (name == row.name) return &row;
-  }
-  return nullptr;
-}
+static_assert(std::size(kMakers) == config::kCodecCount, "one maker per row of config::kCodecs");
 
 }  // namespace
 
-void validateSpec(const std::string& spec, bool weights, const std::string& flag) {
-  auto fail = [&](const std::string& why) { throw ConfigError(fmt::format("--{} '{}': {}", flag, spec, why)); };
-  const CodecRow* row = rowOf(spec);
-  if (!row) fail("is not one of " + specsOf(weights));
-  const bool hasParameter = spec.find(':') != std::string::npos;
-  const double value = parameter(spec, flag);
-  if (weights && row->unfitForWeights) fail(std::string(row->unfitForWeights) + "; use " + specsOf(true));
-  switch (row->parameter) {
-    case Parameter::None:
-      if (hasParameter) fail("takes no parameter");
-      break;
-    case Parameter::Level:
-      if (hasParameter && !(value >= 0 && value <= 9 && value == std::floor(value))) fail("the level is 0..9");
-      break;
-    case Parameter::Ratio:
-      if (!(value > 0 && value <= 1)) fail(fmt::format("wants a RATIO in (0, 1], for example {}:0.01", row->name));
-      break;
-    case Parameter::Rank:
-      if (!(value >= 1 && value <= 1024 && value == std::floor(value))) {
-        fail(fmt::format("wants a whole RANK in 1..1024, for example {}:4", row->name));
-      }
-      break;
-  }
-}
-
-bool isLossless(const std::string& spec) {
-  const CodecRow* row = rowOf(spec);
-  return row && row->lossless;
-}
-
-bool errorFeedbackOn(const std::string& setting, const std::string& spec) {
-  if (setting != "auto") return setting == "on";
-  const CodecRow* row = rowOf(spec);
-  return row && row->errorFeedbackByDefault;
-}
-
 std::unique_ptr<Codec> makeCodec(const std::string& spec, const Shapes& shapes, std::uint64_t seed,
                                  const std::string& flag, bool errorFeedback) {
-  validateSpec(spec, false, flag);
-  const CodecRow& row = *rowOf(spec);
-  return row.make({spec, row.wireId, shapes, parameter(spec, flag), seed, errorFeedback});
+  const config::CodecInfo& row = config::checkedCodec(spec, false, flag);
+  for (const Maker& maker : kMakers) {
+    if (std::strcmp(maker.name, row.name) == 0) {
+      return maker.make({spec, row.wireId, shapes, config::codecParameter(spec, flag), seed, errorFeedback});
+    }
+  }
+  throw InternalError(fmt::format("codec '{}' has a row and no maker", row.name));
 }
 
 ErrorFeedbackEncoder::ErrorFeedbackEncoder(std::unique_ptr<Codec> codec, bool errorFeedback)

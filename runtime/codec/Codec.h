@@ -1,7 +1,7 @@
 #pragma once
-// Gradient and weight codecs (DESIGN.md: runtime/codec), one class each and one row each in
-// Codec.cpp's table (name, wire id, parameter, fit for weights, error feedback by default,
-// factory). A codec turns the flat float buffer of a model's tensors into a payload and back:
+// Gradient and weight codecs (DESIGN.md: runtime/codec), one class each; what each is (name,
+// wire id, parameter, fit for weights, error feedback by default) is its row of
+// config::kCodecs (config/Codecs.h), which also checks specs. A codec turns the flat float buffer of a model's tensors into a payload and back:
 //   none, zlib[:LEVEL]          lossless
 //   fp16, bf16                  half-precision floats
 //   int8                        one scale per tensor, values rounded to [-127, 127]
@@ -77,17 +77,6 @@ class Codec {
 // does not rescale). Throws ConfigError naming `flag` for an unknown or malformed spec.
 std::unique_ptr<Codec> makeCodec(const std::string& spec, const Shapes& shapes, std::uint64_t seed,
                                  const std::string& flag = "compress", bool errorFeedback = false);
-
-// Checks `spec` without making a codec (ConfigError naming `flag`); `weights`: only the
-// codecs that make sense for weights (none, zlib, fp16, bf16, int8, int4).
-void validateSpec(const std::string& spec, bool weights, const std::string& flag);
-
-// Whether `spec` gives back exactly what it was given (none, zlib).
-bool isLossless(const std::string& spec);
-
-// Whether error feedback runs for gradient codec `spec` under --error-feedback `setting`:
-// on, off, or auto (on for the sparsifying and low-rank codecs: topk, randomk, powersgd).
-bool errorFeedbackOn(const std::string& setting, const std::string& spec);
 
 // Encodes gradients with error feedback (Seide et al. 2014; Karimireddy et al. 2019): the
 // part of (gradient + residual) that the payload does not carry is kept and added to the

@@ -25,12 +25,12 @@ const DeviceInfo& deviceInfo(const std::string& name, const std::string& flag) {
 
 const std::vector<PrecisionInfo>& precisions() {
   static const std::vector<PrecisionInfo> table = {
-      {PrecisionKind::Fp32, "fp32", "float32 throughout"},
+      {PrecisionKind::Fp32, "fp32", "float32 throughout", false, false},
       {PrecisionKind::Bf16, "bf16", "the forward pass autocast to bfloat16 (CPU, CUDA; MPS with libtorch 2.6 or newer), "
-                                    "float32 weights, gradients and optimizer"},
+                                    "float32 weights, gradients and optimizer", true, false},
       {PrecisionKind::Fp16, "fp16", "the forward pass autocast to float16 (CUDA; MPS with libtorch 2.5 or newer; the "
                                     "CPU where libtorch's autocast has it), with dynamic loss scaling (--loss-scale), "
-                                    "float32 weights, gradients and optimizer"},
+                                    "float32 weights, gradients and optimizer", true, true},
   };
   return table;
 }

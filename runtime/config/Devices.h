@@ -32,6 +32,8 @@ struct PrecisionInfo {
   PrecisionKind kind;
   const char* name;
   const char* help;
+  bool autocasts;         // the forward pass computes in another dtype than float32
+  bool scaledByDefault;   // --loss-scale auto turns dynamic loss scaling on (float16's range)
 };
 
 const std::vector<PrecisionInfo>& precisions();

@@ -14,6 +14,7 @@
 
 #include "runtime/Errors.h"
 #include "runtime/Text.h"
+#include "runtime/config/Codecs.h"
 #include "runtime/config/Devices.h"
 #include "runtime/config/Losses.h"
 #include "runtime/config/Optimizers.h"
@@ -57,9 +58,19 @@ std::optional<std::string> whenRetrying(const TrainConfig& c, const std::string&
 std::optional<std::string> whenGossiping(const TrainConfig& c, const std::string& v) {
   return c.modeInfo().exchange == Exchange::Gossip ? v : "-";
 }
-// diloco's flags: in the fingerprint of diloco runs only (older runs' stay what they were).
+// diloco's flags: in the fingerprint of diloco runs only (older runs' stay what they were);
+// the outer step's, "-" where the rounds are plainly averaged (localsgd).
 std::optional<std::string> whenDiloco(const TrainConfig& c, const std::string& v) {
   return c.modeInfo().outerOptimizer() ? std::optional<std::string>(v) : std::nullopt;
+}
+std::optional<std::string> whenOuterStep(const TrainConfig& c, const std::string& v) {
+  return c.modeInfo().averages ? std::optional<std::string>("-") : whenDiloco(c, v);
+}
+// The outer step's flags do not apply where rounds are averaged: set, they are refused.
+void requireOuterStep(const TrainConfig& c, const char* flag, bool atDefault) {
+  require(atDefault || !c.modeInfo().averages,
+          fmt::format("--{} sets diloco's outer step; --mode {} averages the workers' weights (use --mode diloco)",
+                      flag, c.modeInfo().name));
 }
 std::optional<std::string> whenSynthetic(const TrainConfig& c, const std::string& v) {
   return c.dataset.rfind("synthetic", 0) == 0 ? v : "-";
@@ -119,11 +130,13 @@ const std::vector<Flag> kFlags = {
      "takes more than 50)",
      &TrainConfig::localStepsFlag, A::Fingerprint, whenDiloco, [](const TrainConfig& c) { c.fixedLocalSteps(); }},
     {"outer-lr", "Modes", "diloco: the outer optimizer's learning rate on the averaged pseudo-gradient",
-     &TrainConfig::outerLr, A::Fingerprint, whenDiloco, [](const TrainConfig& c) {
+     &TrainConfig::outerLr, A::Fingerprint, whenOuterStep, [](const TrainConfig& c) {
+       requireOuterStep(c, "outer-lr", c.outerLr == TrainConfig().outerLr);
        require(std::isfinite(c.outerLr) && c.outerLr > 0 && c.outerLr <= 10,
                fmt::format("--outer-lr must be in (0, 10] (got {})", c.outerLr)); }},
     {"outer-momentum", "Modes", "diloco: the outer optimizer's momentum (0: plain averaging steps)",
-     &TrainConfig::outerMomentum, A::Fingerprint, whenDiloco, [](const TrainConfig& c) {
+     &TrainConfig::outerMomentum, A::Fingerprint, whenOuterStep, [](const TrainConfig& c) {
+       requireOuterStep(c, "outer-momentum", c.outerMomentum == TrainConfig().outerMomentum);
        require(std::isfinite(c.outerMomentum) && c.outerMomentum >= 0 && c.outerMomentum < 1,
                fmt::format("--outer-momentum must be in [0, 1) (got {})", c.outerMomentum)); }},
     {"overlap-rounds", "Modes",
@@ -135,24 +148,27 @@ const std::vector<Flag> kFlags = {
        require(c.overlapRoundsFlag != "on" || c.modeInfo().outerOptimizer(),
                "--overlap-rounds overlaps diloco's rounds: --mode diloco only"); }, "on"},
     {"outer-optimizer", "Modes", "diloco: " + outerOptimizerNames() + " (rank 0's rule on the averaged pseudo-gradient)",
-     &TrainConfig::outerOptimizer, A::Fingerprint, whenDiloco, [](const TrainConfig& c) {
+     &TrainConfig::outerOptimizer, A::Fingerprint, whenOuterStep, [](const TrainConfig& c) {
+       requireOuterStep(c, "outer-optimizer", c.outerOptimizer == TrainConfig().outerOptimizer);
        outerOptimizerInfo(c.outerOptimizer); }},
 
     {"compress", "Compression",
-     "gradients (worker -> server, allreduce): auto (diloco: " + std::string(kFrugalCodec) + ", else none), none, "
-     "zlib[:LEVEL], fp16, bf16, int8, int4, topk:RATIO, randomk:RATIO, powersgd:RANK",
+     "gradients (worker -> server, allreduce): auto (diloco: " + std::string(kFrugalCodec) + ", else none), " +
+         codecSpecs(false),
      &TrainConfig::compress, A::Fingerprint, resolvedGradientCodec, [](const TrainConfig& c) {
+       checkedCodec(c.gradientCodec(), false, "compress");
        require(c.modeInfo().exchange != Exchange::Gossip || (!c.compressesGradients() && !c.compressesWeights()),
                fmt::format("--mode {} reads peers' weights one-sidedly: --compress and --compress-weights do not apply",
                            c.modeInfo().name)); }},
     {"compress-weights", "Compression",
      "weights (server -> worker): auto (diloco: " + std::string(kFrugalCodec) + " updates unless --compress none, "
-     "else none), none, zlib[:LEVEL], fp16, bf16, int8, int4",
+     "else none), " + codecSpecs(true),
      &TrainConfig::compressWeights, A::Fingerprint, resolvedWeightCodec, [](const TrainConfig& c) {
+       checkedCodec(c.weightCodec(), true, "compress-weights");
        require(!c.modeInfo().peers() || !c.compressesWeights(),
                fmt::format("--mode {} sends no weights: --compress-weights does not apply (--compress does)",
                            c.modeInfo().name)); }},
-    {"error-feedback", "Compression", "auto (on for topk, randomk, powersgd) | on | off: add what was not sent to the next gradient",
+    {"error-feedback", "Compression", "auto (on for " + errorFeedbackDefaults() + ") | on | off: add what was not sent to the next gradient",
      &TrainConfig::errorFeedback, A::Fingerprint, nullptr, [](const TrainConfig& c) {
        requireOneOf("error-feedback", c.errorFeedback, {"auto", "on", "off"}); }},
 

@@ -28,6 +28,10 @@ const std::vector<ModeInfo>& modes() {
        "rounds of --local-steps: the weights down and each worker's pseudo-gradient up once a round",
        "server + N workers: each worker runs --local-steps steps alone, rank 0 applies the outer optimizer "
        "(Nesterov) to the mean of their global - local weights (DiLoCo)"},
+      {Mode::LocalSgd, "localsgd", Exchange::LocalRounds, Quorum::One, StalePolicy::None, false, false,
+       "rounds of --local-steps: the weights down and each worker's weights up once a round",
+       "server + N workers: each worker runs --local-steps steps alone, then the global weights are the mean of "
+       "theirs (periodic model averaging, local SGD)", true},
   };
   return table;
 }

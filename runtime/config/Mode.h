@@ -14,7 +14,7 @@
 
 namespace pstrain::config {
 
-enum class Mode { Sync, Backup, Async, Allreduce, Gossip, Diloco };
+enum class Mode { Sync, Backup, Async, Allreduce, Gossip, Diloco, LocalSgd };
 
 enum class Exchange {
   Collective,    // a server and workers: a broadcast of the weights, a sum-reduce of the gradients
@@ -50,6 +50,7 @@ struct ModeInfo {
   bool updatePerBatch;  // every worker batch is an update: an epoch has workers x batches updates
   const char* plan;     // the dry run's "exchange" line
   const char* help;     // one line of --list-modes
+  bool averages = false;  // local rounds: the outer step is the workers' plain average (no --outer-* flags)
 
   // No server: every rank computes and rank 0 also writes the run's files.
   bool peers() const { return exchange == Exchange::AllReduce || exchange == Exchange::Gossip; }

@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "runtime/Errors.h"
+#include "runtime/config/Devices.h"
 #include "runtime/config/Optimizers.h"
 
 // validate() and sharedFields() are made from the flag table, in Flags.cpp.
@@ -61,7 +62,10 @@ bool isDatasetFile(const std::string& dataset) {
   return dataset.find('/') != std::string::npos || endsWith(dataset, ".npz") || isTokenFile(dataset);
 }
 
-bool isTokenFile(const std::string& dataset) { return endsWith(dataset, ".bin"); }
+bool isTokenFile(const std::string& dataset) {
+  return std::any_of(std::begin(kTokenFileExtensions), std::end(kTokenFileExtensions),
+                     [&](const char* extension) { return endsWith(dataset, extension); });
+}
 
 std::string TrainConfig::describeBatch() const {
   if (gradAccum == 1) return std::to_string(batchSize);
@@ -85,7 +89,9 @@ std::pair<double, double> TrainConfig::adamBetas() const {
 TrainConfig::Injection TrainConfig::nanInjection() const { return injection("inject-nan", injectNan); }
 TrainConfig::Injection TrainConfig::overflowInjection() const { return injection("inject-overflow", injectOverflow); }
 
-bool TrainConfig::lossScaling() const { return lossScale == "dynamic" || (lossScale == "auto" && precision == "fp16"); }
+bool TrainConfig::lossScaling() const {
+  return lossScale == "dynamic" || (lossScale == "auto" && precisionInfo(precision).scaledByDefault);
+}
 
 double TrainConfig::straggleMilliseconds(int rank) const {
   double mine = 0;
@@ -112,11 +118,11 @@ TrainConfig TrainConfig::updateRule() const {
   TrainConfig rule = *this;
   if (!modeInfo().outerOptimizer()) return rule;
   rule.optimizer = "sgd";
-  rule.momentum = outerMomentum;
-  rule.nesterov = outerOptimizerInfo(outerOptimizer).nesterov && outerMomentum > 0;
+  rule.momentum = modeInfo().averages ? 0 : outerMomentum;
+  rule.nesterov = outerOptimizerInfo(outerOptimizer).nesterov && rule.momentum > 0;
   rule.weightDecay = 0;
   rule.clipGradNorm = 0;
-  rule.lr = outerLr;
+  rule.lr = modeInfo().averages ? 1 : outerLr;  // global - mean(global - local): the mean of the locals
   rule.lrScaling = "none";
   rule.warmupSteps = 0;
   rule.lrDecay = "none";

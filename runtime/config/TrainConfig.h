@@ -8,16 +8,11 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/config/Codecs.h"
 #include "runtime/config/Mode.h"
 
 namespace pstrain::config {
 
-// The codec spec of raw floats, the identity coding (runtime/codec's "none" row): the
-// default of --compress and --compress-weights.
-constexpr const char* kRawCodec = "none";
-// diloco's codec both ways unless told otherwise: 4-bit values with a scale per block, a
-// seventh of float32's bytes (codec/Codec.h).
-constexpr const char* kFrugalCodec = "int4";
 constexpr const char* kAuto = "auto";
 
 // Bounds of the numbers a run takes (checked by the flags, so that no product or cast of
@@ -194,9 +189,12 @@ struct TrainConfig {
 };
 
 // Whether --model names a TorchScript file (it holds a '/' or ends in .pt or .pth) rather
-// than a zoo model; whether --dataset names a file (a '/', .npz or .bin) rather than a
-// built-in dataset, and whether that file is a token stream (.bin: --block-size). The one
-// place of these rules.
+// than a zoo model; whether --dataset names a file (a '/', .npz or a token file) rather
+// than a built-in dataset, and whether that file is a token stream (kTokenFileExtensions:
+// --block-size). The one place of these rules.
+// The names of token files (data/TokenFile.cpp gives each its layout): nanoGPT's and
+// llm.c's .bin, NumPy's .npy of ids.
+constexpr const char* kTokenFileExtensions[] = {".bin", ".npy"};
 bool isModelFile(const std::string& model);
 bool isDatasetFile(const std::string& dataset);
 bool isTokenFile(const std::string& dataset);

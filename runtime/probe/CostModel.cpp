@@ -33,6 +33,25 @@ double kthFastest(const ProbeMeasurements& m, int n, int k) {
   return times[static_cast<std::size_t>(k - 1)];
 }
 
+// A message of `bytes` passed along a chain of `hops` links in chunks (diloco's rounds,
+// roles/rounds/RoundChain.h): the whole message over one link, plus one chunk over each
+// further link; a chunk is 64 Ki values of a model of `values`.
+double chained(double bytes, double values, int hops, const Links& l) {
+  const double chunks = std::max(1.0, std::ceil(values / 65536.0));
+  return message(bytes, l.worstLatency, l.slowestBandwidth) +
+         (hops - 1) * message(bytes / chunks, l.worstLatency, l.slowestBandwidth);
+}
+
+// One round's exchange of diloco with n workers: the pseudo-gradients summed up the chain
+// (each hop decodes, adds and encodes again), the outer update, the update (or the weights)
+// down the chain.
+double roundExchange(const CodecCost& grad, const CodecCost& weights, const ProbeMeasurements& m, int n) {
+  const Links l = linksOf(m, n);
+  const double values = m.gradientCodecs.at(config::kRawCodec).bytes / sizeof(float);
+  return n * (grad.encodeSeconds + grad.decodeSeconds) + chained(grad.bytes, values, n, l) + m.updateSeconds +
+         weights.encodeSeconds + chained(weights.bytes, values, n, l) + weights.decodeSeconds;
+}
+
 double stepSeconds(const config::ModeInfo& mode, const CodecCost& grad, const CodecCost& weights, bool raw,
                    const ProbeMeasurements& m, int n, double& samplesPerStep) {
   using config::Exchange;
@@ -40,15 +59,17 @@ double stepSeconds(const config::ModeInfo& mode, const CodecCost& grad, const Co
   const Links l = linksOf(m, n);
   samplesPerStep = n * m.batchSamples;
   const double slowest = kthFastest(m, n, n);
-  if (mode.exchange == Exchange::Collective || mode.exchange == Exchange::LocalRounds) {
+  if (mode.exchange == Exchange::LocalRounds) {
+    return slowest + roundExchange(grad, weights, m, n) / static_cast<double>(m.localSteps);
+  }
+  if (mode.exchange == Exchange::Collective) {
     const double rounds = std::ceil(std::log2(n + 1.0));
     const double down = weights.encodeSeconds + rounds * message(weights.bytes, l.worstLatency, l.slowestBandwidth) +
                         weights.decodeSeconds;
     const double up = raw ? rounds * message(grad.bytes, l.worstLatency, l.slowestBandwidth)
                           : grad.encodeSeconds + n * message(grad.bytes, l.worstLatency, l.serverBandwidth) +
                                 n * grad.decodeSeconds;
-    const double exchange = up + m.updateSeconds + down;
-    return slowest + (mode.exchange == Exchange::LocalRounds ? exchange / static_cast<double>(m.localSteps) : exchange);
+    return slowest + up + m.updateSeconds + down;
   }
   if (mode.exchange == Exchange::PointToPoint && mode.quorum == Quorum::Aggregate) {
     const int k = std::max(1, n - 1);
@@ -86,6 +107,17 @@ double stepSeconds(const config::ModeInfo& mode, const CodecCost& grad, const Co
 
 bool predictable(config::Mode mode) { return config::info(mode).exchange != config::Exchange::Gossip; }
 
+double roundExchangeSeconds(const ProbeMeasurements& m, int workers, const std::string& gradientCodec,
+                            const std::string& weightCodec) {
+  const auto grad = m.gradientCodecs.find(gradientCodec), weights = m.weightCodecs.find(weightCodec);
+  if (grad == m.gradientCodecs.end() || weights == m.weightCodecs.end()) {
+    throw std::invalid_argument(fmt::format("cost model: codecs {} and {} were not timed", gradientCodec, weightCodec));
+  }
+  return roundExchange(grad->second, weights->second, m, workers);
+}
+
+double slowestBatchSeconds(const ProbeMeasurements& m, int workers) { return kthFastest(m, workers, workers); }
+
 std::vector<LocalStepsPrediction> predictLocalSteps(const ProbeMeasurements& m, int workers,
                                                     const std::vector<std::int64_t>& localSteps) {
   std::vector<LocalStepsPrediction> out;
@@ -104,13 +136,6 @@ std::vector<LocalStepsPrediction> predictLocalSteps(const ProbeMeasurements& m, 
     out.push_back({h, *top, std::max(0.0, 1 - compute / top->stepSeconds)});
   }
   return out;
-}
-
-std::int64_t smallestLocalStepsWithin(const std::vector<LocalStepsPrediction>& predictions, double share) {
-  for (const auto& p : predictions) {
-    if (p.commShare <= share) return p.localSteps;
-  }
-  return predictions.empty() ? 0 : predictions.back().localSteps;
 }
 
 std::vector<Prediction> predict(const ProbeMeasurements& m) {
@@ -132,7 +157,7 @@ std::vector<Prediction> predict(const ProbeMeasurements& m) {
           const CodecCost none;  // peers send no weights
           double samples = 0;
           const double step = stepSeconds(mode, grad, mode.peers() ? none : weights, gradSpec == config::kRawCodec, m, n, samples);
-          Prediction p{mode.mode, gradSpec, mode.peers() ? "-" : weightSpec, n, step, samples / step, 0};
+          Prediction p{mode.mode, gradSpec, mode.peers() ? kNoWeights : weightSpec, n, step, samples / step, 0};
           p.efficiency = p.samplesPerSecond / (n * alone);
           out.push_back(p);
         }

@@ -16,10 +16,12 @@
 //              all-gather: 2 (n - 1) / n of the gradient over the slowest link, 2 ceil(log2 n)
 //              latencies) + the update, on every rank; with a codec an all-gather of the
 //              payloads (n - 1 of them per rank)
-//   diloco     a round of H local steps: H of the slowest worker's batches + one sync
-//              exchange (the pseudo-gradient up, the weights down) + the outer update, so
-//              a step costs the slowest batch + that exchange / H. --balance's dealing by
-//              speed is not credited.
+//   diloco     a round of H local steps: H of the slowest worker's batches + the round's
+//              exchange, so a step costs the slowest batch + that exchange / H. The exchange
+//              (roles/rounds/RoundChain.h): the pseudo-gradient up a chain of the n workers
+//              (the whole message over one link plus a chunk over each further link; every
+//              worker decodes and encodes it), the outer update, the update down the chain.
+//              --balance's dealing by speed and overlapped rounds are not credited.
 // Codecs add their encode time on the sender and decode time on each receiver. Overlap of
 // the reduction with backward is not credited (the prediction errs slow where the links
 // are slow). Torch-free.
@@ -62,11 +64,20 @@ struct Prediction {
 
 // Every mode that the model predicts (all but gossip, whose ranks average when they please)
 // x codec pair for 1..computeSeconds.size() workers (the first n measured ones). The peer
-// modes send no weights: their weight codec reads "-". "none" must be among both codec maps.
+// modes send no weights: their weight codec reads kNoWeights. "none" must be among both codec
+// maps.
 std::vector<Prediction> predict(const ProbeMeasurements& m);
+constexpr const char* kNoWeights = "-";
 
 // Whether predict() covers `mode`.
 bool predictable(config::Mode mode);
+
+// Seconds of one diloco round's exchange with `workers` workers and those codecs (timed by
+// the probe: throws std::invalid_argument otherwise); the slowest of the first `workers`
+// batches.
+double roundExchangeSeconds(const ProbeMeasurements& m, int workers, const std::string& gradientCodec,
+                            const std::string& weightCodec);
+double slowestBatchSeconds(const ProbeMeasurements& m, int workers);
 
 // diloco for `workers` workers at each of `localSteps` (H), with its fastest codecs: the
 // samples/s and the share of a step's time spent in the round's exchange.
@@ -77,8 +88,6 @@ struct LocalStepsPrediction {
 };
 std::vector<LocalStepsPrediction> predictLocalSteps(const ProbeMeasurements& m, int workers,
                                                     const std::vector<std::int64_t>& localSteps);
-// The smallest H whose exchange takes at most `share` of the time (the largest H when none does).
-std::int64_t smallestLocalStepsWithin(const std::vector<LocalStepsPrediction>& predictions, double share);
 
 // The fastest prediction for `workers` (diloco aside: predictLocalSteps), and its line: "sync, fp16 weights + topk:0.01
 // gradients: 3.1x one worker (2650 samples/s)" ("none" reads "uncompressed").

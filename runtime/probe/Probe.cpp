@@ -19,6 +19,7 @@
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/protocol/StepMessages.h"
 #include "runtime/roles/LocalTrainer.h"
+#include "runtime/roles/rounds/RoundsPlan.h"
 #include "runtime/rundir/AtomicFile.h"
 #include "runtime/rundir/RunFiles.h"
 
@@ -41,10 +42,9 @@ double medianSeconds(int repeats, F&& f) {
 }
 
 constexpr int kWarmupBatches = 2, kTimedBatches = 8;
-// The codecs the probe times; raw floats first (the cost model needs it).
-constexpr const char* kGradientCodecs[] = {config::kRawCodec, "fp16", "topk:0.01", "powersgd:4"};
-constexpr const char* kWeightCodecs[] = {config::kRawCodec, "fp16"};
-constexpr std::size_t kGradientCodecCount = std::size(kGradientCodecs), kWeightCodecCount = std::size(kWeightCodecs);
+// The probe times each codec row's `probed` spec (config/Codecs.h; raw floats among them,
+// which the cost model needs), for weights those rows fit for weights.
+bool probed(const config::CodecInfo& row, bool weights) { return row.probed && (!weights || !row.unfitForWeights); }
 
 // Encodes the flat buffer `values` with `spec` a few times: its bytes and times.
 CodecCost costOf(const std::string& spec, const models::Net& model, const at::Tensor& values, bool weights) {
@@ -53,7 +53,7 @@ CodecCost costOf(const std::string& spec, const models::Net& model, const at::Te
     cost.bytes = static_cast<double>(values.numel() * sizeof(float));
     return cost;
   }
-  const bool feedback = !weights && codec::errorFeedbackOn("auto", spec);
+  const bool feedback = !weights && config::errorFeedbackOn("auto", spec);
   auto c = codec::makeCodec(spec, protocol::parameterShapes(model), 1, weights ? "compress-weights" : "compress", feedback);
   const at::Tensor input = values.contiguous().cpu();
   std::string frame;
@@ -99,8 +99,8 @@ struct Measured {
   double latencySeconds = 0;  // a worker's link to rank 0
   double bytesPerSecond = 0;
   double updateSeconds = 0;   // rank 0's update of the whole model
-  CodecCost gradientCodecs[kGradientCodecCount];
-  CodecCost weightCodecs[kWeightCodecCount];
+  CodecCost gradientCodecs[config::kCodecCount];  // by row of config::kCodecs; zeros where not probed
+  CodecCost weightCodecs[config::kCodecCount];
 };
 static_assert(std::is_trivially_copyable_v<Measured>, "gathered as bytes");
 
@@ -135,11 +135,10 @@ Measured measure(comm::Communicator& comm, const config::TrainConfig& cfg, model
       ++batch;
     });
     if (index == 0) {
-      for (std::size_t i = 0; i < kGradientCodecCount; ++i) {
-        mine.gradientCodecs[i] = costOf(kGradientCodecs[i], model, messages.grad, false);
-      }
-      for (std::size_t i = 0; i < kWeightCodecCount; ++i) {
-        mine.weightCodecs[i] = costOf(kWeightCodecs[i], model, messages.weights, true);
+      for (std::size_t i = 0; i < config::kCodecCount; ++i) {
+        const config::CodecInfo& row = config::kCodecs[i];
+        if (probed(row, false)) mine.gradientCodecs[i] = costOf(row.probed, model, messages.grad, false);
+        if (probed(row, true)) mine.weightCodecs[i] = costOf(row.probed, model, messages.weights, true);
       }
     }
   }
@@ -197,28 +196,54 @@ ProbeMeasurements costInputs(const config::TrainConfig& cfg, const std::vector<i
     m.bytesPerSecond[0] = worstBandwidth > 0 ? worstBandwidth : 1e12;
   }
   const Measured& first = all[static_cast<std::size_t>(computing.front())];
-  for (std::size_t i = 0; i < kGradientCodecCount; ++i) m.gradientCodecs[kGradientCodecs[i]] = first.gradientCodecs[i];
-  for (std::size_t i = 0; i < kWeightCodecCount; ++i) m.weightCodecs[kWeightCodecs[i]] = first.weightCodecs[i];
+  for (std::size_t i = 0; i < config::kCodecCount; ++i) {
+    const config::CodecInfo& row = config::kCodecs[i];
+    if (probed(row, false)) m.gradientCodecs[row.probed] = first.gradientCodecs[i];
+    if (probed(row, true)) m.weightCodecs[row.probed] = first.weightCodecs[i];
+  }
   if (cfg.fixedLocalSteps() > 0) m.localSteps = cfg.fixedLocalSteps();
   return m;
 }
 
-// diloco's H from one step to DiLoCo's 500, and the share of the time under which the probe
-// calls communication hidden.
+// diloco's H from one step to DiLoCo's 500.
 const std::vector<std::int64_t> kLocalSteps = {1, 2, 5, 10, 20, 50, 100, 200, 500};
-constexpr double kCommShareTarget = 0.1;
 
-// diloco's predictions by H, and the smallest H that keeps the exchange under 10% of the time.
-std::string localStepsLine(const std::vector<LocalStepsPrediction>& rounds, const ProbeMeasurements& m) {
+// What --local-steps auto and --overlap-rounds auto would decide on the measured links for
+// `workers` workers (roles/rounds/RoundsPlan.h, as the run decides it from its first rounds),
+// with the configured codings (diloco's by default); its exchange's seconds too.
+struct AutoRounds {
+  roles::RoundsDecision decision;
+  double stepSeconds = 0, exchangeSeconds = 0;
+};
+AutoRounds autoRounds(const config::TrainConfig& cfg, const ProbeMeasurements& m, int workers) {
+  config::TrainConfig diloco = cfg;
+  diloco.mode = config::Mode::Diloco;
+  const roles::RoundsPlan plan = roles::roundsPlanOf(diloco);
+  AutoRounds a;
+  a.stepSeconds = slowestBatchSeconds(m, workers);
+  try {
+    a.exchangeSeconds = roundExchangeSeconds(m, workers, plan.codecs.up, plan.codecs.down);
+  } catch (const std::invalid_argument&) {  // codecs the probe does not time: uncompressed
+    a.exchangeSeconds = roundExchangeSeconds(m, workers, config::kRawCodec, config::kRawCodec);
+  }
+  a.decision = roles::chooseRounds(plan, a.stepSeconds, a.exchangeSeconds);
+  return a;
+}
+
+// diloco's predictions by H, and what its defaults would choose.
+std::string localStepsLine(const std::vector<LocalStepsPrediction>& rounds, const ProbeMeasurements& m,
+                           const AutoRounds& chosen) {
   const double alone = m.batchSamples / *std::min_element(m.computeSeconds.begin(), m.computeSeconds.end());
   std::string out = "  diloco by --local-steps H, fastest codecs: samples/s (x one worker, communication share):\n   ";
   for (const auto& r : rounds) {
     out += fmt::format(" H={}: {:.0f} ({:.2f}x, {:.0f}%);", r.localSteps, r.prediction.samplesPerSecond,
                        r.prediction.samplesPerSecond / alone, 100 * r.commShare);
   }
-  const std::int64_t h = smallestLocalStepsWithin(rounds, kCommShareTarget);
-  out += fmt::format("\n  diloco: --mode diloco --local-steps {} keeps communication under {:.0f}% of the time\n", h,
-                     100 * kCommShareTarget);
+  out += fmt::format("\n  diloco: --local-steps auto would take {} local steps a round{} (a step {:.3f} s, the round's "
+                     "exchange {:.3f} s)\n", chosen.decision.localSteps,
+                     chosen.decision.overlap ? ", each round's exchange hidden behind the next (overlap pays)"
+                                             : ", rounds not overlapped (overlap does not pay)",
+                     chosen.stepSeconds, chosen.exchangeSeconds);
   return out;
 }
 
@@ -251,7 +276,7 @@ const Prediction& asConfigured(const std::vector<Prediction>& predictions, const
   const Prediction* raw = nullptr;
   for (const auto& p : predictions) {
     if (p.mode != mode || p.workers != workers) continue;
-    const bool peers = p.weightCodec == "-";
+    const bool peers = config::info(p.mode).peers();
     if (p.gradientCodec == cfg.gradientCodec() && (peers || p.weightCodec == cfg.weightCodec())) return p;
     if (p.gradientCodec == config::kRawCodec && (peers || p.weightCodec == config::kRawCodec)) raw = &p;
   }
@@ -355,7 +380,8 @@ NetworkAdvice adviseNetwork(const config::TrainConfig& cfg, const std::vector<in
 
 std::string probeJson(const config::TrainConfig& cfg, c10::Device device, const std::vector<int>& computing,
                       const ProbeMeasurements& m, const std::vector<Prediction>& predictions, const std::string& advice,
-                      const std::vector<LocalStepsPrediction>& rounds, const std::string& network) {
+                      const std::vector<LocalStepsPrediction>& rounds, const AutoRounds& chosen,
+                      const std::string& network) {
   auto codecsJson = [](const std::map<std::string, CodecCost>& costs) {
     metrics::JsonObject o;
     for (const auto& [spec, c] : costs) {
@@ -391,7 +417,7 @@ std::string probeJson(const config::TrainConfig& cfg, c10::Device device, const 
     byLocalSteps.push_back(o.str());
   }
   probe.addRaw("diloco", metrics::jsonRawArray(byLocalSteps));
-  probe.add("diloco_local_steps", smallestLocalStepsWithin(rounds, kCommShareTarget));
+  probe.add("diloco_local_steps", chosen.decision.localSteps).add("diloco_overlap", chosen.decision.overlap);
   probe.addRaw("network", network);
   return probe.str();
 }
@@ -417,12 +443,13 @@ void report(const config::TrainConfig& cfg, c10::Device device, const std::vecto
   const std::string advice = recommendation(best(predictions, workers), m);
   out += "  recommendation: " + advice + "\n";
   const auto rounds = predictLocalSteps(m, workers, kLocalSteps);
-  out += localStepsLine(rounds, m);
+  const AutoRounds chosen = autoRounds(cfg, m, workers);
+  out += localStepsLine(rounds, m, chosen);
   const NetworkAdvice net = adviseNetwork(cfg, computing, m, predictions, network);
   out += net.text;
   std::cout << out << std::flush;
   const std::string path = rundir::pathOf(cfg.trainDir, rundir::kProbe);
-  rundir::atomicWrite(path, probeJson(cfg, device, computing, m, predictions, advice, rounds, net.json) + "\n");
+  rundir::atomicWrite(path, probeJson(cfg, device, computing, m, predictions, advice, rounds, chosen, net.json) + "\n");
   std::cout << "pstrain --probe: wrote " << path << "; trained nothing" << std::endl;
 }
 

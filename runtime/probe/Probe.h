@@ -11,7 +11,7 @@
 #include "models/Registry.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/config/TrainConfig.h"
-#include "runtime/roles/Training.h"
+#include "runtime/training/Training.h"
 
 namespace pstrain::probe {
 

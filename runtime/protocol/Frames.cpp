@@ -52,7 +52,7 @@ class RawUp : public UpFrame {
 class CodedUp : public UpFrame {
  public:
   CodedUp(const config::TrainConfig& cfg, const models::Net& model, StepMessages& m, std::uint64_t seed) : m_(m) {
-    const bool feedback = codec::errorFeedbackOn(cfg.errorFeedback, cfg.gradientCodec());
+    const bool feedback = config::errorFeedbackOn(cfg.errorFeedback, cfg.gradientCodec());
     encoder_ = std::make_unique<codec::ErrorFeedbackEncoder>(
         codec::makeCodec(cfg.gradientCodec(), parameterShapes(model), seed, "compress", feedback), feedback);
     decoded_.resize(static_cast<std::size_t>(m.grad.numel()));
@@ -126,7 +126,7 @@ class RawDown : public DownFrame {
 class CodedDown : public DownFrame {
  public:
   CodedDown(const config::TrainConfig& cfg, const models::Net& model, StepMessages& m, std::uint64_t seed) : m_(m) {
-    codec::validateSpec(cfg.weightCodec(), true, "compress-weights");
+    config::checkedCodec(cfg.weightCodec(), true, "compress-weights");
     codec_ = codec::makeCodec(cfg.weightCodec(), parameterShapes(model), seed, "compress-weights");
     inbox_.resize(codec_->maxFrameBytes() + fixedBytes());
   }

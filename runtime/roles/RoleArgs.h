@@ -1,5 +1,5 @@
 #pragma once
-// What every role of a run is started with (roles/Exchanges.h picks the role).
+// What every role of a run is started with (training/Exchanges.h picks the role).
 #include <c10/core/Device.h>
 
 #include <cstdint>

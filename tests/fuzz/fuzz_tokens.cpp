@@ -1,4 +1,5 @@
-// libFuzzer target: the token-file reader (nanoGPT's flat train.bin, llm.c's headed .bin)
+// libFuzzer target: the token-file reader (nanoGPT's flat train.bin, llm.c's headed .bin,
+// NumPy's .npy of ids)
 // must turn any input into a TokenFile whose every id can be copied out, or a DataError,
 // nothing else; and validationPath any name into a path or a DataError.
 #include <algorithm>
@@ -41,8 +42,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   static const std::string dir = flat + ".d";
   std::filesystem::create_directories(dir);
   std::filesystem::copy_file(flat, dir + "/train.bin", std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(flat, dir + "/train.npy", std::filesystem::copy_options::overwrite_existing);
   readWhole(flat);
   readWhole(dir + "/train.bin");
+  readWhole(dir + "/train.npy");
   try {
     (void)pstrain::data::validationPath(std::string(reinterpret_cast<const char*>(data), std::min<std::size_t>(size, 64)));
   } catch (const pstrain::DataError&) {

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "runtime/comm/mpi/MpiComm.h"
-#include "runtime/roles/Training.h"
+#include "runtime/training/Training.h"
 #include "tests/common/Reference.h"
 
 using namespace pstrain;

@@ -23,7 +23,8 @@ assert p["model"] == "lenet" and p["batch_size"] == 32, p
 m = p["measured"]
 assert m["ranks"] == [1, 2] and len(m["compute_s"]) == 2 and all(0 < c < 10 for c in m["compute_s"]), m
 assert all(b > 0 for b in m["bytes_per_s"]) and all(l >= 0 for l in m["latency_s"]) and m["update_s"] > 0, m
-assert set(m["gradient_codecs"]) == {"none", "fp16", "topk:0.01", "powersgd:4"}, m
+assert set(m["gradient_codecs"]) == {"none", "fp16", "int4", "topk:0.01", "powersgd:4"}, m
+assert m["gradient_codecs"]["int4"]["bytes"] < 0.2 * m["gradient_codecs"]["none"]["bytes"], m
 assert m["gradient_codecs"]["topk:0.01"]["bytes"] < m["gradient_codecs"]["fp16"]["bytes"] < m["gradient_codecs"]["none"]["bytes"]
 keys = {(x["mode"], x["codec"], x["workers"]) for x in p["predictions"]}
 for mode in ("sync", "backup", "async", "allreduce"):
@@ -33,7 +34,10 @@ for mode in ("sync", "backup", "async", "allreduce"):
 for x in p["predictions"]:
     assert x["samples_per_s"] > 0 and 0 < x["efficiency"] <= 1.5 and x["step_s"] > 0, x
 assert "x one worker" in p["recommendation"], p
+# What diloco's defaults would decide (roles/rounds/RoundsPlan.h): H within its clamp.
+assert 10 <= p["diloco_local_steps"] <= 500 and p["diloco_overlap"] in (True, False), p
 PY
+check "probe says what diloco's --local-steps auto would take" grep -qE "diloco: --local-steps auto would take [0-9]+ local steps a round" <<<"$out"
 
 # One worker 300 ms slower per batch: sync waits for it, backup and async need not.
 out=$(with_timeout 300 "$mpirun" -np 3 "$pstrain" "${job[@]}" --probe --straggle 2:300 --train-dir "$scratch/slow" 2>&1); rc=$?

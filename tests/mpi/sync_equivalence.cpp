@@ -13,7 +13,7 @@
 
 #include "launcher/Device.h"
 #include "runtime/comm/mpi/MpiComm.h"
-#include "runtime/roles/Training.h"
+#include "runtime/training/Training.h"
 #include "tests/common/Reference.h"
 
 using namespace pstrain;

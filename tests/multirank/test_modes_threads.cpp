@@ -7,7 +7,7 @@
 
 #include "runtime/Errors.h"
 #include "runtime/comm/InProcessComm.h"
-#include "runtime/roles/Training.h"
+#include "runtime/training/Training.h"
 #include "tests/common/Ranks.h"
 #include "tests/common/Reference.h"
 #include "tests/common/ScratchDir.h"
@@ -129,6 +129,32 @@ TEST(ModesThreads, DilocoWithOneLocalSgdStepAndAPlainOuterStepIsSync) {
   std::cout << "diloco (H = 1, sgd, outer lr 1, momentum 0) vs sync: max abs diff " << diff << std::endl;
   EXPECT_LE(diff, 1e-5);
   EXPECT_EQ(rundir::listPublished(cfg.trainDir + "/ckpt").size(), 2u);
+}
+
+// --mode localsgd: every round the global weights become the mean of the workers'. With one
+// local SGD step a round that is sync (the mean of the workers' steps is the step of the
+// mean gradient), to float rounding; --outer-lr does not apply to it and is refused.
+TEST(ModesThreads, LocalSgdWithOneLocalSgdStepIsSync) {
+  torch::set_num_threads(1);
+  testsupport::ScratchDir scratch("localsgd-exact");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str() + "/sync");
+  cfg.lrScaling = "none";
+  cfg.momentum = 0;
+  data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
+  auto sync = trainOnThreads(cfg, 3, train);
+  cfg.mode = config::Mode::LocalSgd;
+  cfg.localStepsFlag = "1";
+  cfg.compress = config::kRawCodec;
+  cfg.overlapRoundsFlag = "off";
+  cfg.balanceFlag = "off";
+  cfg.trainDir = scratch.str() + "/localsgd";
+  cfg.validate();
+  auto averaged = trainOnThreads(cfg, 3, train);
+  const double diff = testsupport::maxAbsDiff(sync, averaged);
+  std::cout << "localsgd (H = 1, sgd) vs sync: max abs diff " << diff << std::endl;
+  EXPECT_LE(diff, 1e-5);
+  cfg.outerLr = 0.5;
+  EXPECT_THROW(cfg.validate(), ConfigError);
 }
 
 // One worker, outer lr 1 and no outer momentum: every round's global weights are the

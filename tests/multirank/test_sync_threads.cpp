@@ -11,7 +11,7 @@
 #include "runtime/Errors.h"
 #include "runtime/comm/InProcessComm.h"
 #include "runtime/loss/Evaluation.h"
-#include "runtime/roles/Training.h"
+#include "runtime/training/Training.h"
 #include "tests/common/Ranks.h"
 #include "tests/common/Reference.h"
 #include "tests/common/ScratchDir.h"

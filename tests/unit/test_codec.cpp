@@ -7,6 +7,7 @@
 
 #include "runtime/Errors.h"
 #include "runtime/codec/Codec.h"
+#include "runtime/config/Codecs.h"
 
 using namespace pstrain;
 
@@ -181,14 +182,14 @@ TEST(Codec, GarbledOrMismatchedPayloadsAreErrors) {
 }
 
 TEST(Codec, SpecsAreChecked) {
-  EXPECT_THROW(codec::validateSpec("topk", false, "compress"), ConfigError);
-  EXPECT_THROW(codec::validateSpec("topk:2", false, "compress"), ConfigError);
-  EXPECT_THROW(codec::validateSpec("powersgd:0.5", false, "compress"), ConfigError);
-  EXPECT_THROW(codec::validateSpec("zlib:12", false, "compress"), ConfigError);
-  EXPECT_THROW(codec::validateSpec("gzip", false, "compress"), ConfigError);
-  EXPECT_THROW(codec::validateSpec("topk:0.01", true, "compress-weights"), ConfigError);
-  EXPECT_NO_THROW(codec::validateSpec("randomk:0.05", false, "compress"));
-  EXPECT_NO_THROW(codec::validateSpec("int8", true, "compress-weights"));
+  EXPECT_THROW(config::checkedCodec("topk", false, "compress"), ConfigError);
+  EXPECT_THROW(config::checkedCodec("topk:2", false, "compress"), ConfigError);
+  EXPECT_THROW(config::checkedCodec("powersgd:0.5", false, "compress"), ConfigError);
+  EXPECT_THROW(config::checkedCodec("zlib:12", false, "compress"), ConfigError);
+  EXPECT_THROW(config::checkedCodec("gzip", false, "compress"), ConfigError);
+  EXPECT_THROW(config::checkedCodec("topk:0.01", true, "compress-weights"), ConfigError);
+  EXPECT_NO_THROW(config::checkedCodec("randomk:0.05", false, "compress"));
+  EXPECT_NO_THROW(config::checkedCodec("int8", true, "compress-weights"));
 }
 
 // Over many steps, what error feedback sent sums to the sum of the gradients, up to the

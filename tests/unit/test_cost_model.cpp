@@ -98,16 +98,22 @@ TEST(CostModel, RejectsIncompleteMeasurements) {
   EXPECT_THROW(predict(ProbeMeasurements{}), std::invalid_argument);
 }
 
-// diloco (issue 40): a round is H slowest batches + one sync exchange + the update, so a step
-// costs the batch + the exchange / H; the probe's H is the smallest that keeps the exchange
-// at most 10% of the time, and the modes' recommendation never is diloco (it trains otherwise).
-TEST(CostModel, DilocoSpreadsOneSyncExchangeOverItsLocalSteps) {
+// diloco (issues 40, 52): a round is H slowest batches + the round's exchange along the
+// chain of workers (roles/rounds/RoundChain.h) + the update, so a step costs the batch + the
+// exchange / H; the modes' recommendation never is diloco (it trains otherwise).
+TEST(CostModel, DilocoSpreadsOneChainedExchangeOverItsLocalSteps) {
   ProbeMeasurements m = measurements(2, 1e6);  // a slow link: 1 MB at 1 MB/s, 1 s each way
   m.localSteps = 10;
   const auto all = predict(m);
-  const double exchange = 2 * 2 * (0.001 + 1.0) + 0.002;  // 2 workers + server: 2 tree rounds each way, the update
+  // 250000 values: 4 chunks of 64 Ki. Each way: the whole message over one link (1 ms + 1 s),
+  // a quarter of it over the second (1 ms + 0.25 s); the update between.
+  const double exchange = 2 * (0.001 + 1.0 + 0.001 + 0.25) + 0.002;
   EXPECT_NEAR(find(all, Mode::Diloco, "none", "none", 2).stepSeconds, 0.1 + exchange / 10, 1e-12);
-  EXPECT_NEAR(find(all, Mode::Sync, "none", "none", 2).stepSeconds - 0.1, exchange, 1e-12);
+  EXPECT_NEAR(roundExchangeSeconds(m, 2, "none", "none"), exchange, 1e-12);
+  EXPECT_THROW(roundExchangeSeconds(m, 2, "int4", "none"), std::invalid_argument);
+  EXPECT_NEAR(slowestBatchSeconds(m, 2), 0.1, 1e-12);
+  const double syncExchange = 2 * 2 * (0.001 + 1.0) + 0.002;  // 2 tree rounds each way, the update
+  EXPECT_NEAR(find(all, Mode::Sync, "none", "none", 2).stepSeconds - 0.1, syncExchange, 1e-12);
   EXPECT_NE(best(all, 2).mode, Mode::Diloco);
   const auto byH = predictLocalSteps(m, 2, {1, 10, 100, 1000});
   ASSERT_EQ(byH.size(), 4u);
@@ -115,12 +121,11 @@ TEST(CostModel, DilocoSpreadsOneSyncExchangeOverItsLocalSteps) {
     EXPECT_GT(byH[i].prediction.samplesPerSecond, byH[i - 1].prediction.samplesPerSecond);
     EXPECT_LT(byH[i].commShare, byH[i - 1].commShare);
   }
-  // Its fastest codecs: "tiny" gradients (4 ms + 2 x (1 + 10) ms through the server's link + 2 x 1 ms)
-  // and "half" weights (1 + 2 x (1 + 500) + 1 ms), with the update: 1.034 s a round; at
-  // H = 100 that is 10.34 ms of a 110.34 ms step, 9.4%: the smallest H within 10%.
+  // Its fastest codecs: "tiny" pseudo-gradients (2 x (4 + 1) ms coded on each worker, 1 + 10
+  // ms + 1 + 2.5 ms along the chain), the update (2 ms), "half" updates (1 ms, 1 + 500 ms +
+  // 1 + 125 ms, 1 ms): 0.6555 s a round; at H = 100 that is 6.555 ms of a 106.555 ms step,
+  // 6.2%.
   EXPECT_EQ(byH[2].prediction.gradientCodec, "tiny");
   EXPECT_EQ(byH[2].prediction.weightCodec, "half");
-  EXPECT_NEAR(byH[2].commShare, 0.01034 / 0.11034, 1e-9);
-  EXPECT_EQ(smallestLocalStepsWithin(byH, 0.1), 100);
-  EXPECT_EQ(smallestLocalStepsWithin(byH, 0.0), 1000);  // none is within: the largest H
+  EXPECT_NEAR(byH[2].commShare, 0.006555 / 0.106555, 1e-9);
 }

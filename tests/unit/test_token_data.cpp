@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <string>
@@ -33,6 +34,29 @@ void writeTokens(const std::filesystem::path& path, const std::vector<std::uint1
     out.write(reinterpret_cast<const char*>(header.data()), 1024);
   }
   out.write(reinterpret_cast<const char*>(ids.data()), static_cast<std::streamsize>(2 * ids.size()));
+}
+
+// Writes an .npy as np.save does: dtype `descr` ("<u2"), shape text `shape` ("(1000,)"),
+// then `data`.
+void writeNpy(const std::filesystem::path& path, const std::string& descr, const std::string& shape,
+              const std::string& data) {
+  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::ofstream out(path, std::ios::binary);
+  out << std::string("\x93NUMPY\x01\x00", 8);
+  out.put(static_cast<char>(header.size() & 0xff)).put(static_cast<char>(header.size() >> 8));
+  out << header << data;
+}
+
+template <typename Id>
+std::string idBytes(std::size_t n, Id first) {
+  std::string bytes(n * sizeof(Id), '\0');
+  for (std::size_t i = 0; i < n; ++i) {
+    const Id id = static_cast<Id>(first + i);
+    std::memcpy(bytes.data() + i * sizeof(Id), &id, sizeof id);
+  }
+  return bytes;
 }
 
 std::vector<std::uint16_t> iota(std::size_t n, std::uint16_t first = 0) {
@@ -90,6 +114,47 @@ TEST(TokenFile, BadFilesSayWhatIsWrong) {
   std::filesystem::resize_file(dir / "c_train.bin", 1024 + 8);
   EXPECT_NE(errorOf([&] { data::TokenFile((dir / "c_train.bin").string()); }).find("says 10 tokens"), std::string::npos);
   EXPECT_NE(errorOf([&] { data::TokenFile((dir / "none.bin").string()); }).find("cannot open"), std::string::npos);
+}
+
+// NumPy's .npy of ids is a token file (issue 51: a format is a reader and a row): uint16 and
+// uint32, one dimension, its test split NAME_val.npy beside NAME_train.npy; a dataset of it
+// takes windows as a .bin's do. Any other .npy is refused, naming what is wrong.
+TEST(TokenFile, ReadsNpyArraysOfIds) {
+  testsupport::ScratchDir dir("npy-tokens");
+  writeNpy(dir / "story_train.npy", "<u2", "(1000,)", idBytes<std::uint16_t>(1000, 7));
+  writeNpy(dir / "story_val.npy", "<u2", "(200,)", idBytes<std::uint16_t>(200, 1));
+  writeNpy(dir / "wide_train.npy", "<u4", "(300,)", idBytes<std::uint32_t>(300, 70000));
+  data::TokenFile narrow((dir / "story_train.npy").string()), wide((dir / "wide_train.npy").string());
+  EXPECT_EQ(narrow.count(), 1000u);
+  EXPECT_EQ(narrow.maxId(), 1006u);
+  EXPECT_STREQ(narrow.idType(), "uint16");
+  EXPECT_EQ(wide.count(), 300u);
+  EXPECT_EQ(wide.maxId(), 70299u);
+  EXPECT_STREQ(wide.idType(), "uint32");
+  std::vector<std::int64_t> out(3);
+  wide.copy(5, 3, out.data());
+  EXPECT_EQ(out, (std::vector<std::int64_t>{70005, 70006, 70007}));
+  EXPECT_TRUE(config::isTokenFile((dir / "story_train.npy").string()));
+  data::DataSource source{(dir / "story_train.npy").string(), "", 0, 16};
+  const data::Dataset train = data::loadDataset(source, data::Split::Train);
+  EXPECT_EQ(train.size(), 1000 - 16);
+  const auto [x, y] = train.batch({0, 10});
+  EXPECT_EQ(x[1][0].item<std::int64_t>(), 17);
+  EXPECT_EQ(y[1][0].item<std::int64_t>(), 18);
+  EXPECT_EQ(data::loadDataset(source, data::Split::Test).size(), (200 - 1) / 16);
+
+  writeNpy(dir / "float_train.npy", "<f4", "(10,)", idBytes<std::uint32_t>(10, 0));
+  EXPECT_NE(errorOf([&] { data::TokenFile((dir / "float_train.npy").string()); }).find("dtype '<f4' is not supported"),
+            std::string::npos);
+  writeNpy(dir / "matrix_train.npy", "<u2", "(5, 2)", idBytes<std::uint16_t>(10, 0));
+  EXPECT_NE(errorOf([&] { data::TokenFile((dir / "matrix_train.npy").string()); }).find("has one dimension"),
+            std::string::npos);
+  writeNpy(dir / "short_train.npy", "<u2", "(100,)", idBytes<std::uint16_t>(60, 0));
+  EXPECT_NE(errorOf([&] { data::TokenFile((dir / "short_train.npy").string()); }).find("holds 120 bytes of ids"),
+            std::string::npos);
+  std::ofstream(dir / "text_train.npy") << "not numpy at all";
+  EXPECT_NE(errorOf([&] { data::TokenFile((dir / "text_train.npy").string()); }).find("not a .npy array"),
+            std::string::npos);
 }
 
 // A FIFO in a token file's place is refused at once, not waited on (its open would wait

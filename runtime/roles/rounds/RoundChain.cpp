@@ -59,7 +59,7 @@ struct RoundChain::Impl {
 
   Impl(comm::Communicator& c, std::int64_t w, std::int64_t uf, std::int64_t df, const Codecs& k, std::uint64_t seed)
       : comm(c), rank(c.rank()), last(c.size() - 1), weights(w), upFixed(uf), downFixed(df),
-        chunks((w + kChunkFloats - 1) / kChunkFloats), codecs(k), lossyDown(!codec::isLossless(k.down)),
+        chunks((w + kChunkFloats - 1) / kChunkFloats), codecs(k), lossyDown(!config::isLossless(k.down)),
         scratch(static_cast<std::size_t>(std::min(w, kChunkFloats))) {
     for (std::int64_t i = 0; i < chunks; ++i) {
       const codec::Shapes shape = {{length(i)}};

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "runtime/Errors.h"
-#include "runtime/codec/Codec.h"
+#include "runtime/config/Codecs.h"
 
 namespace pstrain::roles {
 
@@ -18,7 +18,7 @@ RoundsPlan roundsPlanOf(const config::TrainConfig& cfg) {
   plan.codecs.down = cfg.weightCodec();
   // A lossy pseudo-gradient carries what it left out into the next round's, unless told off.
   plan.codecs.upErrorFeedback =
-      cfg.errorFeedback == "auto" ? !codec::isLossless(plan.codecs.up) : cfg.errorFeedback == "on";
+      cfg.errorFeedback == "auto" ? !config::isLossless(plan.codecs.up) : cfg.errorFeedback == "on";
   return plan;
 }
 
@@ -60,7 +60,7 @@ std::string codingOf(const RoundsPlan& plan) {
   const RoundChain::Codecs& c = plan.codecs;
   if (c.up == config::kRawCodec && c.down == config::kRawCodec) return "raw floats both ways";
   return fmt::format("up {}{}, down {}", c.up, c.upErrorFeedback ? " with error feedback" : "",
-                     codec::isLossless(c.down) ? c.down + " weights" : c.down + " updates (the weights whole at first)");
+                     config::isLossless(c.down) ? c.down + " weights" : c.down + " updates (the weights whole at first)");
 }
 
 std::string localStepsOf(const RoundsPlan& plan) {
@@ -72,11 +72,17 @@ const char* overlapOf(Setting overlap) {
   return overlap == Setting::On ? ", exchanged during the next" : overlap == Setting::Auto ? ", overlap auto" : "";
 }
 
+// "outer nesterov, lr 0.7, momentum 0.6", or localsgd's plain average.
+std::string outerOf(const config::TrainConfig& cfg) {
+  if (cfg.modeInfo().averages) return "no outer optimizer: the workers' mean";
+  return fmt::format("outer {}, lr {}, momentum {}", cfg.outerOptimizer, cfg.outerLr, cfg.outerMomentum);
+}
+
 }  // namespace
 
 std::string describeRounds(const RoundsPlan& plan, const config::TrainConfig& cfg) {
-  return fmt::format("{}{}{}; outer {}, lr {}, momentum {}; {}", localStepsOf(plan), cfg.balance() ? ", dealt by speed" : "",
-                     overlapOf(plan.overlap), cfg.outerOptimizer, cfg.outerLr, cfg.outerMomentum, codingOf(plan));
+  return fmt::format("{}{}{}; {}; {}", localStepsOf(plan), cfg.balance() ? ", dealt by speed" : "",
+                     overlapOf(plan.overlap), outerOf(cfg), codingOf(plan));
 }
 
 std::string roundsDryRun(const config::TrainConfig& cfg, std::int64_t total, std::size_t down, std::size_t up) {
@@ -100,15 +106,23 @@ std::string roundsDryRun(const config::TrainConfig& cfg, std::int64_t total, std
         kMaxAutoLocalSteps, 100 * kShortShare, 100 * kLongShare, kShortRound, down, up);
   }
   out += fmt::format("  coding    {}\n", codingOf(plan));
-  const char* overlap = plan.overlap == Setting::On
-                            ? "; each round's exchange travels during the next round, whose progress then moves onto "
-                              "the new global weights as soon as they are in (--overlap-rounds)"
-                        : plan.overlap == Setting::Auto
-                            ? "; rounds overlap their exchange (--overlap-rounds) if the first rounds show that it "
-                              "would take over 10% of a round even at 500 local steps"
-                            : "";
-  out += fmt::format("  outer     {}, lr {}, momentum {} on the workers' mean pseudo-gradient (global - local), "
-                     "weighted by their samples{}\n", cfg.outerOptimizer, cfg.outerLr, cfg.outerMomentum, overlap);
+  std::string overlap;
+  if (plan.overlap == Setting::On) {
+    overlap = "; each round's exchange travels during the next round, whose progress then moves onto the new global "
+              "weights as soon as they are in (--overlap-rounds)";
+  } else if (plan.overlap == Setting::Auto) {
+    overlap = fmt::format("; rounds overlap their exchange (--overlap-rounds) if the first rounds show that it {}",
+                          plan.localSteps > 0 ? fmt::format("takes over {:.0f}% of a round", 100 * kLongShare)
+                                              : fmt::format("would take over {:.0f}% of a round even at {} local steps",
+                                                            100 * kLongShare, kMaxAutoLocalSteps));
+  }
+  if (cfg.modeInfo().averages) {
+    out += fmt::format("  outer     none: the global weights become the mean of the workers' weights, weighted by their "
+                       "samples{}\n", overlap);
+  } else {
+    out += fmt::format("  outer     {}, lr {}, momentum {} on the workers' mean pseudo-gradient (global - local), "
+                       "weighted by their samples{}\n", cfg.outerOptimizer, cfg.outerLr, cfg.outerMomentum, overlap);
+  }
   return out;
 }
 

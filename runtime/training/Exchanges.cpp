@@ -1,4 +1,4 @@
-#include "runtime/roles/Exchanges.h"
+#include "runtime/training/Exchanges.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "runtime/roles/Training.h"
+#include "runtime/training/Training.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -16,6 +16,7 @@
 #include "runtime/Errors.h"
 #include "runtime/Text.h"
 #include "runtime/codec/Codec.h"
+#include "runtime/config/Devices.h"
 #include "runtime/config/Flags.h"
 #include "runtime/config/Optimizers.h"
 #include "runtime/metrics/Clock.h"
@@ -27,7 +28,7 @@
 #include "runtime/protocol/Handshake.h"
 #include "runtime/protocol/StepProtocol.h"
 #include "runtime/loss/Loss.h"
-#include "runtime/roles/Exchanges.h"
+#include "runtime/training/Exchanges.h"
 #include "runtime/roles/rounds/RoundsPlan.h"
 #include "runtime/rundir/AtomicFile.h"
 #include "runtime/rundir/RunFiles.h"
@@ -219,7 +220,8 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
   out += fmt::format("  blas      {}\n", blasOfRanks(facts));
   out += fmt::format("  model     {}: {} parameters ({:.2f} MiB as float32){}\n", cfg.model, parameters,
                      parameters * 4.0 / (1 << 20),
-                     cfg.precision == "fp32" ? "" : fmt::format("; forward pass autocast to {}", cfg.precision));
+                     config::precisionInfo(cfg.precision).autocasts
+                         ? fmt::format("; forward pass autocast to {}", cfg.precision) : "");
   const int perUpdate = cfg.batchesPerUpdate(shards);
   const std::string& ids = tokenIdsOf(cfg, facts);
   out += fmt::format("  data      {}: {}{}; batch {} per worker, {} per update{}\n", cfg.dataset,
@@ -253,7 +255,7 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
                             gradientBuckets(model, cfg.bucketKb * 1024).size(), cfg.bucketKb);
   }
   if (cfg.compressesGradients() || cfg.compressesWeights()) {
-    const bool feedback = codec::errorFeedbackOn(cfg.errorFeedback, cfg.gradientCodec());
+    const bool feedback = config::errorFeedbackOn(cfg.errorFeedback, cfg.gradientCodec());
     exchange += fmt::format("; gradients {}{}, weights {}", cfg.gradientCodec(), feedback ? " with error feedback" : "",
                             cfg.weightCodec());
   }

@@ -49,7 +49,7 @@ StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, mo
                     const data::Dataset* train, c10::Device device, const RunInfo& info);
 
 // startRun, then with --dry-run rank 0 prints the plan; otherwise this rank's role in
-// cfg's mode (roles/Exchanges.h). Collective over every rank of `comm`; throws on any error.
+// cfg's mode (training/Exchanges.h). Collective over every rank of `comm`; throws on any error.
 void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
                  const data::Dataset* train, c10::Device device, const RunInfo& info);
 
