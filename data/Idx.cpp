@@ -8,6 +8,7 @@
 
 #include "data/ReadAt.h"
 #include "runtime/Errors.h"
+#include "runtime/Text.h"
 
 namespace pstrain::data {
 namespace {
@@ -18,10 +19,6 @@ struct GzCloser {
   void operator()(gzFile_s* f) const { gzclose(f); }
 };
 using GzFile = std::unique_ptr<gzFile_s, GzCloser>;
-
-bool endsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 class Reader {
  public:

@@ -15,6 +15,7 @@
 #include "data/Npz.h"
 #include "data/ReadAt.h"
 #include "runtime/Errors.h"
+#include "runtime/Text.h"
 
 namespace pstrain::data {
 namespace {
@@ -146,8 +147,7 @@ constexpr TokenFormat kTokenFormats[] = {{".npy", npyTokenLayout}, {".bin", binT
 TokenLayout tokenLayout(const unsigned char* head, std::size_t headBytes, std::uint64_t fileSize,
                         const std::string& path) {
   for (const TokenFormat& format : kTokenFormats) {
-    const std::string extension = format.extension;
-    if (path.size() >= extension.size() && path.compare(path.size() - extension.size(), extension.size(), extension) == 0) {
+    if (endsWith(path, format.extension)) {
       return format.layout(head, headBytes, fileSize, path);
     }
   }
@@ -159,8 +159,11 @@ std::string validationPath(const std::string& trainPath) {
   const std::size_t nameAt = slash == std::string::npos ? 0 : slash + 1;
   const auto train = trainPath.rfind("train");
   if (train == std::string::npos || train < nameAt) {
-    throw DataError(fmt::format("{}: cannot tell its test split: name the file train.bin (val.bin beside it) or "
-                                "NAME_train.bin (NAME_val.bin beside it)", trainPath));
+    const auto dot = trainPath.find_last_of('.');
+    const std::string extension = dot == std::string::npos || dot < nameAt ? "" : trainPath.substr(dot);
+    throw DataError(fmt::format("{}: cannot tell its test split: name the file train{} (val{} beside it) or "
+                                "NAME_train{} (NAME_val{} beside it)", trainPath, extension, extension, extension,
+                                extension));
   }
   return trainPath.substr(0, train) + "val" + trainPath.substr(train + 5);
 }
@@ -169,7 +172,7 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
   fd_ = openDataFile(path);
   if (fd_ < 0) {
     throw DataError(fmt::format("{}: cannot open ({}); --dataset takes a token file (nanoGPT's train.bin, an llm.c "
-                                ".bin), an .npz, or a name of --list-datasets", path, std::strerror(errno)));
+                                ".bin, NumPy's .npy of ids), an .npz, or a name of --list-datasets", path, std::strerror(errno)));
   }
   try {
     fileSize_ = sizeOfDataFile(fd_, path);

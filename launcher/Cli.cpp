@@ -11,9 +11,9 @@
 #include <thread>
 
 #include "data/Dataset.h"
+#include "data/Formats.h"
 #include "launcher/OptionValues.h"
 #include "models/Registry.h"
-#include "runtime/codec/Codec.h"
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
 #include "runtime/Text.h"
@@ -69,19 +69,19 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
   if (!command.helpText.empty()) return command;
   const config::TrainConfig& c = command.cfg;
   // Files (a model or dataset of the user's) are read, and checked against each other, at
-  // start-up on every rank; names are checked here.
-  if (config::isModelFile(c.model) || config::isDatasetFile(c.dataset)) {
-    if (!config::isModelFile(c.model)) models::modelInfo(c.model);
-    if (!config::isDatasetFile(c.dataset)) data::datasetInfo(c.dataset);
-    if (config::isTokenFile(c.dataset) && !config::isModelFile(c.model)) {
+  // start-up on every rank; names, and which format a dataset path is, are checked here.
+  const data::FormatRow& format = data::formatOf(c.dataset);  // ConfigError: no format reads it
+  const bool modelFile = config::isModelFile(c.model), dataFile = !data::namedDataset(c.dataset);
+  if (modelFile || dataFile) {
+    if (!modelFile) models::modelInfo(c.model);
+    if (format.yields == data::Yields::TokenStream && !modelFile) {
       throw ConfigError(fmt::format("--dataset {} is a token file: it takes a sequence model of your own (--model "
                                     "FILE, TorchScript; see the README, \"Language models\"); the zoo's --model {} "
                                     "classifies images", c.dataset, c.model));
     }
-    // --loss auto is mse for float targets: an .npz says which it holds in its labels. (An
+    // --loss auto is mse for float targets: a file says which it holds in its labels. (An
     // unreadable one is reported where it is loaded, with the rank that failed.)
-    if (c.loss == "auto" && config::isModelFile(c.model) && config::isDatasetFile(c.dataset) &&
-        !config::isTokenFile(c.dataset)) {
+    if (c.loss == "auto" && modelFile && dataFile && format.yields == data::Yields::Labelled) {
       try {
         if (data::datasetInfo(c.dataset, c.ignoreIndex).classes == 0) command.cfg.loss = "mse";
       } catch (const DataError&) {

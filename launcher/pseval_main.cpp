@@ -112,7 +112,7 @@ class Evaluator {
   void evaluateOne(const rundir::Published& published) {
     checkpoint::Checkpoint ckpt = checkpoint::read(published);
     const data::Dataset& test = testSet(ckpt);
-    auto model = models::makeModel(modelOf(ckpt), test.tokens ? 0 : test.classes);
+    auto model = models::makeModel(modelOf(ckpt), test.classes);
     models::loadStateDict(*model, ckpt.modelState, published.path);
     model->to(device_);
     loss::EvalResult r = loss::evaluate(*model, test, device_, ckpt.loss, cmd_.batchSize);

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "data/Dataset.h"
+#include "data/Formats.h"
 #include "launcher/Cli.h"
 #include "launcher/ErrorLine.h"
 #include "launcher/LinePrefix.h"
@@ -54,8 +55,10 @@ void printDatasets() {
     fmt::print("{:<16} {:<8} {:>7}  {}{}\n", info.name, fmt::format("{}", fmt::join(info.shape, "x")), info.classes,
                info.description, info.defaultDir.empty() ? "" : " [" + info.defaultDir + "]");
   }
-  fmt::print("{:<16} {:<8} {:>7}  {}\n", "FILE.npz", "any", "any",
-             "a NumPy .npz of your own: x_train, y_train, x_test, y_test (np.savez; README: \"Your own model and data\")");
+  fmt::print("\nor --dataset PATH, one of ({}):\n", "docs/own-model.md, docs/language-models.md");
+  for (const auto& format : data::formats()) {
+    if (format.recognises) fmt::print("  {:<8} {}\n", format.name, format.reads);
+  }
 }
 
 // One line per mode, in the table's columns (the benches read it).

@@ -17,6 +17,7 @@
 #include <string>
 
 #if defined(__linux__)
+#include <dirent.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -26,30 +27,58 @@
 #include <cstddef>
 #include <cstdint>
 #include <vector>
+#elif defined(__APPLE__)
+#include <libproc.h>
+#include <sys/sysctl.h>
+
+#include <algorithm>
+#include <vector>
 #endif
 #if defined(__GLIBC__)
 #include <malloc.h>
 #elif defined(__APPLE__)
 #include <mach-o/dyld.h>
-#include <sys/sysctl.h>
 #endif
 
 namespace pstrain::portable {
 
 #if defined(__linux__)
-std::optional<double> processStartSeconds(long pid) {
-  // Field 22 of /proc/PID/stat, in clock ticks since boot. The command name (field 2) may
-  // hold spaces and parentheses: fields are counted from its closing one.
+namespace {
+
+// Field `index` (1-based, as proc(5) counts) of /proc/PID/stat, or "". The command name
+// (field 2) may hold spaces and parentheses: fields are counted from its closing one.
+std::string statField(long pid, int index) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const auto close = stat.rfind(')');
-  if (close == std::string::npos) return std::nullopt;
+  if (close == std::string::npos) return "";
   std::istringstream fields(stat.substr(close + 1));
   std::string field;
-  for (int index = 3; index <= 22 && fields >> field; ++index) {
-    if (index == 22) return std::strtod(field.c_str(), nullptr) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  for (int at = 3; fields >> field; ++at) {
+    if (at == index) return field;
   }
-  return std::nullopt;
+  return "";
+}
+
+}  // namespace
+
+std::optional<double> processStartSeconds(long pid) {
+  const std::string ticks = statField(pid, 22);  // clock ticks since boot
+  if (ticks.empty()) return std::nullopt;
+  return std::strtod(ticks.c_str(), nullptr) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+std::vector<long> childProcesses(long pid) {
+  std::vector<long> children;
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return children;
+  while (const dirent* entry = ::readdir(proc)) {
+    char* end = nullptr;
+    const long candidate = std::strtol(entry->d_name, &end, 10);
+    if (candidate > 0 && *end == '\0' && statField(candidate, 4) == std::to_string(pid)) children.push_back(candidate);
+  }
+  ::closedir(proc);
+  return children;
 }
 
 double startClockSeconds() {
@@ -67,15 +96,27 @@ std::optional<double> processStartSeconds(long pid) {
   return static_cast<double>(started.tv_sec) + static_cast<double>(started.tv_usec) * 1e-6;
 }
 
+std::vector<long> childProcesses(long pid) {
+  std::vector<pid_t> pids(4096);
+  const int found = ::proc_listchildpids(static_cast<pid_t>(pid), pids.data(), static_cast<int>(pids.size() * sizeof(pid_t)));
+  std::vector<long> children;
+  for (int i = 0; i < std::min(found, static_cast<int>(pids.size())); ++i) {
+    if (pids[i] > 0) children.push_back(pids[i]);
+  }
+  return children;
+}
+
 double startClockSeconds() {
   timeval now{};
   ::gettimeofday(&now, nullptr);
   return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_usec) * 1e-6;
 }
 #else
-// Other systems: no start times (run.json then lacks the "launch" and "load" phases).
+// Other systems: no start times (run.json then lacks the "launch" and "load" phases), no
+// list of children.
 std::optional<double> processStartSeconds(long) { return std::nullopt; }
 double startClockSeconds() { return 0; }
+std::vector<long> childProcesses(long) { return {}; }
 #endif
 
 double peakRssMib() {

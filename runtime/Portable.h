@@ -2,9 +2,10 @@
 // What differs between Linux and macOS (DESIGN.md, "Platforms"), in one place: every call
 // that only one of them has lives in Portable.cpp, behind `__linux__` or `__APPLE__` with a
 // portable path beside it (the portability check's lint enforces it). Torch-free.
-#include <optional>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace pstrain::portable {
 
@@ -12,6 +13,10 @@ namespace pstrain::portable {
 // boot, 10 ms resolution; macOS: since the epoch, 1 µs), if the system tells.
 std::optional<double> processStartSeconds(long pid);
 double startClockSeconds();
+
+// The processes whose parent is `pid` (Linux: from /proc; macOS: proc_listchildpids), none
+// when the system does not say.
+std::vector<long> childProcesses(long pid);
 
 // This process's peak resident memory so far, MiB (getrusage's ru_maxrss is KiB on Linux
 // and bytes on macOS).

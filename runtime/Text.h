@@ -16,6 +16,11 @@ inline std::string trim(const std::string& text) {
   return text.substr(first, text.find_last_not_of(" \t\r") - first + 1);
 }
 
+// Whether `text` ends with `suffix` (a file name's extension).
+inline bool endsWith(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 // `text` safe to print on a terminal: control bytes (an escape sequence's ESC among them)
 // and DEL as \xNN, so that text from another program (a discovery script) cannot move the
 // cursor, recolour or retitle the terminal it is shown on.

@@ -18,6 +18,7 @@
 
 #include "launcher/elastic/Hosts.h"
 #include "runtime/Errors.h"
+#include "runtime/Portable.h"
 #include "runtime/Process.h"
 #include "runtime/Stop.h"
 #include "runtime/config/Flags.h"
@@ -238,7 +239,8 @@ class Supervisor {
 
   // Stage `stage` of stopping the job on a stop signal: 1 SIGUSR1 (checkpoint and stop at
   // the next step, as pstrain does on it), 2 SIGTERM (every rank leaves at once), 3 SIGKILL
-  // to mpirun's process group.
+  // to mpirun's process group and to each of its children's: Open MPI starts every local
+  // rank in a process group of its own, which mpirun's alone would leave running, orphaned.
   void passOnStop(pid_t mpirun, int stage) const {
     static const char* const kWhat[] = {"", "SIGUSR1: checkpoint and stop at the next step", "SIGTERM", "SIGKILL"};
     std::cout << fmt::format("pstrain-run: signal {}: the job gets {}{}", gStopSignal.load(), kWhat[stage],
@@ -248,7 +250,12 @@ class Supervisor {
               << std::endl;
     if (stage == 1) ::kill(mpirun, SIGUSR1);
     if (stage == 2) ::kill(mpirun, SIGTERM);
-    if (stage == 3) ::kill(-mpirun, SIGKILL);
+    if (stage < 3) return;
+    for (const long rank : portable::childProcesses(mpirun)) {
+      ::kill(-static_cast<pid_t>(rank), SIGKILL);
+      ::kill(static_cast<pid_t>(rank), SIGKILL);
+    }
+    ::kill(-mpirun, SIGKILL);
   }
 
   // Runs the job on `hosts` and returns mpirun's exit status. While it runs, asks for hosts

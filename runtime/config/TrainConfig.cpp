@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include "runtime/Errors.h"
+#include "runtime/Text.h"
 #include "runtime/config/Devices.h"
 #include "runtime/config/Optimizers.h"
 
@@ -25,10 +26,6 @@ std::pair<int, double> rankAndNumber(const std::string& flag, const std::string&
               std::isfinite(number),
           fmt::format("--{} wants RANK:{} with RANK >= {} (got '{}')", flag, what, minRank, text));
   return {rank, number};
-}
-
-bool endsWith(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 TrainConfig::Injection injection(const std::string& flag, const std::string& text) {
@@ -56,10 +53,6 @@ std::string TrainConfig::lossFunction() const {
 
 bool isModelFile(const std::string& model) {
   return model.find('/') != std::string::npos || endsWith(model, ".pt") || endsWith(model, ".pth");
-}
-
-bool isDatasetFile(const std::string& dataset) {
-  return dataset.find('/') != std::string::npos || endsWith(dataset, ".npz") || isTokenFile(dataset);
 }
 
 bool isTokenFile(const std::string& dataset) {

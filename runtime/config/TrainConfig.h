@@ -24,7 +24,7 @@ constexpr double kMaxSeconds = 30 * 86400.0;
 struct TrainConfig {
   Mode mode = Mode::Sync;
   std::string model = "lenet";            // a zoo name or a TorchScript file (isModelFile)
-  std::string dataset = "fashion-mnist";  // a built-in name or an .npz file (isDatasetFile)
+  std::string dataset = "fashion-mnist";  // a built-in name, or a file or folder (data/Formats.h)
   std::string dataDir;                    // empty: the dataset's folder in data::dataRoot()
   std::int64_t syntheticSize = 6000;
   std::int64_t batchSize = 64;            // per micro-batch of a worker (of a virtual shard)
@@ -189,14 +189,11 @@ struct TrainConfig {
 };
 
 // Whether --model names a TorchScript file (it holds a '/' or ends in .pt or .pth) rather
-// than a zoo model; whether --dataset names a file (a '/', .npz or a token file) rather
-// than a built-in dataset, and whether that file is a token stream (kTokenFileExtensions:
-// --block-size). The one place of these rules.
-// The names of token files (data/TokenFile.cpp gives each its layout): nanoGPT's and
-// llm.c's .bin, NumPy's .npy of ids.
+// than a zoo model; whether --dataset names a token file, by its extension (nanoGPT's and
+// llm.c's .bin, NumPy's .npy of ids: data/TokenFile.cpp gives each its layout), which takes
+// --block-size. The one place of these rules (data/Formats.h's token row reads it).
 constexpr const char* kTokenFileExtensions[] = {".bin", ".npy"};
 bool isModelFile(const std::string& model);
-bool isDatasetFile(const std::string& dataset);
 bool isTokenFile(const std::string& dataset);
 
 // The optimizer step count of a run: `steps` when set, else epochs x stepsPerEpoch; throws

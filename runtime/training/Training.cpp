@@ -357,7 +357,7 @@ Facts factsOf(comm::Communicator& comm, const config::TrainConfig& cfg, const co
   mine.emplace_back("info.model-file", cfg.model);
   mine.emplace_back("dataset-file", train ? train->fileIdentity : "");
   mine.emplace_back("info.dataset-file", cfg.dataset);
-  mine.emplace_back("info.token-ids", train && train->tokens ? train->tokens->idType() : "");
+  mine.emplace_back("info.token-ids", train ? train->storedIds : "");
   mine.emplace_back("info.host", comm.hostName());
   mine.emplace_back("info.pid", std::to_string(::getpid()));
   mine.emplace_back("info.device", device.str());

@@ -118,7 +118,7 @@ job_refused "--inject-overflow past the world: refused" "inject-overflow 5:3: ra
   --model mlp --dataset synthetic --inject-overflow 5:3
 job_refused "--inject-overflow at a step past any run's: refused" "inject-overflow wants a whole STEP of at most" \
   --model mlp --dataset synthetic --inject-overflow 1:1e30
-train "$scratch/unscaled" --optimizer sgd --inject-overflow 1:3
+train "$scratch/overflow-unscaled" --optimizer sgd --inject-overflow 1:3
 check "--inject-overflow without loss scaling, overlapped sync: it fires, the run stops at step 3" \
-  bash -c "grep -q 'step 3: the summed gradient of the workers is not finite' '$scratch/unscaled.log' && ! test -f '$scratch/unscaled/trained_model.pt'"
+  bash -c "grep -q 'step 3: the summed gradient of the workers is not finite' '$scratch/overflow-unscaled.log' && ! test -f '$scratch/overflow-unscaled/trained_model.pt'"
 checks_done

@@ -11,6 +11,7 @@
 #include "data/Cifar.h"
 #include "data/Dataset.h"
 #include "runtime/Errors.h"
+#include "tests/common/DatasetTensors.h"
 #include "tests/common/ScratchDir.h"
 
 using namespace pstrain;
@@ -20,10 +21,10 @@ TEST(Datasets, SyntheticIsDeterministicAndBalanced) {
   auto a = data::loadDataset("synthetic", "", data::Split::Train, 1000);
   auto b = data::loadDataset("synthetic", "", data::Split::Train, 1000);
   auto test = data::loadDataset("synthetic", "", data::Split::Test, 1000);
-  EXPECT_TRUE(a.images.equal(b.images));
-  EXPECT_TRUE(a.labels.equal(b.labels));
+  EXPECT_TRUE(testsupport::tensorsOf(a).images.equal(testsupport::tensorsOf(b).images));
+  EXPECT_TRUE(testsupport::tensorsOf(a).labels.equal(testsupport::tensorsOf(b).labels));
   EXPECT_EQ(test.size(), 166);
-  auto counts = torch::bincount(a.labels);
+  auto counts = torch::bincount(testsupport::tensorsOf(a).labels);
   EXPECT_GT(counts.min().item<std::int64_t>(), 60);
 }
 
@@ -40,17 +41,22 @@ TEST(Datasets, CifarReadsTenAndHundredClassFilesAndRejectsBadOnes) {
   auto test = data::loadDataset("cifar10", dir.str(), data::Split::Test, 0);
   EXPECT_EQ(train.size(), 35);
   EXPECT_EQ(test.size(), 7);
-  EXPECT_EQ(train.images.sizes(), (std::vector<std::int64_t>{35, 3, 32, 32}));
-  EXPECT_EQ(train.labels[8].item<std::int64_t>(), 1);
-  EXPECT_EQ(train.images[1][2][0][0].item<int>(), (3072 + 2048) % 251);  // blue plane of sample 1
-  EXPECT_TRUE(train.augment);
-  EXPECT_FALSE(test.augment);
+  EXPECT_EQ(testsupport::tensorsOf(train).images.sizes(), (std::vector<std::int64_t>{35, 3, 32, 32}));
+  EXPECT_EQ(testsupport::tensorsOf(train).labels[8].item<std::int64_t>(), 1);
+  EXPECT_EQ(testsupport::tensorsOf(train).images[1][2][0][0].item<int>(), (3072 + 2048) % 251);  // blue plane of sample 1
+  EXPECT_TRUE(testsupport::tensorsOf(train).augment);
+  EXPECT_FALSE(testsupport::tensorsOf(test).augment);
+  // The folder itself is a dataset too (data/Formats.h: by its contents).
+  const data::Dataset byPath = data::loadDataset(dir.str(), "", data::Split::Train, 0);
+  EXPECT_EQ(byPath.classes, 10);
+  EXPECT_TRUE(testsupport::tensorsOf(byPath).images.equal(testsupport::tensorsOf(train).images));
+  EXPECT_EQ(data::datasetInfo(dir.str()).shape, (std::vector<std::int64_t>{3, 32, 32}));
 
   data::writeCifar((dir / "train.bin").string(), arrays, 100);
   data::writeCifar((dir / "test.bin").string(), arrays, 100);
   auto hundred = data::loadDataset("cifar100", dir.str(), data::Split::Train, 0);
   EXPECT_EQ(hundred.classes, 100);
-  EXPECT_EQ(hundred.labels[6].item<std::int64_t>(), 6);
+  EXPECT_EQ(testsupport::tensorsOf(hundred).labels[6].item<std::int64_t>(), 6);
 
   auto error = [&](const std::string& name) {
     try {
@@ -75,7 +81,7 @@ TEST(Datasets, CifarReadsTenAndHundredClassFilesAndRejectsBadOnes) {
 
 TEST(Datasets, AugmentationCropAndFlipAreReproducibleAndKeepPixels) {
   auto d = data::loadDataset("synthetic-cifar", "", data::Split::Train, 64);
-  ASSERT_TRUE(d.augment);
+  ASSERT_TRUE(testsupport::tensorsOf(d).augment);
   std::vector<std::int64_t> indices = {0, 1, 2, 3, 4, 5, 6, 7};
   auto [a, la] = d.batch(indices, 7);
   auto [b, lb] = d.batch(indices, 7);
@@ -84,18 +90,18 @@ TEST(Datasets, AugmentationCropAndFlipAreReproducibleAndKeepPixels) {
   EXPECT_FALSE(a.equal(c));
   EXPECT_TRUE(la.equal(lc));
   // Every augmented image is a shifted, possibly mirrored window of the zero-padded original.
-  auto raw = d.images.index_select(0, torch::tensor(indices));
+  auto raw = testsupport::tensorsOf(d).images.index_select(0, torch::tensor(indices));
   auto padded = torch::constant_pad_nd(raw, {4, 4, 4, 4});
   for (std::int64_t i = 0; i < 8; ++i) {
     bool found = false;
     for (int dy = 0; dy <= 8 && !found; ++dy) {
       for (int dx = 0; dx <= 8 && !found; ++dx) {
-        auto window = d.normalize(padded[i].narrow(1, dy, 32).narrow(2, dx, 32).unsqueeze(0))[0];
+        auto window = testsupport::tensorsOf(d).normalize(padded[i].narrow(1, dy, 32).narrow(2, dx, 32).unsqueeze(0))[0];
         found = a[i].equal(window) || a[i].equal(window.flip({2}));
       }
     }
     EXPECT_TRUE(found) << "sample " << i;
   }
   auto test = data::loadDataset("synthetic-cifar", "", data::Split::Test, 64);
-  EXPECT_FALSE(test.augment);
+  EXPECT_FALSE(testsupport::tensorsOf(test).augment);
 }

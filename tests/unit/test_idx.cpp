@@ -8,8 +8,10 @@
 #include <fstream>
 
 #include "data/Dataset.h"
+#include "data/Formats.h"
 #include "data/Idx.h"
 #include "runtime/Errors.h"
+#include "tests/common/DatasetTensors.h"
 #include "tests/common/ScratchDir.h"
 
 using namespace pstrain;
@@ -57,9 +59,9 @@ TEST_F(IdxFiles, ReadsGzippedAndPlainFilesAlike) {
   auto train = data::loadDataset("fashion-mnist", dir.string(), data::Split::Train, 0);
   auto test = data::loadDataset("fashion-mnist", dir.string(), data::Split::Test, 0);
   ASSERT_EQ(train.size(), 5);
-  EXPECT_TRUE(train.images.equal(test.images));
-  EXPECT_EQ(train.labels[4].item<std::int64_t>(), 9);
-  EXPECT_EQ(train.images[0][0][0][3].item<int>(), 3);
+  EXPECT_TRUE(testsupport::tensorsOf(train).images.equal(testsupport::tensorsOf(test).images));
+  EXPECT_EQ(testsupport::tensorsOf(train).labels[4].item<std::int64_t>(), 9);
+  EXPECT_EQ(testsupport::tensorsOf(train).images[0][0][0][3].item<int>(), 3);
   auto [x, y] = train.batch({4, 0});
   EXPECT_EQ(x.sizes(), (std::vector<std::int64_t>{2, 1, 28, 28}));
   EXPECT_NEAR(x[1][0][0][1].item<float>(), (1 / 255.0 - 0.2860) / 0.3530, 1e-6);
@@ -142,4 +144,48 @@ TEST_F(IdxFiles, AHeaderPromisingMoreThanTheMemoryIsRefusedFirst) {
   EXPECT_NE(error.find("needs"), std::string::npos) << error;
   EXPECT_NE(error.find("GiB of memory"), std::string::npos) << error;
   EXPECT_NE(error.find("train-images-idx3-ubyte.gz"), std::string::npos) << error;
+}
+
+// Issue 51: a format is a reader and a row (data/Formats.h). A folder of IDX files is a
+// dataset by its contents, of any image size, its classes counted from both splits' labels,
+// normalised with its training split's statistics; a path no row reads is refused with
+// what each reads.
+TEST_F(IdxFiles, AFolderOfIdxFilesIsADatasetByItsContents) {
+  data::IdxArray images{{4, 5, 3}, std::vector<std::uint8_t>(4 * 15)};
+  for (std::size_t i = 0; i < images.bytes.size(); ++i) images.bytes[i] = static_cast<std::uint8_t>(i % 2 ? 200 : 0);
+  data::writeIdx((dir / "train-images-idx3-ubyte").string(), images);
+  data::writeIdx((dir / "train-labels-idx1-ubyte").string(), {{4}, {0, 1, 0, 1}});
+  data::writeIdx((dir / "t10k-images-idx3-ubyte.gz").string(), images);
+  data::writeIdx((dir / "t10k-labels-idx1-ubyte.gz").string(), {{4}, {3, 0, 0, 0}});
+  EXPECT_STREQ(data::formatOf(dir.string()).name, "idx");
+  const data::DatasetInfo info = data::datasetInfo(dir.string());
+  EXPECT_EQ(info.shape, (std::vector<std::int64_t>{1, 5, 3}));
+  EXPECT_EQ(info.classes, 4);  // the test split's label 3
+  const data::Dataset test = data::loadDataset(dir.string(), "", data::Split::Test, 0);
+  EXPECT_EQ(test.classes, 4);
+  const auto [x, y] = test.batch({0});
+  EXPECT_EQ(x.sizes(), (std::vector<std::int64_t>{1, 1, 5, 3}));
+  // Pixels alternate 0 and 200: mean 100 / 255, standard deviation 100 / 255.
+  EXPECT_NEAR(x[0][0][0][0].item<float>(), -1.0, 1e-4);
+  EXPECT_NEAR(x[0][0][0][1].item<float>(), 1.0, 1e-4);
+  EXPECT_EQ(y[0].item<std::int64_t>(), 3);
+  EXPECT_EQ(data::filesOf(data::DataSource{dir.string()}).size(), 4u);
+}
+
+TEST_F(IdxFiles, APathNoFormatReadsIsRefusedWithWhatEachReads) {
+  std::string error;
+  try {
+    data::formatOf((dir / "nothing-here").string());
+  } catch (const ConfigError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("unknown dataset '" + (dir / "nothing-here").string() + "'"), std::string::npos) << error;
+  for (const char* what : {"fashion-mnist", "IDX files", "CIFAR binary folder", ".npz", "token file"}) {
+    EXPECT_NE(error.find(what), std::string::npos) << what << " in " << error;
+  }
+  // A zip archive of another name is read as an .npz (its first bytes say so).
+  std::ofstream(dir / "arrays.data", std::ios::binary) << std::string("PK\x03\x04", 4) << "rest";
+  EXPECT_STREQ(data::formatOf((dir / "arrays.data").string()).name, "npz");
+  EXPECT_STREQ(data::formatOf("cifar10").name, "cifar");
+  EXPECT_STREQ(data::formatOf("some/train.npy").name, "tokens");
 }

@@ -30,14 +30,17 @@ struct TinyTagger : models::Net {
 // 6 sequences of 5 ids below 10, a tag per position (-100: padding).
 data::Dataset taggedSequences() {
   torch::manual_seed(0);
+  auto samples = std::make_shared<data::TensorSamples>();
+  samples->ids = true;
+  samples->images = torch::randint(0, 10, {6, 5}, torch::kInt64);
+  samples->labels = samples->images.remainder(3);
+  samples->labels.index_put_({torch::indexing::Slice(), 4}, -100);
   data::Dataset d;
   d.name = "tagged";
   d.ids = true;
-  d.images = torch::randint(0, 10, {6, 5}, torch::kInt64);
-  d.maxId = d.images.max().item<std::int64_t>();
-  d.labels = d.images.remainder(3);
-  d.labels.index_put_({torch::indexing::Slice(), 4}, -100);
+  d.maxId = samples->images.max().item<std::int64_t>();
   d.classes = 3;
+  d.samples = samples;
   return d;
 }
 
@@ -83,11 +86,12 @@ TEST(Loss, EvaluationCountsPositionsAndReportsPerplexity) {
   const loss::EvalResult r = loss::evaluate(model, d, c10::Device(c10::kCPU), "cross-entropy", 4);
   EXPECT_EQ(r.samples, 6);
   EXPECT_EQ(r.targets, 24);  // 6 x 4 positions; the fifth is padding
-  const at::Tensor logits = model.forward(d.images);
-  EXPECT_NEAR(r.loss, loss::lossOf("cross-entropy", logits, d.labels).item<double>(), 1e-5);
+  const auto [ids, labels] = d.batch({0, 1, 2, 3, 4, 5});
+  const at::Tensor logits = model.forward(ids);
+  EXPECT_NEAR(r.loss, loss::lossOf("cross-entropy", logits, labels).item<double>(), 1e-5);
   EXPECT_NEAR(r.perplexity, std::exp(r.loss), 1e-9);
-  const at::Tensor counted = d.labels.ne(-100);
-  const double right = logits.argmax(-1).eq(d.labels).logical_and(counted).sum().item<double>();
+  const at::Tensor counted = labels.ne(-100);
+  const double right = logits.argmax(-1).eq(labels).logical_and(counted).sum().item<double>();
   EXPECT_DOUBLE_EQ(r.accuracy, right / 24);
   EXPECT_TRUE(r.classAccuracy.empty());
 }
@@ -102,7 +106,9 @@ TEST(Loss, StartUpCheckCatchesIdsAndOutputsThatDoNotFit) {
   TinyTagger fewClasses(10, 2);  // a tag of 2 cannot be predicted
   EXPECT_NE(configErrorOf(fewClasses, d, "cross-entropy").find("expected [2, 5, C >= 3]"), std::string::npos)
       << configErrorOf(fewClasses, d, "cross-entropy");
-  d.labels = d.labels.to(torch::kFloat32);
+  auto floats = std::make_shared<data::TensorSamples>(dynamic_cast<const data::TensorSamples&>(*d.samples));
+  floats->labels = floats->labels.to(torch::kFloat32);
+  d.samples = floats;
   d.classes = 0;
   EXPECT_NE(configErrorOf(fits, d, "cross-entropy").find("float targets, not class labels: use --loss mse"),
             std::string::npos);

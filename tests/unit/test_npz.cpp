@@ -15,6 +15,7 @@
 #include "data/Dataset.h"
 #include "data/Npz.h"
 #include "runtime/Errors.h"
+#include "tests/common/DatasetTensors.h"
 #include "tests/common/ScratchDir.h"
 #include "tests/common/ZipOf.h"
 
@@ -166,7 +167,7 @@ TEST_F(Npz, ASplitBeyondTheHostsMemoryForItsRanksIsRefused) {
   ::unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   EXPECT_NE(error.find("'x_train' needs 0.00 GiB of memory in each of this host's 1000000 rank(s), 976.56 GiB in all"),
             std::string::npos) << error;
-  EXPECT_EQ(data::loadDataset(path, "", data::Split::Train, 0).images.size(0), 1024);  // one rank: it fits
+  EXPECT_EQ(data::loadDataset(path, "", data::Split::Train, 0).size(), 1024);  // one rank: it fits
 }
 
 // Integer samples are token ids: int64 as they are, never scaled or normalised; uint8 only
@@ -223,7 +224,7 @@ TEST_F(Npz, LabelsPerPositionWithPadding) {
   const std::string path = write("tags.npz", datasetNpz("<i4", bytesOf(x), "(2, 3)", "<i2", bytesOf(y), "(2, 3)"));
   const data::Dataset d = data::loadDataset(path, "", data::Split::Test, 0);
   EXPECT_EQ(d.classes, 5);
-  EXPECT_EQ(d.labels.sizes(), (std::vector<std::int64_t>{2, 3}));
+  EXPECT_EQ(testsupport::tensorsOf(d).labels.sizes(), (std::vector<std::int64_t>{2, 3}));
   EXPECT_EQ(data::datasetInfo(path).classes, 5);
   data::DataSource other;
   other.name = path;

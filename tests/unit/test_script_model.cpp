@@ -136,6 +136,8 @@ TEST_F(ScriptModel, TheUntrustedCorpusIsRefusedBeforeAnyOfItsCodeRuns) {
 TEST(Sandbox, ForbidsWritingSocketsAndProgramsButNotReading) {
   testsupport::ScratchDir scratch("sandbox");
   const std::string written = (scratch.path() / "written").string();
+  const std::string existing = (scratch.path() / "existing").string();
+  std::ofstream(existing) << "read me";
   auto inSandbox = [&](const std::function<void()>& attempt) {
     const pid_t child = ::fork();
     if (child == 0) {
@@ -147,8 +149,8 @@ TEST(Sandbox, ForbidsWritingSocketsAndProgramsButNotReading) {
     ::waitpid(child, &status, 0);
     return status;
   };
-  const int reading = inSandbox([] {
-    const int fd = ::open("/proc/self/status", O_RDONLY);
+  const int reading = inSandbox([&] {
+    const int fd = ::open(existing.c_str(), O_RDONLY);
     char buffer[16];
     if (fd < 0 || ::read(fd, buffer, sizeof buffer) <= 0) ::_exit(1);
   });
@@ -161,7 +163,7 @@ TEST(Sandbox, ForbidsWritingSocketsAndProgramsButNotReading) {
          char* const argv[] = {const_cast<char*>("/bin/true"), nullptr};
          ::execv("/bin/true", argv);
        }},
-      {"renaming", [&] { ::rename("/proc/self/status", written.c_str()); }},
+      {"renaming", [&] { ::rename(existing.c_str(), written.c_str()); }},
   };
   for (const auto& [what, attempt] : forbidden) {
     const int status = inSandbox(attempt);
