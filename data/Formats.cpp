@@ -551,8 +551,11 @@ const FormatRow& formatOf(const std::string& name) {
   for (const FormatRow& row : formats()) {
     if (row.recognises) paths += fmt::format("\n  {}", row.reads);
   }
-  throw ConfigError(fmt::format("unknown dataset '{}': give a built-in name ({}; --list-datasets) or the path of{}", name,
-                                names, paths));
+  std::error_code ec;
+  const std::string what = fs::is_directory(name, ec) ? fmt::format("{}: a folder that holds no format's files", name)
+                           : fs::exists(name, ec)     ? fmt::format("{}: a file that no format reads", name)
+                                                      : fmt::format("unknown dataset '{}'", name);
+  throw ConfigError(fmt::format("{}: give a built-in name ({}; --list-datasets) or the path of{}", what, names, paths));
 }
 
 }  // namespace pstrain::data

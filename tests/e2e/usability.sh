@@ -16,7 +16,8 @@ check "list-models: lenet with its parameter count and input" has "$models" "^le
 check "list-models: mlp and convnet" has "$models" "^mlp +203530" 
 check "list-models: convnet" has "$models" "^convnet +1960"
 datasets=$("$pstrain" --list-datasets 2>&1)
-check "list-datasets: the three datasets" bash -c "grep -q '^fashion-mnist' <<<'$datasets' && grep -q '^mnist' <<<'$datasets' && grep -q '^synthetic' <<<'$datasets'"
+check "list-datasets: the three datasets" bash -c 'grep -q "^fashion-mnist" <<<"$1" && grep -q "^mnist" <<<"$1" && grep -q "^synthetic" <<<"$1"' _ "$datasets"
+check "list-datasets: the formats a path may hold" has "$datasets" "a token file \(nanoGPT's or llm.c's .bin, NumPy's .npy"
 help=$("$pstrain" --help 2>&1)
 check "help: every flag with a default shows it" has "$help" "--batch-size arg +samples per worker .*\(default: 64\)"
 check "help: --config and --dry-run" bash -c "grep -q -- '--config' <<<\"\$0\" && grep -q -- '--dry-run' <<<\"\$0\"" "$help"

@@ -76,7 +76,16 @@ expect "a batch larger than a shard" "--batch-size 1000 is more than the 300 sam
   "${run3[@]}" --dataset synthetic --synthetic-size 600 --batch-size 1000
 expect "65536 virtual shards of a big batch, in a dry run" "--batch-size 1000000 is more than" -- \
   "$mpirun" -np 3 "$pstrain" --train-dir "$scratch/run" --overwrite --dry-run --virtual-shards 65536 --batch-size 1000000
-expect "a directory as --dataset" "data: a directory; --dataset takes a file" -- "${run3[@]}" --dataset "$data"
+if ! out=$(with_timeout 120 "${run3[@]}" --dataset "$data" --batch-size 8 2>&1); then
+  echo "FAIL a folder of IDX files as --dataset did not train:"; echo "$out" | tail -5; failures=$((failures + 1))
+else
+  echo "ok   a folder of IDX files as --dataset trains (recognised by its contents)"; passed=$((passed + 1))
+fi
+mkdir -p "$scratch/no-format" && echo "some notes" > "$scratch/no-format/notes.txt"
+expect "a folder no format reads as --dataset" "no-format: a folder that holds no format's files: give a built-in name" -- \
+  "${run3[@]}" --dataset "$scratch/no-format"
+expect "a file no format reads as --dataset" "notes.txt: a file that no format reads: .*the path of" -- \
+  "${run3[@]}" --dataset "$scratch/no-format/notes.txt"
 # A run file that is a symbolic link is refused, as a configuration error: exit 2, which
 # pstrain-run does not retry.
 mkdir -p "$scratch/linked" && chmod 700 "$scratch/linked" && ln -sf "$scratch/elsewhere.jsonl" "$scratch/linked/metrics.jsonl"
