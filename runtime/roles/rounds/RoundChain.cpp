@@ -116,6 +116,13 @@ struct RoundChain::Impl {
   }
 
   // --- up ---------------------------------------------------------------------------------
+  // Starts an exchange in role `r`; one at a time.
+  void begin(Role r, const std::string& what) {
+    if (role != Role::None) throw InternalError("RoundChain: an exchange is already in flight");
+    role = r;
+    context = what;
+  }
+
   void postUpReceives() {
     resize(upIn, static_cast<std::size_t>(chunks) + 1);
     for (std::int64_t i = 0; i < chunks; ++i) receiveInto(upIn[i], upCodec(i).maxFrameBytes(), rank + 1, kUpTag);
@@ -295,9 +302,7 @@ void RoundChain::scaleUpResidual(double factor) {
 void RoundChain::startWorker(const float* delta, const float* fixed, float* global, float* downFixed,
                              const std::string& context) {
   Impl& s = *impl_;
-  if (s.role != Impl::Role::None) throw InternalError("RoundChain: an exchange is already in flight");
-  s.role = Impl::Role::Worker;
-  s.context = context;
+  s.begin(Impl::Role::Worker, context);
   s.delta = delta;
   s.fixed = fixed;
   s.global = global;
@@ -314,10 +319,8 @@ void RoundChain::startWorker(const float* delta, const float* fixed, float* glob
 
 void RoundChain::startServerUp(float* delta, float* fixed, const std::string& context) {
   Impl& s = *impl_;
-  if (s.role != Impl::Role::None) throw InternalError("RoundChain: an exchange is already in flight");
-  s.role = Impl::Role::ServerUp;
+  s.begin(Impl::Role::ServerUp, context);
   s.upActive = true;
-  s.context = context;
   s.deltaOut = delta;
   s.fixedOut = fixed;
   s.postUpReceives();
@@ -325,10 +328,8 @@ void RoundChain::startServerUp(float* delta, float* fixed, const std::string& co
 
 void RoundChain::startServerDown(const float* fixed, float* weights, const float* target, const std::string& context) {
   Impl& s = *impl_;
-  if (s.role != Impl::Role::None) throw InternalError("RoundChain: an exchange is already in flight");
-  s.role = Impl::Role::ServerDown;
+  s.begin(Impl::Role::ServerDown, context);
   s.upActive = false;
-  s.context = context;
   s.updates = target != nullptr;
   if (s.updates && !s.lossyDown) throw InternalError("RoundChain: updates with a lossless down codec");
   Impl::resize(s.downOut, static_cast<std::size_t>(s.chunks) + 1);

@@ -89,6 +89,25 @@ RoundsDecision decide(Server& s, const RoundsPlan& plan, std::int64_t length, co
   return d;
 }
 
+// A round's traffic on rank 0's link, as the chain counted it, into its stats.
+void addTraffic(StepStats& stats, const RoundChain::Traffic& traffic) {
+  stats.bytesDown = traffic.sent;
+  stats.rawBytesDown = traffic.rawSent;
+  stats.bytesUp = traffic.received;
+  stats.rawBytesUp = traffic.rawReceived;
+  stats.codecSeconds += traffic.codecSeconds;
+}
+
+// Every rank waits a round for the slowest worker, so --timeout must outlast one: a warning
+// when a round of `steps` local steps took more than half of it. Returns whether it warned.
+bool warnIfNearTimeout(const config::TrainConfig& cfg, const StepStats& stats, std::int64_t steps) {
+  if (stats.slowestComputeSeconds <= cfg.timeoutSeconds / 2) return false;
+  std::cout << fmt::format("pstrain: warning: a round of {} local steps took {:.1f} s, --timeout is {} s: raise "
+                           "--timeout above a round, or lower --local-steps", steps, stats.slowestComputeSeconds,
+                           cfg.timeoutSeconds) << std::endl;
+  return true;
+}
+
 // Local rounds (diloco): each round the global weights go down with each worker's local
 // steps (the shares; --balance deals them by speed), every worker trains alone that long
 // and sends its pseudo-gradient (global - local, times its samples) up to be summed like a
@@ -161,20 +180,9 @@ void runRounds(Server& s) {
     training = announce();
     sendDown(training, /*whole=*/false);
     StepStats stats = period.close(s, workers, update, /*updateWithin=*/false, applied);
-    const RoundChain::Traffic traffic = chain.take();
-    stats.bytesDown = traffic.sent;
-    stats.rawBytesDown = traffic.rawSent;
-    stats.bytesUp = traffic.received;
-    stats.rawBytesUp = traffic.rawReceived;
-    stats.codecSeconds += traffic.codecSeconds;
+    addTraffic(stats, chain.take());
     counts.add(stats, s.update.gradNorm());
-    // Every rank waits a round for the slowest worker: --timeout must outlast one.
-    if (!warnedOfTimeout && stats.slowestComputeSeconds > s.cfg.timeoutSeconds / 2) {
-      warnedOfTimeout = true;
-      std::cout << fmt::format("pstrain: warning: a round of {} local steps took {:.1f} s, --timeout is {} s: raise "
-                               "--timeout above a round, or lower --local-steps", steps, stats.slowestComputeSeconds,
-                               s.cfg.timeoutSeconds) << std::endl;
-    }
+    if (!warnedOfTimeout) warnedOfTimeout = warnIfNearTimeout(s.cfg, stats, steps);
     s.publisher->record(step - 1, innerLr(first), stats, steps);
     // The second round is the first whose workers all started together (the first's down
     // message, the whole weights, reached them one after another along the chain): it
