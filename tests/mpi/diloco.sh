@@ -15,7 +15,8 @@
 #   6. --overlap-rounds trains to the end (its exchange a round late), with codecs too;
 #   7. the defaults (issue 52): the dry run says what each direction sends and that H comes
 #      from the first round; a run measures H (stdout, run.json), sends at most a quarter of
-#      float32's bytes each way, and composes with pseval, --resume and pstrain-run.
+#      float32's bytes each way, and composes with pseval, --resume and pstrain-run;
+#   8. --resume across modes and update rules: the optimizer state starts afresh, said.
 # Usage: diloco.sh PSTRAIN PSEVAL MPIRUN SCRATCH
 set -uo pipefail
 pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
@@ -158,4 +159,21 @@ kill -9 "$(rank_pid "$scratch/defaults-elastic" 2)"
 wait $supervisor; rc=$?
 check "defaults: pstrain-run relaunches after a killed worker and finishes" \
   bash -c "[ $rc -eq 0 ] && [ -e '$scratch/defaults-elastic/ckpt/step-00000120.ok' ] && grep -q 'resuming at step' defaults-elastic.log"
+# --- 8. --resume across modes and update rules (issue 50, finding 5) ----------------------
+# A sync AdamW run's state is no diloco outer momentum, nor the other way round: each such
+# resume says that the state starts afresh and which flags changed, and trains on.
+across() {  # across LOG MODE [flags...]: the run in "$scratch/across", in MODE
+  local log=$1 mode=$2; shift 2
+  run_logged "$log" with_timeout 200 "$mpirun" -np 3 "$pstrain" --device cpu --model mlp --dataset synthetic \
+    --synthetic-size 3000 --batch-size 16 --optimizer adamw --lr 0.001 --checkpoint-every 20 --log-every 20 \
+    --threads 1 --timeout 60 --mode "$mode" --train-dir "$scratch/across" "$@"
+}
+across across-sync sync --steps 40
+across across-diloco diloco --steps 80 --local-steps 10 --resume
+across across-back sync --steps 120 --resume
+grep -h 'pstrain: resume' across-diloco.log across-back.log | sed 's/^/     /'
+check "resume sync adamw -> diloco: Adam's state starts afresh, said with both rules and the flags that changed" \
+  bash -c "grep -qE \"optimizer state belongs to 'update adamw', this run's rule is 'outer [a-z]+': it starts afresh\" across-diloco.log && grep -qE 'configuration differs .*--mode sync -> diloco' across-diloco.log"
+check "resume diloco -> sync adamw: the outer momentum is not taken for Adam's state; the run trains to its end" \
+  bash -c "grep -qE \"belongs to 'outer [a-z]+', this run's rule is 'update adamw'\" across-back.log && [ -e '$scratch/across/ckpt/step-00000120.ok' ] && [ -f '$scratch/across/trained_model.pt' ]"
 checks_done

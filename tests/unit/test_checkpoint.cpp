@@ -317,3 +317,32 @@ TEST(ArchiveCheck, DataPklInAnyCaseIsCheckedAndDuplicateNamesAreRefused) {
   EXPECT_NE(errorOf(zipOf({{"a/data.pkl", good}, {"a/data/0", "x"}, {"A/DATA/0", "y"}})).find("two records"),
             std::string::npos);
 }
+
+// A model file's deflated records (its code: torch.jit.save deflates it) are bounded before
+// anything inflates them: a record past kMaxInflated (a zip bomb: 64 MiB of zeros deflate to
+// 64 KiB), a header that claims more than the record holds, and records that add up past
+// kMaxInflatedTotal are refused. A checkpoint's records may not be deflated at all.
+TEST(ArchiveCheck, ModelFileZipBombsAreRefusedBeforeAnythingInflates) {
+  using testsupport::zipOf;
+  auto errorOf = [](const std::string& bytes, zip::ArchiveKind kind) {
+    try {
+      zip::checkArchive(bytes, kind, [](const std::string& what) { throw ConfigError(what); });
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const std::string pickle = std::string("\x80\x02}.", 4);
+  const std::string bomb = zipOf({{"a/data.pkl", pickle}, {"a/code/__torch__/m.py", std::string(zip::kMaxInflated + 1, '\0'), true}});
+  EXPECT_LT(bomb.size(), std::size_t(1) << 20);
+  EXPECT_NE(errorOf(bomb, zip::ArchiveKind::ModelFile).find("inflates to 67108865 bytes"), std::string::npos)
+      << errorOf(bomb, zip::ArchiveKind::ModelFile);
+  const std::string forged = zipOf({{"a/data.pkl", pickle}, {"a/code/m.py", "x = 1\n", true, zip::kMaxInflated + 1}});
+  EXPECT_NE(errorOf(forged, zip::ArchiveKind::ModelFile).find("inflates to"), std::string::npos);
+  std::vector<testsupport::Member> many = {{"a/data.pkl", pickle}};
+  for (int i = 0; i < 5; ++i) many.push_back({"a/code/m" + std::to_string(i) + ".py", "x = 1\n", true, zip::kMaxInflated});
+  EXPECT_NE(errorOf(zipOf(many), zip::ArchiveKind::ModelFile).find("record a/code/m4.py inflates to 67108864"),
+            std::string::npos);  // the fifth: 5 x 64 MiB > 256 MiB
+  EXPECT_NE(errorOf(bomb, zip::ArchiveKind::Checkpoint).find("is compressed"), std::string::npos);
+}
+
