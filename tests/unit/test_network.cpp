@@ -42,16 +42,30 @@ TEST(Network, TheLoopbackIsListedAsSuch) {
   EXPECT_TRUE(loopback);
 }
 
-TEST(Network, ATimedTransferCountsWhatArrived) {
+// A listener on the loopback with the job's token, taking one timed transfer on a thread of
+// its own: `received` is what it counted, once join() has returned.
+struct TimedReceiver {
+  TimedReceiver() : receiver([this] { received = listener.receiveOne(token, std::chrono::seconds(10)); }) {}
+  ~TimedReceiver() {
+    if (receiver.joinable()) receiver.join();  // a failed assertion returns early
+  }
+  void join() { receiver.join(); }
+
   const in_addr local = address("127.0.0.1");
-  net::LinkListener listener(local);
-  ASSERT_GT(listener.port(), 0);
+  net::LinkListener listener{local};
   const net::LinkToken token = net::randomLinkToken();
   std::size_t received = 0;
-  std::thread receiver([&] { received = listener.receiveOne(token, std::chrono::seconds(10)); });
-  const double rate = net::timeSend(local, local, listener.port(), token, 8 << 20, std::chrono::seconds(5));
-  receiver.join();
-  EXPECT_EQ(received, std::size_t(8) << 20);
+  std::thread receiver;
+};
+
+TEST(Network, ATimedTransferCountsWhatArrived) {
+  TimedReceiver r;
+  ASSERT_GT(r.listener.port(), 0);
+  const in_addr local = r.local;
+  const net::LinkToken token = r.token;
+  const double rate = net::timeSend(local, local, r.listener.port(), token, 8 << 20, std::chrono::seconds(5));
+  r.join();
+  EXPECT_EQ(r.received, std::size_t(8) << 20);
   EXPECT_GT(rate, 1e6);
   // Nobody listening: no rate, and no waiting out the timeout.
   int port = 0;
@@ -68,18 +82,14 @@ TEST(Network, ATimedTransferCountsWhatArrived) {
 // measure and steered the recommendation) is not the sender: without the job's token its
 // connection is closed and not counted, and the real sender's transfer is measured.
 TEST(Network, AConnectionWithoutTheTokenIsNotTheSender) {
-  const in_addr local = address("127.0.0.1");
-  net::LinkListener listener(local);
-  ASSERT_GT(listener.port(), 0);
-  const net::LinkToken token = net::randomLinkToken();
-  std::size_t received = 0;
-  std::thread receiver([&] { received = listener.receiveOne(token, std::chrono::seconds(10)); });
-  net::LinkToken wrong = token;
+  TimedReceiver r;
+  ASSERT_GT(r.listener.port(), 0);
+  net::LinkToken wrong = r.token;
   wrong[0] ^= 1;
-  EXPECT_EQ(net::timeSend(local, local, listener.port(), wrong, 1 << 20, std::chrono::seconds(3)), 0);
-  const double rate = net::timeSend(local, local, listener.port(), token, 4 << 20, std::chrono::seconds(5));
-  receiver.join();
-  EXPECT_EQ(received, std::size_t(4) << 20);
+  EXPECT_EQ(net::timeSend(r.local, r.local, r.listener.port(), wrong, 1 << 20, std::chrono::seconds(3)), 0);
+  const double rate = net::timeSend(r.local, r.local, r.listener.port(), r.token, 4 << 20, std::chrono::seconds(5));
+  r.join();
+  EXPECT_EQ(r.received, std::size_t(4) << 20);
   EXPECT_GT(rate, 1e6);
 }
 
