@@ -13,10 +13,14 @@ import sys
 # models/ and data/ (outside runtime/) sit between checkpoint and loss.
 LAYERS = ["runtime", "runtime/zip", "runtime/config", "runtime/metrics", "runtime/rundir", "runtime/net", "runtime/comm",
           "runtime/comm/mpi", "runtime/codec", "runtime/optim", "runtime/checkpoint", "models", "data",
-          "runtime/loss", "runtime/protocol", "runtime/roles", "runtime/roles/rounds", "runtime/training",
+          "runtime/loss", "runtime/protocol", "runtime/roles", "runtime/exchanges", "runtime/exchanges/collective",
+          "runtime/exchanges/point_to_point", "runtime/exchanges/peers", "runtime/exchanges/rounds", "runtime/training",
           "runtime/probe"]
-# Folders at the same height that must not include each other either.
-SIBLINGS = {("models", "data"), ("data", "models")}
+# Folders at the same height that must not include each other either: an exchange's folder
+# knows no other exchange.
+EXCHANGES = ["runtime/exchanges/collective", "runtime/exchanges/point_to_point", "runtime/exchanges/peers",
+             "runtime/exchanges/rounds"]
+SIBLINGS = {("models", "data"), ("data", "models")} | {(a, b) for a in EXCHANGES for b in EXCHANGES if a != b}
 
 
 def layer_of(path):

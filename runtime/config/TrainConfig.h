@@ -85,11 +85,11 @@ struct TrainConfig {
   double divergenceThreshold = 0;         // gossip
   double peerTimeoutMs = 100;             // gossip
   std::string straggle;                   // testing: "RANK:MS[,RANK:MS...]"
-  std::string localStepsFlag = kAuto;     // diloco: inner steps per round (H), or auto (roles/rounds)
+  std::string localStepsFlag = kAuto;     // diloco: inner steps per round (H), or auto (exchanges/rounds)
   double outerLr = 0.7;                   // diloco
   double outerMomentum = 0.6;             // diloco
   std::string outerOptimizer = "nesterov";  // diloco: a row of outerOptimizers()
-  std::string overlapRoundsFlag = kAuto;  // diloco: on | off | auto (roles/rounds)
+  std::string overlapRoundsFlag = kAuto;  // diloco: on | off | auto (exchanges/rounds)
   double simulateComputeMs = 0;           // benchmarks
 
   // Compression (runtime/codec): codec specs, or auto (see gradientCodec()).

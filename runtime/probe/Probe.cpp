@@ -19,7 +19,7 @@
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/protocol/StepMessages.h"
 #include "runtime/roles/LocalTrainer.h"
-#include "runtime/roles/rounds/RoundsPlan.h"
+#include "runtime/exchanges/rounds/RoundsPlan.h"
 #include "runtime/rundir/AtomicFile.h"
 #include "runtime/rundir/RunFiles.h"
 
@@ -209,7 +209,7 @@ ProbeMeasurements costInputs(const config::TrainConfig& cfg, const std::vector<i
 const std::vector<std::int64_t> kLocalSteps = {1, 2, 5, 10, 20, 50, 100, 200, 500};
 
 // What --local-steps auto and --overlap-rounds auto would decide on the measured links for
-// `workers` workers (roles/rounds/RoundsPlan.h, as the run decides it from its first rounds),
+// `workers` workers (exchanges/rounds/RoundsPlan.h, as the run decides it from its first rounds),
 // with the configured codings (diloco's by default); its exchange's seconds too.
 struct AutoRounds {
   roles::RoundsDecision decision;

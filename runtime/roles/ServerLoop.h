@@ -1,7 +1,7 @@
 #pragma once
-// What every server loop of the server modes shares (ParameterServer.cpp's collective and
-// point-to-point loops, rounds/RoundsServer.cpp's rounds): rank 0's state, the timing of an
-// update and of a loop's period, and the announcement of the run before the loop.
+// What every server loop shares (exchanges/collective, exchanges/point_to_point and
+// exchanges/rounds/RoundsServer.cpp): rank 0's state, the timing of an update and of a
+// loop's period, and the announcement of the run before the loop.
 #include <chrono>
 #include <cstdint>
 #include <string>

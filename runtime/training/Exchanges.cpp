@@ -3,36 +3,28 @@
 #include <fmt/format.h>
 
 #include "runtime/Errors.h"
-#include "runtime/roles/ParameterServer.h"
-#include "runtime/roles/PeerTraining.h"
-#include "runtime/roles/Worker.h"
-#include "runtime/roles/rounds/Rounds.h"
+#include "runtime/exchanges/collective/Collective.h"
+#include "runtime/exchanges/peers/Peers.h"
+#include "runtime/exchanges/point_to_point/PointToPoint.h"
+#include "runtime/exchanges/rounds/Rounds.h"
+#include "runtime/roles/RoleArgs.h"
 
-namespace pstrain::roles {
-namespace {
+namespace pstrain::training {
 
-struct ExchangeRoles {
-  config::Exchange exchange;
-  void (*rank0)(const RoleArgs&);
-  void (*others)(const RoleArgs&);
-};
-
-const ExchangeRoles kRoles[] = {
-    {config::Exchange::Collective, serveCollective, runCollectiveWorker},
-    {config::Exchange::PointToPoint, servePointToPoint, runPointToPointWorker},
-    {config::Exchange::AllReduce, runAllreducePeer, runAllreducePeer},
-    {config::Exchange::Gossip, runGossipPeer, runGossipPeer},
-    {config::Exchange::LocalRounds, serveRounds, runRoundsWorker},
-};
-
-}  // namespace
-
-void runRole(const RoleArgs& args) {
-  const config::Exchange exchange = args.cfg.modeInfo().exchange;
-  for (const auto& row : kRoles) {
-    if (row.exchange == exchange) return (args.comm.rank() == 0 ? row.rank0 : row.others)(args);
+const exchanges::Exchange& exchangeOf(config::Exchange exchange) {
+  static const exchanges::Exchange* const kExchanges[] = {
+      &exchanges::kCollective, &exchanges::kPointToPoint, &exchanges::kAllReduce, &exchanges::kGossip,
+      &exchanges::kLocalRounds,
+  };
+  for (const auto* row : kExchanges) {
+    if (row->id == exchange) return *row;
   }
-  throw InternalError(fmt::format("exchange {} has no roles", config::nameOf(exchange)));
+  throw InternalError(fmt::format("exchange {} has no row in training/Exchanges.cpp", config::nameOf(exchange)));
 }
 
-}  // namespace pstrain::roles
+void runRole(const roles::RoleArgs& args) {
+  const exchanges::Exchange& exchange = exchangeOf(args.cfg.modeInfo().exchange);
+  (args.comm.rank() == 0 ? exchange.rank0 : exchange.others)(args);
+}
+
+}  // namespace pstrain::training

@@ -1,13 +1,15 @@
 #pragma once
-// The roles of each exchange (config/Mode.h), chosen here once from the mode's row: what
-// rank 0 runs and what every other rank runs. A new exchange is its loops and one row of
-// Exchanges.cpp; the roles themselves never ask which exchange they serve.
-#include "runtime/roles/RoleArgs.h"
+// Every exchange (exchanges/Exchange.h), one row each: the one place that names them all.
+// A new exchange is its folder under runtime/exchanges/ and one line here. Torch-free.
+#include "runtime/exchanges/Exchange.h"
 
-namespace pstrain::roles {
+namespace pstrain::training {
+
+// The row of `exchange`; throws InternalError if it has none.
+const exchanges::Exchange& exchangeOf(config::Exchange exchange);
 
 // This rank's part of args.cfg's mode. Collective over every rank of args.comm; throws on
 // any error.
-void runRole(const RoleArgs& args);
+void runRole(const roles::RoleArgs& args);
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::training

@@ -28,8 +28,8 @@
 #include "runtime/protocol/Handshake.h"
 #include "runtime/protocol/StepProtocol.h"
 #include "runtime/loss/Loss.h"
+#include "runtime/roles/RoleArgs.h"
 #include "runtime/training/Exchanges.h"
-#include "runtime/roles/rounds/RoundsPlan.h"
 #include "runtime/rundir/AtomicFile.h"
 #include "runtime/rundir/RunFiles.h"
 
@@ -249,18 +249,15 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
                      downBytes(parameters, buffers, ranks), buffers ? " + BatchNorm buffers" : "",
                      upBytes(parameters, buffers, ranks), buffers ? " + buffers" : "");
   std::string exchange = mode.plan;
-  if (cfg.overlapping()) {
-    exchange += fmt::format("; in {} buckets of {} KiB, gradients reduced during backward, weights broadcast "
-                            "as each bucket is updated",
-                            gradientBuckets(model, cfg.bucketKb * 1024).size(), cfg.bucketKb);
-  }
   if (cfg.compressesGradients() || cfg.compressesWeights()) {
     const bool feedback = config::errorFeedbackOn(cfg.errorFeedback, cfg.gradientCodec());
     exchange += fmt::format("; gradients {}{}, weights {}", cfg.gradientCodec(), feedback ? " with error feedback" : "",
                             cfg.weightCodec());
   }
-  out += fmt::format("  exchange  {}\n", exchange);
-  if (mode.outerOptimizer()) out += roundsDryRun(cfg, total, downBytes(parameters, buffers, ranks), upBytes(parameters, buffers, ranks));
+  const exchanges::PlanText own = training::exchangeOf(mode.exchange)
+                                      .plan({cfg, model, total, downBytes(parameters, buffers, ranks),
+                                             upBytes(parameters, buffers, ranks)});
+  out += fmt::format("  exchange  {}{}\n{}", exchange, own.sameLine, own.lines);
   out += checkpointPlan(cfg, total);
   out += fmt::format("  train dir {}: {}\n", cfg.trainDir, trainDirState);
   std::cout << out << std::flush;
@@ -377,7 +374,7 @@ void trainInRoles(comm::Communicator& comm, StartedRun& started, models::Net& mo
            c10::Device device, const RunInfo& info) {
   const config::TrainConfig& run = started.run;
   const checkpoint::Checkpoint* resume = started.resume ? &*started.resume : nullptr;
-  auto roles = [&] { runRole({comm, run, model, train, started.trainSamples, device, resume}); };
+  auto roles = [&] { training::runRole({comm, run, model, train, started.trainSamples, device, resume}); };
   if (comm.rank() != 0) return roles();
   started.trainDir->begin();
   const std::int64_t parameters = models::parameterCount(model), firstStep = resume ? resume->step : 0;

@@ -34,7 +34,7 @@ for mode in ("sync", "backup", "async", "allreduce"):
 for x in p["predictions"]:
     assert x["samples_per_s"] > 0 and 0 < x["efficiency"] <= 1.5 and x["step_s"] > 0, x
 assert "x one worker" in p["recommendation"], p
-# What diloco's defaults would decide (roles/rounds/RoundsPlan.h): H within its clamp.
+# What diloco's defaults would decide (exchanges/rounds/RoundsPlan.h): H within its clamp.
 assert 10 <= p["diloco_local_steps"] <= 500 and p["diloco_overlap"] in (True, False), p
 PY
 check "probe says what diloco's --local-steps auto would take" grep -qE "diloco: --local-steps auto would take [0-9]+ local steps a round" <<<"$out"

@@ -99,7 +99,7 @@ TEST(CostModel, RejectsIncompleteMeasurements) {
 }
 
 // diloco (issues 40, 52): a round is H slowest batches + the round's exchange along the
-// chain of workers (roles/rounds/RoundChain.h) + the update, so a step costs the batch + the
+// chain of workers (exchanges/rounds/RoundChain.h) + the update, so a step costs the batch + the
 // exchange / H; the modes' recommendation never is diloco (it trains otherwise).
 TEST(CostModel, DilocoSpreadsOneChainedExchangeOverItsLocalSteps) {
   ProbeMeasurements m = measurements(2, 1e6);  // a slow link: 1 MB at 1 MB/s, 1 s each way

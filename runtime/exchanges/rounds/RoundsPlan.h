@@ -13,7 +13,7 @@
 #include <string>
 
 #include "runtime/config/TrainConfig.h"
-#include "runtime/roles/rounds/RoundChain.h"
+#include "runtime/exchanges/rounds/RoundChain.h"
 
 namespace pstrain::roles {
 

@@ -1,4 +1,4 @@
-#include "runtime/roles/Worker.h"
+#include "runtime/roles/WorkerLoop.h"
 
 #include <fmt/format.h>
 
@@ -12,16 +12,6 @@
 namespace pstrain::roles {
 
 using namespace protocol;
-
-namespace {
-
-// How a worker's messages travel in one exchange: the weights down, the gradient up, and
-// whether its batches are the server's steps (lockstep) or its own count.
-struct WorkerExchange {
-  void (StepLink::*down)(const std::string& context);
-  void (StepLink::*up)(const std::string& context);
-  bool lockstep;
-};
 
 void runWorker(const RoleArgs& args, const WorkerExchange& exchange) {
   const config::TrainConfig& cfg = args.cfg;
@@ -59,16 +49,6 @@ void runWorker(const RoleArgs& args, const WorkerExchange& exchange) {
     if (header.control == Control::Train) ++batch;  // Retry: the same batch again
   }
   // The model now holds the final state (its parameters keep the weights' memory alive).
-}
-
-}  // namespace
-
-void runCollectiveWorker(const RoleArgs& args) {
-  runWorker(args, {&StepLink::broadcastDown, &StepLink::reduceUp, true});
-}
-
-void runPointToPointWorker(const RoleArgs& args) {
-  runWorker(args, {&StepLink::receiveDown, &StepLink::sendUp, false});
 }
 
 }  // namespace pstrain::roles

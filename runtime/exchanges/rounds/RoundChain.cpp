@@ -1,4 +1,4 @@
-#include "runtime/roles/rounds/RoundChain.h"
+#include "runtime/exchanges/rounds/RoundChain.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "runtime/roles/PeerTraining.h"
+#include "runtime/exchanges/peers/Peers.h"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -13,6 +13,7 @@
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/protocol/StepMessages.h"
 #include "runtime/roles/LocalTrainer.h"
+#include "runtime/roles/RoleArgs.h"
 #include "runtime/roles/UpdateState.h"
 
 namespace pstrain::roles {
@@ -296,10 +297,33 @@ void runPeers(const RoleArgs& args, void (*loop)(Peer&)) {
   loop(peer);
 }
 
+void allreducePeer(const RoleArgs& args) { runPeers(args, runAllreduce); }
+
+void gossipPeer(const RoleArgs& args) { runPeers(args, runGossip); }
+
+// Every rank: the slowest batch, Rabenseifner's all-reduce (a reduce-scatter and an
+// all-gather: 2 (n - 1) / n of the gradient over the slowest link, 2 ceil(log2 n)
+// latencies), the update; with a codec an all-gather of the payloads (n - 1 of them per rank).
+exchanges::StepEstimate allreduceCost(const exchanges::StepCost& c) {
+  const exchanges::Links l = exchanges::linksOf(c.m, c.n);
+  const int n = c.n;
+  const double exchange =
+      n == 1  ? 0
+      : c.raw ? 2.0 * std::ceil(std::log2(n)) * l.worstLatency + 2.0 * (n - 1) / n * c.grad.bytes / l.slowestBandwidth
+              : c.grad.encodeSeconds +
+                    (n - 1) * (exchanges::message(c.grad.bytes, l.worstLatency, l.slowestBandwidth) + c.grad.decodeSeconds);
+  return {exchanges::kthFastest(c.m, n, n) + exchange + c.m.updateSeconds, n * c.m.batchSamples};
+}
+
+exchanges::PlanText noPlan(const exchanges::PlanFacts&) { return {}; }
+
 }  // namespace
-
-void runAllreducePeer(const RoleArgs& args) { runPeers(args, runAllreduce); }
-
-void runGossipPeer(const RoleArgs& args) { runPeers(args, runGossip); }
-
 }  // namespace pstrain::roles
+
+namespace pstrain::exchanges {
+
+const Exchange kAllReduce = {config::Exchange::AllReduce, roles::allreducePeer, roles::allreducePeer, roles::allreduceCost,
+                             roles::noPlan};
+const Exchange kGossip = {config::Exchange::Gossip, roles::gossipPeer, roles::gossipPeer, nullptr, roles::noPlan};
+
+}  // namespace pstrain::exchanges

@@ -8,15 +8,16 @@
 #include <optional>
 
 #include "runtime/Stop.h"
+#include "runtime/exchanges/rounds/RoundChain.h"
+#include "runtime/exchanges/rounds/Rounds.h"
+#include "runtime/exchanges/rounds/RoundsPlan.h"
 #include "runtime/optim/LrSchedule.h"
 #include "runtime/optim/Optimizer.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/protocol/StepMessages.h"
 #include "runtime/roles/LocalTrainer.h"
+#include "runtime/roles/RoleArgs.h"
 #include "runtime/roles/SummedUpdate.h"
-#include "runtime/roles/rounds/RoundChain.h"
-#include "runtime/roles/rounds/Rounds.h"
-#include "runtime/roles/rounds/RoundsPlan.h"
 
 namespace pstrain::roles {
 

@@ -10,13 +10,13 @@
 
 #include "runtime/Stop.h"
 #include "runtime/codec/Codec.h"
+#include "runtime/exchanges/rounds/RoundChain.h"
+#include "runtime/exchanges/rounds/Rounds.h"
+#include "runtime/exchanges/rounds/RoundsPlan.h"
 #include "runtime/optim/LrSchedule.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/roles/Balance.h"
 #include "runtime/roles/ServerLoop.h"
-#include "runtime/roles/rounds/RoundChain.h"
-#include "runtime/roles/rounds/Rounds.h"
-#include "runtime/roles/rounds/RoundsPlan.h"
 
 namespace pstrain::roles {
 namespace {

@@ -1,6 +1,7 @@
 #pragma once
-// The peer modes: no server role, every rank trains on shard `rank` of `size`; rank 0
-// also leaves the run's files (metrics, checkpoints of its model, trained_model.pt).
+// The peer exchanges (allreduce, gossip): no server role, every rank trains on shard `rank`
+// of `size`; rank 0 also leaves the run's files (metrics, checkpoints of its model,
+// trained_model.pt).
 //   allreduce: each step every rank's up message (StepProtocol.h) is summed with
 //              MPI_Allreduce and every rank applies the same update to its copy of the
 //              weights, so the copies stay equal and equal the sync mode's weights.
@@ -11,14 +12,14 @@
 //              al. 2016, "Gossip training for deep learning"; the dpwa scheme of Daily et
 //              al. 2018). f comes from --interpolation, damped by --divergence-threshold;
 //              a peer whose read took longer than --peer-timeout-ms is picked less often.
-#include "runtime/roles/RoleArgs.h"
+#include "runtime/exchanges/Exchange.h"
 
-namespace pstrain::roles {
+namespace pstrain::exchanges {
 
-// Collective over every rank. Rank 0's args.model holds the starting weights (resumed from
-// args.resume when not null, on rank 0 only); every rank starts from them. On return
+// Every rank runs the same loop. Rank 0's args.model holds the starting weights (resumed
+// from args.resume when not null, on rank 0 only); every rank starts from them. On return
 // every rank's model holds its final weights.
-void runAllreducePeer(const RoleArgs& args);
-void runGossipPeer(const RoleArgs& args);
+extern const Exchange kAllReduce;
+extern const Exchange kGossip;
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::exchanges

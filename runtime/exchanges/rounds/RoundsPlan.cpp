@@ -1,4 +1,4 @@
-#include "runtime/roles/rounds/RoundsPlan.h"
+#include "runtime/exchanges/rounds/RoundsPlan.h"
 
 #include <fmt/format.h>
 

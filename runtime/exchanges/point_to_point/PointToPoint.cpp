@@ -1,4 +1,4 @@
-#include "runtime/roles/ParameterServer.h"
+#include "runtime/exchanges/point_to_point/PointToPoint.h"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -13,8 +13,8 @@
 #include "runtime/metrics/Clock.h"
 #include "runtime/optim/LrSchedule.h"
 #include "runtime/protocol/FlatParameters.h"
-#include "runtime/roles/Balance.h"
 #include "runtime/roles/ServerLoop.h"
+#include "runtime/roles/WorkerLoop.h"
 
 namespace pstrain::roles {
 namespace {
@@ -22,71 +22,6 @@ namespace {
 using namespace protocol;
 using metrics::Clock;
 using metrics::secondsSince;
-
-// A sync step's gradients up and its update: the whole up message, then the update; or,
-// with overlap, each bucket's update as soon as it is summed (its weights then start down
-// while later buckets still travel up). Returns whether the update was applied.
-bool reduceAndUpdate(Server& s, const std::vector<Bucket>& buckets, std::int64_t step, double lr, UpdateTime& time) {
-  const std::string context = fmt::format("step {}", step);
-  if (!s.cfg.overlapping()) {
-    s.link->reduceUp(context);
-    bool applied = false;
-    time.add([&] { applied = s.update.apply(lr, s.shards, step); });
-    return applied;
-  }
-  // The step's sample count is known in advance: the shards' batch sizes.
-  const double samples = static_cast<double>(s.shards * s.sampler.batchSizeAt(step));
-  s.link->reduceUpInBuckets(buckets, [&](const Bucket& b, at::Tensor& grad) {
-    time.add([&] { s.update.applyBucket(b, grad, lr, samples, step); });
-  }, context);
-  time.add([&] { s.update.finish(samples, s.shards, step); });
-  return true;
-}
-
-// Collective exchange: each step the workers' gradients up, the update, the next step's
-// weights down.
-void runCollective(Server& s) {
-  const bool overlap = s.cfg.overlapping();
-  const auto buckets = gradientBuckets(s.model, s.cfg.bucketKb * 1024);
-  std::int64_t step = s.firstStep;
-  // The header of the next down message: train `step`, or stop.
-  auto announce = [&] {
-    const bool train = step < s.total && !s.publisher->timeToStop();
-    s.setHeader(step, train ? Control::Train : Control::Stop, train ? s.lr(step) : 0);
-    return train;
-  };
-  auto contextOf = [&](bool train) { return train ? fmt::format("step {}", step) : s.stopContext; };
-  ShareBalancer balancer(s.comm.size(), s.shards, s.cfg.balance());
-  balancer.write(s.messages.shares.data_ptr<float>());
-  if (s.cfg.balance()) {
-    s.publisher->setExtras([&](metrics::JsonObject& line) {
-      line.addRaw("virtual_shards_by_worker", metrics::jsonArray(balancer.counts()));
-    });
-  }
-  bool training = announce();
-  s.link->broadcastDown(contextOf(training));
-  Period period;
-  while (training) {
-    currentStep() = step;
-    const double lr = s.lr(step);
-    UpdateTime update;
-    const bool applied = reduceAndUpdate(s, buckets, step, lr, update);
-    const std::int64_t done = step++;
-    // The shares' broadcast starts in finishDown() (overlap): the balance is set before.
-    balancer.record(s.messages.trailer + kComputeSeconds);
-    balancer.write(s.messages.shares.data_ptr<float>());
-    training = announce();
-    if (overlap) {
-      s.link->finishDown(contextOf(training));
-    } else {
-      s.link->broadcastDown(contextOf(training));
-    }
-    StepStats stats = period.close(s, s.computing, update, overlap, applied);
-    stats.gradNorm = s.update.gradNorm();
-    s.publisher->record(done, lr, stats);
-  }
-  s.publisher->finish(step);
-}
 
 // What the point-to-point loop counts of stale gradients, in the words of the mode's
 // policy: backup drops late ones, async rejects (and has recomputed) too stale ones.
@@ -189,10 +124,48 @@ void runPointToPoint(Server& s) {
   s.publisher->finish(step);
 }
 
+void serve(const RoleArgs& args) { runServer(args, runPointToPoint); }
+
+void work(const RoleArgs& args) { runWorker(args, {&StepLink::receiveDown, &StepLink::sendUp, false}); }
+
+// The quorum's gradients in and its weights out through the server's link, one message after
+// the other, and the update:
+//   aggregate (backup): k = n - 1 of n (at least 1): the k-th fastest batch, k x b per update;
+//   one (async): each worker on its own cycle (batch + its messages both ways), as long as
+//     the server's link and update keep up with all of them; one batch per update.
+exchanges::StepEstimate cost(const exchanges::StepCost& c) {
+  using exchanges::message;
+  const exchanges::Links l = exchanges::linksOf(c.m, c.n);
+  const exchanges::CodecCost &grad = c.grad, &weights = c.weights;
+  const exchanges::ProbeMeasurements& m = c.m;
+  if (c.mode.quorum == config::Quorum::Aggregate) {
+    const int k = std::max(1, c.n - 1);
+    return {exchanges::kthFastest(m, c.n, k) + grad.encodeSeconds + k * message(grad.bytes, l.worstLatency, l.serverBandwidth) +
+                k * grad.decodeSeconds + m.updateSeconds + weights.encodeSeconds +
+                k * message(weights.bytes, l.worstLatency, l.serverBandwidth) + weights.decodeSeconds,
+            k * m.batchSamples};
+  }
+  // Samples per second: each worker's own cycle, unless the server is the bottleneck.
+  double rate = 0;
+  for (int i = 0; i < c.n; ++i) {
+    const double cycle = m.computeSeconds[i] + grad.encodeSeconds + message(grad.bytes, m.latencySeconds[i], m.bytesPerSecond[i]) +
+                         grad.decodeSeconds + m.updateSeconds + weights.encodeSeconds +
+                         message(weights.bytes, m.latencySeconds[i], m.bytesPerSecond[i]) + weights.decodeSeconds;
+    rate += m.batchSamples / cycle;
+  }
+  const double serverPerGradient =
+      (grad.bytes + weights.bytes) / l.serverBandwidth + grad.decodeSeconds + m.updateSeconds + weights.encodeSeconds;
+  rate = std::min(rate, m.batchSamples / serverPerGradient);
+  return {m.batchSamples / rate, m.batchSamples};  // one gradient per update
+}
+
+exchanges::PlanText plan(const exchanges::PlanFacts&) { return {}; }
+
 }  // namespace
-
-void serveCollective(const RoleArgs& args) { runServer(args, runCollective); }
-
-void servePointToPoint(const RoleArgs& args) { runServer(args, runPointToPoint); }
-
 }  // namespace pstrain::roles
+
+namespace pstrain::exchanges {
+
+const Exchange kPointToPoint = {config::Exchange::PointToPoint, roles::serve, roles::work, roles::cost, roles::plan};
+
+}  // namespace pstrain::exchanges

@@ -1,0 +1,53 @@
+#pragma once
+// An exchange: how the gradients meet the weights (config/Mode.h's Exchange; a mode is an
+// exchange and its parameters). Each one is a folder of runtime/exchanges/ holding what
+// only it knows (its loops, its cost formula, its lines of the dry run, its metrics and
+// what it checkpoints) behind one row of this type; training/Exchanges.cpp lists the rows.
+// The services an exchange calls (roles/: the server loop, UpdateState, SummedUpdate,
+// Publisher, the worker loop; protocol/StepLink) never ask which exchange called them.
+// Torch-free.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "runtime/config/Mode.h"
+#include "runtime/exchanges/Cost.h"
+
+namespace pstrain::config {
+struct TrainConfig;
+}
+namespace pstrain::models {
+class Net;
+}
+namespace pstrain::roles {
+struct RoleArgs;
+}
+
+namespace pstrain::exchanges {
+
+// What the dry run knows when it asks an exchange for its part of the plan.
+struct PlanFacts {
+  const config::TrainConfig& cfg;
+  const models::Net& model;
+  std::int64_t total;    // the run's updates
+  std::size_t down, up;  // the raw bytes of one message each way
+};
+
+// An exchange's part of the dry run: `sameLine` continues the "exchange" line (after the
+// mode's words and the codecs); `lines` follow that line, each "  name      text\n".
+struct PlanText {
+  std::string sameLine, lines;
+};
+
+struct Exchange {
+  config::Exchange id;
+  // Rank 0's part and every other rank's, collective with each other; they throw on any error.
+  void (*rank0)(const roles::RoleArgs&);
+  void (*others)(const roles::RoleArgs&);
+  // pstrain --probe: one update's seconds and samples (Cost.h); null where the cost model
+  // predicts nothing (gossip: its ranks average when they please).
+  StepEstimate (*cost)(const StepCost&);
+  PlanText (*plan)(const PlanFacts&);
+};
+
+}  // namespace pstrain::exchanges

@@ -1,0 +1,13 @@
+#pragma once
+// The point-to-point exchange (backup, async): each worker pushes its gradient to rank 0 and
+// gets weights back, at its own pace. An update takes the mode's quorum of gradients, and a
+// stale one is dropped (backup) or computed again on the newest weights (async,
+// Control::Retry); the counts go to metrics.jsonl (dropped, rejected, the staleness
+// histogram).
+#include "runtime/exchanges/Exchange.h"
+
+namespace pstrain::exchanges {
+
+extern const Exchange kPointToPoint;
+
+}  // namespace pstrain::exchanges

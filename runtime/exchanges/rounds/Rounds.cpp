@@ -1,0 +1,42 @@
+#include "runtime/exchanges/rounds/Rounds.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "runtime/config/Codecs.h"
+#include "runtime/exchanges/rounds/RoundsPlan.h"
+
+namespace pstrain::exchanges {
+namespace {
+
+// A message of `bytes` passed along a chain of `hops` links in chunks (RoundChain.h): the
+// whole message over one link, plus one chunk over each further link; a chunk is 64 Ki
+// values of a model of `values`.
+double chained(double bytes, double values, int hops, const Links& l) {
+  const double chunks = std::max(1.0, std::ceil(values / 65536.0));
+  return message(bytes, l.worstLatency, l.slowestBandwidth) +
+         (hops - 1) * message(bytes / chunks, l.worstLatency, l.slowestBandwidth);
+}
+
+// A round of H local steps: H of the slowest worker's batches and the round's exchange, so
+// an update (a step) costs the slowest batch + that exchange / H. --balance's dealing by
+// speed and overlapped rounds are not credited.
+StepEstimate cost(const StepCost& c) {
+  return {kthFastest(c.m, c.n, c.n) + roundExchangeSeconds(c.grad, c.weights, c.m, c.n) / static_cast<double>(c.m.localSteps),
+          c.n * c.m.batchSamples};
+}
+
+PlanText plan(const PlanFacts& f) { return {"", roles::roundsDryRun(f.cfg, f.total, f.down, f.up)}; }
+
+}  // namespace
+
+double roundExchangeSeconds(const CodecCost& grad, const CodecCost& weights, const ProbeMeasurements& m, int n) {
+  const Links l = linksOf(m, n);
+  const double values = m.gradientCodecs.at(config::kRawCodec).bytes / sizeof(float);
+  return n * (grad.encodeSeconds + grad.decodeSeconds) + chained(grad.bytes, values, n, l) + m.updateSeconds +
+         weights.encodeSeconds + chained(weights.bytes, values, n, l) + weights.decodeSeconds;
+}
+
+const Exchange kLocalRounds = {config::Exchange::LocalRounds, roles::serveRounds, roles::runRoundsWorker, cost, plan};
+
+}  // namespace pstrain::exchanges

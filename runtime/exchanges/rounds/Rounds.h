@@ -1,0 +1,29 @@
+#pragma once
+// The local-rounds exchange (diloco, localsgd): each worker trains alone from the global
+// weights for a round of local steps (rank 0 deals them: the down message's shares), with
+// --optimizer, whose state stays across rounds; then its pseudo-gradient (global - local
+// weights) goes up, summed along the workers (RoundChain), and rank 0 steps the global
+// weights with the outer optimizer (UpdateState::rule) on the mean and sends them, or the
+// update toward them, back down. With overlapped rounds a worker trains on while the
+// exchange travels, and moves its progress onto the new global weights as soon as they are
+// in. What the rounds are (H, overlap, codecs): RoundsPlan.h.
+#include "runtime/exchanges/Exchange.h"
+
+namespace pstrain::exchanges {
+
+extern const Exchange kLocalRounds;
+
+// Seconds of one round's exchange with n workers (the probe's choice of H): the
+// pseudo-gradients summed up the chain (each hop decodes, adds and encodes again), the outer
+// update, the update (or the weights) down the chain.
+double roundExchangeSeconds(const CodecCost& grad, const CodecCost& weights, const ProbeMeasurements& m, int n);
+
+}  // namespace pstrain::exchanges
+
+namespace pstrain::roles {
+
+// Rank 0's part (RoundsServer.cpp) and every other rank's (RoundsWorker.cpp).
+void serveRounds(const RoleArgs& args);
+void runRoundsWorker(const RoleArgs& args);
+
+}  // namespace pstrain::roles
