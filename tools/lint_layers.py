@@ -13,18 +13,28 @@ import sys
 # models/ and data/ (outside runtime/) sit between checkpoint and loss.
 LAYERS = ["runtime", "runtime/zip", "runtime/config", "runtime/metrics", "runtime/rundir", "runtime/net", "runtime/comm",
           "runtime/comm/mpi", "runtime/codec", "runtime/optim", "runtime/checkpoint", "models", "data",
-          "runtime/loss", "runtime/protocol", "runtime/roles", "runtime/exchanges", "runtime/exchanges/collective",
-          "runtime/exchanges/point_to_point", "runtime/exchanges/peers", "runtime/exchanges/rounds", "runtime/training",
+          "runtime/loss", "runtime/protocol", "runtime/roles", "runtime/exchanges", "runtime/exchanges/*", "runtime/training",
           "runtime/probe"]
-# Folders at the same height that must not include each other either: an exchange's folder
-# knows no other exchange.
-EXCHANGES = ["runtime/exchanges/collective", "runtime/exchanges/point_to_point", "runtime/exchanges/peers",
-             "runtime/exchanges/rounds"]
-SIBLINGS = {("models", "data"), ("data", "models")} | {(a, b) for a in EXCHANGES for b in EXCHANGES if a != b}
+# Folders at the same height that must not include each other either.
+SIBLINGS = {("models", "data"), ("data", "models")}
+# Each exchange's folder (runtime/exchanges/NAME/) is one layer, "runtime/exchanges/*", and
+# knows no other exchange's folder.
+EXCHANGES = "runtime/exchanges/"
+
+
+def folder_of(path):
+    folder = os.path.dirname(path)
+    return EXCHANGES + "*" if folder.startswith(EXCHANGES) else folder
+
+
+def siblings(mine, theirs):
+    if mine.startswith(EXCHANGES) and theirs.startswith(EXCHANGES):
+        return mine != theirs
+    return (mine, theirs) in SIBLINGS
 
 
 def layer_of(path):
-    folder = os.path.dirname(path)
+    folder = folder_of(path)
     return LAYERS.index(folder) if folder in LAYERS else None
 
 
@@ -47,8 +57,8 @@ def main():
                         if not m:
                             continue
                         target = layer_of(m.group(1))
-                        pair = (os.path.dirname(path), os.path.dirname(m.group(1)))
-                        if target is not None and (target > mine or pair in SIBLINGS):
+                        if target is not None and (target > mine or siblings(os.path.dirname(path),
+                                                                             os.path.dirname(m.group(1)))):
                             findings.append(f"{path}:{number}: includes {m.group(1)}, a layer above "
                                             f"{os.path.dirname(path)}/")
     for finding in findings:

@@ -57,8 +57,6 @@ struct ModeInfo {
   // Rank 0 steps the weights with a rule of its own (the outer optimizer), the workers with
   // --optimizer.
   bool outerOptimizer() const { return exchange == Exchange::LocalRounds; }
-  // Gradients carry the version of the weights they were computed on (a float: steps < 2^24).
-  bool versioned() const { return exchange == Exchange::PointToPoint; }
 };
 
 // Every mode, in --list-modes order.

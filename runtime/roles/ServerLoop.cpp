@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <iostream>
 
-#include "runtime/Errors.h"
 #include "runtime/protocol/FlatParameters.h"
 
 namespace pstrain::roles {
@@ -38,19 +37,12 @@ StepStats Period::close(Server& s, int contributors, const UpdateTime& update, b
   return stats;
 }
 
-void runServer(const RoleArgs& args, void (*loop)(Server&), bool stepLink, const std::string& details) {
+void runServer(const RoleArgs& args, void (*loop)(Server&), std::string (*details)(const Server&), bool stepLink) {
   Server s(args, stepLink);
   const config::TrainConfig& cfg = args.cfg;
-  const config::ModeInfo& mode = cfg.modeInfo();
-  if (s.total >= kMaxVersionedSteps && mode.versioned()) {
-    throw ConfigError(fmt::format("--mode {} counts at most {} steps", mode.name, kMaxVersionedSteps - 1));
-  }
-  std::string modeText = mode.name;
-  if (mode.quorum == config::Quorum::Aggregate) {
-    modeText += fmt::format(" (aggregate {} of {})", cfg.batchesPerUpdate(s.computing), s.computing);
-  }
-  if (mode.stale == config::StalePolicy::RetryAfter) modeText += fmt::format(" (max staleness {})", cfg.maxStaleness);
-  if (!details.empty()) modeText += " (" + details + ")";
+  std::string modeText = cfg.modeInfo().name;
+  const std::string said = details ? details(s) : "";
+  if (!said.empty()) modeText += " (" + said + ")";
   std::cout << fmt::format("pstrain: {} mode, {} workers, {} steps ({} per epoch), model {} ({} parameters), "
                            "{}, batch {} per worker{}{}",
                            modeText, s.computing, s.total, s.updatesPerEpoch, cfg.model, s.messages.weights.numel(),

@@ -50,9 +50,11 @@ struct Period {
   StepStats close(Server& s, int contributors, const UpdateTime& update, bool updateWithin, bool applied);
 };
 
-// The server's announcement of the run (its mode, then `details` in parentheses if any,
-// workers, steps, model and data), then `loop` on a Server made with `stepLink`, until
-// every step is done (or --max-seconds, or a stop request).
-void runServer(const RoleArgs& args, void (*loop)(Server&), bool stepLink = true, const std::string& details = "");
+// The server's announcement of the run (its mode, then what `details` says of the exchange
+// in parentheses if anything, workers, steps, model and data), then `loop` on a Server made
+// with `stepLink`, until every step is done (or --max-seconds, or a stop request).
+// `details` may refuse the run (throws ConfigError) before anything is said.
+void runServer(const RoleArgs& args, void (*loop)(Server&), std::string (*details)(const Server&) = nullptr,
+               bool stepLink = true);
 
 }  // namespace pstrain::roles

@@ -64,8 +64,6 @@ TEST(Config, ModeTableColumns) {
   EXPECT_EQ(config::computeRanks(Mode::Gossip, 3), 3);
   EXPECT_FALSE(config::computesGradients(Mode::Backup, 0));
   EXPECT_TRUE(config::computesGradients(Mode::Allreduce, 0));
-  EXPECT_TRUE(config::info(Mode::Async).versioned());
-  EXPECT_FALSE(config::info(Mode::Sync).versioned());
   config::TrainConfig cfg;
   cfg.mode = Mode::Backup;
   EXPECT_EQ(cfg.batchesPerUpdate(4), 3);  // --aggregate 0: workers - 1

@@ -124,7 +124,20 @@ void runPointToPoint(Server& s) {
   s.publisher->finish(step);
 }
 
-void serve(const RoleArgs& args) { runServer(args, runPointToPoint); }
+// A gradient carries the version of the weights it was computed on as a float: the run
+// must count fewer steps than a float holds exactly. Then the mode's policy, in words.
+std::string describe(const Server& s) {
+  const config::ModeInfo& mode = s.cfg.modeInfo();
+  if (s.total >= kMaxVersionedSteps) {
+    throw ConfigError(fmt::format("--mode {} counts at most {} steps", mode.name, kMaxVersionedSteps - 1));
+  }
+  if (mode.quorum == config::Quorum::Aggregate) {
+    return fmt::format("aggregate {} of {}", s.cfg.batchesPerUpdate(s.computing), s.computing);
+  }
+  return mode.stale == config::StalePolicy::RetryAfter ? fmt::format("max staleness {}", s.cfg.maxStaleness) : "";
+}
+
+void serve(const RoleArgs& args) { runServer(args, runPointToPoint, describe); }
 
 void work(const RoleArgs& args) { runWorker(args, {&StepLink::receiveDown, &StepLink::sendUp, false}); }
 

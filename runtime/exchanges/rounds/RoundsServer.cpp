@@ -198,7 +198,8 @@ void runRounds(Server& s) {
 }  // namespace
 
 void serveRounds(const RoleArgs& args) {
-  runServer(args, runRounds, /*stepLink=*/false, describeRounds(roundsPlanOf(args.cfg), args.cfg));
+  auto describe = [](const Server& s) { return describeRounds(roundsPlanOf(s.cfg), s.cfg); };
+  runServer(args, runRounds, describe, /*stepLink=*/false);
 }
 
 }  // namespace pstrain::roles
