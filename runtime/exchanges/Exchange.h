@@ -34,9 +34,12 @@ struct PlanFacts {
 };
 
 // An exchange's part of the dry run: `sameLine` continues the "exchange" line (after the
-// mode's words and the codecs); `lines` follow that line, each "  name      text\n".
+// mode's words and the codecs); `lines` follow that line, each "  name      text\n". Its
+// checkpoints fall at the end of a round of `checkpointRound` steps (the first that passes
+// each multiple of --checkpoint-every).
 struct PlanText {
   std::string sameLine, lines;
+  std::int64_t checkpointRound = 1;
 };
 
 struct Exchange {

@@ -167,12 +167,11 @@ void warnOfReferenceBlas(const config::TrainConfig& cfg, const std::vector<std::
             << std::endl;
 }
 
-// The dry run's "ckpt" line: the periodic checkpoints (diloco's at the end of the round that
-// passes each multiple of --checkpoint-every), the first four named, and the final one.
-std::string checkpointPlan(const config::TrainConfig& cfg, std::int64_t total) {
-  // (--local-steps auto: the rounds' ends are known once the first round is measured.)
-  const std::int64_t every = cfg.checkpointEvery,
-                     round = cfg.modeInfo().outerOptimizer() ? std::max<std::int64_t>(cfg.fixedLocalSteps(), 1) : 1;
+// The dry run's "ckpt" line: the periodic checkpoints (at the end of the exchange's round that
+// passes each multiple of --checkpoint-every, a round being `round` steps), the first four
+// named, and the final one.
+std::string checkpointPlan(const config::TrainConfig& cfg, std::int64_t total, std::int64_t round) {
+  const std::int64_t every = cfg.checkpointEvery;
   std::string schedule;
   std::int64_t count = 0, last = 0;
   for (std::int64_t s = every; every > 0 && s < total; s += every) {
@@ -258,7 +257,7 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
                                       .plan({cfg, model, total, downBytes(parameters, buffers, ranks),
                                              upBytes(parameters, buffers, ranks)});
   out += fmt::format("  exchange  {}{}\n{}", exchange, own.sameLine, own.lines);
-  out += checkpointPlan(cfg, total);
+  out += checkpointPlan(cfg, total, own.checkpointRound);
   out += fmt::format("  train dir {}: {}\n", cfg.trainDir, trainDirState);
   std::cout << out << std::flush;
 }

@@ -6,10 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "runtime/Errors.h"
 #include "runtime/Stop.h"
-#include "runtime/metrics/Clock.h"
-#include "runtime/optim/LrSchedule.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/roles/Balance.h"
 #include "runtime/roles/ServerLoop.h"
@@ -19,8 +16,6 @@ namespace pstrain::roles {
 namespace {
 
 using namespace protocol;
-using metrics::Clock;
-using metrics::secondsSince;
 
 // A sync step's gradients up and its update: the whole up message, then the update; or,
 // with overlap, each bucket's update as soon as it is summed (its weights then start down

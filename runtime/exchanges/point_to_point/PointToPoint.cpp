@@ -11,7 +11,6 @@
 #include "runtime/Errors.h"
 #include "runtime/Stop.h"
 #include "runtime/metrics/Clock.h"
-#include "runtime/optim/LrSchedule.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/roles/ServerLoop.h"
 #include "runtime/roles/WorkerLoop.h"

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "runtime/config/Codecs.h"
+#include "runtime/config/TrainConfig.h"
 #include "runtime/exchanges/rounds/RoundsPlan.h"
 
 namespace pstrain::exchanges {
@@ -26,7 +27,11 @@ StepEstimate cost(const StepCost& c) {
           c.n * c.m.batchSamples};
 }
 
-PlanText plan(const PlanFacts& f) { return {"", roles::roundsDryRun(f.cfg, f.total, f.down, f.up)}; }
+// Checkpoints at the ends of rounds. With --local-steps auto the rounds' ends are known only
+// once the first rounds are measured: the plan names the multiples of --checkpoint-every.
+PlanText plan(const PlanFacts& f) {
+  return {"", roles::roundsDryRun(f.cfg, f.total, f.down, f.up), std::max<std::int64_t>(f.cfg.fixedLocalSteps(), 1)};
+}
 
 }  // namespace
 
