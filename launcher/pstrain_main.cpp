@@ -209,9 +209,8 @@ int main(int argc, char** argv) {
   metrics::Startup& startup = metrics::Startup::process();  // main()'s start
   handleSignals();
   const std::string command = commandLine(argc, argv);
-  // The command line is read before MPI starts, so that a rank that will train can decode
-  // its data while MPI_Init runs (both take about 0.3 s on a laptop); the ranks agree on
-  // its verdict below, once they can talk.
+  // The command line is read before MPI starts; the ranks agree on its verdict below, once
+  // they can talk.
   launcher::TrainCommand cli;
   std::string parseError;
   try {
@@ -222,6 +221,14 @@ int main(int argc, char** argv) {
   const config::TrainConfig& cfg = cli.cfg;
   const bool training = parseError.empty() && cli.helpText.empty() && !cli.version && !cli.listModels &&
                         !cli.listDatasets && !cli.listModes;
+  comm::MpiSession mpi(&argc, &argv);
+  startup.mark("mpi_init");
+  // A rank that will train decodes its data on a thread of its own while the ranks agree on
+  // the command line, build the model and shake hands. Not earlier: MPI_Init (and
+  // MpiSession before it) sets environment variables, and a getenv on another thread
+  // meanwhile may read an environment that setenv has just freed (seen: SIGSEGV in getenv,
+  // from the loader's portable::ranksOnThisHost, in 1 of 28 starts). libtorch's getenvs on
+  // that thread are out of our hands, so no thread runs during those calls.
   // (std::async's future waits for its thread when destroyed: an early return does too.)
   std::future<data::Dataset> prefetched;
   if (training && !cli.doctor && config::computesGradients(cfg.mode, launcher::launchedRank())) {
@@ -229,9 +236,6 @@ int main(int argc, char** argv) {
       return data::loadDataset(data::sourceOf(cfg), data::Split::Train);
     });
   }
-
-  comm::MpiSession mpi(&argc, &argv);
-  startup.mark("mpi_init");
   comm::MpiComm comm;
   const int rank = comm.rank();
   gRank = rank;
