@@ -76,6 +76,17 @@ for mode in async allreduce gossip diloco; do
   check "$mode: an overflow is skipped and the run completes" \
     bash -c "test -f '$scratch/$mode/trained_model.pt' && grep -q 'the gradient overflowed at loss scale 65536; update skipped, the scale is now 32768' '$scratch/$mode.log'"
 done
+# diloco, a round in which a worker's scale skipped every local step (one a round, H = 1):
+# that worker's pseudo-gradient weighs nothing, and the run goes on (it once stopped the job
+# as a non-finite sum). With one worker no worker has a step: the outer step is skipped.
+train "$scratch/diloco-h1" --mode diloco --local-steps 1 --balance=off --loss-scale dynamic --inject-overflow 1:3
+check "diloco, H = 1: a round whose only step overflowed weighs nothing; the run completes" \
+  bash -c "test -f '$scratch/diloco-h1/trained_model.pt' && grep -q 'step 3: the gradient overflowed' '$scratch/diloco-h1.log'"
+run_logged "$scratch/diloco-alone" with_timeout 120 "$mpirun" -np 2 "$pstrain" --device cpu --model mlp --dataset synthetic \
+  --steps 8 --batch-size 16 --optimizer adam --lr 0.001 --log-every 1 --train-dir "$scratch/diloco-alone" \
+  --mode diloco --local-steps 1 --loss-scale dynamic --inject-overflow 1:3
+check "diloco, one worker: its overflowed round skips the outer step, said; the run completes" \
+  bash -c "test -f '$scratch/diloco-alone/trained_model.pt' && grep -q 'steps 3-3: every worker.s local steps overflowed; the outer step is skipped' '$scratch/diloco-alone.log'"
 
 # 5. --precision fp16: libtorch 1.13's CPU autocast has no float16 (refused at start-up,
 #    naming why); a libtorch whose CPU autocast has it trains, with the loss scale on.

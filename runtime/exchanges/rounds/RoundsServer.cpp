@@ -173,7 +173,13 @@ void runRounds(Server& s) {
     chain.finish();
     UpdateTime update;
     bool applied = false;
-    update.add([&] { applied = s.update.apply(s.lr(step), workers, step); });
+    if (s.messages.trailer[kSamples] > 0 || !s.cfg.lossScaling()) {  // (apply refuses 0 samples)
+      update.add([&] { applied = s.update.apply(s.lr(step), workers, step); });
+    } else {  // RoundsWorker: every worker's loss scale skipped each of its local steps
+      std::cout << fmt::format("pstrain: steps {}-{}: every worker's local steps overflowed; the outer step is skipped",
+                               step, step + steps - 1)
+                << std::endl;
+    }
     const std::int64_t first = step;
     step += steps;
     if (steps == H) balancer.record(s.messages.trailer + kComputeSeconds);

@@ -38,13 +38,15 @@ struct RoundTotals {
     lossSum += trailer[kLossSum];
     samples += trailer[kSamples];
   }
-  // A round in which no step was applied says so (the server then skips it under
-  // --skip-nonfinite), with one sample so that the sum stays a count.
-  void write(float* trailer, int ranks, int rank, std::int64_t version) const {
+  // A round in which no step was applied: under loss scaling this worker's scale skipped
+  // each of them (said here), so its pseudo-gradient is zero and weighs nothing (0 samples;
+  // the server skips the outer step when no worker has any). Otherwise it says so, with one
+  // sample so that the sum stays a count, and the server skips the round (--skip-nonfinite).
+  void write(float* trailer, int ranks, int rank, std::int64_t version, bool lossScaling) const {
     std::fill(trailer, trailer + trailerFloats(ranks), 0.0f);
     trailer[kLossSum] = static_cast<float>(lossSum);
-    trailer[kSamples] = static_cast<float>(samples > 0 ? samples : 1);
-    trailer[kNonFinite] = samples > 0 ? 0.0f : 1.0f;
+    trailer[kSamples] = static_cast<float>(samples > 0 || lossScaling ? samples : 1);
+    trailer[kNonFinite] = samples > 0 || lossScaling ? 0.0f : 1.0f;
     trailer[kDataWaitSeconds] = static_cast<float>(dataWaitSeconds);
     trailer[kVersion] = static_cast<float>(version);
     trailer[kComputeSeconds + rank] = static_cast<float>(computeSeconds);
@@ -109,7 +111,7 @@ class RoundsWorker {
       at::sub_out(global_.grad, base(), local_.weights);
       global_.grad.mul_(round.samples > 0 ? round.samples : 0.0);
       global_.workerBuffers.copy_(local_.serverBuffers);
-      round.write(global_.trailer, comm_.size(), rank_, roundStart);
+      round.write(global_.trailer, comm_.size(), rank_, roundStart, cfg_.lossScaling());
       roundStart += span;
       if (decision_.overlap) {
         if (!overlappedBase_.defined()) overlappedBase_ = torch::empty_like(local_.weights);
