@@ -474,9 +474,24 @@ std::string flagOfValue(const std::vector<std::string>& args, const std::string&
   return "";
 }
 
+// cxxopts gives a flag that may stand alone (--balance) its value only as --balance=off, and
+// reads "--balance off" as the bare flag and a stray "off". pstrain takes no positional
+// arguments, so a word after such a flag is its value: joined here.
+std::vector<std::string> withValuesJoined(const std::vector<std::string>& args) {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    out.push_back(args[i]);
+    const bool standsAlone = std::any_of(std::begin(kFlags), std::end(kFlags), [&](const Flag& f) {
+      return f.implicitValue && args[i] == "--" + std::string(f.name);
+    });
+    if (standsAlone && i + 1 < args.size() && !args[i + 1].empty() && args[i + 1][0] != '-') out.back() += "=" + args[++i];
+  }
+  return out;
+}
+
 cxxopts::ParseResult parse(cxxopts::Options& options, const std::vector<std::string>& args) {
   std::vector<std::string> copy = {"pstrain"};
-  copy.insert(copy.end(), args.begin(), args.end());
+  for (const std::string& arg : withValuesJoined(args)) copy.push_back(arg);
   std::vector<char*> argv;
   for (auto& a : copy) argv.push_back(a.data());
   try {

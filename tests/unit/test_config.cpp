@@ -132,6 +132,17 @@ TEST(Config, FlagTableFields) {
   EXPECT_EQ(field(cfg.sharedFields(), "aggregate"), "0");
 }
 
+// A flag that may stand alone takes its value after a space too; bare, it is "on".
+TEST(Config, FlagsThatStandAloneTakeAValueAfterASpace) {
+  auto cfg = config::parseTrainFlags({"--mode", "diloco", "--balance", "off", "--overlap-rounds", "on"}).cfg;
+  EXPECT_EQ(cfg.balanceFlag, "off");
+  EXPECT_EQ(cfg.overlapRoundsFlag, "on");
+  cfg = config::parseTrainFlags({"--mode", "diloco", "--balance", "--overlap-rounds=off"}).cfg;
+  EXPECT_EQ(cfg.balanceFlag, "on");
+  EXPECT_EQ(cfg.overlapRoundsFlag, "off");
+  EXPECT_THROW(config::parseTrainFlags({"--mode", "diloco", "--balance", "sometimes"}), ConfigError);
+}
+
 // --config FILE under the command line's flags, torch-free (pstrain-run reads it so).
 TEST(Config, ConfigFileUnderTheCommandLine) {
   const std::string path = ::testing::TempDir() + "pstrain-test.conf";
