@@ -108,6 +108,21 @@ bool warnIfNearTimeout(const config::TrainConfig& cfg, const StepStats& stats, s
   return true;
 }
 
+// The outer step of the round of `steps` steps from `step`, on the workers' summed
+// pseudo-gradients; returns whether it was applied. Under loss scaling a round whose local
+// steps every worker's scale skipped carries no samples (RoundsWorker): it is skipped, said.
+bool applyRound(Server& s, int workers, std::int64_t step, std::int64_t steps, UpdateTime& update) {
+  if (s.messages.trailer[kSamples] == 0 && s.cfg.lossScaling()) {
+    std::cout << fmt::format("pstrain: steps {}-{}: every worker's local steps overflowed; the outer step is skipped",
+                             step, step + steps - 1)
+              << std::endl;
+    return false;
+  }
+  bool applied = false;  // (apply refuses 0 samples otherwise)
+  update.add([&] { applied = s.update.apply(s.lr(step), workers, step); });
+  return applied;
+}
+
 // Local rounds (diloco): each round the global weights go down with each worker's local
 // steps (the shares; --balance deals them by speed), every worker trains alone that long
 // and sends its pseudo-gradient (global - local, times its samples) up to be summed like a
@@ -172,14 +187,7 @@ void runRounds(Server& s) {
     s.comm.expectLongWait();  // the workers train first
     chain.finish();
     UpdateTime update;
-    bool applied = false;
-    if (s.messages.trailer[kSamples] > 0 || !s.cfg.lossScaling()) {  // (apply refuses 0 samples)
-      update.add([&] { applied = s.update.apply(s.lr(step), workers, step); });
-    } else {  // RoundsWorker: every worker's loss scale skipped each of its local steps
-      std::cout << fmt::format("pstrain: steps {}-{}: every worker's local steps overflowed; the outer step is skipped",
-                               step, step + steps - 1)
-                << std::endl;
-    }
+    const bool applied = applyRound(s, workers, step, steps, update);
     const std::int64_t first = step;
     step += steps;
     if (steps == H) balancer.record(s.messages.trailer + kComputeSeconds);
