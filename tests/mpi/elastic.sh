@@ -198,6 +198,8 @@ stopped_at=$(cd stopped/ckpt && ls step-*.ok | tail -1 | tr -dc 0-9 | sed 's/^0*
 rc=$?
 check "SIGTERM: --resume continues the stopped run (exit $rc)" bash -c "[ $rc -eq 0 ] && grep -q 'resuming at step' resumed.log"
 # A job deaf to SIGUSR1 and SIGTERM: SIGKILL after twice --stop-grace, nothing left running.
+# (mpirun, given SIGTERM, kills its ranks itself about as late: on a loaded machine it may
+# end the job first, at the SIGTERM stage, which is as good.)
 printf '#!/bin/sh\ntrap "" USR1 TERM INT\nexec sleep 598\n' > deaf.sh && chmod +x deaf.sh
 "$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" --stop-grace 2 --pstrain ./deaf.sh \
   -- --train-dir "$scratch/deaf" > deaf.log 2>&1 &
@@ -208,8 +210,10 @@ kill -TERM $supervisor
 wait $supervisor; rc=$?
 took=$(seconds_since "$t0"); sleep 0.5
 echo "     a job deaf to SIGUSR1 and SIGTERM: pstrain-run exited ${took} s after SIGTERM (--stop-grace 2), exit $rc"
-check "a deaf job: SIGUSR1, SIGTERM, then SIGKILL, 4 s in all (within 8 s), nothing left" \
-  bash -c "[ $rc -eq 143 ] && grep -q 'gets SIGKILL' deaf.log && ! pgrep -f 'sleep 59[8]' && awk -v t=$took 'BEGIN { exit !(t >= 3.9 && t < 8) }'"
+check "a deaf job: SIGUSR1, SIGTERM 2 s later, then SIGKILL unless mpirun ended it first (within 8 s), nothing left" \
+  bash -c "[ $rc -eq 143 ] && grep -q 'gets SIGTERM' deaf.log && ! pgrep -f 'sleep 59[8]' &&
+           if grep -q 'gets SIGKILL' deaf.log; then awk -v t=$took 'BEGIN { exit !(t >= 3.9 && t < 8) }';
+           else grep -q 'the job ended' deaf.log && awk -v t=$took 'BEGIN { exit !(t >= 1.9 && t < 8) }'; fi"
 # Too few slots: pstrain-run waits for hosts; a SIGTERM then is a stop, not "gave-up".
 echo 1 > slots
 "$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" -- "${endless[@]}" --train-dir "$scratch/waiting" \
