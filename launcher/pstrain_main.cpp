@@ -227,8 +227,8 @@ int main(int argc, char** argv) {
   // the command line, build the model and shake hands. Not earlier: MPI_Init (and
   // MpiSession before it) sets environment variables, and a getenv on another thread
   // meanwhile may read an environment that setenv has just freed (seen: SIGSEGV in getenv,
-  // from the loader's portable::ranksOnThisHost, in 1 of 28 starts). libtorch's getenvs on
-  // that thread are out of our hands, so no thread runs during those calls.
+  // from the loader's portable::ranksOnThisHost, in 3 of about 730 starts). libtorch's
+  // getenvs on that thread are out of our hands, so no thread runs during those calls.
   // (std::async's future waits for its thread when destroyed: an early return does too.)
   std::future<data::Dataset> prefetched;
   if (training && !cli.doctor && config::computesGradients(cfg.mode, launcher::launchedRank())) {

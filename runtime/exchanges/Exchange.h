@@ -50,6 +50,7 @@ struct Exchange {
   // pstrain --probe: one update's seconds and samples (Cost.h); null where the cost model
   // predicts nothing (gossip: its ranks average when they please).
   StepEstimate (*cost)(const StepCost&);
+  // The dry run's text of its own; null where it has none.
   PlanText (*plan)(const PlanFacts&);
 };
 

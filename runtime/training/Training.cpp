@@ -253,9 +253,10 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
     exchange += fmt::format("; gradients {}{}, weights {}", cfg.gradientCodec(), feedback ? " with error feedback" : "",
                             cfg.weightCodec());
   }
-  const exchanges::PlanText own = training::exchangeOf(mode.exchange)
-                                      .plan({cfg, model, total, downBytes(parameters, buffers, ranks),
-                                             upBytes(parameters, buffers, ranks)});
+  const exchanges::Exchange& ours = training::exchangeOf(mode.exchange);
+  const exchanges::PlanText own =
+      ours.plan ? ours.plan({cfg, model, total, downBytes(parameters, buffers, ranks), upBytes(parameters, buffers, ranks)})
+                : exchanges::PlanText{};
   out += fmt::format("  exchange  {}{}\n{}", exchange, own.sameLine, own.lines);
   out += checkpointPlan(cfg, total, own.checkpointRound);
   out += fmt::format("  train dir {}: {}\n", cfg.trainDir, trainDirState);

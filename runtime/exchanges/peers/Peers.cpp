@@ -315,15 +315,13 @@ exchanges::StepEstimate allreduceCost(const exchanges::StepCost& c) {
   return {exchanges::kthFastest(c.m, n, n) + exchange + c.m.updateSeconds, n * c.m.batchSamples};
 }
 
-exchanges::PlanText noPlan(const exchanges::PlanFacts&) { return {}; }
-
 }  // namespace
 }  // namespace pstrain::roles
 
 namespace pstrain::exchanges {
 
 const Exchange kAllReduce = {config::Exchange::AllReduce, roles::allreducePeer, roles::allreducePeer, roles::allreduceCost,
-                             roles::noPlan};
-const Exchange kGossip = {config::Exchange::Gossip, roles::gossipPeer, roles::gossipPeer, nullptr, roles::noPlan};
+                             nullptr};
+const Exchange kGossip = {config::Exchange::Gossip, roles::gossipPeer, roles::gossipPeer, nullptr, nullptr};
 
 }  // namespace pstrain::exchanges

@@ -171,13 +171,11 @@ exchanges::StepEstimate cost(const exchanges::StepCost& c) {
   return {m.batchSamples / rate, m.batchSamples};  // one gradient per update
 }
 
-exchanges::PlanText plan(const exchanges::PlanFacts&) { return {}; }
-
 }  // namespace
 }  // namespace pstrain::roles
 
 namespace pstrain::exchanges {
 
-const Exchange kPointToPoint = {config::Exchange::PointToPoint, roles::serve, roles::work, roles::cost, roles::plan};
+const Exchange kPointToPoint = {config::Exchange::PointToPoint, roles::serve, roles::work, roles::cost, nullptr};
 
 }  // namespace pstrain::exchanges

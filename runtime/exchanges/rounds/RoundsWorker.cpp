@@ -45,8 +45,9 @@ struct RoundTotals {
   void write(float* trailer, int ranks, int rank, std::int64_t version, bool lossScaling) const {
     std::fill(trailer, trailer + trailerFloats(ranks), 0.0f);
     trailer[kLossSum] = static_cast<float>(lossSum);
-    trailer[kSamples] = static_cast<float>(samples > 0 || lossScaling ? samples : 1);
-    trailer[kNonFinite] = samples > 0 || lossScaling ? 0.0f : 1.0f;
+    const bool finite = samples > 0 || lossScaling;
+    trailer[kSamples] = static_cast<float>(finite ? samples : 1);
+    trailer[kNonFinite] = finite ? 0.0f : 1.0f;
     trailer[kDataWaitSeconds] = static_cast<float>(dataWaitSeconds);
     trailer[kVersion] = static_cast<float>(version);
     trailer[kComputeSeconds + rank] = static_cast<float>(computeSeconds);
