@@ -161,7 +161,7 @@ class Watchdog {
 // This rank's facts: "data:PATH" and "model:PATH" samples, and the rest by name.
 protocol::Facts factsOf(const config::TrainConfig& cfg, comm::MpiComm& comm) {
   protocol::Facts facts;
-  const bool computes = config::computesGradients(cfg.mode, comm.rank());
+  const bool computes = config::computesGradients(cfg.mode, comm.rank(), cfg.servers);
   const std::string self = portable::executablePath();
   facts.emplace_back("host", comm.hostName());
   facts.emplace_back("build", "pstrain 0.1, " + (self.empty() ? std::string("its file unknown") : sampleOf(self)));

@@ -166,7 +166,7 @@ void trainOrProbe(comm::MpiComm& comm, const config::TrainConfig& cfg, std::futu
   metrics::Startup& startup = metrics::Startup::process();
   comm.connect(cfg.doorbell == "on");
   startup.mark("command_line");
-  const bool computes = config::computesGradients(cfg.mode, comm.rank());
+  const bool computes = config::computesGradients(cfg.mode, comm.rank(), cfg.servers);
   // A worker's forward and backward, rank 0's optimizer update (in ranges of the flat weights).
   const int threads = !computes && cfg.serverThreads > 0 ? cfg.serverThreads : cfg.threads;
   launcher::setComputeThreads(threads > 0 ? threads : launcher::autoThreads());
@@ -231,7 +231,7 @@ int main(int argc, char** argv) {
   // getenvs on that thread are out of our hands, so no thread runs during those calls.
   // (std::async's future waits for its thread when destroyed: an early return does too.)
   std::future<data::Dataset> prefetched;
-  if (training && !cli.doctor && config::computesGradients(cfg.mode, launcher::launchedRank())) {
+  if (training && !cli.doctor && config::computesGradients(cfg.mode, launcher::launchedRank(), cfg.servers)) {
     prefetched = std::async(std::launch::async, [&cfg] {
       return data::loadDataset(data::sourceOf(cfg), data::Split::Train);
     });

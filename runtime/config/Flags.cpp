@@ -199,6 +199,21 @@ const std::vector<Flag> kFlags = {
     {"overlap", "Run", "sync: on | off: reduce gradient buckets while backward still runs, update each as it arrives",
      &TrainConfig::overlap, A::Fingerprint, nullptr, [](const TrainConfig& c) {
        requireOneOf("overlap", c.overlap, {"on", "off"}); }},
+    {"servers", "Run",
+     "sync: K parameter servers, ranks 0..K-1, each owning 1/K of the weights (by bytes, cut between tensors) and its "
+     "slice of the optimizer state; the other ranks are workers. Each server's link then carries 1/K of the traffic "
+     "(--overlap applies to one server)",
+     &TrainConfig::servers, A::Compared, nullptr, [](const TrainConfig& c) {
+       require(c.servers >= 1 && c.servers <= 1024, fmt::format("--servers must be in [1, 1024] (got {})", c.servers));
+       if (c.servers == 1) return;
+       require(c.mode == Mode::Sync, fmt::format("--servers {} shards the sync mode's server; --mode {} has one server "
+                                                 "(use --mode sync, or --servers 1)", c.servers, c.modeInfo().name));
+       require(!c.balance(), "--balance deals shards by speed with one server: with --servers above 1 use --balance off");
+       require(!c.compressesWeights(), fmt::format("--compress-weights {} is for one server: with --servers {} the "
+                                                   "weights travel as raw floats", c.weightCodec(), c.servers)); }},
+    {"stack-servers", "Run",
+     "--servers: allow two servers on one host while another host has none (refused otherwise: they would share one link)",
+     &TrainConfig::stackServers, A::Compared, nullptr, nullptr},
     {"bucket-kb", "Run", "overlap: gradient bucket size in KiB",
      &TrainConfig::bucketKb, A::Fingerprint, nullptr, [](const TrainConfig& c) {
        require(c.bucketKb >= 1 && c.bucketKb <= (1 << 20),

@@ -69,8 +69,8 @@ std::string modeNames() { return namesOf(modes(), ", "); }
 
 Mode parseMode(const std::string& name) { return rowNamed(modes(), name, "mode", ", ").mode; }
 
-int computeRanks(Mode mode, int worldSize) { return info(mode).peers() ? worldSize : worldSize - 1; }
+int computeRanks(Mode mode, int worldSize, int servers) { return info(mode).peers() ? worldSize : worldSize - servers; }
 
-bool computesGradients(Mode mode, int rank) { return rank != 0 || info(mode).peers(); }
+bool computesGradients(Mode mode, int rank, int servers) { return rank >= servers || info(mode).peers(); }
 
 }  // namespace pstrain::config

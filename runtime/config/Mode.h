@@ -71,9 +71,9 @@ const char* nameOf(Quorum quorum);
 Mode parseMode(const std::string& name);
 
 // Ranks that compute gradients in a world of `worldSize`: all of them among peers, all but
-// the server otherwise; and whether `rank` is one.
-int computeRanks(Mode mode, int worldSize);
-bool computesGradients(Mode mode, int rank);
+// the `servers` (ranks 0..servers-1, --servers) otherwise; and whether `rank` is one.
+int computeRanks(Mode mode, int worldSize, int servers);
+bool computesGradients(Mode mode, int rank, int servers);
 
 // "sync, backup, async, allreduce, gossip, diloco".
 std::string modeNames();

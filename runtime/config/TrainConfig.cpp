@@ -151,7 +151,7 @@ std::string TrainConfig::updateRuleName() const {
 }
 
 bool TrainConfig::overlapping() const {
-  return overlap == "on" && modeInfo().exchange == Exchange::Collective && !compressesGradients() &&
+  return overlap == "on" && modeInfo().exchange == Exchange::Collective && servers == 1 && !compressesGradients() &&
          !compressesWeights() && !skipNonfinite && clipGradNorm == 0 && !lossScaling();
 }
 

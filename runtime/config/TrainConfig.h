@@ -76,6 +76,10 @@ struct TrainConfig {
   double stallWarningSeconds = 60;        // a wait this long names who has not arrived (0: never)
   std::string overlap = "on";
   std::int64_t bucketKb = 256;
+  // Parameter servers (ranks 0..servers-1, each owning a range of the weights: sync's
+  // sharded exchange, exchanges/sharded); the other ranks are workers.
+  int servers = 1;
+  bool stackServers = false;              // allow two servers on a host while another host has none
 
   // The modes' own (Mode.h).
   int aggregate = 0;                      // backup: gradients per step; 0: workers - 1

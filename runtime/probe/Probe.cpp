@@ -108,7 +108,7 @@ static_assert(std::is_trivially_copyable_v<Measured>, "gathered as bytes");
 std::vector<int> computingRanks(const config::TrainConfig& cfg, int size) {
   std::vector<int> computing;
   for (int r = 0; r < size; ++r) {
-    if (config::computesGradients(cfg.mode, r)) computing.push_back(r);
+    if (config::computesGradients(cfg.mode, r, cfg.servers)) computing.push_back(r);
   }
   return computing;
 }
@@ -461,7 +461,7 @@ void runProbe(comm::Communicator& comm, const config::TrainConfig& cfg, models::
   const config::TrainConfig& run = started.run;
   if (comm.rank() == 0) {
     std::cout << fmt::format("pstrain --probe: timing {} computing rank(s), links and codecs ...",
-                             config::computeRanks(run.mode, comm.size())) << std::endl;
+                             config::computeRanks(run.mode, comm.size(), run.servers)) << std::endl;
   }
   const auto all = gather(comm, measure(comm, run, model, train, device));
   // The map's transfers: a model's message, at least 8 MiB (TCP's slow start) and at most

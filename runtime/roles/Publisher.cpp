@@ -113,6 +113,11 @@ metrics::Scalars tensorBoardScalars(const metrics::JsonObject& line) {
   return scalars;
 }
 
+// Whether the updates that end at `done` (`steps` of them) passed a multiple of `every`.
+bool passes(std::int64_t done, std::int64_t steps, std::int64_t every) {
+  return every > 0 && done / every != (done - steps) / every;
+}
+
 }  // namespace
 
 Publisher::Publisher(const config::TrainConfig& cfg, const models::Net& model, const optim::Optimizer& optimizer,
@@ -137,6 +142,10 @@ bool Publisher::timeToStop() const {
   return stopRequested() || (cfg_.maxSeconds > 0 && elapsedSeconds() >= cfg_.maxSeconds);
 }
 
+bool Publisher::checkpointsAt(std::int64_t step, std::int64_t steps) const {
+  return passes(step + 1, steps, cfg_.checkpointEvery) && step + 1 != total_;
+}
+
 void Publisher::record(std::int64_t step, double lr, const StepStats& stats, std::int64_t steps) {
   if (step - steps + 1 == firstStep_) metrics::Startup::process().firstStepDone();
   add(window_, stats);
@@ -144,10 +153,8 @@ void Publisher::record(std::int64_t step, double lr, const StepStats& stats, std
   lastLr_ = lr;
   if (!stats.applied) ++skipped_;
   const std::int64_t done = step + 1;
-  // Whether this update passed a multiple of `every`.
-  auto passes = [&](std::int64_t every) { return every > 0 && done / every != (done - steps) / every; };
-  if (passes(cfg_.logEvery) || done == total_) writeLine(done);
-  if (passes(cfg_.checkpointEvery) && done != total_) {
+  if (passes(done, steps, cfg_.logEvery) || done == total_) writeLine(done);
+  if (checkpointsAt(step, steps)) {
     // The last published checkpoint stays what --resume and pseval use; the final one is
     // tried at the end, and its failure is the run's.
     bool reportEach = false;

@@ -49,6 +49,9 @@ class Publisher {
   // when it passes a multiple of --checkpoint-every. A checkpoint, line or record that
   // cannot be written (a full disk) is reported and skipped: training goes on.
   void record(std::int64_t step, double lr, const StepStats& stats, std::int64_t steps = 1);
+  // Whether record(step, ..., steps) will publish a periodic checkpoint (so that what it
+  // reads can be gathered first).
+  bool checkpointsAt(std::int64_t step, std::int64_t steps = 1) const;
 
   // After the last update (`stepsDone` of them; fewer than planned after --max-seconds or a
   // stop request): logs what the window still holds, publishes the final checkpoint and

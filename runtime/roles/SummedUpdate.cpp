@@ -42,9 +42,20 @@ bool SummedUpdate::apply(double lr, int contributors, std::int64_t step) {
   // scaling; an overflow can still appear only in the sum. Skipping needs the check before
   // the update; otherwise the update's own pass is the check (the job stops on a failed one).
   const bool finiteLoss = trailer[kNonFinite] == 0 && std::isfinite(trailer[kLossSum]);
+  if (!admits(step, finiteLoss, [&] { return allFinite(messages_.grad); })) return false;
+  if (!finiteLoss) throw nonFinite(step);
+  // clip_grad_norm_'s factor scales the averaged gradient: the divisor grows by its inverse.
+  gradNorm_ = std::sqrt(optim::sumOfSquares(messages_.grad)) / samples;
+  const double clip = optim::clipFactor(gradNorm_, cfg_.clipGradNorm);
+  if (!optimizer_.step(messages_.weights, messages_.grad, lr, samples / clip)) throw nonFinite(step);
+  averageBuffers(contributors);
+  return true;
+}
+
+bool SummedUpdate::admits(std::int64_t step, bool finiteLoss, const std::function<bool()>& finiteGradient) {
   if (lossScale_) {
     const double scale = lossScale_->scale();
-    const bool finite = finiteLoss && allFinite(messages_.grad);
+    const bool finite = finiteLoss && finiteGradient();
     lossScale_->record(finite, step);
     if (!finite) {
       std::cout << fmt::format("pstrain: step {}: the gradient overflowed at loss scale {:g}; update skipped, the "
@@ -52,18 +63,12 @@ bool SummedUpdate::apply(double lr, int contributors, std::int64_t step) {
                 << std::endl;
       return false;
     }
-  } else if (cfg_.skipNonfinite && !(finiteLoss && allFinite(messages_.grad))) {
+  } else if (cfg_.skipNonfinite && !(finiteLoss && finiteGradient())) {
     std::cout << fmt::format("pstrain: step {}: non-finite loss or gradient ({} worker(s) reported one); "
-                             "update skipped (--skip-nonfinite)", step, trailer[kNonFinite])
+                             "update skipped (--skip-nonfinite)", step, messages_.trailer[kNonFinite])
               << std::endl;
     return false;
   }
-  if (!finiteLoss) throw nonFinite(step);
-  // clip_grad_norm_'s factor scales the averaged gradient: the divisor grows by its inverse.
-  gradNorm_ = std::sqrt(optim::sumOfSquares(messages_.grad)) / samples;
-  const double clip = optim::clipFactor(gradNorm_, cfg_.clipGradNorm);
-  if (!optimizer_.step(messages_.weights, messages_.grad, lr, samples / clip)) throw nonFinite(step);
-  averageBuffers(contributors);
   return true;
 }
 

@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 
 #include "models/Registry.h"
@@ -45,6 +46,17 @@ class SummedUpdate {
   // The L2 norm of the last update's averaged gradient, before clipping.
   double gradNorm() const { return gradNorm_; }
 
+  // apply()'s verdict on an update whose loss is `finiteLoss` (the trailer's) and whose
+  // summed gradient `finiteGradient()` says is finite (asked only where it matters): false
+  // when it is to be skipped (--skip-nonfinite, or an overflow under loss scaling, which is
+  // recorded and said); true when it is to be applied, or when the job must stop (the
+  // caller then throws nonFinite()). For a server of one range of the weights
+  // (exchanges/sharded), which gathers finiteness from every range.
+  bool admits(std::int64_t step, bool finiteLoss, const std::function<bool()>& finiteGradient);
+  Error nonFinite(std::int64_t step) const;
+  // messages.serverBuffers and the model's buffers: the mean of the summed ones.
+  void averageBuffers(int contributors);
+
   // What the next gradients' losses are to be multiplied by: the loss scale (1 without
   // cfg.lossScaling()), and its state (null without).
   double lossScale() const { return lossScale_ ? lossScale_->scale() : 1.0; }
@@ -52,9 +64,6 @@ class SummedUpdate {
   const optim::LossScale* lossScaling() const { return lossScale_ ? &*lossScale_ : nullptr; }
 
  private:
-  // messages.serverBuffers and the model's buffers: the mean of the summed ones.
-  void averageBuffers(int contributors);
-  Error nonFinite(std::int64_t step) const;
 
   const config::TrainConfig& cfg_;
   optim::Optimizer& optimizer_;

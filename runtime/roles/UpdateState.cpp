@@ -21,7 +21,7 @@ UpdateState::UpdateState(comm::Communicator& comm, const config::TrainConfig& cf
     : comm(comm),
       cfg(cfg),
       model(model),
-      computing(config::computeRanks(cfg.mode, comm.size())),
+      computing(config::computeRanks(cfg.mode, comm.size(), cfg.servers)),
       shards(cfg.virtualShards > 0 ? cfg.virtualShards : computing),
       sampler(trainSamples, shards, cfg.shardBatch(), cfg.seed, cfg.blockSize),
       updatesPerEpoch(cfg.updatesPerEpoch(sampler.stepsPerEpoch(), computing)),

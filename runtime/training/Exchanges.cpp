@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include "runtime/Errors.h"
+#include "runtime/config/TrainConfig.h"
 #include "runtime/exchanges/collective/Collective.h"
 #include "runtime/exchanges/peers/Peers.h"
 #include "runtime/exchanges/point_to_point/PointToPoint.h"
 #include "runtime/exchanges/rounds/Rounds.h"
+#include "runtime/exchanges/sharded/Sharded.h"
 #include "runtime/roles/RoleArgs.h"
 
 namespace pstrain::training {
@@ -22,8 +24,12 @@ const exchanges::Exchange& exchangeOf(config::Exchange exchange) {
   throw InternalError(fmt::format("exchange {} has no row in training/Exchanges.cpp", config::nameOf(exchange)));
 }
 
+const exchanges::Exchange& exchangeFor(const config::TrainConfig& cfg) {
+  return cfg.servers > 1 ? exchanges::kSharded : exchangeOf(cfg.modeInfo().exchange);
+}
+
 void runRole(const roles::RoleArgs& args) {
-  const exchanges::Exchange& exchange = exchangeOf(args.cfg.modeInfo().exchange);
+  const exchanges::Exchange& exchange = exchangeFor(args.cfg);
   (args.comm.rank() == 0 ? exchange.rank0 : exchange.others)(args);
 }
 

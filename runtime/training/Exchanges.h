@@ -7,6 +7,8 @@ namespace pstrain::training {
 
 // The row of `exchange`; throws InternalError if it has none.
 const exchanges::Exchange& exchangeOf(config::Exchange exchange);
+// The row a run of `cfg` takes: its mode's, or with --servers above 1 the sharded one.
+const exchanges::Exchange& exchangeFor(const config::TrainConfig& cfg);
 
 // This rank's part of args.cfg's mode. Collective over every rank of args.comm; throws on
 // any error.

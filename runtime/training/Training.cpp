@@ -154,7 +154,7 @@ const std::string& tokenIdsOf(const config::TrainConfig& cfg, const std::vector<
 void warnOfReferenceBlas(const config::TrainConfig& cfg, const std::vector<std::map<std::string, std::string>>& facts) {
   std::vector<std::string> slow;
   for (std::size_t r = 0; r < facts.size(); ++r) {
-    const bool computes = config::computesGradients(cfg.mode, static_cast<int>(r));
+    const bool computes = config::computesGradients(cfg.mode, static_cast<int>(r), cfg.servers);
     if (computes && facts[r].at("info.blas-reference") == "1" && facts[r].at("info.device") == "cpu") {
       slow.push_back(fmt::format("{} ({})", r, facts[r].at("info.host")));
     }
@@ -192,7 +192,7 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
   const std::int64_t buffers = bufferCount(model);
   const int ranks = static_cast<int>(facts.size());
   const config::ModeInfo& mode = cfg.modeInfo();
-  const int workers = config::computeRanks(cfg.mode, ranks);
+  const int workers = config::computeRanks(cfg.mode, ranks, cfg.servers);
   const bool peers = mode.peers();
   const int shards = cfg.virtualShards;  // resolved
   const data::ShardSampler sampler(trainSamples, shards, cfg.shardBatch(), cfg.seed, cfg.blockSize);
@@ -201,16 +201,16 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
   std::string out = "pstrain dry run: every rank checked its config, data, model and device; nothing trained.\n";
   out += peers ? fmt::format("  world     {} ranks, all computing ({} mode; rank 0 also writes the run's files)\n",
                              ranks, mode.name)
-               : fmt::format("  world     {} ranks: 1 parameter server + {} worker(s) ({} mode)\n", ranks, workers,
-                             mode.name);
+               : fmt::format("  world     {} ranks: {} parameter server{} + {} worker(s) ({} mode)\n", ranks, cfg.servers,
+                             cfg.servers > 1 ? "s" : "", workers, mode.name);
   const bool tokens = cfg.blockSize > 0;
   for (int r = 0; r < ranks; ++r) {
-    const bool computes = peers || r > 0;
-    const int index = peers ? r : r - 1;
+    const bool computes = config::computesGradients(cfg.mode, r, cfg.servers);
+    const int index = peers ? r : r - cfg.servers;
     const std::size_t mine = computes ? data::virtualShardsOf(index, workers, shards).size() : 0;
     const std::string unit = tokens ? "windows per epoch" : "samples";
     out += fmt::format("  rank {:<4} {:<7} host {:<16} device {:<8} threads {:<3}{}\n", r,
-                       peers ? "peer" : (r ? "worker" : "server"), facts[r].at("info.host"),
+                       peers ? "peer" : (computes ? "worker" : "server"), facts[r].at("info.host"),
                        facts[r].at("info.device"), facts[r].at("info.threads"),
                        !computes ? std::string()
                        : shards == workers ? fmt::format(" shard {} {}", sampler.shardSize(), unit)
@@ -253,7 +253,7 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
     exchange += fmt::format("; gradients {}{}, weights {}", cfg.gradientCodec(), feedback ? " with error feedback" : "",
                             cfg.weightCodec());
   }
-  const exchanges::Exchange& ours = training::exchangeOf(mode.exchange);
+  const exchanges::Exchange& ours = training::exchangeFor(cfg);
   const exchanges::PlanText own =
       ours.plan ? ours.plan({cfg, model, total, downBytes(parameters, buffers, ranks), upBytes(parameters, buffers, ranks)})
                 : exchanges::PlanText{};
@@ -273,7 +273,8 @@ void writeRunJson(const config::TrainConfig& cfg, const RunInfo& info,
   std::vector<std::string> ranks;
   for (std::size_t r = 0; r < facts.size(); ++r) {
     metrics::JsonObject rank;
-    rank.add("rank", static_cast<std::int64_t>(r)).add("role", peers ? "peer" : r == 0 ? "server" : "worker");
+    const bool computes = config::computesGradients(cfg.mode, static_cast<int>(r), cfg.servers);
+    rank.add("rank", static_cast<std::int64_t>(r)).add("role", peers ? "peer" : computes ? "worker" : "server");
     rank.add("host", facts[r].at("info.host")).add("pid", static_cast<std::int64_t>(std::stoll(facts[r].at("info.pid"))));
     rank.add("device", facts[r].at("info.device"));
     rank.add("torch", facts[r].at("info.torch")).add("threads", facts[r].at("info.threads"));
@@ -285,7 +286,8 @@ void writeRunJson(const config::TrainConfig& cfg, const RunInfo& info,
   metrics::JsonObject run;
   run.add("fingerprint", cfg.fingerprint()).add("start_time", metrics::isoTime());
   run.add("world_size", static_cast<std::int64_t>(facts.size()));
-  run.add("workers", config::computeRanks(cfg.mode, static_cast<int>(facts.size())));
+  if (!cfg.modeInfo().peers()) run.add("servers", cfg.servers);
+  run.add("workers", config::computeRanks(cfg.mode, static_cast<int>(facts.size()), cfg.servers));
   run.add("train_samples", trainSamples).add("parameters", parameters).add("first_step", firstStep);
   const std::string& ids = tokenIdsOf(cfg, facts);
   if (!ids.empty()) run.add("token_ids", ids);
@@ -312,17 +314,41 @@ void checkWorld(const config::TrainConfig& cfg, int size) {
         "--mode {} needs a parameter server and at least one worker: start 2 or more ranks "
         "(mpirun -np 3 ... for 2 workers), or use --mode allreduce on one rank", mode.name));
   }
+  if (cfg.servers > 1 && cfg.servers >= size) {
+    throw CollectiveConfigError(fmt::format("--servers {} leaves no worker among {} rank(s): ranks 0..{} are the servers; "
+                                            "start at least {} ranks (mpirun -np {} for 2 workers), or lower --servers",
+                                            cfg.servers, size, cfg.servers - 1, cfg.servers + 1, cfg.servers + 2));
+  }
   if (mode.quorum == config::Quorum::Aggregate && cfg.aggregate > size - 1) {
     throw CollectiveConfigError(fmt::format("--aggregate {} is more than the {} worker(s)", cfg.aggregate, size - 1));
   }
   // The testing flags name a rank that computes, or they would do nothing without a word.
   for (const auto& [flag, text, injection] : {std::tuple{"inject-nan", cfg.injectNan, cfg.nanInjection()},
                                                std::tuple{"inject-overflow", cfg.injectOverflow, cfg.overflowInjection()}}) {
-    if (!text.empty() && (injection.rank >= size || !config::computesGradients(cfg.mode, injection.rank))) {
+    if (!text.empty() && (injection.rank >= size || !config::computesGradients(cfg.mode, injection.rank, cfg.servers))) {
       throw CollectiveConfigError(fmt::format("--{} {}: rank {} computes no gradients here (ranks {}..{} do)", flag, text,
-                                              injection.rank, mode.peers() ? 0 : 1, size - 1));
+                                              injection.rank, mode.peers() ? 0 : cfg.servers, size - 1));
     }
   }
+}
+
+// Refuses (the same on every rank, after the handshake) servers placed so that two share one
+// host's link while another host has none, unless --stack-servers: each server's traffic is
+// what sharding spreads.
+void checkServerHosts(const config::TrainConfig& cfg, const std::vector<std::map<std::string, std::string>>& facts) {
+  if (cfg.servers < 2 || cfg.stackServers) return;
+  std::map<std::string, std::vector<int>> serversOn;
+  for (std::size_t r = 0; r < facts.size(); ++r) serversOn[facts[r].at("info.host")];
+  for (int r = 0; r < cfg.servers; ++r) serversOn[facts[r].at("info.host")].push_back(r);
+  std::string crowded, empty;
+  for (const auto& [host, ranks] : serversOn) {
+    if (ranks.size() > 1 && crowded.empty()) crowded = fmt::format("ranks {} on {}", fmt::join(ranks, ", "), host);
+    if (ranks.empty() && empty.empty()) empty = host;
+  }
+  if (crowded.empty() || empty.empty()) return;
+  throw CollectiveConfigError(fmt::format(
+      "--servers {}: servers {} share one link while host {} has no server; place one rank per host first "
+      "(mpirun --map-by node), or allow it with --stack-servers", cfg.servers, crowded, empty));
 }
 
 // Refuses a batch that a virtual shard cannot fill without taking a sample twice, the same
@@ -407,7 +433,7 @@ StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, mo
     started.trainDir = std::make_unique<rundir::TrainDir>(cfg);
     if (cfg.resume) started.resume = resumePoint(cfg);
     const checkpoint::Checkpoint* resume = started.resume ? &*started.resume : nullptr;
-    started.run.virtualShards = resolveVirtualShards(cfg, config::computeRanks(cfg.mode, comm.size()), resume);
+    started.run.virtualShards = resolveVirtualShards(cfg, config::computeRanks(cfg.mode, comm.size(), cfg.servers), resume);
   }
   if (started.resume) {
     if (started.resume->fingerprint != started.run.fingerprint()) {
@@ -422,6 +448,7 @@ StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, mo
   if (train) loss::checkModelFitsData(model, cfg.model, *train, cfg.lossFunction(), device);
   started.facts = handshake(comm, factsOf(comm, cfg, started.run, model, train, device, info));
   metrics::Startup::process().mark("handshake");
+  checkServerHosts(cfg, started.facts);
   if (comm.rank() == 0) warnOfReferenceBlas(cfg, started.facts);
   for (const auto& rank : started.facts) {
     if (!rank.at("train-samples").empty()) started.trainSamples = std::stoll(rank.at("train-samples"));

@@ -26,7 +26,7 @@ checkpoint::TensorList trainOnThreads(const config::TrainConfig& cfg, int size, 
   }
   comm::InProcessWorld world(size);
   auto errors = runRanks(world, [&](int r) {
-    const bool data = config::computesGradients(cfg.mode, r);
+    const bool data = config::computesGradients(cfg.mode, r, cfg.servers);
     roles::runTraining(world.rank(r), cfg, *nets[r], data ? &train : nullptr, c10::Device(c10::kCPU), {});
   });
   for (int r = 0; r < size; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;

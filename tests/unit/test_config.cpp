@@ -60,10 +60,12 @@ TEST(Config, UnknownModeIsAnError) {
 // What the roles, the cost model and pstrain-run read of each mode.
 TEST(Config, ModeTableColumns) {
   using config::Mode;
-  EXPECT_EQ(config::computeRanks(Mode::Sync, 3), 2);
-  EXPECT_EQ(config::computeRanks(Mode::Gossip, 3), 3);
-  EXPECT_FALSE(config::computesGradients(Mode::Backup, 0));
-  EXPECT_TRUE(config::computesGradients(Mode::Allreduce, 0));
+  EXPECT_EQ(config::computeRanks(Mode::Sync, 3, 1), 2);
+  EXPECT_EQ(config::computeRanks(Mode::Sync, 6, 2), 4);
+  EXPECT_EQ(config::computeRanks(Mode::Gossip, 3, 1), 3);
+  EXPECT_FALSE(config::computesGradients(Mode::Backup, 0, 1));
+  EXPECT_TRUE(config::computesGradients(Mode::Allreduce, 0, 1));
+  EXPECT_FALSE(config::computesGradients(Mode::Sync, 1, 2));
   config::TrainConfig cfg;
   cfg.mode = Mode::Backup;
   EXPECT_EQ(cfg.batchesPerUpdate(4), 3);  // --aggregate 0: workers - 1
@@ -77,7 +79,7 @@ TEST(Config, ModeTableColumns) {
   EXPECT_EQ(cfg.updatesPerEpoch(10, 4), 10);
   for (const auto& mode : config::modes()) {
     EXPECT_STRNE(mode.plan, "") << mode.name;
-    EXPECT_EQ(mode.peers(), config::computeRanks(mode.mode, 5) == 5) << mode.name;
+    EXPECT_EQ(mode.peers(), config::computeRanks(mode.mode, 5, 1) == 5) << mode.name;
   }
 }
 

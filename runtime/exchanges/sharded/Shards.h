@@ -1,0 +1,24 @@
+#pragma once
+// The sharded exchange's parts (Sharded.h), private to its folder.
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "runtime/exchanges/sharded/Ranges.h"
+#include "runtime/roles/RoleArgs.h"
+
+namespace pstrain::exchanges::sharded {
+
+// The roles: a server (ranks 0..K-1; server 0 also does what sync's rank 0 does) and a worker.
+void serve(const roles::RoleArgs& args);
+void work(const roles::RoleArgs& args);
+
+// The run's key ranges of `model`'s parameters (Ranges.h): whole tensors with a gradient codec.
+std::vector<KeyRange> rangesOf(const models::Net& model, const config::TrainConfig& cfg);
+
+inline std::size_t bytesOf(const KeyRange& range) { return static_cast<std::size_t>(range.size()) * sizeof(float); }
+
+// Throws CommError unless a message of `got` bytes from `rank` is the `expected` size.
+void expectBytes(std::size_t got, std::size_t expected, int rank, const char* what, const std::string& context);
+
+}  // namespace pstrain::exchanges::sharded

@@ -1,0 +1,76 @@
+// --servers K (exchanges/sharded) with ranks as threads: K servers give one server's weights.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <iostream>
+
+#include "runtime/comm/InProcessComm.h"
+#include "runtime/training/Training.h"
+#include "tests/common/Ranks.h"
+#include "tests/common/Reference.h"
+#include "tests/common/ScratchDir.h"
+
+using namespace pstrain;
+
+namespace {
+
+// Trains cfg with cfg.servers servers and `workers` workers as threads; returns
+// trained_model.pt.
+checkpoint::TensorList trainOnThreads(const config::TrainConfig& cfg, int workers, const data::Dataset& train) {
+  const int size = cfg.servers + workers;
+  std::vector<std::shared_ptr<models::Net>> nets;
+  for (int r = 0; r < size; ++r) {
+    torch::manual_seed(cfg.seed);
+    nets.push_back(models::makeModel(cfg.model));
+  }
+  comm::InProcessWorld world(size);
+  auto errors = testsupport::runRanks(world, [&](int r) {
+    const bool data = config::computesGradients(cfg.mode, r, cfg.servers);
+    roles::runTraining(world.rank(r), cfg, *nets[r], data ? &train : nullptr, c10::Device(c10::kCPU), {});
+  });
+  for (int r = 0; r < size; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  return checkpoint::readStateDict(cfg.trainDir + "/trained_model.pt");
+}
+
+// 20 steps of `cfg` with 1, 2 and 4 servers and 3 workers: the same weights to 1e-6.
+void expectServersAgree(config::TrainConfig cfg, const std::string& what) {
+  data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
+  const std::string dir = cfg.trainDir;
+  cfg.trainDir = dir + "/k1";
+  const auto one = trainOnThreads(cfg, 3, train);
+  for (int servers : {2, 4}) {
+    cfg.servers = servers;
+    cfg.trainDir = dir + "/k" + std::to_string(servers);
+    const double diff = testsupport::maxAbsDiff(one, trainOnThreads(cfg, 3, train));
+    std::cout << what << ": " << servers << " servers vs 1: max abs diff " << diff << std::endl;
+    EXPECT_LE(diff, 1e-6) << what << ", " << servers << " servers";
+  }
+}
+
+}  // namespace
+
+TEST(ShardedThreads, ServersGiveOneServersWeightsWithSgdMomentum) {
+  torch::set_num_threads(1);
+  testsupport::ScratchDir scratch("sharded-sgd");
+  expectServersAgree(testsupport::smallSyntheticConfig(scratch.str()), "sgd momentum");
+}
+
+TEST(ShardedThreads, ServersGiveOneServersWeightsWithAdamWAndClipping) {
+  torch::set_num_threads(1);
+  testsupport::ScratchDir scratch("sharded-adamw");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
+  cfg.optimizer = "adamw";
+  cfg.lr = 0.002;
+  cfg.weightDecay = 0.01;
+  cfg.clipGradNorm = 0.5;  // below the gradient's norm: every step is clipped by the whole norm
+  expectServersAgree(cfg, "adamw + clip 0.5");
+}
+
+TEST(ShardedThreads, ServersGiveOneServersWeightsWithInt8AndErrorFeedback) {
+  torch::set_num_threads(1);
+  testsupport::ScratchDir scratch("sharded-int8");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
+  cfg.compress = "int8";
+  cfg.errorFeedback = "on";
+  expectServersAgree(cfg, "int8 + error feedback");
+}
