@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# --servers K under mpirun (exchanges/sharded): K servers give one server's weights (SGD
+# momentum, AdamW with clipping, int8 with error feedback); each server's traffic and memory
+# in the metrics; the dry run and run.json say who serves what; a worker killed mid-run,
+# then --resume with another K gives the uninterrupted run's weights; bad layouts refused.
+# Usage: servers.sh PSTRAIN PSEVAL MPIRUN SCRATCH
+set -uo pipefail
+pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
+rm -rf "$scratch" && mkdir -p "$scratch"
+source "$(dirname "$0")/../common/checks.sh"
+train() {  # train NP DIR [flags...]
+  local np=$1 dir=$2; shift 2
+  run_logged "$dir" with_timeout 240 "$mpirun" -np "$np" "$pstrain" --device cpu --threads 1 --model mlp \
+    --dataset synthetic --batch-size 32 --lr 0.02 --log-every 10 --checkpoint-every 0 --timeout 60 --train-dir "$dir" "$@"
+}
+same() {  # same NAME A.pt B.pt: max |a - b| <= 1e-6
+  local diff
+  diff=$(max_weight_diff "$2" "$3")
+  echo "     $1: max abs diff $diff"
+  ge 1e-6 "${diff:-1}"
+}
+
+# --- exactness, 20 steps. mlp's first tensor is 99% of it, so without a codec the cuts
+# fall inside it; int8 takes whole tensors. 3 workers (2 for AdamW): one server's sum is
+# MPI's reduce, whose order of 3 addends is its own, the servers' the workers' order: a last
+# bit apart, which SGD keeps (7e-8 here) and Adam's normalisation of tiny second moments
+# grows to 8e-7 in 20 steps; 2 addends sum alike in any order.
+for case in "sgd:3:--momentum 0.9" "adamw:2:--optimizer adamw --lr 0.002 --weight-decay 0.01 --clip-grad-norm 0.01" \
+            "int8:3:--compress int8 --error-feedback on"; do
+  name=${case%%:*} rest=${case#*:}
+  workers=${rest%%:*}
+  read -r -a flags <<< "${rest#*:}"
+  train $((workers + 1)) "$scratch/$name-k1" --steps 20 "${flags[@]}"
+  for k in 2 4; do
+    [ "$name" = int8 ] && [ $k = 4 ] && continue  # whole tensors: mlp's 4 are one per server, shown by k = 2 too
+    train $((k + workers)) "$scratch/$name-k$k" --steps 20 --servers $k "${flags[@]}"
+    check "$name: $k servers give 1 server's weights" same "$name, $k servers" "$scratch/$name-k1/trained_model.pt" \
+      "$scratch/$name-k$k/trained_model.pt"
+  done
+done
+norm=$(metric "$scratch/adamw-k2" "min(l['grad_norm'] for l in lines)")
+check "adamw: every step's gradient norm ($norm) is above the clip (0.01): clipped by the combined norm" ge "$norm" 0.01
+
+# --- metrics and run.json: per-server traffic, balanced by bytes; the roles.
+mib0=$(metric "$scratch/sgd-k2" "last['server0_mib_per_step']")
+mib1=$(metric "$scratch/sgd-k2" "last['server1_mib_per_step']")
+echo "     sgd, 2 servers: server 0 moves $mib0 MiB per step, server 1 $mib1"
+check "metrics: each of 2 servers moves about half (within 5%)" python3 -c "import sys; a, b = $mib0, $mib1; sys.exit(abs(a - b) > 0.05 * (a + b))"
+check "metrics: each server's peak RSS is logged" test "$(metric "$scratch/sgd-k4" "min(last['server%d_peak_rss_mib' % k] for k in range(4)) > 0")" = True
+check "run.json: 2 servers, ranks 0 and 1 serve, 2..4 work" python3 - "$scratch/sgd-k2/run.json" <<'PY'
+import json, sys
+run = json.load(open(sys.argv[1]))
+roles = [r["role"] for r in run["ranks"]]
+sys.exit(not (run["servers"] == 2 and run["workers"] == 3 and roles == ["server"] * 2 + ["worker"] * 3))
+PY
+
+# --- dry run: who serves which range.
+with_timeout 60 "$mpirun" -np 4 "$pstrain" --device cpu --threads 1 --model mlp --dataset synthetic --servers 2 --dry-run \
+  --train-dir "$scratch/plan" > "$scratch/plan.log" 2>&1
+sed -n '/world/,/exchange/p' "$scratch/plan.log" | sed 's/^/     /'
+check "dry run: 2 parameter servers + 2 workers" grep -q "2 parameter servers + 2 worker(s)" "$scratch/plan.log"
+check "dry run: rank 1 owns the second range" grep -qE "rank 1 owns parameters \[[0-9]+, 203530\)" "$scratch/plan.log"
+check "dry run: ranks 0 and 1 are servers" bash -c "[ \$(grep -cE 'rank [0-9]+ +server' '$scratch/plan.log') = 2 ]"
+
+# --- a worker killed mid-run, resumed with 3 servers instead of 2 (and the reference with 1).
+resume=(--steps 60 --checkpoint-every 20 --lr-decay cosine --warmup-steps 10)
+train 3 "$scratch/reference" "${resume[@]}"
+train 4 "$scratch/killed" "${resume[@]}" --servers 2 --straggle 2:40,3:40 &
+job=$!
+for _ in $(seq 600); do [ -e "$scratch/killed/ckpt/step-00000020.ok" ] && break; sleep 0.1; done
+kill -9 "$(rank_pid "$scratch/killed" 3)"
+wait $job
+check "killed worker: the job ends before its last step" test ! -e "$scratch/killed/trained_model.pt"
+train 5 "$scratch/killed" "${resume[@]}" --servers 3 --resume
+check "resume with 3 servers: completes" grep -q "resuming at step" "$scratch/killed.log"
+check "resume with 3 servers: the uninterrupted 1-server run's weights" same "resumed" \
+  "$scratch/reference/trained_model.pt" "$scratch/killed/trained_model.pt"
+"$pseval" --train-dir "$scratch/killed" > "$scratch/eval.log" 2>&1
+check "pseval reads the sharded run's checkpoints as any" test "$(tail -n +2 "$scratch/killed/eval.csv" | wc -l)" -ge 2
+
+# --- layouts refused before training, naming the fix.
+job_refused "2 servers in 2 ranks: no worker left" "--servers 2 leaves no worker among 2 rank" --servers 2
+job_refused "--servers 0" "--servers must be in \[1, 1024\]" --servers 0
+job_refused "--servers with async" "--servers 2 shards the sync mode's server; --mode async" --mode async --servers 2
+checks_done
