@@ -98,7 +98,7 @@ class Supervisor {
       }
       const int workers = workersFor(hosts);
       if (first && job_.modeInfo().sharded && maxWorkers_ == 0) maxWorkers_ = workers;
-      const int ranks = job_.modeInfo().peers() ? workers : workers + 1;
+      const int ranks = job_.modeInfo().peers() ? workers : workers + job_.servers;
       event("launch", ranks, hosts, "", failedAt != Clock::time_point{} ? secondsSince(failedAt) : -1);
       // A relaunch continues the job with --resume, but under --overwrite only once the job
       // has published a checkpoint of its own: before that, the train dir's checkpoints are
@@ -155,7 +155,7 @@ class Supervisor {
     // Capped so that the sum fits an int: more ranks than one host's slot limit is beyond any job here.
     int slots = static_cast<int>(std::min<std::int64_t>(offered, kMostSlots));
     if (o_.maxRanks > 0) slots = std::min(slots, o_.maxRanks);
-    int workers = job_.modeInfo().peers() ? slots : slots - 1;
+    int workers = job_.modeInfo().peers() ? slots : slots - job_.servers;
     if (maxWorkers_ > 0) workers = std::min(workers, maxWorkers_);
     return std::max(workers, 0);
   }
@@ -285,6 +285,10 @@ class Supervisor {
         argv.push_back(user[i]);
       }
       argv.insert(argv.end(), link.begin(), link.end());
+      // --servers K: ranks 0..K-1, one per host while hosts last (pstrain refuses two servers
+      // on a host while another has none), unless the user maps the ranks.
+      const bool userMaps = std::find(user.begin(), user.end(), "--map-by") != user.end();
+      if (flags.servers > 1 && !userMaps) argv.insert(argv.end(), {"--map-by", "node"});
       argv.push_back(o_.pstrain);
       for (auto& a : config::commandLineOf(flags)) argv.push_back(std::move(a));
       return argv;

@@ -30,7 +30,8 @@ struct ProbeMeasurements {
 };
 
 // One formula's question: an update of `mode` with the first n measured workers, gradients
-// coded as `grad` (`raw`: not coded), weights as `weights` (peers: nothing).
+// coded as `grad` (`raw`: not coded), weights as `weights` (peers: nothing), and `servers`
+// parameter servers (--servers; each on a link like the measured server's).
 struct StepCost {
   const config::ModeInfo& mode;
   const CodecCost& grad;
@@ -38,6 +39,7 @@ struct StepCost {
   bool raw;
   const ProbeMeasurements& m;
   int n;
+  int servers = 1;
 };
 
 struct StepEstimate {

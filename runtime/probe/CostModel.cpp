@@ -66,11 +66,25 @@ std::vector<Prediction> predict(const ProbeMeasurements& m) {
           const exchanges::StepEstimate step = training::exchangeOf(mode.exchange)
                                                    .cost({mode, grad, mode.peers() ? none : weights,
                                                           gradSpec == config::kRawCodec, m, n});
-          Prediction p{mode.mode, gradSpec, mode.peers() ? kNoWeights : weightSpec, n, step.seconds,
+          Prediction p{mode.mode, gradSpec, mode.peers() ? kNoWeights : weightSpec, n, 1, step.seconds,
                        step.samples / step.seconds, 0};
           p.efficiency = p.samplesPerSecond / (n * alone);
           out.push_back(p);
         }
+      }
+    }
+  }
+  const CodecCost& raw = m.weightCodecs.at(config::kRawCodec);
+  for (int n = 1; n <= workers; ++n) {
+    for (int servers : kShardedServers) {
+      for (const auto& [gradSpec, grad] : m.gradientCodecs) {
+        const config::ModeInfo& sync = config::info(config::Mode::Sync);
+        const exchanges::StepEstimate step = training::exchangeFor(config::Mode::Sync, servers)
+                                                 .cost({sync, grad, raw, gradSpec == config::kRawCodec, m, n, servers});
+        Prediction p{config::Mode::Sync, gradSpec, config::kRawCodec, n, servers, step.seconds,
+                     step.samples / step.seconds, 0};
+        p.efficiency = p.samplesPerSecond / (n * alone);
+        out.push_back(p);
       }
     }
   }
@@ -96,8 +110,11 @@ std::string recommendation(const Prediction& p, const ProbeMeasurements& m) {
   std::string codecs = config::info(p.mode).peers()
                            ? named(p.gradientCodec) + " gradients"
                            : named(p.weightCodec) + " weights + " + named(p.gradientCodec) + " gradients";
-  return fmt::format("{} with {} workers, {}: {:.1f}x one worker ({:.0f} samples/s)", config::nameOf(p.mode), p.workers, codecs,
-                     p.samplesPerSecond / alone, p.samplesPerSecond);
+  const std::string servers =
+      p.servers > 1 ? fmt::format(" and {} servers (--servers {}: one more rank on each of {} hosts)", p.servers, p.servers,
+                                  p.servers) : "";
+  return fmt::format("{} with {} workers{}, {}: {:.1f}x one worker ({:.0f} samples/s)", config::nameOf(p.mode), p.workers,
+                     servers, codecs, p.samplesPerSecond / alone, p.samplesPerSecond);
 }
 
 }  // namespace pstrain::probe

@@ -26,16 +26,19 @@ struct Prediction {
   config::Mode mode;
   std::string gradientCodec, weightCodec;
   int workers = 0;
+  int servers = 1;              // sync's --servers
   double stepSeconds = 0;       // per update
   double samplesPerSecond = 0;
   double efficiency = 0;        // samplesPerSecond / (workers x the fastest worker alone)
 };
 
 // Every mode that the model predicts (all but gossip, whose ranks average when they please)
-// x codec pair for 1..computeSeconds.size() workers (the first n measured ones). The peer
+// x codec pair for 1..computeSeconds.size() workers (the first n measured ones), then sync
+// with kShardedServers servers (raw weights: --servers takes no weight codec). The peer
 // modes send no weights: their weight codec reads kNoWeights. "none" must be among both codec
 // maps.
 std::vector<Prediction> predict(const ProbeMeasurements& m);
+constexpr int kShardedServers[] = {2, 4};
 constexpr const char* kNoWeights = "-";
 
 // Whether predict() covers `mode`.

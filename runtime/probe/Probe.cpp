@@ -251,21 +251,27 @@ std::string localStepsLine(const std::vector<LocalStepsPrediction>& rounds, cons
 // (efficiency) by workers.
 std::string predictionTable(const std::vector<Prediction>& predictions, int workers) {
   std::string out = "  predicted samples/s (efficiency) by workers, each mode with its fastest codecs:\n";
-  out += fmt::format("  {:<10}", "mode");
+  out += fmt::format("  {:<16}", "mode");
   for (int n = 1; n <= workers; ++n) out += fmt::format(" {:>18}", fmt::format("{} worker(s)", n));
   out += "\n";
-  for (const config::ModeInfo& mode : config::modes()) {
-    if (!predictable(mode.mode)) continue;
-    out += fmt::format("  {:<10}", mode.name);
+  auto row = [&](config::Mode mode, int servers, const std::string& name) {
+    out += fmt::format("  {:<16}", name);
     for (int n = 1; n <= workers; ++n) {
       const Prediction* top = nullptr;
       for (const auto& p : predictions) {
-        if (p.mode == mode.mode && p.workers == n && (!top || p.samplesPerSecond > top->samplesPerSecond)) top = &p;
+        if (p.mode == mode && p.servers == servers && p.workers == n &&
+            (!top || p.samplesPerSecond > top->samplesPerSecond)) {
+          top = &p;
+        }
       }
       out += fmt::format(" {:>18}", fmt::format("{:.0f} ({:.2f})", top->samplesPerSecond, top->efficiency));
     }
     out += "\n";
+  };
+  for (const config::ModeInfo& mode : config::modes()) {
+    if (predictable(mode.mode)) row(mode.mode, 1, mode.name);
   }
+  for (int servers : kShardedServers) row(config::Mode::Sync, servers, fmt::format("sync, {} servers", servers));
   return out;
 }
 
@@ -273,9 +279,10 @@ std::string predictionTable(const std::vector<Prediction>& predictions, int work
 // model has none for it) and its codecs where the probe timed them, else uncompressed.
 const Prediction& asConfigured(const std::vector<Prediction>& predictions, const config::TrainConfig& cfg, int workers) {
   const config::Mode mode = predictable(cfg.mode) ? cfg.mode : config::Mode::Sync;
+  const int servers = std::count(std::begin(kShardedServers), std::end(kShardedServers), cfg.servers) ? cfg.servers : 1;
   const Prediction* raw = nullptr;
   for (const auto& p : predictions) {
-    if (p.mode != mode || p.workers != workers) continue;
+    if (p.mode != mode || p.workers != workers || p.servers != servers) continue;
     const bool peers = config::info(p.mode).peers();
     if (p.gradientCodec == cfg.gradientCodec() && (peers || p.weightCodec == cfg.weightCodec())) return p;
     if (p.gradientCodec == config::kRawCodec && (peers || p.weightCodec == config::kRawCodec)) raw = &p;
@@ -400,7 +407,7 @@ std::string probeJson(const config::TrainConfig& cfg, c10::Device device, const 
   for (const Prediction& p : predictions) {
     metrics::JsonObject o;
     o.add("mode", config::nameOf(p.mode)).add("codec", p.gradientCodec).add("weights_codec", p.weightCodec);
-    o.add("workers", p.workers).add("step_s", p.stepSeconds).add("samples_per_s", p.samplesPerSecond);
+    o.add("workers", p.workers).add("servers", p.servers).add("step_s", p.stepSeconds).add("samples_per_s", p.samplesPerSecond);
     o.add("efficiency", p.efficiency);
     items.push_back(o.str());
   }

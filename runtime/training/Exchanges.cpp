@@ -24,9 +24,11 @@ const exchanges::Exchange& exchangeOf(config::Exchange exchange) {
   throw InternalError(fmt::format("exchange {} has no row in training/Exchanges.cpp", config::nameOf(exchange)));
 }
 
-const exchanges::Exchange& exchangeFor(const config::TrainConfig& cfg) {
-  return cfg.servers > 1 ? exchanges::kSharded : exchangeOf(cfg.modeInfo().exchange);
+const exchanges::Exchange& exchangeFor(config::Mode mode, int servers) {
+  return servers > 1 ? exchanges::kSharded : exchangeOf(config::info(mode).exchange);
 }
+
+const exchanges::Exchange& exchangeFor(const config::TrainConfig& cfg) { return exchangeFor(cfg.mode, cfg.servers); }
 
 void runRole(const roles::RoleArgs& args) {
   const exchanges::Exchange& exchange = exchangeFor(args.cfg);

@@ -7,7 +7,9 @@ namespace pstrain::training {
 
 // The row of `exchange`; throws InternalError if it has none.
 const exchanges::Exchange& exchangeOf(config::Exchange exchange);
-// The row a run of `cfg` takes: its mode's, or with --servers above 1 the sharded one.
+// The row a run of `mode` with `servers` (--servers) takes: its mode's, or with more than one
+// server the sharded one (sync's only).
+const exchanges::Exchange& exchangeFor(config::Mode mode, int servers);
 const exchanges::Exchange& exchangeFor(const config::TrainConfig& cfg);
 
 // This rank's part of args.cfg's mode. Collective over every rank of args.comm; throws on

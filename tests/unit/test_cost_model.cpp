@@ -82,13 +82,39 @@ TEST(CostModel, SlowLinksMakeTheSparseCodecWinAndTheServerLinkCapsAsync) {
   // The parameter server's best: the smaller messages both ways.
   const Prediction* sync = nullptr;
   for (const auto& p : all) {
-    if (p.mode == Mode::Sync && p.workers == 2 && (!sync || p.samplesPerSecond > sync->samplesPerSecond)) sync = &p;
+    if (p.mode == Mode::Sync && p.servers == 1 && p.workers == 2 && (!sync || p.samplesPerSecond > sync->samplesPerSecond)) {
+      sync = &p;
+    }
   }
   EXPECT_NE(recommendation(*sync, m).find("sync with 2 workers, half weights + tiny gradients"), std::string::npos)
       << recommendation(*sync, m);
   // Async, uncompressed: each gradient costs the server 2 MB of its link, about 2 s.
   const Prediction& async = find(all, Mode::Async, "none", "none", 2);
   EXPECT_NEAR(async.samplesPerSecond, 32 / (2e6 / 1e6 + 0.002), 1e-9);
+}
+
+TEST(CostModel, ShardedServersTakeTheLongerOfAWorkersLinkAndAServersShare) {
+  ProbeMeasurements m = measurements(4, 1e8);
+  m.gradientCodecs.erase("tiny");  // uncompressed only: what sharding changes
+  m.weightCodecs.erase("half");
+  const auto all = predict(m);
+  auto sharded = [&](int servers) {
+    for (const auto& p : all) {
+      if (p.mode == Mode::Sync && p.servers == servers && p.gradientCodec == "none" && p.workers == 4) return p;
+    }
+    throw std::runtime_error("no such prediction");
+  };
+  // 4 servers: each way, max(a worker's 1 MB: 11 ms, 4 ranges of 250 kB through a server's
+  // link: 4 x 3.5 ms); a quarter of the update.
+  EXPECT_NEAR(sharded(4).stepSeconds, 0.1 + 0.014 + 0.002 / 4 + 0.014, 1e-12);
+  // 2 servers: 4 x 6 ms through each server's link.
+  EXPECT_NEAR(sharded(2).stepSeconds, 0.1 + 0.024 + 0.002 / 2 + 0.024, 1e-12);
+  // One server's tree: 3 rounds of 11 ms each way; 4 servers beat it. The ring still wins
+  // here: 1.5 MB per link each way against a worker's whole 1 MB each way.
+  EXPECT_GT(find(all, Mode::Sync, "none", "none", 4).stepSeconds, sharded(4).stepSeconds);
+  EXPECT_EQ(best(all, 4).mode, Mode::Allreduce);
+  EXPECT_NE(recommendation(sharded(4), m).find("sync with 4 workers and 4 servers (--servers 4"), std::string::npos)
+      << recommendation(sharded(4), m);
 }
 
 TEST(CostModel, RejectsIncompleteMeasurements) {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 
 #include "runtime/config/TrainConfig.h"
@@ -35,8 +36,22 @@ PlanText plan(const PlanFacts& f) {
           lines};
 }
 
+// BytePS's cost: each direction takes the longer of a worker's whole message over its link
+// and the n range messages through a server's link (servers on links like the measured
+// server's); after the slowest batch, the workers encode, each server decodes its n ranges and
+// updates its 1/K of the model.
+StepEstimate cost(const StepCost& c) {
+  const Links l = linksOf(c.m, c.n);
+  const double k = c.servers;
+  auto way = [&](double bytes) {
+    return std::max(message(bytes, l.worstLatency, l.slowestBandwidth), c.n * message(bytes / k, l.worstLatency, l.serverBandwidth));
+  };
+  const double up = c.grad.encodeSeconds + way(c.grad.bytes) + c.n * c.grad.decodeSeconds / k;
+  return {kthFastest(c.m, c.n, c.n) + up + c.m.updateSeconds / k + way(c.weights.bytes), c.n * c.m.batchSamples};
+}
+
 }  // namespace
 
-const Exchange kSharded = {config::Exchange::Collective, sharded::serve, others, nullptr, plan};
+const Exchange kSharded = {config::Exchange::Collective, sharded::serve, others, cost, plan};
 
 }  // namespace pstrain::exchanges
