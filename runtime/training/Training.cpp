@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -22,6 +23,7 @@
 #include "runtime/metrics/Clock.h"
 #include "runtime/metrics/Json.h"
 #include "runtime/metrics/Startup.h"
+#include "runtime/net/Interfaces.h"
 #include "runtime/optim/LossScale.h"
 #include "runtime/optim/LrSchedule.h"
 #include "runtime/protocol/FlatParameters.h"
@@ -332,14 +334,31 @@ void checkWorld(const config::TrainConfig& cfg, int size) {
   }
 }
 
+// This host's IPv4 addresses but loopback's, sorted: with its name, what tells hosts apart
+// (test hosts in network namespaces share one name; containers may too).
+std::string hostAddresses() {
+  std::vector<std::string> addresses;
+  for (const net::Interface& i : net::localInterfaces()) {
+    if (!i.loopback) addresses.push_back(net::dotted(i.address));
+  }
+  std::sort(addresses.begin(), addresses.end());
+  return fmt::format("{}", fmt::join(addresses, ", "));
+}
+
+// A rank's host as the layout checks tell hosts apart: "name (its addresses)".
+std::string hostOf(const std::map<std::string, std::string>& facts) {
+  const std::string& addresses = facts.at("info.addresses");
+  return facts.at("info.host") + (addresses.empty() ? "" : " (" + addresses + ")");
+}
+
 // Refuses (the same on every rank, after the handshake) servers placed so that two share one
 // host's link while another host has none, unless --stack-servers: each server's traffic is
 // what sharding spreads.
 void checkServerHosts(const config::TrainConfig& cfg, const std::vector<std::map<std::string, std::string>>& facts) {
   if (cfg.servers < 2 || cfg.stackServers) return;
   std::map<std::string, std::vector<int>> serversOn;
-  for (std::size_t r = 0; r < facts.size(); ++r) serversOn[facts[r].at("info.host")];
-  for (int r = 0; r < cfg.servers; ++r) serversOn[facts[r].at("info.host")].push_back(r);
+  for (const auto& rank : facts) serversOn[hostOf(rank)];
+  for (int r = 0; r < cfg.servers; ++r) serversOn[hostOf(facts[r])].push_back(r);
   std::string crowded, empty;
   for (const auto& [host, ranks] : serversOn) {
     if (ranks.size() > 1 && crowded.empty()) crowded = fmt::format("ranks {} on {}", fmt::join(ranks, ", "), host);
@@ -382,6 +401,7 @@ Facts factsOf(comm::Communicator& comm, const config::TrainConfig& cfg, const co
   mine.emplace_back("info.dataset-file", cfg.dataset);
   mine.emplace_back("info.token-ids", train ? train->storedIds : "");
   mine.emplace_back("info.host", comm.hostName());
+  mine.emplace_back("info.addresses", hostAddresses());
   mine.emplace_back("info.pid", std::to_string(::getpid()));
   mine.emplace_back("info.device", device.str());
   mine.emplace_back("info.torch", TORCH_VERSION);
