@@ -14,7 +14,9 @@ job=(--model lenet --dataset synthetic --synthetic-size 2000 --batch-size 32 --t
 out=$(with_timeout 300 "$mpirun" -np 3 "$pstrain" "${job[@]}" --probe --train-dir "$scratch/even" 2>&1); rc=$?
 echo "$out"
 check "probe exits 0" test $rc -eq 0
-check "probe prints a recommendation" grep -qE "recommendation: (sync|backup|async|allreduce) with 2 workers, .*x one worker" <<<"$out"
+check "probe prints a recommendation" \
+  grep -qE "recommendation: (sync|backup|async|allreduce) with 2 workers( and [24] servers \(--servers [24][^)]*\))?, .*x one worker" <<<"$out"
+check "probe predicts sync with 2 and 4 servers (--servers)" grep -qE "^(\[[^]]*\] )? +sync, 4 servers +[0-9]+ \(" <<<"$out"
 check "probe trains nothing" bash -c "[ ! -e '$scratch/even/ckpt' ] && [ ! -e '$scratch/even/metrics.jsonl' ] && [ ! -e '$scratch/even/trained_model.pt' ]"
 check "probe.json is well-formed and complete" python3 - "$scratch/even/probe.json" <<'PY'
 import json, sys
@@ -31,6 +33,9 @@ for mode in ("sync", "backup", "async", "allreduce"):
     for codec in ("none", "fp16", "topk:0.01", "powersgd:4"):
         for workers in (1, 2):
             assert (mode, codec, workers) in keys, (mode, codec, workers)
+servers = {(x["codec"], x["workers"], x["servers"]) for x in p["predictions"] if x["mode"] == "sync"}
+for k in (1, 2, 4):
+    assert ("none", 2, k) in servers, ("sync, servers", k)
 for x in p["predictions"]:
     assert x["samples_per_s"] > 0 and 0 < x["efficiency"] <= 1.5 and x["step_s"] > 0, x
 assert "x one worker" in p["recommendation"], p
@@ -70,7 +75,8 @@ check "--probe with --simulate-compute measures the stand-in's batches (exit $rc
 import json, sys
 p = json.load(open(sys.argv[1]))
 assert all(0.055 < c < 0.3 for c in p["measured"]["compute_s"]), p["measured"]
-sync2 = [x for x in p["predictions"] if (x["mode"], x["codec"], x["weights_codec"], x["workers"]) == ("sync", "none", "none", 2)]
+sync2 = [x for x in p["predictions"]
+         if (x["mode"], x["codec"], x["weights_codec"], x["workers"], x["servers"]) == ("sync", "none", "none", 2, 1)]
 assert len(sync2) == 1 and sync2[0]["step_s"] > 0.06, sync2
 PY
 
