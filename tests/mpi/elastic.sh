@@ -18,6 +18,8 @@
 #   7. --overwrite however spelled (a --config file's "overwrite = true", --overwrite=true,
 #      --overwrite): a worker killed after the new run's first checkpoint, or before it, is
 #      relaunched and the run finishes, replacing the earlier one; no .replaced/ is left.
+#   8. --servers 2 under pstrain-run: a server killed is a lost job, relaunched with 2
+#      servers; the uninterrupted run's weights.
 # Usage: elastic.sh PSTRAIN PSEVAL MPIRUN SCRATCH
 set -uo pipefail
 pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
@@ -257,4 +259,24 @@ check "--overwrite=true: a worker killed after the first checkpoint; relaunched,
 check "--overwrite: a worker killed before the first checkpoint; relaunched afresh, done" \
   overwrite_survives early_overwrite metrics.jsonl "${replace[@]}" --checkpoint-every 1000 --overwrite \
   --train-dir "$scratch/early_overwrite"
+# --- 8. --servers 2: a lost server is a lost job, relaunched as any ---------------------
+echo 4 > slots
+srv=(--device cpu --model mlp --dataset synthetic --batch-size 32 --steps 120 --lr 0.02 --checkpoint-every 20
+     --log-every 1 --threads 1 --timeout 60 --straggle 2:30,3:30 --servers 2)
+run_logged servers-reference with_timeout 300 "$mpirun" -np 4 "$pstrain" "${srv[@]}" --train-dir "$scratch/servers-reference"
+"$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" --discovery-interval 1 --max-restarts 1 \
+  -- "${srv[@]}" --train-dir "$scratch/servers" > servers.log 2>&1 &
+supervisor=$!
+wait_for servers/ckpt/step-00000040.ok
+victim=$(rank_pid "$scratch/servers" 1)
+[ -n "$victim" ] && kill -9 "$victim"
+wait $supervisor; rc=$?
+events=$(events servers)
+echo "     --servers 2, server rank 1 killed: events $events"
+check "--servers 2: a killed server is relaunched with 2 servers and 2 workers, and the run finishes (exit $rc)" \
+  test $rc -eq 0 -a "$events" = "launch:4 failure:4 launch:4 done:4"
+diff=$(max_weight_diff servers-reference/trained_model.pt servers/trained_model.pt)
+echo "     --servers 2 relaunched vs uninterrupted: max abs diff $diff"
+check "--servers 2, relaunched: the uninterrupted run's weights (<= 1e-6)" ge 1e-6 "$diff"
+
 checks_done
