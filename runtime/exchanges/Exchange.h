@@ -33,13 +33,15 @@ struct PlanFacts {
   std::size_t down, up;  // the raw bytes of one message each way
 };
 
-// An exchange's part of the dry run: `sameLine` continues the "exchange" line (after the
-// mode's words and the codecs); `lines` follow that line, each "  name      text\n". Its
-// checkpoints fall at the end of a round of `checkpointRound` steps (the first that passes
-// each multiple of --checkpoint-every).
+// An exchange's part of the dry run: `modeWords`, if any, in place of the mode's words on the
+// "exchange" line (an exchange that is not its mode's usual one); `sameLine` continues that
+// line (after the codecs); `lines` follow it, each "  name      text\n". Its checkpoints fall
+// at the end of a round of `checkpointRound` steps (the first that passes each multiple of
+// --checkpoint-every).
 struct PlanText {
   std::string sameLine, lines;
   std::int64_t checkpointRound = 1;
+  std::string modeWords;
 };
 
 struct Exchange {

@@ -249,16 +249,16 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
   out += fmt::format("  per step  server -> each worker {} bytes (weights{} + header); each worker -> server {} bytes (gradient{} + accounting)\n",
                      downBytes(parameters, buffers, ranks), buffers ? " + BatchNorm buffers" : "",
                      upBytes(parameters, buffers, ranks), buffers ? " + buffers" : "");
-  std::string exchange = mode.plan;
+  const exchanges::Exchange& ours = training::exchangeFor(cfg);
+  const exchanges::PlanText own =
+      ours.plan ? ours.plan({cfg, model, total, downBytes(parameters, buffers, ranks), upBytes(parameters, buffers, ranks)})
+                : exchanges::PlanText{};
+  std::string exchange = own.modeWords.empty() ? mode.plan : own.modeWords;
   if (cfg.compressesGradients() || cfg.compressesWeights()) {
     const bool feedback = config::errorFeedbackOn(cfg.errorFeedback, cfg.gradientCodec());
     exchange += fmt::format("; gradients {}{}, weights {}", cfg.gradientCodec(), feedback ? " with error feedback" : "",
                             cfg.weightCodec());
   }
-  const exchanges::Exchange& ours = training::exchangeFor(cfg);
-  const exchanges::PlanText own =
-      ours.plan ? ours.plan({cfg, model, total, downBytes(parameters, buffers, ranks), upBytes(parameters, buffers, ranks)})
-                : exchanges::PlanText{};
   out += fmt::format("  exchange  {}{}\n{}", exchange, own.sameLine, own.lines);
   out += checkpointPlan(cfg, total, own.checkpointRound);
   out += fmt::format("  train dir {}: {}\n", cfg.trainDir, trainDirState);

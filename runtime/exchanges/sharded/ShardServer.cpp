@@ -49,6 +49,7 @@ class Shard {
         optimizer_(optim::makeOptimizer(rule_)) {
     if (cfg.compressesGradients()) {
       const bool feedback = config::errorFeedbackOn(cfg.errorFeedback, cfg.gradientCodec());
+      // It only decodes, and a frame carries all that takes (randomk's indices): no seed.
       codec_ = codec::makeCodec(cfg.gradientCodec(), range_.shapes, 0, "compress", feedback);
       decoded_.resize(static_cast<std::size_t>(range_.size()));
     }
@@ -456,7 +457,7 @@ void lead(roles::Server& s) {
 
 void serve(const roles::RoleArgs& args) {
   if (args.comm.rank() != 0) return follow(args);
-  roles::runServer(args, lead, nullptr, false);
+  roles::runServer(args, lead, [](const roles::Server& s) { return fmt::format("{} servers", s.cfg.servers); }, false);
 }
 
 }  // namespace pstrain::exchanges::sharded

@@ -21,19 +21,29 @@ void others(const roles::RoleArgs& args) {
   (args.comm.rank() < args.cfg.servers ? sharded::serve : sharded::work)(args);
 }
 
-// The dry run: which server owns which parameters, and what each link carries.
+// The dry run: which server owns which parameters (and, where whole tensors leave them
+// uneven, why).
 PlanText plan(const PlanFacts& f) {
   const auto ranges = sharded::rangesOf(f.model, f.cfg);
   std::string lines;
+  std::int64_t largest = 0;
   for (std::size_t k = 0; k < ranges.size(); ++k) {
     const KeyRange& r = ranges[k];
+    largest = std::max(largest, r.size());
     lines += fmt::format("  {:<9} rank {} owns parameters [{}, {}): {:.2f} MiB, {} tensor(s){}\n", k ? "" : "servers", k,
                          r.begin, r.end, r.size() * 4.0 / (1 << 20), r.shapes.size(),
                          k ? "" : "; it also writes the run's files");
   }
-  return {fmt::format("; {} servers, each sending its range of the weights to every worker and summing that range of "
-                      "their gradients", f.cfg.servers),
-          lines};
+  const double even = static_cast<double>(ranges.back().end) / f.cfg.servers;
+  if (f.cfg.compressesGradients() && largest > 1.5 * even) {
+    lines += fmt::format("  {:<9} uneven: the gradient codec keeps tensors whole, and the largest range is {:.1f}x an "
+                         "even share (--compress none cuts inside tensors)\n", "", largest / even);
+  }
+  PlanText text;
+  text.modeWords = fmt::format("sharded over {} servers: each sends its range of the weights to every worker and sums "
+                               "that range of their gradients", f.cfg.servers);
+  text.lines = lines;
+  return text;
 }
 
 // BytePS's cost: each direction takes the longer of a worker's whole message over its link
