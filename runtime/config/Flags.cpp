@@ -200,9 +200,9 @@ const std::vector<Flag> kFlags = {
      &TrainConfig::overlap, A::Fingerprint, nullptr, [](const TrainConfig& c) {
        requireOneOf("overlap", c.overlap, {"on", "off"}); }},
     {"servers", "Run",
-     "sync: K parameter servers, ranks 0..K-1, each owning 1/K of the weights (by bytes, cut between tensors) and its "
-     "slice of the optimizer state; the other ranks are workers. Each server's link then carries 1/K of the traffic "
-     "(--overlap applies to one server)",
+     "sync: K parameter servers, ranks 0..K-1, each owning 1/K of the weights (by bytes) and of the optimizer state; "
+     "the other ranks are workers. Each server's link then carries 1/K of the traffic: put one server per host "
+     "(mpirun --map-by node; docs/modes.md). --overlap applies to one server",
      &TrainConfig::servers, A::Compared, nullptr, [](const TrainConfig& c) {
        require(c.servers >= 1 && c.servers <= 1024, fmt::format("--servers must be in [1, 1024] (got {})", c.servers));
        if (c.servers == 1) return;

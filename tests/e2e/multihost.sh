@@ -59,18 +59,18 @@ tail -3 "$scratch/run1.log" | sed 's/^/     /'
 check "3 hosts: the run completes" test $rc -eq 0 -a -f "$scratch/run1/trained_model.pt"
 check "3 hosts: every rank ran on its own host" bash -c "grep -q '\"world_size\":3' '$scratch/run1/run.json'"
 
-# --servers 2 placed two per host (ppr:2:node: ranks 0 and 1 on the first host, none on
-# the third): refused before training, naming the ranks, the host and the fix; allowed with
-# --stack-servers. Dry runs.
+# --servers 2 placed two per host (ppr:2:node: ranks 0 and 1 on the first host, a host
+# without one): refused before training, naming the ranks, the hosts and the fix; allowed
+# with --stack-servers. Dry runs.
 servers_dry_run() {  # servers_dry_run LOG [flags...]
   local log=$1; shift
-  with_timeout 120 bash -c "source '$(dirname "$0")/../../tools/testhosts.sh'; $(declare -p TESTHOSTS_NS testhosts_tag); testhosts_mpirun $(printf '%q ' "$scratch" 4 "$mpirun") --oversubscribe --map-by ppr:2:node $(printf '%q ' "$pstrain") --model mlp --dataset synthetic --servers 2 --dry-run --train-dir $(printf '%q' "$scratch/servers") $(printf '%q ' "$@")" > "$log" 2>&1
+  with_timeout 120 bash -c "source '$(dirname "$0")/../../tools/testhosts.sh'; $(declare -p TESTHOSTS_NS testhosts_tag); testhosts_mpirun $(printf '%q ' "$scratch" 4 "$mpirun") --oversubscribe --map-by ppr:2:node $(printf '%q ' "$pstrain") --model mlp --dataset synthetic --servers 2 --dry-run --train-dir $(printf '%q' "$scratch/servers") ${*:+$(printf '%q ' "$@")}" > "$log" 2>&1
 }
 servers_dry_run "$scratch/stacked.log"
 rc=$?
-grep -m1 "servers 0, 1" "$scratch/stacked.log" | sed 's/^/     /'
+grep -m1 "servers ranks 0, 1" "$scratch/stacked.log" | sed 's/^/     /'
 check "--servers 2 on one host while another has none: refused, naming them and the fix" \
-  bash -c "[ $rc -ne 0 ] && grep -qE 'servers ranks 0, 1 on [^ ]+ \\(${addr[0]}\\) share one link while host [^ ]+ \\(${addr[2]}\\) has no server; .*--map-by node.*--stack-servers' '$scratch/stacked.log'"
+  bash -c "[ $rc -ne 0 ] && grep -qE 'servers ranks 0, 1 on [^ ]+ \\(${addr[0]}\\) share one link while host [^ ]+ \\((${addr[1]}|${addr[2]})\\) has no server; .*--map-by node.*--stack-servers' '$scratch/stacked.log'"
 servers_dry_run "$scratch/stacked-allowed.log" --stack-servers
 check "--stack-servers allows it" grep -q "2 parameter servers + 2 worker(s)" "$scratch/stacked-allowed.log"
 

@@ -262,7 +262,7 @@ check "--overwrite: a worker killed before the first checkpoint; relaunched afre
 # --- 8. --servers 2: a lost server is a lost job, relaunched as any ---------------------
 echo 4 > slots
 srv=(--device cpu --model mlp --dataset synthetic --batch-size 32 --steps 120 --lr 0.02 --checkpoint-every 20
-     --log-every 1 --threads 1 --timeout 60 --straggle 2:30,3:30 --servers 2)
+     --log-every 1 --threads 1 --timeout 60 --straggle "2:30,3:30" --servers 2)
 run_logged servers-reference with_timeout 300 "$mpirun" -np 4 "$pstrain" "${srv[@]}" --train-dir "$scratch/servers-reference"
 "$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" --discovery-interval 1 --max-restarts 1 \
   -- "${srv[@]}" --train-dir "$scratch/servers" > servers.log 2>&1 &
