@@ -35,21 +35,29 @@ SummedUpdate::SummedUpdate(const config::TrainConfig& cfg, optim::Optimizer& opt
 }
 
 bool SummedUpdate::apply(double lr, int contributors, std::int64_t step) {
+  // Skipping needs the finite check before the update; otherwise the update's own pass is the
+  // check (the job stops on a failed one).
+  const double by = divisor(step, [&] { return allFinite(messages_.grad); },
+                            [&] { return optim::sumOfSquares(messages_.grad); });
+  if (by == 0) return false;
+  if (!optimizer_.step(messages_.weights, messages_.grad, lr, by)) throw nonFinite(step);
+  averageBuffers(contributors);
+  return true;
+}
+
+double SummedUpdate::divisor(std::int64_t step, const std::function<bool()>& finiteGradient,
+                             const std::function<double()>& sumOfSquares) {
   const float* trailer = messages_.trailer;
   const double samples = trailer[kSamples];
   if (!(std::isfinite(samples) && samples > 0)) throw Error(fmt::format("step {}: the workers sent {} samples", step, samples));
   // Workers stop the job themselves on a non-finite loss unless --skip-nonfinite or loss
-  // scaling; an overflow can still appear only in the sum. Skipping needs the check before
-  // the update; otherwise the update's own pass is the check (the job stops on a failed one).
+  // scaling; an overflow can still appear only in the sum.
   const bool finiteLoss = trailer[kNonFinite] == 0 && std::isfinite(trailer[kLossSum]);
-  if (!admits(step, finiteLoss, [&] { return allFinite(messages_.grad); })) return false;
+  if (!admits(step, finiteLoss, finiteGradient)) return 0;
   if (!finiteLoss) throw nonFinite(step);
   // clip_grad_norm_'s factor scales the averaged gradient: the divisor grows by its inverse.
-  gradNorm_ = std::sqrt(optim::sumOfSquares(messages_.grad)) / samples;
-  const double clip = optim::clipFactor(gradNorm_, cfg_.clipGradNorm);
-  if (!optimizer_.step(messages_.weights, messages_.grad, lr, samples / clip)) throw nonFinite(step);
-  averageBuffers(contributors);
-  return true;
+  gradNorm_ = std::sqrt(sumOfSquares()) / samples;
+  return samples / optim::clipFactor(gradNorm_, cfg_.clipGradNorm);
 }
 
 bool SummedUpdate::admits(std::int64_t step, bool finiteLoss, const std::function<bool()>& finiteGradient) {

@@ -46,13 +46,15 @@ class SummedUpdate {
   // The L2 norm of the last update's averaged gradient, before clipping.
   double gradNorm() const { return gradNorm_; }
 
-  // apply()'s verdict on an update whose loss is `finiteLoss` (the trailer's) and whose
-  // summed gradient `finiteGradient()` says is finite (asked only where it matters): false
-  // when it is to be skipped (--skip-nonfinite, or an overflow under loss scaling, which is
-  // recorded and said); true when it is to be applied, or when the job must stop (the
-  // caller then throws nonFinite()). For a server of one range of the weights
-  // (exchanges/sharded), which gathers finiteness from every range.
-  bool admits(std::int64_t step, bool finiteLoss, const std::function<bool()>& finiteGradient);
+  // apply()'s rules without the step, for a gradient held in ranges (exchanges/sharded): from
+  // the trailer, and the summed gradient's finiteness and sum of squares (each asked only
+  // where it matters), the divisor of the update (the samples over the clip factor; it sets
+  // gradNorm()), or 0 when the update is skipped (--skip-nonfinite, or an overflow under loss
+  // scaling, which is recorded and said). Throws Error naming `step` for a sample count that
+  // is not a positive number or a non-finite loss otherwise; a non-finite gradient that is
+  // not skipped is left to the caller (throw nonFinite()).
+  double divisor(std::int64_t step, const std::function<bool()>& finiteGradient,
+                 const std::function<double()>& sumOfSquares);
   Error nonFinite(std::int64_t step) const;
   // messages.serverBuffers and the model's buffers: the mean of the summed ones.
   void averageBuffers(int contributors);
@@ -64,6 +66,7 @@ class SummedUpdate {
   const optim::LossScale* lossScaling() const { return lossScale_ ? &*lossScale_ : nullptr; }
 
  private:
+  bool admits(std::int64_t step, bool finiteLoss, const std::function<bool()>& finiteGradient);
 
   const config::TrainConfig& cfg_;
   optim::Optimizer& optimizer_;

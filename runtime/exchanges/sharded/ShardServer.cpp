@@ -395,22 +395,19 @@ class Lead {
     }
   }
 
-  // SummedUpdate::apply()'s rules over the whole gradient, from the servers' Partials.
+  // SummedUpdate's rules over the whole gradient, from the servers' Partials.
   Verdict decide(std::int64_t step, double lr, double& gradNorm) {
-    const float* trailer = s_.messages.trailer;
-    const double samples = trailer[kSamples];
-    if (!(std::isfinite(samples) && samples > 0)) throw Error(fmt::format("step {}: the workers sent {} samples", step, samples));
-    const bool finiteLoss = trailer[kNonFinite] == 0 && std::isfinite(trailer[kLossSum]);
     bool finiteGradient = true;
     double sumOfSquares = 0;
     for (const Partial& p : partials_) {
       finiteGradient = finiteGradient && p.finite != 0;
       sumOfSquares += p.sumOfSquares;
     }
-    if (!s_.update.admits(step, finiteLoss, [&] { return finiteGradient; })) return {};
-    if (!finiteLoss || !finiteGradient) throw s_.update.nonFinite(step);
-    gradNorm = std::sqrt(sumOfSquares) / samples;
-    return {1, lr, samples / optim::clipFactor(gradNorm, s_.rule.clipGradNorm)};
+    const double divisor = s_.update.divisor(step, [&] { return finiteGradient; }, [&] { return sumOfSquares; });
+    if (divisor == 0) return {};
+    if (!finiteGradient) throw s_.update.nonFinite(step);
+    gradNorm = s_.update.gradNorm();
+    return {1, lr, divisor};
   }
 
   roles::Server& s_;
