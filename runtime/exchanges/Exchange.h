@@ -54,6 +54,9 @@ struct Exchange {
   StepEstimate (*cost)(const StepCost&);
   // The dry run's text of its own; null where it has none.
   PlanText (*plan)(const PlanFacts&);
+  // Its refusals of a run that only it knows (throws CollectiveConfigError), run on every
+  // rank after the handshake, before anything trains or is planned; null: none.
+  void (*check)(const config::TrainConfig&, const models::Net&) = nullptr;
 };
 
 }  // namespace pstrain::exchanges

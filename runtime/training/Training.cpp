@@ -475,6 +475,8 @@ StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, mo
   }
   started.run.virtualShards = std::stoi(started.facts[0].at("resolved-virtual-shards"));
   checkBatchFitsShards(started.run, started.trainSamples);
+  const exchanges::Exchange& exchange = training::exchangeFor(started.run);
+  if (exchange.check) exchange.check(started.run, model);
   return started;
 }
 

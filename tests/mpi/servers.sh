@@ -86,5 +86,9 @@ check "pseval reads the sharded run's checkpoints as any" test "$(tail -n +2 "$s
 # --- layouts refused before training, naming the fix.
 job_refused "2 servers in 2 ranks: no worker left" "--servers 2 leaves no worker among 2 rank" --servers 2
 job_refused "--servers 0" "--servers must be in \[1, 1024\]" --servers 0
+refused "5 servers of a 4-tensor model under a codec (whole tensors): refused on every rank, naming the fix" \
+  "--servers 5: the model has 4 parameter tensors, and a gradient codec takes whole tensors: use at most 4 servers" \
+  with_timeout 60 "$mpirun" -np 6 "$pstrain" --device cpu --threads 1 --model convnet --dataset synthetic --servers 5 \
+  --compress int8 --steps 5 --train-dir "$scratch/bad-run"
 job_refused "--servers with async" "--servers 2 shards the sync mode's server; --mode async" --mode async --servers 2
 checks_done

@@ -76,7 +76,7 @@ TEST(KeyRanges, OneBigTensorIsCutInsideAtAlignedOffsets) {
 TEST(KeyRanges, EveryServerGetsAFloatOrTheLayoutIsRefused) {
   const auto ranges = keyRanges({{3}}, 3);
   expectTiling(ranges, 3);
-  EXPECT_THROW(keyRanges({{2}}, 3), pstrain::ConfigError);
+  EXPECT_THROW(keyRanges({{2}}, 3), pstrain::CollectiveConfigError);
 }
 
 TEST(KeyRanges, AGradientCodecGetsWholeTensors) {
@@ -87,5 +87,5 @@ TEST(KeyRanges, AGradientCodecGetsWholeTensors) {
   const auto three = keyRanges({{100000}, {1}, {1}}, 3, true);
   EXPECT_EQ(three[0].end, 100000);
   EXPECT_EQ(three[1].end, 100001);
-  EXPECT_THROW(keyRanges({{10}, {10}}, 3, true), pstrain::ConfigError);
+  EXPECT_THROW(keyRanges({{10}, {10}}, 3, true), pstrain::CollectiveConfigError);
 }

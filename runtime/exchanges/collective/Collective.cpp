@@ -103,11 +103,12 @@ exchanges::StepEstimate cost(const exchanges::StepCost& c) {
 }
 
 exchanges::PlanText plan(const exchanges::PlanFacts& f) {
-  if (!f.cfg.overlapping()) return {};
-  return {fmt::format("; in {} buckets of {} KiB, gradients reduced during backward, weights broadcast as each bucket "
-                      "is updated",
-                      gradientBuckets(f.model, f.cfg.bucketKb * 1024).size(), f.cfg.bucketKb),
-          ""};
+  exchanges::PlanText text;
+  if (!f.cfg.overlapping()) return text;
+  text.sameLine = fmt::format("; in {} buckets of {} KiB, gradients reduced during backward, weights broadcast as each "
+                              "bucket is updated",
+                              gradientBuckets(f.model, f.cfg.bucketKb * 1024).size(), f.cfg.bucketKb);
+  return text;
 }
 
 }  // namespace

@@ -30,7 +30,10 @@ StepEstimate cost(const StepCost& c) {
 // Checkpoints at the ends of rounds. With --local-steps auto the rounds' ends are known only
 // once the first rounds are measured: the plan names the multiples of --checkpoint-every.
 PlanText plan(const PlanFacts& f) {
-  return {"", roles::roundsDryRun(f.cfg, f.total, f.down, f.up), std::max<std::int64_t>(f.cfg.fixedLocalSteps(), 1)};
+  PlanText text;
+  text.lines = roles::roundsDryRun(f.cfg, f.total, f.down, f.up);
+  text.checkpointRound = std::max<std::int64_t>(f.cfg.fixedLocalSteps(), 1);
+  return text;
 }
 
 }  // namespace

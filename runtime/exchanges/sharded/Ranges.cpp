@@ -44,10 +44,10 @@ std::vector<KeyRange> keyRanges(const codec::Shapes& shapes, int servers, bool w
   for (const auto& shape : shapes) starts.push_back(starts.back() + elementsOf(shape));
   const std::int64_t total = starts.back();
   if (servers < 1 || total < servers) {
-    throw ConfigError(fmt::format("--servers {}: the model has {} parameters, fewer than one per server", servers, total));
+    throw CollectiveConfigError(fmt::format("--servers {}: the model has {} parameters, fewer than one per server", servers, total));
   }
   if (wholeTensors && static_cast<std::int64_t>(shapes.size()) < servers) {
-    throw ConfigError(fmt::format("--servers {}: the model has {} parameter tensors, and a gradient codec takes whole "
+    throw CollectiveConfigError(fmt::format("--servers {}: the model has {} parameter tensors, and a gradient codec takes whole "
                                   "tensors: use at most {} servers, or --compress none", servers, shapes.size(),
                                   shapes.size()));
   }

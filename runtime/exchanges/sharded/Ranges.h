@@ -25,7 +25,8 @@ struct KeyRange {
 // The K ranges of a model whose parameters have `shapes` (in order); with `wholeTensors`
 // every cut falls between tensors (the nearest boundary: a gradient codec's frames are per
 // tensor, and so stay what one server's are). The same arguments give the same ranges on
-// every rank. Throws ConfigError when there are fewer floats (or tensors) than servers.
+// every rank, and the same refusal: CollectiveConfigError when there are fewer floats (or
+// tensors) than servers.
 std::vector<KeyRange> keyRanges(const codec::Shapes& shapes, int servers, bool wholeTensors = false);
 
 }  // namespace pstrain::exchanges

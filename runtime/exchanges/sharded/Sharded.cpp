@@ -60,8 +60,11 @@ StepEstimate cost(const StepCost& c) {
   return {kthFastest(c.m, c.n, c.n) + up + c.m.updateSeconds / k + way(c.weights.bytes), c.n * c.m.batchSamples};
 }
 
+// A model whose parameters cannot give every server a range is refused (Ranges.h).
+void check(const config::TrainConfig& cfg, const models::Net& model) { sharded::rangesOf(model, cfg); }
+
 }  // namespace
 
-const Exchange kSharded = {config::Exchange::Collective, sharded::serve, others, cost, plan};
+const Exchange kSharded = {config::Exchange::Collective, sharded::serve, others, cost, plan, check};
 
 }  // namespace pstrain::exchanges
