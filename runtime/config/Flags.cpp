@@ -200,16 +200,18 @@ const std::vector<Flag> kFlags = {
      &TrainConfig::overlap, A::Fingerprint, nullptr, [](const TrainConfig& c) {
        requireOneOf("overlap", c.overlap, {"on", "off"}); }},
     {"servers", "Run",
-     "sync: K parameter servers, ranks 0..K-1, each owning 1/K of the weights (by bytes) and of the optimizer state; "
-     "the other ranks are workers. Each server's link then carries 1/K of the traffic: put one server per host "
-     "(mpirun --map-by node; docs/modes.md). --overlap applies to one server",
+     "sync, diloco, localsgd: K parameter servers, ranks 0..K-1, each owning 1/K of the weights (by bytes) and of the "
+     "(outer) optimizer state; the other ranks are workers. In sync each server's link then carries 1/K of the "
+     "traffic: put one server per host (mpirun --map-by node; docs/modes.md). --overlap applies to one server",
      &TrainConfig::servers, A::Compared, nullptr, [](const TrainConfig& c) {
        require(c.servers >= 1 && c.servers <= 1024, fmt::format("--servers must be in [1, 1024] (got {})", c.servers));
-       if (c.servers == 1) return;
-       require(c.mode == Mode::Sync, fmt::format("--servers {} shards the sync mode's server; --mode {} has one server "
-                                                 "(use --mode sync, or --servers 1)", c.servers, c.modeInfo().name));
-       require(!c.balance(), "--balance deals shards by speed with one server: with --servers above 1 use --balance off");
-       require(!c.compressesWeights(), fmt::format("--compress-weights {} is for one server: with --servers {} the "
+       if (c.servers == 1 || c.modeInfo().outerOptimizer()) return;
+       require(c.mode == Mode::Sync, fmt::format("--servers {} shards the server of sync, diloco and localsgd; --mode {} "
+                                                 "has one server (use one of those modes, or --servers 1)", c.servers,
+                                                 c.modeInfo().name));
+       require(!c.balance(), "--balance deals shards by speed with one sync server: with --servers above 1 use "
+                             "--balance off");
+       require(!c.compressesWeights(), fmt::format("--compress-weights {} is for one sync server: with --servers {} the "
                                                    "weights travel as raw floats", c.weightCodec(), c.servers)); }},
     {"stack-servers", "Run",
      "--servers: allow two servers on one host while another host has none (refused otherwise: they would share one link)",

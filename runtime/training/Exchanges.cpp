@@ -25,7 +25,8 @@ const exchanges::Exchange& exchangeOf(config::Exchange exchange) {
 }
 
 const exchanges::Exchange& exchangeFor(config::Mode mode, int servers) {
-  return servers > 1 ? exchanges::kSharded : exchangeOf(config::info(mode).exchange);
+  const config::Exchange exchange = config::info(mode).exchange;
+  return servers > 1 && exchange == config::Exchange::Collective ? exchanges::kSharded : exchangeOf(exchange);
 }
 
 const exchanges::Exchange& exchangeFor(const config::TrainConfig& cfg) { return exchangeFor(cfg.mode, cfg.servers); }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # --servers K under mpirun (exchanges/sharded): K servers give one server's weights (SGD
-# momentum, AdamW with clipping, int8 with error feedback); each server's traffic and memory
+# momentum, AdamW with clipping, int8 with error feedback; diloco's outer step, and its
+# resume with another K); each server's traffic and memory
 # in the metrics; the dry run and run.json say who serves what; a worker killed mid-run,
 # then --resume with another K gives the uninterrupted run's weights; bad layouts refused.
 # Usage: servers.sh PSTRAIN PSEVAL MPIRUN SCRATCH
@@ -83,6 +84,43 @@ check "resume with 3 servers: the uninterrupted 1-server run's weights" same "re
 "$pseval" --train-dir "$scratch/killed" > "$scratch/eval.log" 2>&1
 check "pseval reads the sharded run's checkpoints as any" test "$(tail -n +2 "$scratch/killed/eval.csv" | wc -l)" -ge 2
 
+# --- diloco: the outer step over K servers (exchanges/rounds/RoundsServers.h). Raw floats
+# both ways, no overlap, no balance (as mpi.diloco's exact sections): K = 2 and 4 give one
+# server's weights; a worker killed mid-run, resumed with 3 servers, gives the uninterrupted
+# 1-server run's weights (outer momentum gathered into each checkpoint, split again at start).
+diloco=(--mode diloco --synthetic-size 3000 --batch-size 16 --steps 120 --lr 0.05 --momentum 0 --checkpoint-every 20
+        --local-steps 7 --outer-lr 0.7 --outer-momentum 0.9 --compress none --compress-weights none --overlap-rounds=off
+        --balance=off)
+train 3 "$scratch/diloco-k1" "${diloco[@]}"
+for k in 2 4; do
+  train $((k + 2)) "$scratch/diloco-k$k" "${diloco[@]}" --servers $k
+  check "diloco: $k servers give 1 server's weights" same "diloco, $k servers" "$scratch/diloco-k1/trained_model.pt" \
+    "$scratch/diloco-k$k/trained_model.pt"
+done
+train 4 "$scratch/diloco-killed" "${diloco[@]}" --servers 2 --straggle 2:40,3:40 &
+job=$!
+for _ in $(seq 600); do [ -e "$scratch/diloco-killed/ckpt/step-00000042.ok" ] && break; sleep 0.1; done
+kill -9 "$(rank_pid "$scratch/diloco-killed" 3)"
+wait $job
+train 5 "$scratch/diloco-killed" "${diloco[@]}" --servers 3 --resume
+check "diloco: killed, resumed with 3 servers: continues from a round's checkpoint" \
+  grep -qE "resuming at step (42|56|63|84|98|105)" "$scratch/diloco-killed.log"
+check "diloco: resumed with 3 servers: the uninterrupted 1-server run's weights" same "diloco, resumed" \
+  "$scratch/diloco-k1/trained_model.pt" "$scratch/diloco-killed/trained_model.pt"
+# The defaults (int4 both ways, H and overlap auto, dealt by speed) over 2 servers: each
+# server sends its range's int4 updates; the metrics name both servers; pseval reads it.
+train 4 "$scratch/diloco-defaults" --mode diloco --steps 120 --checkpoint-every 40 --servers 2
+check "diloco defaults, 2 servers: completes, measuring H" grep -q "round 2 took" "$scratch/diloco-defaults.log"
+check "diloco defaults, 2 servers: each server's bytes per round, balanced within 25%" \
+  test "$(metric "$scratch/diloco-defaults" "(lambda a, b: a > 0 and abs(a - b) <= 0.25 * (a + b))(last['server0_mib_per_step'], last['server1_mib_per_step'])")" = True
+"$pseval" --train-dir "$scratch/diloco-defaults" > "$scratch/diloco-eval.log" 2>&1
+check "diloco defaults, 2 servers: pseval reads every checkpoint" \
+  test "$(tail -n +2 "$scratch/diloco-defaults/eval.csv" | wc -l)" -ge 2
+with_timeout 60 "$mpirun" -np 4 "$pstrain" --device cpu --threads 1 --model mlp --dataset synthetic --servers 2 --dry-run \
+  --mode diloco --train-dir "$scratch/plan-diloco" > "$scratch/plan-diloco.log" 2>&1
+check "dry run, diloco: rank 1 owns the second range" grep -qE "rank 1 owns parameters \[[0-9]+, 203530\)" \
+  "$scratch/plan-diloco.log"
+
 # --- layouts refused before training, naming the fix.
 job_refused "2 servers in 2 ranks: no worker left" "--servers 2 leaves no worker among 2 rank" --servers 2
 job_refused "--servers 0" "--servers must be in \[1, 1024\]" --servers 0
@@ -90,5 +128,6 @@ refused "5 servers of a 4-tensor model under a codec (whole tensors): refused on
   "--servers 5: the model has 4 parameter tensors, and a gradient codec takes whole tensors: use at most 4 servers" \
   with_timeout 60 "$mpirun" -np 6 "$pstrain" --device cpu --threads 1 --model convnet --dataset synthetic --servers 5 \
   --compress int8 --steps 5 --train-dir "$scratch/bad-run"
-job_refused "--servers with async" "--servers 2 shards the sync mode's server; --mode async" --mode async --servers 2
+job_refused "--servers with async" "--servers 2 shards the server of sync, diloco and localsgd; --mode async" --mode async \
+  --servers 2
 checks_done

@@ -23,6 +23,25 @@ constexpr int kUpTag = comm::Communicator::kFirstFreeTag, kDownTag = comm::Commu
 // The down message's first float: what its chunks carry.
 constexpr float kWholeWeights = 0, kUpdate = 1;
 
+// A chunk of the weights: its floats, and the server that owns it.
+struct Chunk {
+  std::int64_t offset = 0, length = 0;
+  int owner = 0;
+};
+
+// Each server's range cut into chunks of at most kChunkFloats, in order.
+std::vector<Chunk> chunksOf(const std::vector<std::int64_t>& serverEnds) {
+  std::vector<Chunk> chunks;
+  std::int64_t begin = 0;
+  for (std::size_t k = 0; k < serverEnds.size(); ++k) {
+    for (std::int64_t at = begin; at < serverEnds[k]; at += kChunkFloats) {
+      chunks.push_back({at, std::min(kChunkFloats, serverEnds[k] - at), static_cast<int>(k)});
+    }
+    begin = serverEnds[k];
+  }
+  return chunks;
+}
+
 // One message of an exchange: its bytes (to send, or where one is received) and its request.
 struct Message {
   std::vector<char> bytes;
@@ -35,12 +54,16 @@ struct Message {
 
 struct RoundChain::Impl {
   comm::Communicator& comm;
-  const int rank, last;  // the chain: last, last - 1, ..., 1, 0 up; 0, 1, ..., last down
-  const std::int64_t weights, upFixed, downFixed, chunks;
+  // The chain: last, last - 1, ..., first, then each chunk's owner, up; down the other way.
+  const int rank, servers, first, last;
+  const std::vector<Chunk> table;
+  const std::int64_t upFixed, downFixed, chunks;
+  std::vector<std::int64_t> mine;  // the chunks this rank takes up (a server: its own; a worker: all)
+  std::int64_t base = 0;           // where this rank's floats begin (a server holds its range only)
   Codecs codecs;
   bool lossyDown;
   std::vector<std::unique_ptr<codec::ErrorFeedbackEncoder>> upEncoders;  // workers, by chunk
-  std::vector<std::unique_ptr<codec::Codec>> upDecoders, wholeCodecs, updateCodecs;  // by chunk
+  std::vector<std::unique_ptr<codec::Codec>> upDecoders, wholeCodecs, updateCodecs;  // by chunk (servers: their own)
   std::vector<float> scratch;  // a chunk's decoded floats
 
   // The exchange in flight.
@@ -52,32 +75,51 @@ struct RoundChain::Impl {
   float* fixedOut = nullptr;
   float* global = nullptr;  // a worker's copy of the weights
   std::vector<Message> upIn, upOut, downIn, downOut;  // chunks, then (up) the fixed part last / (down) first
-  std::size_t nextUp = 0, nextDown = 0;  // the next message to take in, in order
+  std::vector<std::int64_t> upOrder;     // the up messages this rank takes in, in order
+  std::size_t nextUp = 0, nextDown = 0;  // the next of upOrder, and of the down message, to take in
   bool upActive = false;                 // this exchange has an up message
   bool updates = false;                  // this down message's chunks are updates
   Traffic traffic;
 
-  Impl(comm::Communicator& c, std::int64_t w, std::int64_t uf, std::int64_t df, const Codecs& k, std::uint64_t seed)
-      : comm(c), rank(c.rank()), last(c.size() - 1), weights(w), upFixed(uf), downFixed(df),
-        chunks((w + kChunkFloats - 1) / kChunkFloats), codecs(k), lossyDown(!config::isLossless(k.down)),
-        scratch(static_cast<std::size_t>(std::min(w, kChunkFloats))) {
+  Impl(comm::Communicator& c, const std::vector<std::int64_t>& serverEnds, std::int64_t uf, std::int64_t df,
+       const Codecs& k, std::uint64_t seed)
+      : comm(c), rank(c.rank()), servers(static_cast<int>(serverEnds.size())), first(servers), last(c.size() - 1),
+        table(chunksOf(serverEnds)), upFixed(uf), downFixed(df), chunks(static_cast<std::int64_t>(table.size())),
+        codecs(k), lossyDown(!config::isLossless(k.down)), scratch(static_cast<std::size_t>(kChunkFloats)) {
+    if (servers < 1 || servers >= c.size()) throw InternalError("RoundChain: no worker, or no server");
+    upEncoders.resize(table.size());
+    upDecoders.resize(table.size());
+    wholeCodecs.resize(table.size());
+    updateCodecs.resize(table.size());
     for (std::int64_t i = 0; i < chunks; ++i) {
+      if (isServer() && table[i].owner != rank) continue;
+      mine.push_back(i);
       const codec::Shapes shape = {{length(i)}};
       const std::uint64_t chunkSeed = seed * 1000003u + static_cast<std::uint64_t>(i);
-      if (rank > 0) {
-        upEncoders.push_back(std::make_unique<codec::ErrorFeedbackEncoder>(
-            codec::makeCodec(k.up, shape, chunkSeed, "compress", k.upErrorFeedback), k.upErrorFeedback));
+      if (!isServer()) {
+        upEncoders[i] = std::make_unique<codec::ErrorFeedbackEncoder>(
+            codec::makeCodec(k.up, shape, chunkSeed, "compress", k.upErrorFeedback), k.upErrorFeedback);
       } else {
-        upDecoders.push_back(codec::makeCodec(k.up, shape, chunkSeed, "compress"));
+        upDecoders[i] = codec::makeCodec(k.up, shape, chunkSeed, "compress");
       }
-      wholeCodecs.push_back(codec::makeCodec(lossyDown ? config::kRawCodec : k.down, shape, chunkSeed, "compress-weights"));
-      if (lossyDown) updateCodecs.push_back(codec::makeCodec(k.down, shape, chunkSeed, "compress-weights"));
+      wholeCodecs[i] = codec::makeCodec(lossyDown ? config::kRawCodec : k.down, shape, chunkSeed, "compress-weights");
+      if (lossyDown) updateCodecs[i] = codec::makeCodec(k.down, shape, chunkSeed, "compress-weights");
     }
+    if (isServer() && rank > 0) base = serverEnds[static_cast<std::size_t>(rank) - 1];
+    upOrder = mine;
+    if (!isServer() || rank == 0) upOrder.push_back(chunks);  // the fixed part
   }
 
-  std::int64_t offset(std::int64_t i) const { return i * kChunkFloats; }
-  std::int64_t length(std::int64_t i) const { return std::min(kChunkFloats, weights - offset(i)); }
-  const codec::Codec& upCodec(std::int64_t i) const { return rank > 0 ? upEncoders[i]->codec() : *upDecoders[i]; }
+  bool isServer() const { return rank < servers; }
+  std::int64_t offset(std::int64_t i) const { return table[i].offset; }
+  std::int64_t length(std::int64_t i) const { return table[i].length; }
+  // A worker's neighbour toward the servers for message `i` (up: chunk i, or the fixed part
+  // at `chunks`): the worker before it, or (the first worker) the chunk's owner, or server 0.
+  int towardServers(std::int64_t i) const {
+    if (rank > first) return rank - 1;
+    return i < chunks ? table[i].owner : 0;
+  }
+  const codec::Codec& upCodec(std::int64_t i) const { return isServer() ? *upDecoders[i] : upEncoders[i]->codec(); }
   const codec::Codec& downCodec(std::int64_t i) const { return updates ? *updateCodecs[i] : *wholeCodecs[i]; }
 
   // --- requests ---------------------------------------------------------------------------
@@ -123,10 +165,14 @@ struct RoundChain::Impl {
     context = what;
   }
 
+  // From the next worker (a server: from the first worker).
   void postUpReceives() {
     resize(upIn, static_cast<std::size_t>(chunks) + 1);
-    for (std::int64_t i = 0; i < chunks; ++i) receiveInto(upIn[i], upCodec(i).maxFrameBytes(), rank + 1, kUpTag);
-    receiveInto(upIn[chunks], static_cast<std::size_t>(upFixed) * sizeof(float), rank + 1, kUpTag);
+    const int from = isServer() ? first : rank + 1;
+    for (std::int64_t i : upOrder) {
+      const std::size_t capacity = i < chunks ? upCodec(i).maxFrameBytes() : static_cast<std::size_t>(upFixed) * sizeof(float);
+      receiveInto(upIn[i], capacity, from, kUpTag);
+    }
     nextUp = 0;
   }
   // Worker: chunk `i` of the sum from here on (own + `incoming`, if any) encoded and sent on.
@@ -142,7 +188,7 @@ struct RoundChain::Impl {
     upEncoders[i]->encode(mine, frame);
     traffic.codecSeconds += secondsSince(start);
     traffic.rawSent += static_cast<double>(n) * sizeof(float);
-    sendOf(upOut[i], frame, rank - 1, kUpTag);
+    sendOf(upOut[i], frame, towardServers(i), kUpTag);
   }
   void sendUpFixed(const float* incoming) {
     std::vector<float> sum(fixed, fixed + upFixed);
@@ -151,7 +197,7 @@ struct RoundChain::Impl {
     }
     traffic.rawSent += static_cast<double>(upFixed) * sizeof(float);
     sendOf(upOut[chunks], std::string_view(reinterpret_cast<const char*>(sum.data()), sum.size() * sizeof(float)),
-           rank - 1, kUpTag);
+           towardServers(chunks), kUpTag);
   }
   void decodeUp(std::int64_t i, float* out) {
     const auto start = Clock::now();
@@ -161,7 +207,7 @@ struct RoundChain::Impl {
     try {
       upCodec(i).decode(m.bytes.data(), m.size, out);
     } catch (const CodecError& e) {
-      throw CommError(fmt::format("{}: rank {}'s pseudo-gradient: {}", context, rank + 1, e.what()));
+      throw CommError(fmt::format("{}: rank {}'s pseudo-gradient: {}", context, isServer() ? first : rank + 1, e.what()));
     }
     traffic.codecSeconds += secondsSince(start);
   }
@@ -175,10 +221,10 @@ struct RoundChain::Impl {
   }
   // Takes in (and passes on) what arrived of the up message; whether all of it is in.
   bool advanceUp() {
-    const bool relaying = rank > 0 && rank < last;
+    const bool relaying = !isServer() && rank < last;
     if (!upActive || rank == last) return true;  // none, or sent whole at the start
-    while (nextUp <= static_cast<std::size_t>(chunks) && ready(upIn[nextUp])) {
-      const std::int64_t i = static_cast<std::int64_t>(nextUp++);
+    while (nextUp < upOrder.size() && ready(upIn[upOrder[nextUp]])) {
+      const std::int64_t i = upOrder[nextUp++];
       if (i == chunks) {
         const float* in = fixedOf(upIn[i], upFixed);
         if (relaying) {
@@ -190,21 +236,21 @@ struct RoundChain::Impl {
         decodeUp(i, scratch.data());
         sendUpChunk(i, scratch.data());
       } else {
-        decodeUp(i, deltaOut + offset(i));
+        decodeUp(i, deltaOut + offset(i) - base);
       }
     }
-    return nextUp > static_cast<std::size_t>(chunks);
+    return nextUp == upOrder.size();
   }
 
   // --- down -------------------------------------------------------------------------------
   void postDownReceives() {
     resize(downIn, static_cast<std::size_t>(chunks) + 1);
     resize(downOut, static_cast<std::size_t>(chunks) + 1);
-    receiveInto(downIn[0], static_cast<std::size_t>(downFixed + 1) * sizeof(float), rank - 1, kDownTag);
+    receiveInto(downIn[0], static_cast<std::size_t>(downFixed + 1) * sizeof(float), towardServers(chunks), kDownTag);
     for (std::int64_t i = 0; i < chunks; ++i) {
       const std::size_t capacity = std::max(wholeCodecs[i]->maxFrameBytes(),
                                             lossyDown ? updateCodecs[i]->maxFrameBytes() : std::size_t(0));
-      receiveInto(downIn[i + 1], capacity, rank - 1, kDownTag);
+      receiveInto(downIn[i + 1], capacity, towardServers(i), kDownTag);
     }
     nextDown = 0;
   }
@@ -278,25 +324,25 @@ struct RoundChain::Impl {
       }
       return nullptr;
     };
-    if (upActive && role != Role::ServerDown && rank < last && nextUp <= static_cast<std::size_t>(chunks)) {
-      return &upIn[nextUp];
-    }
+    if (upActive && role != Role::ServerDown && rank < last && nextUp < upOrder.size()) return &upIn[upOrder[nextUp]];
     if (role == Role::Worker && nextDown <= static_cast<std::size_t>(chunks)) return &downIn[nextDown];
     if (Message* m = firstOpen(upOut)) return m;
     return firstOpen(downOut);
   }
 };
 
-RoundChain::RoundChain(comm::Communicator& comm, std::int64_t weights, std::int64_t upFixed, std::int64_t downFixed,
-                       const Codecs& codecs, std::uint64_t seed)
-    : impl_(std::make_unique<Impl>(comm, weights, upFixed, downFixed, codecs, seed)) {}
+RoundChain::RoundChain(comm::Communicator& comm, const std::vector<std::int64_t>& serverEnds, std::int64_t upFixed,
+                       std::int64_t downFixed, const Codecs& codecs, std::uint64_t seed)
+    : impl_(std::make_unique<Impl>(comm, serverEnds, upFixed, downFixed, codecs, seed)) {}
 
 RoundChain::~RoundChain() = default;
 
 bool RoundChain::sendsUpdates() const { return impl_->lossyDown; }
 
 void RoundChain::scaleUpResidual(double factor) {
-  for (auto& encoder : impl_->upEncoders) encoder->scaleResidual(static_cast<float>(factor));
+  for (auto& encoder : impl_->upEncoders) {
+    if (encoder) encoder->scaleResidual(static_cast<float>(factor));
+  }
 }
 
 void RoundChain::startWorker(const float* delta, const float* fixed, float* global, float* downFixed,
@@ -333,15 +379,17 @@ void RoundChain::startServerDown(const float* fixed, float* weights, const float
   s.updates = target != nullptr;
   if (s.updates && !s.lossyDown) throw InternalError("RoundChain: updates with a lossless down codec");
   Impl::resize(s.downOut, static_cast<std::size_t>(s.chunks) + 1);
-  std::vector<float> head(static_cast<std::size_t>(s.downFixed) + 1);
-  head[0] = s.updates ? kUpdate : kWholeWeights;
-  std::copy(fixed, fixed + s.downFixed, head.begin() + 1);
-  s.traffic.rawSent += static_cast<double>(head.size() * sizeof(float));
-  s.sendOf(s.downOut[0], std::string_view(reinterpret_cast<const char*>(head.data()), head.size() * sizeof(float)), 1,
-           kDownTag);
-  for (std::int64_t i = 0; i < s.chunks; ++i) {
+  if (s.rank == 0) {
+    std::vector<float> head(static_cast<std::size_t>(s.downFixed) + 1);
+    head[0] = s.updates ? kUpdate : kWholeWeights;
+    std::copy(fixed, fixed + s.downFixed, head.begin() + 1);
+    s.traffic.rawSent += static_cast<double>(head.size() * sizeof(float));
+    s.sendOf(s.downOut[0], std::string_view(reinterpret_cast<const char*>(head.data()), head.size() * sizeof(float)),
+             s.first, kDownTag);
+  }
+  for (std::int64_t i : s.mine) {
     const auto start = Clock::now();
-    const std::int64_t n = s.length(i), at = s.offset(i);
+    const std::int64_t n = s.length(i), at = s.offset(i) - s.base;
     std::string frame;
     if (!s.updates) {
       s.wholeCodecs[i]->encode(weights + at, frame);
@@ -353,7 +401,7 @@ void RoundChain::startServerDown(const float* fixed, float* weights, const float
     }
     s.traffic.codecSeconds += secondsSince(start);
     s.traffic.rawSent += static_cast<double>(n) * sizeof(float);
-    s.sendOf(s.downOut[i + 1], frame, 1, kDownTag);
+    s.sendOf(s.downOut[i + 1], frame, s.first, kDownTag);
   }
 }
 

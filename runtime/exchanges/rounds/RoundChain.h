@@ -7,6 +7,11 @@
 // each way whatever the number of workers (a gather, or a tree rooted at rank 0, makes rank
 // 0's link carry N), and a chunk moves on while the next one travels.
 //
+// With K servers (--servers), server k owns a contiguous range of the weights and the chunks
+// that cut it: the first worker sends each chunk up to its owner, and takes each chunk of the
+// down message from it; the fixed parts travel to and from server 0. Every other hop is as
+// with one server.
+//
 // Each hop encodes its up chunk with the up codec, under its own error feedback where that
 // is on. Down, the server sends either the weights whole (the first round, and with a
 // lossless down codec: raw floats or zlib) or, with a lossy down codec, the update that
@@ -33,11 +38,13 @@ class RoundChain {
     std::string up = "none", down = "none";  // codec specs (codec/Codec.h)
     bool upErrorFeedback = false;
   };
-  // `weights`: floats of the model's parameters; `upFixed`, `downFixed`: the raw floats
-  // that follow them in each message (buffers and trailer; header, buffers and shares).
-  // `seed` seeds this rank's encoders. Not collective.
-  RoundChain(comm::Communicator& comm, std::int64_t weights, std::int64_t upFixed, std::int64_t downFixed,
-             const Codecs& codecs, std::uint64_t seed);
+  // `serverEnds`: where each server's range of the model's parameter floats ends (server k
+  // owns [serverEnds[k-1], serverEnds[k]); ranks 0..K-1 are the servers, the others the
+  // workers); `upFixed`, `downFixed`: the raw floats that follow the weights in each message
+  // (buffers and trailer; header, buffers and shares). `seed` seeds this rank's encoders.
+  // Not collective.
+  RoundChain(comm::Communicator& comm, const std::vector<std::int64_t>& serverEnds, std::int64_t upFixed,
+             std::int64_t downFixed, const Codecs& codecs, std::uint64_t seed);
   ~RoundChain();
 
   // Whether the down message sends updates (a lossy down codec) rather than whole weights.
@@ -52,12 +59,13 @@ class RoundChain {
   // All four are the caller's and left alone until the exchange is done. With `delta` null
   // nothing goes up (the run's first down message).
   void startWorker(const float* delta, const float* fixed, float* global, float* downFixed, const std::string& context);
-  // The server starts receiving the sum of the workers' up messages into `delta` and
-  // `fixed` (overwritten).
+  // A server starts receiving the sum of the workers' up messages into `delta` (its range's
+  // floats) and (server 0) `fixed` (overwritten).
   void startServerUp(float* delta, float* fixed, const std::string& context);
-  // The server sends `fixed` (downFixed floats), then `weights` whole (`target` null) or
-  // the update that moves `weights` toward `target`, which it applies to `weights` here.
-  // The buffers are left alone until the exchange is done.
+  // A server sends `fixed` (server 0: downFixed floats; the others': unused), then `weights`
+  // (its range's floats) whole (`target` null) or the update that moves them toward `target`
+  // (as many), which it applies to `weights` here. The buffers are left alone until the
+  // exchange is done; every server sends updates, or none does.
   void startServerDown(const float* fixed, float* weights, const float* target, const std::string& context);
 
   // Moves on what arrived (sums, relays, decodes) without waiting; whether this rank's part

@@ -6,6 +6,7 @@
 #include "runtime/config/Codecs.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/exchanges/rounds/RoundsPlan.h"
+#include "runtime/exchanges/sharded/Servers.h"
 
 namespace pstrain::exchanges {
 namespace {
@@ -32,9 +33,13 @@ StepEstimate cost(const StepCost& c) {
 PlanText plan(const PlanFacts& f) {
   PlanText text;
   text.lines = roles::roundsDryRun(f.cfg, f.total, f.down, f.up);
+  if (f.cfg.servers > 1) text.lines += sharded::describeRanges(roles::roundsRanges(f.model, f.cfg));
   text.checkpointRound = std::max<std::int64_t>(f.cfg.fixedLocalSteps(), 1);
   return text;
 }
+
+// A model whose parameters cannot give every server a range is refused (Ranges.h).
+void check(const config::TrainConfig& cfg, const models::Net& model) { roles::roundsRanges(model, cfg); }
 
 }  // namespace
 
@@ -45,6 +50,7 @@ double roundExchangeSeconds(const CodecCost& grad, const CodecCost& weights, con
          weights.encodeSeconds + chained(weights.bytes, values, n, l) + weights.decodeSeconds;
 }
 
-const Exchange kLocalRounds = {config::Exchange::LocalRounds, roles::serveRounds, roles::runRoundsWorker, cost, plan};
+const Exchange kLocalRounds = {config::Exchange::LocalRounds, roles::serveRounds, roles::runRoundsOthers, cost, plan,
+                               check};
 
 }  // namespace pstrain::exchanges

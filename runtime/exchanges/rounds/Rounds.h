@@ -6,7 +6,8 @@
 // weights with the outer optimizer (UpdateState::rule) on the mean and sends them, or the
 // update toward them, back down. With overlapped rounds a worker trains on while the
 // exchange travels, and moves its progress onto the new global weights as soon as they are
-// in. What the rounds are (H, overlap, codecs): RoundsPlan.h.
+// in. What the rounds are (H, overlap, codecs): RoundsPlan.h. With --servers K, ranks
+// 0..K-1 each hold a range of the global weights and of the outer state (RoundsServers.h).
 #include "runtime/exchanges/Exchange.h"
 
 namespace pstrain::exchanges {
@@ -22,8 +23,10 @@ double roundExchangeSeconds(const CodecCost& grad, const CodecCost& weights, con
 
 namespace pstrain::roles {
 
-// Rank 0's part (RoundsServer.cpp) and every other rank's (RoundsWorker.cpp).
+// Rank 0's part (RoundsServer.cpp), every other rank's (RoundsServer.cpp: servers 1..K-1
+// follow, RoundsServers.h), and a worker's (RoundsWorker.cpp).
 void serveRounds(const RoleArgs& args);
+void runRoundsOthers(const RoleArgs& args);
 void runRoundsWorker(const RoleArgs& args);
 
 }  // namespace pstrain::roles

@@ -7,6 +7,7 @@
 
 #include "runtime/Errors.h"
 #include "runtime/config/Codecs.h"
+#include "runtime/protocol/FlatParameters.h"
 
 namespace pstrain::roles {
 
@@ -20,6 +21,16 @@ RoundsPlan roundsPlanOf(const config::TrainConfig& cfg) {
   plan.codecs.upErrorFeedback =
       cfg.errorFeedback == "auto" ? !config::isLossless(plan.codecs.up) : cfg.errorFeedback == "on";
   return plan;
+}
+
+std::vector<exchanges::KeyRange> roundsRanges(const models::Net& model, const config::TrainConfig& cfg) {
+  return exchanges::keyRanges(protocol::parameterShapes(model), cfg.servers);
+}
+
+std::vector<std::int64_t> endsOf(const std::vector<exchanges::KeyRange>& ranges) {
+  std::vector<std::int64_t> ends;
+  for (const exchanges::KeyRange& r : ranges) ends.push_back(r.end);
+  return ends;
 }
 
 RoundsDecision chooseRounds(const RoundsPlan& plan, double stepSeconds, double exchangeSeconds) {

@@ -12,8 +12,10 @@
 #include <cstdint>
 #include <string>
 
+#include "models/Registry.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/exchanges/rounds/RoundChain.h"
+#include "runtime/exchanges/sharded/Ranges.h"
 
 namespace pstrain::roles {
 
@@ -26,6 +28,12 @@ struct RoundsPlan {
 };
 
 RoundsPlan roundsPlanOf(const config::TrainConfig& cfg);
+
+// With --servers K, server k's key range of the global weights and of the outer optimizer's
+// state (Ranges.h, cut inside tensors where that balances them: the chain's codecs code
+// chunks, not tensors); and where each range ends (RoundChain's `serverEnds`).
+std::vector<exchanges::KeyRange> roundsRanges(const models::Net& model, const config::TrainConfig& cfg);
+std::vector<std::int64_t> endsOf(const std::vector<exchanges::KeyRange>& ranges);
 
 // The bounds of an auto H and the length of the measuring first rounds. The share of a
 // round that the exchange may take: kShortShare while that keeps rounds short (up to

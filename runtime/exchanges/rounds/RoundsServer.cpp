@@ -13,6 +13,7 @@
 #include "runtime/exchanges/rounds/RoundChain.h"
 #include "runtime/exchanges/rounds/Rounds.h"
 #include "runtime/exchanges/rounds/RoundsPlan.h"
+#include "runtime/exchanges/rounds/RoundsServers.h"
 #include "runtime/optim/LrSchedule.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/roles/Balance.h"
@@ -108,19 +109,14 @@ bool warnIfNearTimeout(const config::TrainConfig& cfg, const StepStats& stats, s
   return true;
 }
 
-// The outer step of the round of `steps` steps from `step`, on the workers' summed
-// pseudo-gradients; returns whether it was applied. Under loss scaling a round whose local
-// steps every worker's scale skipped carries no samples (RoundsWorker): it is skipped, said.
-bool applyRound(Server& s, int workers, std::int64_t step, std::int64_t steps, UpdateTime& update) {
-  if (s.messages.trailer[kSamples] == 0 && s.cfg.lossScaling()) {
-    std::cout << fmt::format("pstrain: steps {}-{}: every worker's local steps overflowed; the outer step is skipped",
-                             step, step + steps - 1)
-              << std::endl;
-    return false;
-  }
-  bool applied = false;  // (apply refuses 0 samples otherwise)
-  update.add([&] { applied = s.update.apply(s.lr(step), workers, step); });
-  return applied;
+// Under loss scaling a round whose local steps every worker's scale skipped carries no
+// samples (RoundsWorker): its outer step is skipped, said.
+bool overflowedRound(Server& s, std::int64_t step, std::int64_t steps) {
+  if (s.messages.trailer[kSamples] != 0 || !s.cfg.lossScaling()) return false;
+  std::cout << fmt::format("pstrain: steps {}-{}: every worker's local steps overflowed; the outer step is skipped",
+                           step, step + steps - 1)
+            << std::endl;
+  return true;
 }
 
 // Local rounds (diloco): each round the global weights go down with each worker's local
@@ -136,32 +132,41 @@ void runRounds(Server& s) {
   const int workers = s.computing;
   const std::int64_t weightCount = s.messages.weights.numel();
   std::vector<float> downFixed(kDecisionFloats + kHeaderFloats + static_cast<std::size_t>(s.messages.downTail.numel()));
-  RoundChain chain(s.comm, weightCount, static_cast<std::int64_t>(s.messages.up.size()) - weightCount,
-                   static_cast<std::int64_t>(downFixed.size()), plan.codecs, s.cfg.seed * 7919u);
+  RoundChain chain(s.comm, endsOf(roundsRanges(s.model, s.cfg)),
+                   static_cast<std::int64_t>(s.messages.up.size()) - weightCount, static_cast<std::int64_t>(downFixed.size()),
+                   plan.codecs, s.cfg.seed * 7919u);
   GlobalWeights global(s, chain.sendsUpdates());
+  // With K servers (--servers): the others' ranges, and range 0's outer step.
+  std::unique_ptr<OuterLead> lead = s.cfg.servers > 1 ? std::make_unique<OuterLead>(s) : nullptr;
+  // The shares are by rank, the workers' from rank K on: the balancer's "rank 0" is K - 1.
+  const std::size_t firstShare = static_cast<std::size_t>(s.cfg.servers) - 1;
   auto balancerOf = [&](std::int64_t H) {
-    return ShareBalancer(s.comm.size(), static_cast<int>(std::min<std::int64_t>(H * workers, 1 << 30)), s.cfg.balance(),
+    return ShareBalancer(workers + 1, static_cast<int>(std::min<std::int64_t>(H * workers, 1 << 30)), s.cfg.balance(),
                          /*rebalanceEvery=*/1);
   };
   ShareBalancer balancer = balancerOf(decision.localSteps);
   RoundCounts counts;
   counts.outerLr = s.lr(0);
-  s.publisher->setExtras([&](metrics::JsonObject& line) { counts.addTo(line); });
+  s.publisher->setExtras([&](metrics::JsonObject& line) {
+    counts.addTo(line);
+    if (lead) lead->addServers(line);
+  });
   std::int64_t step = s.firstStep;
   auto innerLr = [&](std::int64_t at) {
     return optim::learningRate(s.cfg, s.cfg.batchesPerUpdate(s.shards), std::min(at, s.total - 1), s.total);
   };
-  // The header and shares of the next round (or the stop): its first step, its inner lr,
-  // each worker's local steps; `length`: its steps.
+  // Whether the next round trains; then its header and shares (or the stop): its first
+  // step, its inner lr, each worker's local steps; `length`: its steps.
+  auto trains = [&] { return step < s.total && !s.publisher->timeToStop(); };
   std::int64_t length = 0;
-  auto announce = [&] {
+  auto announce = [&](bool train) {
     const std::int64_t H = decision.localSteps;
-    const bool train = step < s.total && !s.publisher->timeToStop();
     s.setHeader(step, train ? Control::Train : Control::Stop, train ? innerLr(step) : 0);
     length = std::min(H, s.total - step);
-    balancer.write(s.messages.shares.data_ptr<float>());
-    if (length > 0 && length < H) std::fill_n(s.messages.shares.data_ptr<float>() + 1, workers, static_cast<float>(length));
-    counts.localSteps.assign(s.messages.shares.data_ptr<float>() + 1, s.messages.shares.data_ptr<float>() + 1 + workers);
+    float* shares = s.messages.shares.data_ptr<float>() + firstShare;
+    balancer.write(shares);
+    if (length > 0 && length < H) std::fill_n(shares + 1, workers, static_cast<float>(length));
+    counts.localSteps.assign(shares + 1, shares + 1 + workers);
     return train;
   };
   auto contextOf = [&](bool train) { return train ? fmt::format("round at step {}", step) : s.stopContext; };
@@ -175,7 +180,8 @@ void runRounds(Server& s) {
     chain.startServerDown(downFixed.data(), global.sent(), whole ? nullptr : global.target(), contextOf(train));
     chain.finish();
   };
-  bool training = announce();
+  bool training = announce(trains());
+  if (lead) lead->start(training);
   sendDown(training, /*whole=*/true);
   Period period;
   bool warnedOfTimeout = false;
@@ -183,18 +189,28 @@ void runRounds(Server& s) {
   while (training) {
     currentStep() = step;
     const std::int64_t steps = length, H = decision.localSteps;
-    chain.startServerUp(s.messages.up.data(), s.messages.up.data() + weightCount, contextOf(true));
+    chain.startServerUp(lead ? lead->sum() : s.messages.up.data(), s.messages.up.data() + weightCount, contextOf(true));
     s.comm.expectLongWait();  // the workers train first
     chain.finish();
-    UpdateTime update;
-    const bool applied = applyRound(s, workers, step, steps, update);
     const std::int64_t first = step;
+    const bool skip = overflowedRound(s, first, steps);
     step += steps;
-    if (steps == H) balancer.record(s.messages.trailer + kComputeSeconds);
-    training = announce();
+    if (steps == H) balancer.record(s.messages.trailer + kComputeSeconds + firstShare);
+    const bool train = trains(), gather = lead && (!train || s.publisher->checkpointsAt(step - 1, steps));
+    UpdateTime update;
+    bool applied = false;
+    if (lead) {
+      applied = lead->apply(first, s.lr(first), skip, gather, train, update);
+    } else if (!skip) {
+      update.add([&] { applied = s.update.apply(s.lr(first), workers, first); });
+    }
+    training = announce(train);
     sendDown(training, /*whole=*/false);
+    if (gather) lead->gather(global.sent(), contextOf(training));
     StepStats stats = period.close(s, workers, update, /*updateWithin=*/false, applied);
-    addTraffic(stats, chain.take());
+    const RoundChain::Traffic traffic = chain.take();
+    if (lead) lead->countTraffic(traffic.sent, traffic.received);
+    addTraffic(stats, traffic);
     counts.add(stats, s.update.gradNorm());
     if (!warnedOfTimeout) warnedOfTimeout = warnIfNearTimeout(s.cfg, stats, steps);
     s.publisher->record(step - 1, innerLr(first), stats, steps);
@@ -210,6 +226,10 @@ void runRounds(Server& s) {
 }
 
 }  // namespace
+
+void runRoundsOthers(const RoleArgs& args) {
+  (args.comm.rank() < args.cfg.servers ? followRounds : runRoundsWorker)(args);
+}
 
 void serveRounds(const RoleArgs& args) {
   auto describe = [](const Server& s) { return describeRounds(roundsPlanOf(s.cfg), s.cfg); };

@@ -71,14 +71,18 @@ class RoundsWorker {
         plan_(roundsPlanOf(cfg_)),
         local_(models::parameterCount(args.model), bufferCount(args.model), comm_.size(), args.device),
         global_(models::parameterCount(args.model), bufferCount(args.model), comm_.size()),
-        trainer_(cfg_, args.model, *args.train, args.device, local_, rank_ - 1, comm_.size() - 1, rank_),
+        trainer_(cfg_, args.model, *args.train, args.device, local_, rank_ - cfg_.servers, comm_.size() - cfg_.servers,
+                 rank_),
         inner_(optim::makeOptimizer(cfg_)),
         update_(cfg_, *inner_, args.model, local_),
         downFixed_(kDecisionFloats + kHeaderFloats + static_cast<std::size_t>(global_.downTail.numel())),
-        chain_(comm_, global_.weights.numel(), static_cast<std::int64_t>(global_.up.size()) - global_.weights.numel(),
+        // Seeded by the worker's place (1 for the first): the same codes whatever the servers.
+        chain_(comm_, endsOf(roundsRanges(args.model, cfg_)),
+               static_cast<std::int64_t>(global_.up.size()) - global_.weights.numel(),
                static_cast<std::int64_t>(downFixed_.size()), plan_.codecs,
-               cfg_.seed * 7919u + static_cast<std::uint64_t>(rank_)),
-        total_(config::totalSteps(cfg_, cfg_.updatesPerEpoch(trainer_.sampler().stepsPerEpoch(), comm_.size() - 1))) {}
+               cfg_.seed * 7919u + static_cast<std::uint64_t>(rank_ - cfg_.servers + 1)),
+        total_(config::totalSteps(cfg_, cfg_.updatesPerEpoch(trainer_.sampler().stepsPerEpoch(),
+                                                             comm_.size() - cfg_.servers))) {}
 
   void run() {
     receiveDown(/*delta=*/false, "the first round");

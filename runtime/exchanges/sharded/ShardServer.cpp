@@ -5,12 +5,10 @@
 #include <array>
 #include <cmath>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "runtime/Errors.h"
-#include "runtime/Portable.h"
 #include "runtime/Stop.h"
 #include "runtime/codec/Codec.h"
 #include "runtime/exchanges/sharded/Shards.h"
@@ -25,28 +23,15 @@ namespace pstrain::exchanges::sharded {
 
 using namespace protocol;
 
-void expectBytes(std::size_t got, std::size_t expected, int rank, const char* what, const std::string& context) {
-  if (got != expected) {
-    throw CommError(fmt::format("{}: rank {} sent a {} of {} bytes, where one is {}", context, rank, what, got, expected));
-  }
-}
-
 namespace {
 
-// One server's key range: its weights, the workers' summed gradient, its optimizer and its
-// slice of the optimizer state.
+// One server's key range (RangeUpdate), with the workers' gradients of it received over the
+// sharded exchange's own channels (Wire.h).
 class Shard {
  public:
-  // `weights`: range.size() floats, this server's range of the weights (server 0's: a view of
-  // the whole model's flat weights, so that its checkpoints need no copy of its own range).
+  // `weights`: as RangeUpdate's.
   Shard(comm::Communicator& comm, const config::TrainConfig& cfg, KeyRange range, at::Tensor weights)
-      : comm_(comm),
-        cfg_(cfg),
-        rule_(cfg.updateRule()),
-        range_(std::move(range)),
-        weights_(std::move(weights)),
-        sum_(static_cast<std::size_t>(range_.size())),
-        optimizer_(optim::makeOptimizer(rule_)) {
+      : comm_(comm), cfg_(cfg), range_(std::move(range)), update_(cfg, range_, std::move(weights)) {
     if (cfg.compressesGradients()) {
       const bool feedback = config::errorFeedbackOn(cfg.errorFeedback, cfg.gradientCodec());
       // It only decodes, and a frame carries all that takes (randomk's indices): no seed.
@@ -57,14 +42,12 @@ class Shard {
     for (auto& slot : slots_) slot.resize(slotBytes);
   }
 
-  const KeyRange& range() const { return range_; }
-  optim::Optimizer& optimizer() { return *optimizer_; }
-  const at::Tensor& weights() const { return weights_; }
+  RangeUpdate& update() { return update_; }
 
   // Starts sending this range of the weights to every worker (the caller waits).
   void startWeightsDown(std::vector<std::size_t>& requests, const std::string& context) {
     for (int w = cfg_.servers; w < comm_.size(); ++w) {
-      requests.push_back(comm_.startSend(weights_.data_ptr<float>(), bytesOf(range_), w, kWeightsTag, context));
+      requests.push_back(comm_.startSend(update_.weights().data_ptr<float>(), bytesOf(range_), w, kWeightsTag, context));
     }
     bytesOut_ = static_cast<double>(bytesOf(range_));
   }
@@ -77,7 +60,7 @@ class Shard {
     std::vector<std::size_t> got(static_cast<std::size_t>(workers)), requests(static_cast<std::size_t>(workers));
     const bool raw = !codec_;
     auto target = [&](int i) -> char* {
-      if (raw && i == 0) return reinterpret_cast<char*>(sum_.data());
+      if (raw && i == 0) return reinterpret_cast<char*>(update_.sum());
       return slots_[static_cast<std::size_t>(i + (raw ? 1 : 0)) % slots_.size()].data();
     };
     const std::size_t capacity = slots_[0].size();
@@ -86,7 +69,7 @@ class Shard {
     };
     const int inFlight = raw ? 3 : 2;  // raw: the sum and both slots
     for (int i = 0; i < inFlight; ++i) post(i);
-    if (!raw) std::fill(sum_.begin(), sum_.end(), 0.0f);
+    if (!raw) std::fill_n(update_.sum(), range_.size(), 0.0f);
     comm_.expectLongWait();  // the workers compute first
     double bytes = 0;
     for (int i = 0; i < workers; ++i) {
@@ -108,119 +91,23 @@ class Shard {
     bytesIn_ = bytes / workers;
   }
 
-  Partial partial(double updateSeconds) const {
-    const at::Tensor sum = sum_.view(0, range_.size());
-    return {optim::sumOfSquares(sum), roles::allFinite(sum) ? 1.0 : 0.0, updateSeconds, bytesOut_, bytesIn_,
-            portable::peakRssMib()};
-  }
-
-  // The verdict's update of this range; throws when it leaves a weight non-finite.
-  void apply(const Verdict& v, std::int64_t step) {
-    if (!v.apply) return;
-    if (!optimizer_->step(weights_, sum_.view(0, range_.size()), v.lr, v.divisor)) {
-      throw Error(fmt::format("step {}: server {}'s weights are not finite after the update; lower --lr", step,
-                              comm_.rank()));
-    }
-  }
+  Partial partial(double updateSeconds) const { return update_.partial(updateSeconds, bytesOut_, bytesIn_); }
 
  private:
   void add(const float* values) {
-    float* sum = sum_.data();
+    float* sum = update_.sum();
     for (std::int64_t i = 0; i < range_.size(); ++i) sum[i] += values[i];
   }
 
   comm::Communicator& comm_;
   const config::TrainConfig& cfg_;
-  const config::TrainConfig rule_;
   const KeyRange range_;
-  at::Tensor weights_;
-  FloatBuffer sum_;
-  std::unique_ptr<optim::Optimizer> optimizer_;
+  RangeUpdate update_;
   std::unique_ptr<codec::Codec> codec_;  // with a gradient codec: decodes the workers' frames of this range
   std::vector<float> decoded_;
   std::array<std::vector<char>, 2> slots_;
   double bytesOut_ = 0, bytesIn_ = 0;
 };
-
-// --- between the servers: the lead messages (Wire.h) ------------------------------------------
-
-template <typename T>
-void sendValue(comm::Communicator& comm, const T& value, int to, const std::string& context) {
-  comm.send(&value, sizeof value, to, context);
-}
-
-template <typename T>
-T receiveValue(comm::Communicator& comm, int from, const std::string& context) {
-  T value;
-  const auto got = comm.receive(&value, sizeof value, from, context);
-  expectBytes(got.bytes, sizeof value, from, "lead message", context);
-  return value;
-}
-
-// A range's weights and optimizer state, from one server to another: at start-up from server
-// 0 (the initial or resumed model: every server's range of it), at a checkpoint to server 0.
-// First a line "UPDATES NAME..." (the optimizer's counted updates and its states' names),
-// then the weights and each state's range.
-void sendRange(comm::Communicator& comm, const at::Tensor& weights, const optim::Optimizer& optimizer,
-               const std::vector<at::Tensor>& states, int to, const std::string& context) {
-  std::string line = std::to_string(optimizer.updates());
-  for (const auto& [name, buffer] : optimizer.state()) line += " " + name;
-  comm.send(line.data(), line.size(), to, context);
-  comm.send(weights.data_ptr<float>(), weights.numel() * sizeof(float), to, context);
-  for (const at::Tensor& state : states) comm.send(state.data_ptr<float>(), state.numel() * sizeof(float), to, context);
-}
-
-struct RangeHeader {
-  std::int64_t updates = 0;
-  std::vector<std::string> names;
-};
-
-RangeHeader receiveRangeHeader(comm::Communicator& comm, int from, const std::string& context) {
-  std::string line(4096, '\0');
-  line.resize(comm.receive(line.data(), line.size(), from, context).bytes);
-  std::istringstream in(line);
-  RangeHeader header;
-  in >> header.updates;
-  for (std::string name; in >> name;) header.names.push_back(name);
-  return header;
-}
-
-// Receives `bytes` bytes from `from` into `data`.
-void receiveInto(comm::Communicator& comm, void* data, std::size_t bytes, int from, const char* what,
-                 const std::string& context) {
-  expectBytes(comm.receive(data, bytes, from, context).bytes, bytes, from, what, context);
-}
-
-// The optimizer's states, each narrowed to `range` (contiguous views); a shard's own
-// optimizer holds its range's only (`range` null: whole).
-std::vector<at::Tensor> statesOf(const optim::Optimizer& optimizer, const KeyRange* range) {
-  std::vector<at::Tensor> states;
-  for (const auto& [name, buffer] : optimizer.state()) {
-    states.push_back(range ? buffer.narrow(0, range->begin, range->size()) : buffer);
-  }
-  return states;
-}
-
-// Server 0's first word to the others: the first step, and whether the run trains.
-struct Start {
-  std::int64_t firstStep = 0;
-  std::int64_t train = 0;
-};
-
-// Server k's part at start-up: the Start, and its range (sendRange).
-Start receiveStart(comm::Communicator& comm, Shard& shard) {
-  const std::string context = "start-up";
-  const auto start = receiveValue<Start>(comm, 0, context);
-  const RangeHeader header = receiveRangeHeader(comm, 0, context);
-  receiveInto(comm, shard.weights().data_ptr<float>(), bytesOf(shard.range()), 0, "range of the weights", context);
-  for (const std::string& name : header.names) {
-    at::Tensor state = torch::empty({shard.range().size()});
-    receiveInto(comm, state.data_ptr<float>(), bytesOf(shard.range()), 0, "range of the optimizer state", context);
-    shard.optimizer().restore(name, state);
-  }
-  shard.optimizer().restoreUpdates(header.updates);
-  return start;
-}
 
 // Servers 1..K-1: their range, step by step as server 0 says.
 void follow(const roles::RoleArgs& args) {
@@ -235,7 +122,7 @@ void follow(const roles::RoleArgs& args) {
   }
   const FloatBuffer weights(static_cast<std::size_t>(range.size()));
   Shard shard(comm, args.cfg, std::move(range), weights.view(0, static_cast<std::int64_t>(weights.size())));
-  const Start start = receiveStart(comm, shard);
+  const Start start = receiveStart(comm, shard.update());
   bool training = start.train != 0;
   double updateSeconds = 0;
   for (std::int64_t step = start.firstStep;; ++step) {
@@ -246,12 +133,11 @@ void follow(const roles::RoleArgs& args) {
     if (!training) return;
     currentStep() = step;
     shard.receiveGradients(down);
-    sendValue(comm, shard.partial(updateSeconds), 0, down);
-    const auto v = receiveValue<Verdict>(comm, 0, down);
+    const Verdict v = receiveVerdict(comm, shard.partial(updateSeconds), down);
     const auto start = metrics::Clock::now();
-    shard.apply(v, step);
+    shard.update().apply(v, step, k);
     updateSeconds = metrics::secondsSince(start);
-    if (v.gather) sendRange(comm, shard.weights(), shard.optimizer(), statesOf(shard.optimizer(), nullptr), 0, down);
+    if (v.gather) sendRange(comm, shard.update().weights().data_ptr<float>(), shard.update(), down);
     training = v.train != 0;
   }
 }
@@ -275,17 +161,7 @@ class Lead {
 
   // Every server's range of the (resumed) model and optimizer state; whether the run trains.
   void start(bool training) {
-    const Start start{s_.firstStep, training};
-    for (std::size_t k = 1; k < ranges_.size(); ++k) {
-      const int server = static_cast<int>(k);
-      sendValue(comm_, start, server, "start-up");
-      sendRange(comm_, s_.messages.weights.narrow(0, ranges_[k].begin, ranges_[k].size()), *s_.optimizer,
-                statesOf(*s_.optimizer, &ranges_[k]), server, "start-up");
-    }
-    for (const auto& [name, buffer] : s_.optimizer->state()) {
-      shard_.optimizer().restore(name, buffer.narrow(0, ranges_[0].begin, ranges_[0].size()).clone());
-    }
-    shard_.optimizer().restoreUpdates(s_.optimizer->updates());
+    sendStarts(comm_, ranges_, {s_.firstStep, training}, s_.messages.weights, *s_.optimizer, shard_.update().optimizer());
   }
 
   // The next down message: every worker gets this range and the header, buffers and shares.
@@ -306,17 +182,18 @@ class Lead {
     const std::string context = fmt::format("step {}", step);
     receiveTails(context);
     partials_[0] = shard_.partial(updateSeconds_);
-    for (std::size_t k = 1; k < ranges_.size(); ++k) partials_[k] = receiveValue<Partial>(comm_, static_cast<int>(k), context);
-    Verdict v = decide(step, lr, gradNorm);
-    v.train = step + 1 < s_.total && !s_.publisher->timeToStop();
-    v.gather = !v.train || s_.publisher->checkpointsAt(step);
-    for (std::size_t k = 1; k < ranges_.size(); ++k) sendValue(comm_, v, static_cast<int>(k), context);
-    return v;
+    const bool train = step + 1 < s_.total && !s_.publisher->timeToStop();
+    Verdict v;
+    v.apply = 1;
+    v.lr = lr;
+    v.gather = !train || s_.publisher->checkpointsAt(step);
+    v.train = train;
+    return decide(comm_, s_.update, partials_, step, v, gradNorm);
   }
 
   void apply(const Verdict& v, std::int64_t step, roles::UpdateTime& time) {
     time.add([&] {
-      shard_.apply(v, step);
+      shard_.update().apply(v, step, 0);
       if (v.apply) s_.update.averageBuffers(s_.computing);
     });
     updateSeconds_ = time.seconds;
@@ -325,28 +202,8 @@ class Lead {
   // The whole model's weights and optimizer state, from every server's range, into what the
   // Publisher reads.
   void gather(const std::string& context) {
-    const auto own = statesOf(shard_.optimizer(), nullptr);
-    if (wholeStates_.size() != own.size()) {
-      wholeStates_.clear();
-      for (std::size_t i = 0; i < own.size(); ++i) wholeStates_.push_back(torch::zeros_like(s_.messages.weights));
-    }
-    for (std::size_t i = 0; i < own.size(); ++i) wholeStates_[i].narrow(0, ranges_[0].begin, ranges_[0].size()).copy_(own[i]);
-    for (std::size_t k = 1; k < ranges_.size(); ++k) {
-      const int server = static_cast<int>(k);
-      const KeyRange& r = ranges_[k];
-      const RangeHeader header = receiveRangeHeader(comm_, server, context);
-      if (header.names.size() != own.size()) {
-        throw InternalError(fmt::format("{}: server {} holds {} optimizer states, server 0 {}", context, server,
-                                        header.names.size(), own.size()));
-      }
-      receiveInto(comm_, s_.messages.weights.data_ptr<float>() + r.begin, bytesOf(r), server, "range of the weights", context);
-      for (const at::Tensor& whole : wholeStates_) {
-        receiveInto(comm_, whole.data_ptr<float>() + r.begin, bytesOf(r), server, "range of the optimizer state", context);
-      }
-    }
-    std::size_t i = 0;
-    for (const auto& [name, buffer] : shard_.optimizer().state()) s_.optimizer->restore(name, wholeStates_[i++]);
-    s_.optimizer->restoreUpdates(shard_.optimizer().updates());
+    gatherRanges(comm_, ranges_, s_.messages.weights.data_ptr<float>(), *s_.optimizer, shard_.update().optimizer(),
+                 wholeStates_, context);
   }
 
   // One worker's messages as the metrics count them (StepStats), summed over the servers.
@@ -363,13 +220,7 @@ class Lead {
 
   // Each server's traffic, update time and peak memory, for every metrics line.
   void addServers(metrics::JsonObject& line) const {
-    const double workers = comm_.size() - s_.cfg.servers;
-    for (std::size_t k = 0; k < partials_.size(); ++k) {
-      const Partial& p = partials_[k];
-      line.add(fmt::format("server{}_mib_per_step", k), (p.bytesOut + p.bytesIn) * workers / (1 << 20));
-      line.add(fmt::format("server{}_update_s", k), p.updateSeconds);
-      line.add(fmt::format("server{}_peak_rss_mib", k), p.peakRssMib);
-    }
+    sharded::addServers(line, partials_, comm_.size() - s_.cfg.servers);
   }
 
  private:
@@ -393,21 +244,6 @@ class Lead {
       expectBytes(got[i], n * sizeof(float), s_.cfg.servers + i, "buffers and trailer", context);
       for (std::size_t j = 0; j < n; ++j) sum[j] += tails_[i * n + j];
     }
-  }
-
-  // SummedUpdate's rules over the whole gradient, from the servers' Partials.
-  Verdict decide(std::int64_t step, double lr, double& gradNorm) {
-    bool finiteGradient = true;
-    double sumOfSquares = 0;
-    for (const Partial& p : partials_) {
-      finiteGradient = finiteGradient && p.finite != 0;
-      sumOfSquares += p.sumOfSquares;
-    }
-    const double divisor = s_.update.divisor(step, [&] { return finiteGradient; }, [&] { return sumOfSquares; });
-    if (divisor == 0) return {};
-    if (!finiteGradient) throw s_.update.nonFinite(step);
-    gradNorm = s_.update.gradNorm();
-    return {1, lr, divisor};
   }
 
   roles::Server& s_;

@@ -25,15 +25,9 @@ void others(const roles::RoleArgs& args) {
 // uneven, why).
 PlanText plan(const PlanFacts& f) {
   const auto ranges = sharded::rangesOf(f.model, f.cfg);
-  std::string lines;
+  std::string lines = sharded::describeRanges(ranges);
   std::int64_t largest = 0;
-  for (std::size_t k = 0; k < ranges.size(); ++k) {
-    const KeyRange& r = ranges[k];
-    largest = std::max(largest, r.size());
-    lines += fmt::format("  {:<9} rank {} owns parameters [{}, {}): {:.2f} MiB, {} tensor(s){}\n", k ? "" : "servers", k,
-                         r.begin, r.end, r.size() * 4.0 / (1 << 20), r.shapes.size(),
-                         k ? "" : "; it also writes the run's files");
-  }
+  for (const KeyRange& r : ranges) largest = std::max(largest, r.size());
   const double even = static_cast<double>(ranges.back().end) / f.cfg.servers;
   if (f.cfg.compressesGradients() && largest > 1.5 * even) {
     lines += fmt::format("  {:<9} uneven: the gradient codec keeps tensors whole, and the largest range is {:.1f}x an "

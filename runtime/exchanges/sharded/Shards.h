@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "runtime/exchanges/sharded/Ranges.h"
+#include "runtime/exchanges/sharded/Servers.h"
 #include "runtime/roles/RoleArgs.h"
 
 namespace pstrain::exchanges::sharded {
@@ -17,8 +18,5 @@ void work(const roles::RoleArgs& args);
 std::vector<KeyRange> rangesOf(const models::Net& model, const config::TrainConfig& cfg);
 
 inline std::size_t bytesOf(const KeyRange& range) { return static_cast<std::size_t>(range.size()) * sizeof(float); }
-
-// Throws CommError unless a message of `got` bytes from `rank` is the `expected` size.
-void expectBytes(std::size_t got, std::size_t expected, int rank, const char* what, const std::string& context);
 
 }  // namespace pstrain::exchanges::sharded

@@ -40,6 +40,7 @@ struct Partial {
 // next down message trains or stops.
 struct Verdict {
   double apply = 0, lr = 0, divisor = 1, gather = 0, train = 0;
+  double step = 0;  // the step it is of (the first of a round's), for messages
 };
 
 }  // namespace pstrain::exchanges::sharded

@@ -1,0 +1,194 @@
+#include "runtime/exchanges/sharded/Servers.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <sstream>
+
+#include "runtime/Errors.h"
+#include "runtime/Portable.h"
+
+namespace pstrain::exchanges::sharded {
+
+void expectBytes(std::size_t got, std::size_t expected, int rank, const char* what, const std::string& context) {
+  if (got != expected) {
+    throw CommError(fmt::format("{}: rank {} sent a {} of {} bytes, where one is {}", context, rank, what, got, expected));
+  }
+}
+
+RangeUpdate::RangeUpdate(const config::TrainConfig& cfg, KeyRange range, at::Tensor weights)
+    : rule_(cfg.updateRule()),
+      range_(std::move(range)),
+      weights_(std::move(weights)),
+      sum_(static_cast<std::size_t>(range_.size())),
+      optimizer_(optim::makeOptimizer(rule_)) {}
+
+Partial RangeUpdate::partial(double updateSeconds, double bytesOut, double bytesIn) const {
+  const at::Tensor sum = sum_.view(0, range_.size());
+  return {optim::sumOfSquares(sum), roles::allFinite(sum) ? 1.0 : 0.0, updateSeconds, bytesOut, bytesIn,
+          portable::peakRssMib()};
+}
+
+void RangeUpdate::apply(const Verdict& v, std::int64_t step, int rank) {
+  if (!v.apply) return;
+  if (!optimizer_->step(weights_, sum_.view(0, range_.size()), v.lr, v.divisor)) {
+    throw Error(fmt::format("step {}: server {}'s weights are not finite after the update; lower --lr", step, rank));
+  }
+}
+
+namespace {
+
+// A range's weights and optimizer state, from one server to another: first a line "UPDATES
+// NAME..." (the optimizer's counted updates and its states' names), then the weights and each
+// state's range.
+void sendState(comm::Communicator& comm, const float* weights, std::int64_t floats, const optim::Optimizer& optimizer,
+               const std::vector<at::Tensor>& states, int to, const std::string& context) {
+  std::string line = std::to_string(optimizer.updates());
+  for (const auto& [name, buffer] : optimizer.state()) line += " " + name;
+  comm.send(line.data(), line.size(), to, context);
+  comm.send(weights, static_cast<std::size_t>(floats) * sizeof(float), to, context);
+  for (const at::Tensor& state : states) comm.send(state.data_ptr<float>(), state.numel() * sizeof(float), to, context);
+}
+
+struct StateHeader {
+  std::int64_t updates = 0;
+  std::vector<std::string> names;
+};
+
+StateHeader receiveStateHeader(comm::Communicator& comm, int from, const std::string& context) {
+  std::string line(4096, '\0');
+  line.resize(comm.receive(line.data(), line.size(), from, context).bytes);
+  std::istringstream in(line);
+  StateHeader header;
+  in >> header.updates;
+  for (std::string name; in >> name;) header.names.push_back(name);
+  return header;
+}
+
+// Receives `bytes` bytes from `from` into `data`.
+void receiveInto(comm::Communicator& comm, void* data, std::size_t bytes, int from, const char* what,
+                 const std::string& context) {
+  expectBytes(comm.receive(data, bytes, from, context).bytes, bytes, from, what, context);
+}
+
+// The optimizer's states, each narrowed to `range` (contiguous views); a range's own
+// optimizer holds its range's only (`range` null: whole).
+std::vector<at::Tensor> statesOf(const optim::Optimizer& optimizer, const KeyRange* range) {
+  std::vector<at::Tensor> states;
+  for (const auto& [name, buffer] : optimizer.state()) {
+    states.push_back(range ? buffer.narrow(0, range->begin, range->size()) : buffer);
+  }
+  return states;
+}
+
+}  // namespace
+
+void sendStarts(comm::Communicator& comm, const std::vector<KeyRange>& ranges, const Start& start,
+                const at::Tensor& weights, const optim::Optimizer& whole, optim::Optimizer& own) {
+  for (std::size_t k = 1; k < ranges.size(); ++k) {
+    const int server = static_cast<int>(k);
+    sendValue(comm, start, server, "start-up");
+    sendState(comm, weights.data_ptr<float>() + ranges[k].begin, ranges[k].size(), whole, statesOf(whole, &ranges[k]),
+              server, "start-up");
+  }
+  for (const auto& [name, buffer] : whole.state()) {
+    own.restore(name, buffer.narrow(0, ranges[0].begin, ranges[0].size()).clone());
+  }
+  own.restoreUpdates(whole.updates());
+}
+
+Start receiveStart(comm::Communicator& comm, RangeUpdate& update) {
+  const std::string context = "start-up";
+  const auto start = receiveValue<Start>(comm, 0, context);
+  const StateHeader header = receiveStateHeader(comm, 0, context);
+  const std::size_t bytes = static_cast<std::size_t>(update.range().size()) * sizeof(float);
+  receiveInto(comm, update.weights().data_ptr<float>(), bytes, 0, "range of the weights", context);
+  for (const std::string& name : header.names) {
+    at::Tensor state = torch::empty({update.range().size()});
+    receiveInto(comm, state.data_ptr<float>(), bytes, 0, "range of the optimizer state", context);
+    update.optimizer().restore(name, state);
+  }
+  update.optimizer().restoreUpdates(header.updates);
+  return start;
+}
+
+Verdict decide(comm::Communicator& comm, roles::SummedUpdate& update, std::vector<Partial>& partials,
+               std::int64_t step, Verdict v, double& gradNorm) {
+  const std::string context = fmt::format("step {}", step);
+  for (std::size_t k = 1; k < partials.size(); ++k) partials[k] = receiveValue<Partial>(comm, static_cast<int>(k), context);
+  bool finiteGradient = true;
+  double sumOfSquares = 0;
+  for (const Partial& p : partials) {
+    finiteGradient = finiteGradient && p.finite != 0;
+    sumOfSquares += p.sumOfSquares;
+  }
+  v.step = static_cast<double>(step);
+  if (v.apply) {
+    v.divisor = update.divisor(step, [&] { return finiteGradient; }, [&] { return sumOfSquares; });
+    v.apply = v.divisor != 0;
+    if (v.apply && !finiteGradient) throw update.nonFinite(step);
+    if (v.apply) gradNorm = update.gradNorm();
+  }
+  for (std::size_t k = 1; k < partials.size(); ++k) sendValue(comm, v, static_cast<int>(k), context);
+  return v;
+}
+
+Verdict receiveVerdict(comm::Communicator& comm, const Partial& partial, const std::string& context) {
+  sendValue(comm, partial, 0, context);
+  return receiveValue<Verdict>(comm, 0, context);
+}
+
+void sendRange(comm::Communicator& comm, const float* weights, RangeUpdate& update, const std::string& context) {
+  sendState(comm, weights, update.range().size(), update.optimizer(), statesOf(update.optimizer(), nullptr), 0, context);
+}
+
+void gatherRanges(comm::Communicator& comm, const std::vector<KeyRange>& ranges, float* weights,
+                  optim::Optimizer& whole, const optim::Optimizer& own, std::vector<at::Tensor>& scratch,
+                  const std::string& context) {
+  const auto ownStates = statesOf(own, nullptr);
+  const std::int64_t floats = ranges.back().end;
+  if (scratch.size() != ownStates.size()) {
+    scratch.clear();
+    for (std::size_t i = 0; i < ownStates.size(); ++i) scratch.push_back(torch::zeros({floats}));
+  }
+  for (std::size_t i = 0; i < ownStates.size(); ++i) scratch[i].narrow(0, ranges[0].begin, ranges[0].size()).copy_(ownStates[i]);
+  for (std::size_t k = 1; k < ranges.size(); ++k) {
+    const int server = static_cast<int>(k);
+    const KeyRange& r = ranges[k];
+    const std::size_t bytes = static_cast<std::size_t>(r.size()) * sizeof(float);
+    const StateHeader header = receiveStateHeader(comm, server, context);
+    if (header.names.size() != ownStates.size()) {
+      throw InternalError(fmt::format("{}: server {} holds {} optimizer states, server 0 {}", context, server,
+                                      header.names.size(), ownStates.size()));
+    }
+    receiveInto(comm, weights + r.begin, bytes, server, "range of the weights", context);
+    for (const at::Tensor& state : scratch) {
+      receiveInto(comm, state.data_ptr<float>() + r.begin, bytes, server, "range of the optimizer state", context);
+    }
+  }
+  std::size_t i = 0;
+  for (const auto& [name, buffer] : own.state()) whole.restore(name, scratch[i++]);
+  whole.restoreUpdates(own.updates());
+}
+
+std::string describeRanges(const std::vector<KeyRange>& ranges) {
+  std::string lines;
+  for (std::size_t k = 0; k < ranges.size(); ++k) {
+    const KeyRange& r = ranges[k];
+    lines += fmt::format("  {:<9} rank {} owns parameters [{}, {}): {:.2f} MiB, {} tensor(s){}\n", k ? "" : "servers", k,
+                         r.begin, r.end, r.size() * 4.0 / (1 << 20), r.shapes.size(),
+                         k ? "" : "; it also writes the run's files");
+  }
+  return lines;
+}
+
+void addServers(metrics::JsonObject& line, const std::vector<Partial>& partials, int workers) {
+  for (std::size_t k = 0; k < partials.size(); ++k) {
+    const Partial& p = partials[k];
+    line.add(fmt::format("server{}_mib_per_step", k), (p.bytesOut + p.bytesIn) * workers / (1 << 20));
+    line.add(fmt::format("server{}_update_s", k), p.updateSeconds);
+    line.add(fmt::format("server{}_peak_rss_mib", k), p.peakRssMib);
+  }
+}
+
+}  // namespace pstrain::exchanges::sharded

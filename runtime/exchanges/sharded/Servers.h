@@ -1,0 +1,108 @@
+#pragma once
+// What K servers (--servers) share whatever carries the workers' messages (the sharded
+// exchange's own channels, or diloco's chain, exchanges/rounds): server k's update of its key
+// range, and the lead messages between server 0 and the others (Wire.h): the start-up's
+// ranges, each step's Partial and Verdict, and a checkpoint's ranges gathered on server 0.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/comm/Communicator.h"
+#include "runtime/config/TrainConfig.h"
+#include "runtime/exchanges/sharded/Ranges.h"
+#include "runtime/exchanges/sharded/Wire.h"
+#include "runtime/metrics/Json.h"
+#include "runtime/optim/Optimizer.h"
+#include "runtime/protocol/StepMessages.h"
+#include "runtime/roles/SummedUpdate.h"
+
+namespace pstrain::exchanges::sharded {
+
+// One server's key range: its weights, the workers' summed gradient of it, and the update
+// rule (cfg.updateRule(): the optimizer, or diloco's outer one) with its slice of the state.
+class RangeUpdate {
+ public:
+  // `weights`: range.size() floats (server 0's: a view of the whole model's flat weights, so
+  // that its checkpoints need no copy of its own range).
+  RangeUpdate(const config::TrainConfig& cfg, KeyRange range, at::Tensor weights);
+
+  const KeyRange& range() const { return range_; }
+  optim::Optimizer& optimizer() { return *optimizer_; }
+  const at::Tensor& weights() const { return weights_; }
+  float* sum() { return sum_.data(); }
+
+  // The summed gradient's word to server 0, with this server's traffic (bytes per worker,
+  // each way) and its last update's seconds.
+  Partial partial(double updateSeconds, double bytesOut, double bytesIn) const;
+  // The verdict's update of this range; throws naming `step` and `rank` when it leaves a
+  // weight non-finite.
+  void apply(const Verdict& v, std::int64_t step, int rank);
+
+ private:
+  const config::TrainConfig rule_;
+  const KeyRange range_;
+  at::Tensor weights_;
+  protocol::FloatBuffer sum_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+};
+
+// --- the lead messages: small, blocking, one at a time -----------------------------------------
+
+template <typename T>
+void sendValue(comm::Communicator& comm, const T& value, int to, const std::string& context) {
+  comm.send(&value, sizeof value, to, context);
+}
+
+// Throws CommError unless a message of `got` bytes from `rank` is the `expected` size.
+void expectBytes(std::size_t got, std::size_t expected, int rank, const char* what, const std::string& context);
+
+template <typename T>
+T receiveValue(comm::Communicator& comm, int from, const std::string& context) {
+  T value;
+  expectBytes(comm.receive(&value, sizeof value, from, context).bytes, sizeof value, from, "lead message", context);
+  return value;
+}
+
+// Server 0's first word to the others: the first step, and whether the run trains.
+struct Start {
+  std::int64_t firstStep = 0;
+  std::int64_t train = 0;
+};
+
+// Server 0 at start-up: tells every other server `start` and its range of `weights` (the
+// whole model's flat floats) and of `whole`'s state (the initial or resumed model), and sets
+// `own` (range 0's update) to range 0 of that state.
+void sendStarts(comm::Communicator& comm, const std::vector<KeyRange>& ranges, const Start& start,
+                const at::Tensor& weights, const optim::Optimizer& whole, optim::Optimizer& own);
+// Server k at start-up: the Start, and its range of the weights and state into `update`.
+Start receiveStart(comm::Communicator& comm, RangeUpdate& update);
+
+// Server 0: every server's Partial into `partials` (its own is partials[0]), and the verdict
+// `v` (its lr, gather and train set) told to every server, with its divisor from
+// SummedUpdate's rules over the whole gradient, unless they skip the update (or v.apply is 0
+// already: skipped without asking). Sets `gradNorm` when applied.
+Verdict decide(comm::Communicator& comm, roles::SummedUpdate& update, std::vector<Partial>& partials,
+               std::int64_t step, Verdict v, double& gradNorm);
+// Server k: its Partial to server 0, and server 0's Verdict.
+Verdict receiveVerdict(comm::Communicator& comm, const Partial& partial, const std::string& context);
+
+// A checkpoint: server k sends `weights` (its range of the model as the workers hold it) and
+// its update's state to server 0; server 0 receives every range of them into `weights` (the
+// whole model's flat floats) and `whole` (`own` is range 0's update). `scratch` keeps the
+// whole-model state buffers from one checkpoint to the next.
+void sendRange(comm::Communicator& comm, const float* weights, RangeUpdate& update, const std::string& context);
+void gatherRanges(comm::Communicator& comm, const std::vector<KeyRange>& ranges, float* weights,
+                  optim::Optimizer& whole, const optim::Optimizer& own, std::vector<at::Tensor>& scratch,
+                  const std::string& context);
+
+// The dry run's lines: which server owns which parameters.
+std::string describeRanges(const std::vector<KeyRange>& ranges);
+
+// Each server's traffic, update time and peak memory from its last Partial, for every
+// metrics line; `workers` scales its per-worker bytes.
+void addServers(metrics::JsonObject& line, const std::vector<Partial>& partials, int workers);
+
+}  // namespace pstrain::exchanges::sharded
