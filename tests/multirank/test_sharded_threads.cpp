@@ -74,3 +74,19 @@ TEST(ShardedThreads, ServersGiveOneServersWeightsWithInt8AndErrorFeedback) {
   cfg.errorFeedback = "on";
   expectServersAgree(cfg, "int8 + error feedback");
 }
+
+// diloco's outer step (exchanges/rounds/RoundsServers.h): raw floats both ways, rounds of 5
+// local steps neither overlapped nor dealt by speed, so that only the servers differ.
+TEST(ShardedThreads, ServersGiveOneServersWeightsInDilocosOuterStep) {
+  torch::set_num_threads(1);
+  testsupport::ScratchDir scratch("sharded-diloco");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
+  cfg.mode = config::Mode::Diloco;
+  cfg.localStepsFlag = "5";
+  cfg.overlapRoundsFlag = "off";
+  cfg.balanceFlag = "off";
+  cfg.compress = "none";
+  cfg.compressWeights = "none";
+  cfg.outerMomentum = 0.9;
+  expectServersAgree(cfg, "diloco, outer nesterov");
+}
