@@ -1,9 +1,9 @@
-// --servers' key ranges (exchanges/sharded/Ranges.h): contiguous, balanced by bytes, cut
+// --servers' key ranges (exchanges/Ranges.h): contiguous, balanced by bytes, cut
 // between tensors where that is near enough the even cut, else inside one.
 #include <gtest/gtest.h>
 
 #include "runtime/Errors.h"
-#include "runtime/exchanges/sharded/Ranges.h"
+#include "runtime/exchanges/Ranges.h"
 
 using pstrain::exchanges::keyRanges;
 using pstrain::exchanges::kCutAlignFloats;

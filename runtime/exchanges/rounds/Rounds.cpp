@@ -6,7 +6,7 @@
 #include "runtime/config/Codecs.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/exchanges/rounds/RoundsPlan.h"
-#include "runtime/exchanges/sharded/Servers.h"
+#include "runtime/exchanges/Servers.h"
 
 namespace pstrain::exchanges {
 namespace {
@@ -33,7 +33,7 @@ StepEstimate cost(const StepCost& c) {
 PlanText plan(const PlanFacts& f) {
   PlanText text;
   text.lines = roles::roundsDryRun(f.cfg, f.total, f.down, f.up);
-  if (f.cfg.servers > 1) text.lines += sharded::describeRanges(roles::roundsRanges(f.model, f.cfg));
+  if (f.cfg.servers > 1) text.lines += describeRanges(roles::roundsRanges(f.model, f.cfg));
   text.checkpointRound = std::max<std::int64_t>(f.cfg.fixedLocalSteps(), 1);
   return text;
 }

@@ -15,7 +15,7 @@
 #include "models/Registry.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/exchanges/rounds/RoundChain.h"
-#include "runtime/exchanges/sharded/Ranges.h"
+#include "runtime/exchanges/Ranges.h"
 
 namespace pstrain::roles {
 

@@ -90,8 +90,10 @@ RoundsDecision decide(Server& s, const RoundsPlan& plan, std::int64_t length, co
   return d;
 }
 
-// A round's traffic on rank 0's link, as the chain counted it, into its stats.
-void addTraffic(StepStats& stats, const RoundChain::Traffic& traffic) {
+// A round's traffic on rank 0's link, as the chain counted it, into its stats (and, with K
+// servers, server 0's Partial).
+void addTraffic(StepStats& stats, const RoundChain::Traffic& traffic, OuterLead* lead) {
+  if (lead) lead->countTraffic(traffic.sent, traffic.received);
   stats.bytesDown = traffic.sent;
   stats.rawBytesDown = traffic.rawSent;
   stats.bytesUp = traffic.received;
@@ -119,6 +121,35 @@ bool overflowedRound(Server& s, std::int64_t step, std::int64_t steps) {
   return true;
 }
 
+// The floats of the down message before the weights: the decision, the header, the
+// buffers and shares.
+std::int64_t downFixedFloats(const Server& s) {
+  return static_cast<std::int64_t>(kDecisionFloats + kHeaderFloats) + s.messages.downTail.numel();
+}
+
+// The down message: `decision`, the header, buffers and shares, then the weights whole
+// (`whole`: the first round's) or the update toward the outer step's.
+void sendDownMessage(Server& s, RoundChain& chain, const RoundsDecision& decision, GlobalWeights& global, bool whole,
+                     const std::string& context) {
+  std::vector<float> fixed(static_cast<std::size_t>(downFixedFloats(s)));
+  writeDecision(decision, fixed.data());
+  std::copy(s.messages.down.data(), s.messages.down.data() + kHeaderFloats, fixed.begin() + kDecisionFloats);
+  std::copy(s.messages.downTail.data_ptr<float>(), s.messages.downTail.data_ptr<float>() + s.messages.downTail.numel(),
+            fixed.begin() + kDecisionFloats + kHeaderFloats);
+  chain.startServerDown(fixed.data(), global.sent(), whole ? nullptr : global.target(), context);
+  chain.finish();
+}
+
+// The outer step of the round from `first`: over every server's range with K servers
+// (`lead`), else here; `skip` (overflowedRound), `gather` and `train`: OuterLead::apply's.
+// Returns whether it was applied.
+bool applyRound(Server& s, OuterLead* lead, std::int64_t first, bool skip, bool gather, bool train, UpdateTime& update) {
+  if (lead) return lead->apply(first, s.lr(first), skip, gather, train, update);
+  bool applied = false;  // (apply refuses 0 samples otherwise)
+  if (!skip) update.add([&] { applied = s.update.apply(s.lr(first), s.computing, first); });
+  return applied;
+}
+
 // Local rounds (diloco): each round the global weights go down with each worker's local
 // steps (the shares; --balance deals them by speed), every worker trains alone that long
 // and sends its pseudo-gradient (global - local, times its samples) up to be summed like a
@@ -131,10 +162,9 @@ void runRounds(Server& s) {
   RoundsDecision decision{plan.localSteps > 0 ? plan.localSteps : kFirstRoundSteps, false};
   const int workers = s.computing;
   const std::int64_t weightCount = s.messages.weights.numel();
-  std::vector<float> downFixed(kDecisionFloats + kHeaderFloats + static_cast<std::size_t>(s.messages.downTail.numel()));
   RoundChain chain(s.comm, endsOf(roundsRanges(s.model, s.cfg)),
-                   static_cast<std::int64_t>(s.messages.up.size()) - weightCount, static_cast<std::int64_t>(downFixed.size()),
-                   plan.codecs, s.cfg.seed * 7919u);
+                   static_cast<std::int64_t>(s.messages.up.size()) - weightCount, downFixedFloats(s), plan.codecs,
+                   s.cfg.seed * 7919u);
   GlobalWeights global(s, chain.sendsUpdates());
   // With K servers (--servers): the others' ranges, and range 0's outer step.
   std::unique_ptr<OuterLead> lead = s.cfg.servers > 1 ? std::make_unique<OuterLead>(s) : nullptr;
@@ -170,16 +200,7 @@ void runRounds(Server& s) {
     return train;
   };
   auto contextOf = [&](bool train) { return train ? fmt::format("round at step {}", step) : s.stopContext; };
-  // The down message: the decision, the header, buffers and shares, then the weights whole
-  // (the first round's) or the update toward the outer step's.
-  auto sendDown = [&](bool train, bool whole) {
-    writeDecision(decision, downFixed.data());
-    std::copy(s.messages.down.data(), s.messages.down.data() + kHeaderFloats, downFixed.begin() + kDecisionFloats);
-    std::copy(s.messages.downTail.data_ptr<float>(), s.messages.downTail.data_ptr<float>() + s.messages.downTail.numel(),
-              downFixed.begin() + kDecisionFloats + kHeaderFloats);
-    chain.startServerDown(downFixed.data(), global.sent(), whole ? nullptr : global.target(), contextOf(train));
-    chain.finish();
-  };
+  auto sendDown = [&](bool train, bool whole) { sendDownMessage(s, chain, decision, global, whole, contextOf(train)); };
   bool training = announce(trains());
   if (lead) lead->start(training);
   sendDown(training, /*whole=*/true);
@@ -198,19 +219,12 @@ void runRounds(Server& s) {
     if (steps == H) balancer.record(s.messages.trailer + kComputeSeconds + firstShare);
     const bool train = trains(), gather = lead && (!train || s.publisher->checkpointsAt(step - 1, steps));
     UpdateTime update;
-    bool applied = false;
-    if (lead) {
-      applied = lead->apply(first, s.lr(first), skip, gather, train, update);
-    } else if (!skip) {
-      update.add([&] { applied = s.update.apply(s.lr(first), workers, first); });
-    }
+    const bool applied = applyRound(s, lead.get(), first, skip, gather, train, update);
     training = announce(train);
     sendDown(training, /*whole=*/false);
     if (gather) lead->gather(global.sent(), contextOf(training));
     StepStats stats = period.close(s, workers, update, /*updateWithin=*/false, applied);
-    const RoundChain::Traffic traffic = chain.take();
-    if (lead) lead->countTraffic(traffic.sent, traffic.received);
-    addTraffic(stats, traffic);
+    addTraffic(stats, chain.take(), lead.get());
     counts.add(stats, s.update.gradNorm());
     if (!warnedOfTimeout) warnedOfTimeout = warnIfNearTimeout(s.cfg, stats, steps);
     s.publisher->record(step - 1, innerLr(first), stats, steps);

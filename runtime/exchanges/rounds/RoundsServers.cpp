@@ -14,7 +14,7 @@
 
 namespace pstrain::roles {
 
-using namespace exchanges::sharded;
+using namespace exchanges;
 
 OuterLead::OuterLead(Server& s)
     : s_(s),

@@ -3,12 +3,12 @@
 // server k holds range k of the global weights (and of the copy the workers hold, under a
 // lossy down codec) and of the outer optimizer's state, takes its range of the summed
 // pseudo-gradient from the chain (RoundChain.h) and sends its range down; server 0 runs the
-// rounds (RoundsServer.cpp) and decides for every server (exchanges/sharded/Servers.h).
+// rounds (RoundsServer.cpp) and decides for every server (exchanges/Servers.h).
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "runtime/exchanges/sharded/Servers.h"
+#include "runtime/exchanges/Servers.h"
 #include "runtime/roles/RoleArgs.h"
 #include "runtime/roles/ServerLoop.h"
 
@@ -32,15 +32,15 @@ class OuterLead {
   // whole) and of the outer state, into what the Publisher reads.
   void gather(float* model, const std::string& context);
   // Each server's bytes per round, update time and peak memory, for every metrics line.
-  void addServers(metrics::JsonObject& line) const { exchanges::sharded::addServers(line, partials_, 1); }
+  void addServers(metrics::JsonObject& line) const { exchanges::addServers(line, partials_, 1); }
   // Range 0's link's bytes of the last round, each way.
   void countTraffic(double sent, double received) { sent_ = sent, received_ = received; }
 
  private:
   Server& s_;
   const std::vector<exchanges::KeyRange> ranges_;
-  exchanges::sharded::RangeUpdate own_;
-  std::vector<exchanges::sharded::Partial> partials_;
+  exchanges::RangeUpdate own_;
+  std::vector<exchanges::Partial> partials_;
   std::vector<at::Tensor> scratch_;
   double updateSeconds_ = 0, sent_ = 0, received_ = 0;
 };

@@ -220,7 +220,7 @@ class Lead {
 
   // Each server's traffic, update time and peak memory, for every metrics line.
   void addServers(metrics::JsonObject& line) const {
-    sharded::addServers(line, partials_, comm_.size() - s_.cfg.servers);
+    exchanges::addServers(line, partials_, comm_.size() - s_.cfg.servers);
   }
 
  private:

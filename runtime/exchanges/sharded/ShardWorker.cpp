@@ -8,7 +8,7 @@
 #include "runtime/Stop.h"
 #include "runtime/codec/Codec.h"
 #include "runtime/config/Codecs.h"
-#include "runtime/exchanges/sharded/Ranges.h"
+#include "runtime/exchanges/Ranges.h"
 #include "runtime/exchanges/sharded/Shards.h"
 #include "runtime/exchanges/sharded/Wire.h"
 #include "runtime/metrics/Clock.h"

@@ -25,7 +25,7 @@ void others(const roles::RoleArgs& args) {
 // uneven, why).
 PlanText plan(const PlanFacts& f) {
   const auto ranges = sharded::rangesOf(f.model, f.cfg);
-  std::string lines = sharded::describeRanges(ranges);
+  std::string lines = describeRanges(ranges);
   std::int64_t largest = 0;
   for (const KeyRange& r : ranges) largest = std::max(largest, r.size());
   const double even = static_cast<double>(ranges.back().end) / f.cfg.servers;

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/exchanges/sharded/Ranges.h"
-#include "runtime/exchanges/sharded/Servers.h"
+#include "runtime/exchanges/Ranges.h"
+#include "runtime/exchanges/Servers.h"
 #include "runtime/roles/RoleArgs.h"
 
 namespace pstrain::exchanges::sharded {

@@ -12,10 +12,8 @@
 //         server's weights and optimizer state to server 0, which publishes them.
 // Server 0 decides alone what needs the whole gradient (skip, clip, stop) from the servers'
 // partial sums: one scalar each for the norm, one flag for finiteness.
-#include <array>
-#include <cstdint>
-
 #include "runtime/comm/Communicator.h"
+#include "runtime/exchanges/Servers.h"
 
 namespace pstrain::exchanges::sharded {
 
@@ -24,23 +22,5 @@ constexpr int kHeadTag = comm::Communicator::kFirstFreeTag + 1;
 constexpr int kGradTag = comm::Communicator::kFirstFreeTag + 2;
 constexpr int kTailTag = comm::Communicator::kFirstFreeTag + 3;
 // The lead messages use the blocking send() and receive(): small, and one at a time.
-
-// Server k's word on a step, to server 0.
-struct Partial {
-  double sumOfSquares = 0;  // of its range of the summed gradient
-  double finite = 1;        // 1 when every value of that range is finite
-  double updateSeconds = 0; // its last update's
-  double bytesOut = 0;      // its link's bytes per step, each way: the weights it sent,
-  double bytesIn = 0;       // the gradients it received
-  double peakRssMib = 0;
-};
-
-// Server 0's word to every server: apply the update (with lr and the gradient's divisor:
-// the step's samples over the clipping factor), send a checkpoint's state, and whether the
-// next down message trains or stops.
-struct Verdict {
-  double apply = 0, lr = 0, divisor = 1, gather = 0, train = 0;
-  double step = 0;  // the step it is of (the first of a round's), for messages
-};
 
 }  // namespace pstrain::exchanges::sharded

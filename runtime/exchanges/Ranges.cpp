@@ -1,4 +1,4 @@
-#include "runtime/exchanges/sharded/Ranges.h"
+#include "runtime/exchanges/Ranges.h"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "runtime/exchanges/sharded/Servers.h"
+#include "runtime/exchanges/Servers.h"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -8,7 +8,7 @@
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
 
-namespace pstrain::exchanges::sharded {
+namespace pstrain::exchanges {
 
 void expectBytes(std::size_t got, std::size_t expected, int rank, const char* what, const std::string& context) {
   if (got != expected) {
@@ -191,4 +191,4 @@ void addServers(metrics::JsonObject& line, const std::vector<Partial>& partials,
   }
 }
 
-}  // namespace pstrain::exchanges::sharded
+}  // namespace pstrain::exchanges

@@ -1,8 +1,11 @@
 #pragma once
 // What K servers (--servers) share whatever carries the workers' messages (the sharded
-// exchange's own channels, or diloco's chain, exchanges/rounds): server k's update of its key
-// range, and the lead messages between server 0 and the others (Wire.h): the start-up's
-// ranges, each step's Partial and Verdict, and a checkpoint's ranges gathered on server 0.
+// exchange's own channels, sharded/Wire.h, or diloco's chain, rounds/RoundChain.h): server
+// k's update of its key range (Ranges.h), and the lead messages between server 0 and the
+// others: the start-up's ranges, each step's (or round's) Partial and Verdict, and a
+// checkpoint's ranges gathered on server 0. Server 0 decides alone what needs the whole
+// gradient (skip, clip, stop) from the servers' partial sums: one scalar each for the norm,
+// one flag for finiteness.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -12,14 +15,32 @@
 
 #include "runtime/comm/Communicator.h"
 #include "runtime/config/TrainConfig.h"
-#include "runtime/exchanges/sharded/Ranges.h"
-#include "runtime/exchanges/sharded/Wire.h"
+#include "runtime/exchanges/Ranges.h"
 #include "runtime/metrics/Json.h"
 #include "runtime/optim/Optimizer.h"
 #include "runtime/protocol/StepMessages.h"
 #include "runtime/roles/SummedUpdate.h"
 
-namespace pstrain::exchanges::sharded {
+namespace pstrain::exchanges {
+
+// Server k's word on a step, to server 0.
+struct Partial {
+  double sumOfSquares = 0;  // of its range of the summed gradient
+  double finite = 1;        // 1 when every value of that range is finite
+  double updateSeconds = 0; // its last update's
+  double bytesOut = 0;      // its link's bytes per step, each way: the weights it sent,
+  double bytesIn = 0;       // the gradients it received
+  double peakRssMib = 0;
+};
+
+// Server 0's word to every server: apply the update (with lr and the gradient's divisor:
+// the step's samples over the clipping factor), send a checkpoint's state, and whether the
+// next down message trains or stops.
+struct Verdict {
+  double apply = 0, lr = 0, divisor = 1, gather = 0, train = 0;
+  double step = 0;  // the step it is of (the first of a round's), for messages
+};
+
 
 // One server's key range: its weights, the workers' summed gradient of it, and the update
 // rule (cfg.updateRule(): the optimizer, or diloco's outer one) with its slice of the state.
@@ -105,4 +126,4 @@ std::string describeRanges(const std::vector<KeyRange>& ranges);
 // metrics line; `workers` scales its per-worker bytes.
 void addServers(metrics::JsonObject& line, const std::vector<Partial>& partials, int workers);
 
-}  // namespace pstrain::exchanges::sharded
+}  // namespace pstrain::exchanges
