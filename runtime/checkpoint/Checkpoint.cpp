@@ -113,9 +113,10 @@ struct Written {
 // dicts carry no TorchScript type tag (a call of torch.jit._pickle.restore_type_tag), which
 // torch.load refuses under weights_only=True, its default since PyTorch 2.6: the file holds
 // only what that safe unpickler allows (dicts, strings, ints, tensors).
-// `beforeRename` runs once the file is whole and durable, just before it replaces `path`.
+// `beforeRename` runs once the file is whole and durable, just before it replaces `path`;
+// `source` gives the bytes of tensors that do not hold them (RecordSource).
 Written writePickle(const std::string& path, const c10::IValue& value,
-                    const std::function<void()>& beforeRename = nullptr) {
+                    const std::function<void()>& beforeRename = nullptr, const RecordSource& source = nullptr) {
   std::vector<char> pickle;  // the object structure; tensor data are separate records
   torch::jit::Pickler pickler([&](const char* data, std::size_t size) { pickle.insert(pickle.end(), data, data + size); },
                               /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
@@ -139,7 +140,15 @@ Written writePickle(const std::string& path, const c10::IValue& value,
       }
       return size;
     });
-    torch::jit::writeArchiveAndTensors("data", pickle.data(), pickle.size(), pickler.tensorData(), writer);
+    // torch::jit::writeArchiveAndTensors's records ("data/N", each tensor's storage, then
+    // "data.pkl"), with each storage's bytes from `source` where it has them.
+    const std::vector<at::Tensor>& tensors = pickler.tensorData();
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const at::Tensor& t = tensors[i];
+      const void* bytes = source ? source(t) : nullptr;
+      writer.writeRecord("data/" + std::to_string(i), bytes ? bytes : t.storage().data(), t.storage().nbytes());
+    }
+    writer.writeRecord("data.pkl", pickle.data(), pickle.size());
     writer.writeEndOfFile();
   } catch (const c10::Error& e) {
     if (failure) std::rethrow_exception(failure);
@@ -171,7 +180,7 @@ GenericDict scalerDict(const Checkpoint::LossScale& state) {
 
 }  // namespace
 
-std::string publish(const std::string& dir, const Checkpoint& ckpt) {
+std::string publish(const std::string& dir, const Checkpoint& ckpt, const RecordSource& source) {
   try {
     ::close(rundir::openPrivateDirectory(dir));
   } catch (const ConfigError& e) {
@@ -206,9 +215,11 @@ std::string publish(const std::string& dir, const Checkpoint& ckpt) {
   // marker with the new file, and a write that fails (a full disk) leaves the old
   // checkpoint published.
   const std::string okPath = base.string() + ".ok";
-  const Written pt = writePickle(ptPath, top, [&] {
-    if (::unlink(okPath.c_str()) == 0) rundir::syncDirectory(dir);
-  });
+  const Written pt = writePickle(
+      ptPath, top, [&] {
+        if (::unlink(okPath.c_str()) == 0) rundir::syncDirectory(dir);
+      },
+      source);
   rundir::atomicWrite(okPath,
               fmt::format("pstrain-checkpoint {}\nbytes {}\ncrc32 {:08x}\n", kFormat, pt.bytes, pt.crc32));
   return ptPath;
@@ -323,7 +334,9 @@ Checkpoint decode(const c10::IValue& top, const std::string& path) {
 
 }  // namespace
 
-void writeOptimizerState(const std::string& path, const Checkpoint& ckpt) { writePickle(path, optimizerDict(ckpt)); }
+void writeOptimizerState(const std::string& path, const Checkpoint& ckpt, const RecordSource& source) {
+  writePickle(path, optimizerDict(ckpt), nullptr, source);
+}
 
 void writeStateDict(const std::string& path, const TensorList& state) {
   writePickle(path, tensorDict(state));

@@ -15,6 +15,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <utility>
@@ -59,8 +60,14 @@ struct Checkpoint {
   std::optional<LossScale> lossScale;
 };
 
+// Where a written file takes a tensor's bytes from: null, or a function that returns them
+// for a tensor whose memory does not hold them (a placeholder for what another rank holds:
+// sharded servers' ranges), in memory of its own that stays valid until its next call; it
+// returns null for a tensor that holds its own. Called once per tensor, in the file's order.
+using RecordSource = std::function<const void*(const at::Tensor&)>;
+
 // Publishes `ckpt` into `dir` (created if needed) and returns the .pt path.
-std::string publish(const std::string& dir, const Checkpoint& ckpt);
+std::string publish(const std::string& dir, const Checkpoint& ckpt, const RecordSource& source = nullptr);
 
 // Verifies size and CRC against the marker, unpickles and checks the structure.
 // Throws CheckpointError naming the file on any problem.
@@ -68,7 +75,7 @@ Checkpoint read(const rundir::Published& published);
 
 // Writes an optimizer's state as checkpoints hold it ({name: {key: tensor}, "step": N}),
 // atomically: trained_model.optimizer.pt.
-void writeOptimizerState(const std::string& path, const Checkpoint& ckpt);
+void writeOptimizerState(const std::string& path, const Checkpoint& ckpt, const RecordSource& source = nullptr);
 
 // Writes a plain state_dict (loadable by module.load_state_dict in PyTorch) atomically.
 void writeStateDict(const std::string& path, const TensorList& state);

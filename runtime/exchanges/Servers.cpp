@@ -138,37 +138,92 @@ Verdict receiveVerdict(comm::Communicator& comm, const Partial& partial, const s
   return receiveValue<Verdict>(comm, 0, context);
 }
 
-void sendRange(comm::Communicator& comm, const float* weights, RangeUpdate& update, const std::string& context) {
-  sendState(comm, weights, update.range().size(), update.optimizer(), statesOf(update.optimizer(), nullptr), 0, context);
-}
+namespace {
 
-void gatherRanges(comm::Communicator& comm, const std::vector<KeyRange>& ranges, float* weights,
-                  optim::Optimizer& whole, const optim::Optimizer& own, std::vector<at::Tensor>& scratch,
-                  const std::string& context) {
-  const auto ownStates = statesOf(own, nullptr);
-  const std::int64_t floats = ranges.back().end;
-  if (scratch.size() != ownStates.size()) {
-    scratch.clear();
-    for (std::size_t i = 0; i < ownStates.size(); ++i) scratch.push_back(torch::zeros({floats}));
+// Server 0's request for floats [begin, end) of state `state` (a server's range of it); state
+// -1: the checkpoint is written.
+struct StateRequest {
+  std::int64_t state = -1, begin = 0, end = 0;
+};
+
+}  // namespace
+
+CheckpointGather::CheckpointGather(comm::Communicator& comm, std::vector<KeyRange> ranges, optim::Optimizer& whole,
+                                   RangeUpdate& own)
+    : comm_(comm), ranges_(std::move(ranges)), whole_(whole), own_(own) {}
+
+void CheckpointGather::gather(float* weights, const std::string& context) {
+  const auto own = statesOf(own_.optimizer(), nullptr);
+  if (placeholders_.size() != own.size()) {
+    placeholders_.clear();
+    for (std::size_t i = 0; i < own.size(); ++i) placeholders_.push_back(torch::empty({ranges_.back().end}));
   }
-  for (std::size_t i = 0; i < ownStates.size(); ++i) scratch[i].narrow(0, ranges[0].begin, ranges[0].size()).copy_(ownStates[i]);
-  for (std::size_t k = 1; k < ranges.size(); ++k) {
+  for (std::size_t k = 1; k < ranges_.size(); ++k) {
     const int server = static_cast<int>(k);
-    const KeyRange& r = ranges[k];
-    const std::size_t bytes = static_cast<std::size_t>(r.size()) * sizeof(float);
-    const StateHeader header = receiveStateHeader(comm, server, context);
-    if (header.names.size() != ownStates.size()) {
+    const KeyRange& r = ranges_[k];
+    const StateHeader header = receiveStateHeader(comm_, server, context);
+    if (header.names.size() != own.size()) {
       throw InternalError(fmt::format("{}: server {} holds {} optimizer states, server 0 {}", context, server,
-                                      header.names.size(), ownStates.size()));
+                                      header.names.size(), own.size()));
     }
-    receiveInto(comm, weights + r.begin, bytes, server, "range of the weights", context);
-    for (const at::Tensor& state : scratch) {
-      receiveInto(comm, state.data_ptr<float>() + r.begin, bytes, server, "range of the optimizer state", context);
-    }
+    receiveInto(comm_, weights + r.begin, static_cast<std::size_t>(r.size()) * sizeof(float), server,
+                "range of the weights", context);
   }
   std::size_t i = 0;
-  for (const auto& [name, buffer] : own.state()) whole.restore(name, scratch[i++]);
-  whole.restoreUpdates(own.updates());
+  for (const auto& [name, buffer] : own_.optimizer().state()) whole_.restore(name, placeholders_[i++]);
+  whole_.restoreUpdates(own_.optimizer().updates());
+  serving_ = true;
+}
+
+const void* CheckpointGather::recordSource(const at::Tensor& tensor) {
+  const auto* data = static_cast<const float*>(tensor.storage().data());
+  for (std::size_t i = 0; i < placeholders_.size(); ++i) {
+    const float* base = placeholders_[i].data_ptr<float>();
+    if (data < base || data >= base + placeholders_[i].numel()) continue;
+    const std::int64_t begin = data - base, end = begin + tensor.numel();
+    bytes_.resize(static_cast<std::size_t>(end - begin));
+    const float* own = statesOf(own_.optimizer(), nullptr)[i].data_ptr<float>();
+    for (std::size_t k = 0; k < ranges_.size(); ++k) {
+      const std::int64_t from = std::max(begin, ranges_[k].begin), to = std::min(end, ranges_[k].end);
+      if (from >= to) continue;
+      float* out = bytes_.data() + (from - begin);
+      if (k == 0) {
+        std::copy(own + from, own + to, out);
+        continue;
+      }
+      const StateRequest request{static_cast<std::int64_t>(i), from, to};
+      sendValue(comm_, request, static_cast<int>(k), "checkpoint");
+      receiveInto(comm_, out, static_cast<std::size_t>(to - from) * sizeof(float), static_cast<int>(k),
+                  "range of the optimizer state", "checkpoint");
+    }
+    return bytes_.data();
+  }
+  return nullptr;
+}
+
+void CheckpointGather::release() {
+  if (!serving_) return;
+  for (std::size_t k = 1; k < ranges_.size(); ++k) sendValue(comm_, StateRequest{}, static_cast<int>(k), "checkpoint");
+  serving_ = false;
+}
+
+void offerCheckpoint(comm::Communicator& comm, const float* weights, RangeUpdate& update, const std::string& context) {
+  sendState(comm, weights, update.range().size(), update.optimizer(), {}, 0, context);  // the states: on request
+}
+
+void serveCheckpoint(comm::Communicator& comm, RangeUpdate& update, const std::string& context) {
+  const auto states = statesOf(update.optimizer(), nullptr);
+  for (auto request = receiveValue<StateRequest>(comm, 0, context); request.state >= 0;
+       request = receiveValue<StateRequest>(comm, 0, context)) {
+    const std::int64_t begin = request.begin - update.range().begin, end = request.end - update.range().begin;
+    if (request.state >= static_cast<std::int64_t>(states.size()) || begin < 0 || end > update.range().size() ||
+        begin >= end) {
+      throw CommError(fmt::format("{}: server 0 asked for floats [{}, {}) of state {}, which this server does not hold",
+                                  context, request.begin, request.end, request.state));
+    }
+    comm.send(states[static_cast<std::size_t>(request.state)].data_ptr<float>() + begin,
+              static_cast<std::size_t>(end - begin) * sizeof(float), 0, context);
+  }
 }
 
 std::string describeRanges(const std::vector<KeyRange>& ranges) {

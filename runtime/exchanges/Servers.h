@@ -110,14 +110,39 @@ Verdict decide(comm::Communicator& comm, roles::SummedUpdate& update, std::vecto
 // Server k: its Partial to server 0, and server 0's Verdict.
 Verdict receiveVerdict(comm::Communicator& comm, const Partial& partial, const std::string& context);
 
-// A checkpoint: server k sends `weights` (its range of the model as the workers hold it) and
-// its update's state to server 0; server 0 receives every range of them into `weights` (the
-// whole model's flat floats) and `whole` (`own` is range 0's update). `scratch` keeps the
-// whole-model state buffers from one checkpoint to the next.
-void sendRange(comm::Communicator& comm, const float* weights, RangeUpdate& update, const std::string& context);
-void gatherRanges(comm::Communicator& comm, const std::vector<KeyRange>& ranges, float* weights,
-                  optim::Optimizer& whole, const optim::Optimizer& own, std::vector<at::Tensor>& scratch,
-                  const std::string& context);
+// A checkpoint, on server 0: every server's range of the weights comes in whole, the
+// optimizer state one parameter at a time as the Publisher writes it, so that server 0
+// never holds more of the state than its own range and one parameter's. `whole` (the
+// Publisher's optimizer) holds placeholders: buffers of the whole model's size that nothing
+// writes (their pages never touched, they take no memory), whose bytes recordSource() gives.
+class CheckpointGather {
+ public:
+  // `own`: range 0's update.
+  CheckpointGather(comm::Communicator& comm, std::vector<KeyRange> ranges, optim::Optimizer& whole, RangeUpdate& own);
+  // Every server's range of the model as the workers hold it into `weights` (the whole
+  // model's flat floats), and the placeholders into `whole`; the servers then answer
+  // recordSource() until release(). Release after the Publisher's record() of the step, or
+  // after its finish() at the end (the final files read the state too).
+  void gather(float* weights, const std::string& context);
+  // checkpoint::RecordSource: a placeholder's bytes, from range 0's state and the servers'.
+  const void* recordSource(const at::Tensor& tensor);
+  // After the Publisher wrote what it reads (a no-op when nothing was gathered): the servers go on.
+  void release();
+
+ private:
+  comm::Communicator& comm_;
+  const std::vector<KeyRange> ranges_;
+  optim::Optimizer& whole_;
+  RangeUpdate& own_;
+  std::vector<at::Tensor> placeholders_;  // by state, of the whole model's size
+  std::vector<float> bytes_;              // the last recordSource()'s
+  bool serving_ = false;
+};
+// Server k at a checkpoint: offers `weights` (its range of the model as the workers hold it:
+// CheckpointGather::gather takes it), then, once its next down message is sent (the workers
+// compute meanwhile), serves server 0's requests for its range of the state until released.
+void offerCheckpoint(comm::Communicator& comm, const float* weights, RangeUpdate& update, const std::string& context);
+void serveCheckpoint(comm::Communicator& comm, RangeUpdate& update, const std::string& context);
 
 // The dry run's lines: which server owns which parameters.
 std::string describeRanges(const std::vector<KeyRange>& ranges);

@@ -159,7 +159,7 @@ void Publisher::record(std::int64_t step, double lr, const StepStats& stats, std
     // tried at the end, and its failure is the run's.
     bool reportEach = false;
     if (bestEffort(reportEach, done, "checkpoint", [&] {
-          checkpoint::publish(rundir::pathOf(cfg_.trainDir, rundir::kCheckpoints), snapshot(done));
+          checkpoint::publish(rundir::pathOf(cfg_.trainDir, rundir::kCheckpoints), snapshot(done), source_);
         })) {
       rundir::discardSetAside(cfg_.trainDir);  // the earlier run this one replaces goes now
     }
@@ -233,7 +233,7 @@ void Publisher::addToRunJson(const std::string& key, const metrics::JsonObject& 
 void Publisher::finish(std::int64_t stepsDone) {
   if (windowSteps_ > 0) writeLine(stepsDone);
   const checkpoint::Checkpoint last = snapshot(stepsDone);
-  auto path = checkpoint::publish(rundir::pathOf(cfg_.trainDir, rundir::kCheckpoints), last);
+  auto path = checkpoint::publish(rundir::pathOf(cfg_.trainDir, rundir::kCheckpoints), last, source_);
   rundir::discardSetAside(cfg_.trainDir);
   if (stopRequested() && stepsDone < total_) {
     stoppedOnRequest() = true;
@@ -247,7 +247,7 @@ void Publisher::finish(std::int64_t stepsDone) {
   // The optimizer's state beside it (torch.load: {name: {key: tensor}, "step": N}), to go on
   // training the weights elsewhere.
   if (!last.optimizerState.empty()) {
-    checkpoint::writeOptimizerState(rundir::pathOf(cfg_.trainDir, rundir::kTrainedOptimizer), last);
+    checkpoint::writeOptimizerState(rundir::pathOf(cfg_.trainDir, rundir::kTrainedOptimizer), last, source_);
   }
   // A model of the user's, as TorchScript with the trained weights: torch.jit.load runs it.
   const std::string script = model_.torchScriptArchive();
@@ -275,10 +275,15 @@ checkpoint::Checkpoint Publisher::snapshot(std::int64_t stepsDone) const {
   for (const auto& [name, value] : cfg_.sharedFields()) ckpt.configuration += name + "=" + value + "\n";
   ckpt.modelState = models::stateDict(model_);
   for (const auto& [name, buffer] : optimizer_.state()) {
+    // Each parameter's state a storage of its own (aliasing the buffer, no copy): a record
+    // of the file each, so that a RecordSource fills one parameter's bytes at a time.
     const auto views = parameterViews(model_, buffer);
     checkpoint::TensorList tensors;
     std::size_t i = 0;
-    for (const auto& item : model_.named_parameters()) tensors.emplace_back(item.key(), views[i++]);
+    for (const auto& item : model_.named_parameters()) {
+      const at::Tensor& view = views[i++];
+      tensors.emplace_back(item.key(), at::from_blob(view.data_ptr(), view.sizes(), view.options()));
+    }
     ckpt.optimizerState.emplace_back(name, std::move(tensors));
   }
   ckpt.optimizerSteps = optimizer_.updates();

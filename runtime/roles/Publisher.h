@@ -36,6 +36,9 @@ class Publisher {
   // The mode's own fields (counters of its window), added to every metrics.jsonl line by
   // calling `extras` then; it must stay callable until finish() returns.
   void setExtras(std::function<void(metrics::JsonObject&)> extras) { extras_ = std::move(extras); }
+  // Where the files it writes take the optimizer state's bytes from (checkpoint::RecordSource:
+  // K servers' state gathered as it is written); it must stay callable until finish() returns.
+  void setRecordSource(checkpoint::RecordSource source) { source_ = std::move(source); }
 
   // Adds "key": value to the run's run.json (written at start-up): what a mode learns of
   // the run once it runs (diloco's measured rounds). A run.json that cannot be rewritten is
@@ -72,6 +75,7 @@ class Publisher {
   std::int64_t total_;
   std::int64_t firstStep_;
   metrics::JsonLines log_;
+  checkpoint::RecordSource source_;
   std::unique_ptr<metrics::EventFile> events_;  // null with --tensorboard off
   struct {
     bool metrics = false, events = false;

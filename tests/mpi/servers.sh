@@ -39,6 +39,17 @@ for case in "sgd:3:--momentum 0.9" "adamw:2:--optimizer adamw --lr 0.002 --weigh
       "$scratch/$name-k$k/trained_model.pt"
   done
 done
+check "adamw: the final checkpoint's optimizer state, written as server 0 gathers it, is one server's" \
+  "$PSTRAIN_PYTHON" - "$scratch/adamw-k1" "$scratch/adamw-k2" "$scratch/adamw-k4" <<'PY'
+import sys, torch
+one, *others = [torch.load(d + "/ckpt/step-00000020.pt", weights_only=True)["optimizer"] for d in sys.argv[1:]]
+for o in others:
+    if o["step"] != one["step"] or sorted(o) != sorted(one):
+        sys.exit(1)
+    for name in ("exp_avg", "exp_avg_sq"):
+        if any(not torch.equal(one[name][k], o[name][k]) for k in one[name]):
+            sys.exit(1)
+PY
 norm=$(metric "$scratch/adamw-k2" "min(l['grad_norm'] for l in lines)")
 check "adamw: every step's gradient norm ($norm) is above the clip (0.01): clipped by the combined norm" ge "$norm" 0.01
 

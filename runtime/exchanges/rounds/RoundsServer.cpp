@@ -181,6 +181,7 @@ void runRounds(Server& s) {
     counts.addTo(line);
     if (lead) lead->addServers(line);
   });
+  if (lead) s.publisher->setRecordSource([&](const at::Tensor& t) { return lead->checkpoints().recordSource(t); });
   std::int64_t step = s.firstStep;
   auto innerLr = [&](std::int64_t at) {
     return optim::learningRate(s.cfg, s.cfg.batchesPerUpdate(s.shards), std::min(at, s.total - 1), s.total);
@@ -228,6 +229,7 @@ void runRounds(Server& s) {
     counts.add(stats, s.update.gradNorm());
     if (!warnedOfTimeout) warnedOfTimeout = warnIfNearTimeout(s.cfg, stats, steps);
     s.publisher->record(step - 1, innerLr(first), stats, steps);
+    if (lead && training) lead->checkpoints().release();
     // The second round is the first whose workers all started together (the first's down
     // message, the whole weights, reached them one after another along the chain): it
     // decides. After the first record, which rewrites run.json with the start-up's times.
@@ -237,6 +239,7 @@ void runRounds(Server& s) {
     }
   }
   s.publisher->finish(step);
+  if (lead) lead->checkpoints().release();
 }
 
 }  // namespace

@@ -20,7 +20,8 @@ OuterLead::OuterLead(Server& s)
     : s_(s),
       ranges_(roundsRanges(s.model, s.cfg)),
       own_(s.cfg, ranges_[0], s.messages.weights.narrow(0, ranges_[0].begin, ranges_[0].size())),
-      partials_(ranges_.size()) {}
+      partials_(ranges_.size()),
+      gather_(s.comm, ranges_, *s.optimizer, own_) {}
 
 void OuterLead::start(bool training) {
   sendStarts(s_.comm, ranges_, {s_.firstStep, training}, s_.messages.weights, *s_.optimizer, own_.optimizer());
@@ -41,10 +42,6 @@ bool OuterLead::apply(std::int64_t step, double lr, bool skip, bool gather, bool
   });
   updateSeconds_ = time.seconds;
   return v.apply != 0;
-}
-
-void OuterLead::gather(float* model, const std::string& context) {
-  gatherRanges(s_.comm, ranges_, model, *s_.optimizer, own_.optimizer(), scratch_, context);
 }
 
 void followRounds(const RoleArgs& args) {
@@ -87,7 +84,10 @@ void followRounds(const RoleArgs& args) {
     chain.startServerDown(nullptr, held, copy ? weights.data() : nullptr, context);
     chain.finish();
     sent = chain.take().sent;
-    if (v.gather) sendRange(comm, held, update, context);
+    if (v.gather) {  // the workers train on meanwhile
+      offerCheckpoint(comm, held, update, context);
+      serveCheckpoint(comm, update, context);
+    }
     training = v.train != 0;
   }
 }

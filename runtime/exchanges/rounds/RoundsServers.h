@@ -29,8 +29,10 @@ class OuterLead {
   // step was applied.
   bool apply(std::int64_t step, double lr, bool skip, bool gather, bool train, UpdateTime& time);
   // After the down message: every range of `model` (the weights as the workers hold them,
-  // whole) and of the outer state, into what the Publisher reads.
-  void gather(float* model, const std::string& context);
+  // whole) and of the outer state, into what the Publisher reads (CheckpointGather: release
+  // it after the round's record, or after finish at the end).
+  void gather(float* model, const std::string& context) { gather_.gather(model, context); }
+  exchanges::CheckpointGather& checkpoints() { return gather_; }
   // Each server's bytes per round, update time and peak memory, for every metrics line.
   void addServers(metrics::JsonObject& line) const { exchanges::addServers(line, partials_, 1); }
   // Range 0's link's bytes of the last round, each way.
@@ -41,7 +43,7 @@ class OuterLead {
   const std::vector<exchanges::KeyRange> ranges_;
   exchanges::RangeUpdate own_;
   std::vector<exchanges::Partial> partials_;
-  std::vector<at::Tensor> scratch_;
+  exchanges::CheckpointGather gather_;
   double updateSeconds_ = 0, sent_ = 0, received_ = 0;
 };
 

@@ -125,11 +125,13 @@ void follow(const roles::RoleArgs& args) {
   const Start start = receiveStart(comm, shard.update());
   bool training = start.train != 0;
   double updateSeconds = 0;
+  bool checkpointing = false;  // server 0 writes a checkpoint: serve it after the next down message
   for (std::int64_t step = start.firstStep;; ++step) {
     std::vector<std::size_t> requests;
     const std::string down = fmt::format("step {}", step);
     shard.startWeightsDown(requests, training ? down : "stop");
     for (std::size_t request : requests) comm.wait(request);
+    if (checkpointing) serveCheckpoint(comm, shard.update(), down);
     if (!training) return;
     currentStep() = step;
     shard.receiveGradients(down);
@@ -137,7 +139,8 @@ void follow(const roles::RoleArgs& args) {
     const auto start = metrics::Clock::now();
     shard.update().apply(v, step, k);
     updateSeconds = metrics::secondsSince(start);
-    if (v.gather) sendRange(comm, shard.update().weights().data_ptr<float>(), shard.update(), down);
+    if (v.gather) offerCheckpoint(comm, shard.update().weights().data_ptr<float>(), shard.update(), down);
+    checkpointing = v.gather != 0;
     training = v.train != 0;
   }
 }
@@ -154,7 +157,8 @@ class Lead {
         comm_(s.comm),
         ranges_(rangesOf(s.model, s.cfg)),
         shard_(s.comm, s.cfg, ranges_[0], s.messages.weights.narrow(0, ranges_[0].begin, ranges_[0].size())),
-        partials_(ranges_.size()) {
+        partials_(ranges_.size()),
+        gather_(comm_, ranges_, *s.optimizer, shard_.update()) {
     const std::int64_t workers = comm_.size() - s.cfg.servers;
     tails_.resize(static_cast<std::size_t>(workers) * tailFloats());
   }
@@ -200,11 +204,9 @@ class Lead {
   }
 
   // The whole model's weights and optimizer state, from every server's range, into what the
-  // Publisher reads.
-  void gather(const std::string& context) {
-    gatherRanges(comm_, ranges_, s_.messages.weights.data_ptr<float>(), *s_.optimizer, shard_.update().optimizer(),
-                 wholeStates_, context);
-  }
+  // Publisher reads (CheckpointGather).
+  void gather(const std::string& context) { gather_.gather(s_.messages.weights.data_ptr<float>(), context); }
+  CheckpointGather& checkpoints() { return gather_; }
 
   // One worker's messages as the metrics count them (StepStats), summed over the servers.
   void countTraffic(roles::StepStats& stats) const {
@@ -252,7 +254,7 @@ class Lead {
   Shard shard_;
   std::vector<Partial> partials_;   // by server, of the last step
   std::vector<float> tails_;        // by worker: its buffers and trailer
-  std::vector<at::Tensor> wholeStates_;  // the optimizer's states over the whole model, for checkpoints
+  CheckpointGather gather_;
   double updateSeconds_ = 0;
 };
 
@@ -265,6 +267,7 @@ void lead(roles::Server& s) {
   s.setHeader(step, training ? Control::Train : Control::Stop, training ? s.lr(step) : 0);
   lead.sendDown(training ? fmt::format("step {}", step) : s.stopContext);
   s.publisher->setExtras([&](metrics::JsonObject& line) { lead.addServers(line); });
+  s.publisher->setRecordSource([&](const at::Tensor& t) { return lead.checkpoints().recordSource(t); });
   roles::Period period;
   while (training) {
     currentStep() = step;
@@ -282,8 +285,10 @@ void lead(roles::Server& s) {
     stats.gradNorm = gradNorm;
     lead.countTraffic(stats);
     s.publisher->record(done, lr, stats);
+    if (training) lead.checkpoints().release();
   }
   s.publisher->finish(step);
+  lead.checkpoints().release();
 }
 
 }  // namespace
