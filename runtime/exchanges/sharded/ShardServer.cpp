@@ -2,7 +2,6 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -38,8 +37,9 @@ class Shard {
       codec_ = codec::makeCodec(cfg.gradientCodec(), range_.shapes, 0, "compress", feedback);
       decoded_.resize(static_cast<std::size_t>(range_.size()));
     }
-    const std::size_t slotBytes = codec_ ? codec_->maxFrameBytes() : bytesOf(range_);
-    for (auto& slot : slots_) slot.resize(slotBytes);
+    const int workers = comm.size() - cfg.servers;
+    slots_.resize(codec_ ? 2 : 2 * static_cast<std::size_t>(workers));
+    for (auto& slot : slots_) slot.resize(codec_ ? codec_->maxFrameBytes() : kPartFloats * sizeof(float));
   }
 
   RangeUpdate& update() { return update_; }
@@ -53,40 +53,46 @@ class Shard {
   }
 
   // The workers' gradients of this range, summed in worker order (as one server sums them:
-  // the same floats); a raw one lands straight in the sum, the others in two slots that
-  // receive while the one before is added.
+  // the same floats). Raw, part by part (Wire.h) from every worker: worker 0's part lands
+  // straight in the sum, the others' in a ring of slots, two per worker, that receive while
+  // earlier parts are added. Coded, a frame per worker, into two slots likewise.
   void receiveGradients(const std::string& context) {
     const int first = cfg_.servers, workers = comm_.size() - cfg_.servers;
-    std::vector<std::size_t> got(static_cast<std::size_t>(workers)), requests(static_cast<std::size_t>(workers));
-    const bool raw = !codec_;
-    auto target = [&](int i) -> char* {
-      if (raw && i == 0) return reinterpret_cast<char*>(update_.sum());
-      return slots_[static_cast<std::size_t>(i + (raw ? 1 : 0)) % slots_.size()].data();
+    const std::int64_t parts = codec_ ? 1 : partsOf(range_.size());
+    // Message m: part m / workers of worker m % workers.
+    const std::size_t messages = static_cast<std::size_t>(parts * workers);
+    std::vector<std::size_t> got(messages), requests(messages);
+    auto target = [&](std::size_t m) -> char* {
+      if (!codec_ && m % workers == 0) return reinterpret_cast<char*>(update_.sum() + (m / workers) * kPartFloats);
+      return slots_[m % slots_.size()].data();
     };
-    const std::size_t capacity = slots_[0].size();
-    auto post = [&](int i) {
-      if (i < workers) requests[i] = comm_.startReceive(target(i), capacity, first + i, kGradTag, &got[i], context);
+    auto post = [&](std::size_t m) {
+      if (m >= messages) return;
+      const std::size_t capacity = codec_ ? slots_[0].size() : partSize(range_.size(), m / workers) * sizeof(float);
+      requests[m] = comm_.startReceive(target(m), capacity, first + static_cast<int>(m % workers), kGradTag, &got[m],
+                                       context);
     };
-    const int inFlight = raw ? 3 : 2;  // raw: the sum and both slots
-    for (int i = 0; i < inFlight; ++i) post(i);
-    if (!raw) std::fill_n(update_.sum(), range_.size(), 0.0f);
+    for (std::size_t m = 0; m < slots_.size(); ++m) post(m);
+    if (codec_) std::fill_n(update_.sum(), range_.size(), 0.0f);
     comm_.expectLongWait();  // the workers compute first
     double bytes = 0;
-    for (int i = 0; i < workers; ++i) {
-      comm_.wait(requests[i]);
-      bytes += static_cast<double>(got[i]);
-      if (raw) {
-        expectBytes(got[i], bytesOf(range_), first + i, "range of the gradient", context);
-        if (i > 0) add(reinterpret_cast<const float*>(target(i)));
+    for (std::size_t m = 0; m < messages; ++m) {
+      const int rank = first + static_cast<int>(m % workers);
+      comm_.wait(requests[m]);
+      bytes += static_cast<double>(got[m]);
+      if (!codec_) {
+        const std::int64_t part = static_cast<std::int64_t>(m / workers), n = partSize(range_.size(), part);
+        expectBytes(got[m], n * sizeof(float), rank, "part of the gradient", context);
+        if (m % workers) add(reinterpret_cast<const float*>(target(m)), part * kPartFloats, n);
       } else {
         try {
-          codec_->decode(target(i), got[i], decoded_.data());
+          codec_->decode(target(m), got[m], decoded_.data());
         } catch (const CodecError& e) {
-          throw CodecError(fmt::format("{}: rank {}: {}", context, first + i, e.what()));
+          throw CodecError(fmt::format("{}: rank {}: {}", context, rank, e.what()));
         }
-        add(decoded_.data());
+        add(decoded_.data(), 0, range_.size());
       }
-      post(i + inFlight);
+      post(m + slots_.size());
     }
     bytesIn_ = bytes / workers;
   }
@@ -94,9 +100,10 @@ class Shard {
   Partial partial(double updateSeconds) const { return update_.partial(updateSeconds, bytesOut_, bytesIn_); }
 
  private:
-  void add(const float* values) {
-    float* sum = update_.sum();
-    for (std::int64_t i = 0; i < range_.size(); ++i) sum[i] += values[i];
+  // sum[at, at + n) += values.
+  void add(const float* values, std::int64_t at, std::int64_t n) {
+    float* sum = update_.sum() + at;
+    for (std::int64_t i = 0; i < n; ++i) sum[i] += values[i];
   }
 
   comm::Communicator& comm_;
@@ -105,7 +112,7 @@ class Shard {
   RangeUpdate update_;
   std::unique_ptr<codec::Codec> codec_;  // with a gradient codec: decodes the workers' frames of this range
   std::vector<float> decoded_;
-  std::array<std::vector<char>, 2> slots_;
+  std::vector<std::vector<char>> slots_;  // raw: two parts per worker; coded: two frames
   double bytesOut_ = 0, bytesIn_ = 0;
 };
 

@@ -58,7 +58,7 @@ class WorkerLink {
     return messages_.header();
   }
 
-  // Every range of the gradient to its server (coded with its own codec, if any), and the
+  // Every range of the gradient to its server (raw in parts, or coded with its own codec), and the
   // buffers and trailer to server 0.
   void sendUp(const std::string& context) {
     const float* grad = messages_.grad.data_ptr<float>();
@@ -73,9 +73,15 @@ class WorkerLink {
     std::vector<std::size_t> requests;
     for (std::size_t k = 0; k < ranges_.size(); ++k) {
       const int server = static_cast<int>(k);
-      requests.push_back(encoders_.empty()
-                             ? comm_.startSend(grad + ranges_[k].begin, bytesOf(ranges_[k]), server, kGradTag, context)
-                             : comm_.startSend(payloads_[k].data(), payloads_[k].size(), server, kGradTag, context));
+      if (!encoders_.empty()) {
+        requests.push_back(comm_.startSend(payloads_[k].data(), payloads_[k].size(), server, kGradTag, context));
+        continue;
+      }
+      const KeyRange& r = ranges_[k];
+      for (std::int64_t part = 0; part < partsOf(r.size()); ++part) {
+        requests.push_back(comm_.startSend(grad + r.begin + part * kPartFloats,
+                                           partSize(r.size(), part) * sizeof(float), server, kGradTag, context));
+      }
     }
     const std::size_t n = static_cast<std::size_t>(messages_.grad.numel());
     requests.push_back(comm_.startSend(messages_.up.data() + n, (messages_.up.size() - n) * sizeof(float), 0, kTailTag,

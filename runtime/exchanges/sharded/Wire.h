@@ -4,14 +4,18 @@
 // Each step, on channels of their own:
 //   down  server k -> every worker: range k of the new weights, raw floats, in place;
 //         server 0 -> every worker: the header, then the buffers and shares (downTail);
-//   up    every worker -> server k: range k of its gradient (raw, or a frame of the
-//         gradient codec made for range k's tensors, with error feedback of its own);
+//   up    every worker -> server k: range k of its gradient, raw in parts of kPartFloats
+//         (BytePS's partitions), or one frame of the gradient codec made for range k's
+//         tensors, with error feedback of its own;
 //         every worker -> server 0: its buffers and trailer (the up message after the gradient);
 //   lead  server k -> server 0: what its range says of the step (Partial); server 0 ->
 //         server k: what every server does with it (Verdict); at a checkpoint, each
 //         server's weights and optimizer state to server 0, which publishes them.
 // Server 0 decides alone what needs the whole gradient (skip, clip, stop) from the servers'
 // partial sums: one scalar each for the norm, one flag for finiteness.
+#include <algorithm>
+#include <cstdint>
+
 #include "runtime/comm/Communicator.h"
 #include "runtime/exchanges/Servers.h"
 
@@ -21,6 +25,12 @@ constexpr int kWeightsTag = comm::Communicator::kFirstFreeTag;
 constexpr int kHeadTag = comm::Communicator::kFirstFreeTag + 1;
 constexpr int kGradTag = comm::Communicator::kFirstFreeTag + 2;
 constexpr int kTailTag = comm::Communicator::kFirstFreeTag + 3;
+constexpr std::int64_t kPartFloats = std::int64_t(1) << 20;  // 4 MiB: a server holds a few per worker, not a range
+// The parts of a range of `floats`: [p * kPartFloats, min((p + 1) * kPartFloats, floats)).
+inline std::int64_t partsOf(std::int64_t floats) { return (floats + kPartFloats - 1) / kPartFloats; }
+inline std::int64_t partSize(std::int64_t floats, std::int64_t part) {
+  return std::min(kPartFloats, floats - part * kPartFloats);
+}
 // The lead messages use the blocking send() and receive(): small, and one at a time.
 
 }  // namespace pstrain::exchanges::sharded
