@@ -11,27 +11,14 @@
 #include "tests/common/Ranks.h"
 #include "tests/common/Reference.h"
 #include "tests/common/ScratchDir.h"
+#include "tests/common/TrainOnThreads.h"
 
 using namespace pstrain;
 using testsupport::runRanks;
+using testsupport::trainOnThreads;
 
 namespace {
 
-// Trains cfg on `size` ranks as threads; returns trained_model.pt.
-checkpoint::TensorList trainOnThreads(const config::TrainConfig& cfg, int size, const data::Dataset& train) {
-  std::vector<std::shared_ptr<models::Net>> nets;
-  for (int r = 0; r < size; ++r) {
-    torch::manual_seed(cfg.seed + static_cast<std::uint64_t>(r));  // peers start from rank 0's weights anyway
-    nets.push_back(models::makeModel(cfg.model));
-  }
-  comm::InProcessWorld world(size);
-  auto errors = runRanks(world, [&](int r) {
-    const bool data = config::computesGradients(cfg.mode, r, cfg.servers);
-    roles::runTraining(world.rank(r), cfg, *nets[r], data ? &train : nullptr, c10::Device(c10::kCPU), {});
-  });
-  for (int r = 0; r < size; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
-  return checkpoint::readStateDict(cfg.trainDir + "/trained_model.pt");
-}
 
 }  // namespace
 

@@ -4,44 +4,25 @@
 
 #include <iostream>
 
-#include "runtime/comm/InProcessComm.h"
-#include "runtime/training/Training.h"
-#include "tests/common/Ranks.h"
 #include "tests/common/Reference.h"
 #include "tests/common/ScratchDir.h"
+#include "tests/common/TrainOnThreads.h"
 
 using namespace pstrain;
+using testsupport::trainOnThreads;
 
 namespace {
-
-// Trains cfg with cfg.servers servers and `workers` workers as threads; returns
-// trained_model.pt.
-checkpoint::TensorList trainOnThreads(const config::TrainConfig& cfg, int workers, const data::Dataset& train) {
-  const int size = cfg.servers + workers;
-  std::vector<std::shared_ptr<models::Net>> nets;
-  for (int r = 0; r < size; ++r) {
-    torch::manual_seed(cfg.seed);
-    nets.push_back(models::makeModel(cfg.model));
-  }
-  comm::InProcessWorld world(size);
-  auto errors = testsupport::runRanks(world, [&](int r) {
-    const bool data = config::computesGradients(cfg.mode, r, cfg.servers);
-    roles::runTraining(world.rank(r), cfg, *nets[r], data ? &train : nullptr, c10::Device(c10::kCPU), {});
-  });
-  for (int r = 0; r < size; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
-  return checkpoint::readStateDict(cfg.trainDir + "/trained_model.pt");
-}
 
 // 20 steps of `cfg` with 1, 2 and 4 servers and 3 workers: the same weights to 1e-6.
 void expectServersAgree(config::TrainConfig cfg, const std::string& what) {
   data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
   const std::string dir = cfg.trainDir;
   cfg.trainDir = dir + "/k1";
-  const auto one = trainOnThreads(cfg, 3, train);
+  const auto one = trainOnThreads(cfg, 1 + 3, train);
   for (int servers : {2, 4}) {
     cfg.servers = servers;
     cfg.trainDir = dir + "/k" + std::to_string(servers);
-    const double diff = testsupport::maxAbsDiff(one, trainOnThreads(cfg, 3, train));
+    const double diff = testsupport::maxAbsDiff(one, trainOnThreads(cfg, servers + 3, train));
     std::cout << what << ": " << servers << " servers vs 1: max abs diff " << diff << std::endl;
     EXPECT_LE(diff, 1e-6) << what << ", " << servers << " servers";
   }

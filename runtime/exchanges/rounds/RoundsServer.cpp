@@ -140,6 +140,16 @@ void sendDownMessage(Server& s, RoundChain& chain, const RoundsDecision& decisio
   chain.finish();
 }
 
+// What the Publisher reads beyond the model: the rounds' counts (and, with K servers, their
+// figures, and the optimizer state they hold: CheckpointGather).
+void tellPublisher(Server& s, RoundCounts& counts, OuterLead* lead) {
+  s.publisher->setExtras([&counts, lead](metrics::JsonObject& line) {
+    counts.addTo(line);
+    if (lead) lead->addServers(line);
+  });
+  if (lead) s.publisher->setRecordSource([lead](const at::Tensor& t) { return lead->checkpoints().recordSource(t); });
+}
+
 // The outer step of the round from `first`: over every server's range with K servers
 // (`lead`), else here; `skip` (overflowedRound), `gather` and `train`: OuterLead::apply's.
 // Returns whether it was applied.
@@ -177,11 +187,7 @@ void runRounds(Server& s) {
   ShareBalancer balancer = balancerOf(decision.localSteps);
   RoundCounts counts;
   counts.outerLr = s.lr(0);
-  s.publisher->setExtras([&](metrics::JsonObject& line) {
-    counts.addTo(line);
-    if (lead) lead->addServers(line);
-  });
-  if (lead) s.publisher->setRecordSource([&](const at::Tensor& t) { return lead->checkpoints().recordSource(t); });
+  tellPublisher(s, counts, lead.get());
   std::int64_t step = s.firstStep;
   auto innerLr = [&](std::int64_t at) {
     return optim::learningRate(s.cfg, s.cfg.batchesPerUpdate(s.shards), std::min(at, s.total - 1), s.total);
