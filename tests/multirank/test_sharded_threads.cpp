@@ -56,6 +56,23 @@ TEST(ShardedThreads, ServersGiveOneServersWeightsWithInt8AndErrorFeedback) {
   expectServersAgree(cfg, "int8 + error feedback");
 }
 
+// ResNet-18's ranges are millions of floats: raw gradients travel in several parts of
+// kPartFloats each (sharded/Wire.h), summed part by part; a checkpoint mid-run is written as
+// server 0 gathers the optimizer state one parameter at a time.
+TEST(ShardedThreads, ServersGiveOneServersWeightsWithRangesOfManyParts) {
+  torch::set_num_threads(1);
+  testsupport::ScratchDir scratch("sharded-parts");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
+  cfg.model = "resnet18";
+  cfg.dataset = "synthetic-cifar";
+  cfg.syntheticSize = 96;
+  cfg.batchSize = 2;
+  cfg.steps = 4;
+  cfg.checkpointEvery = 2;
+  cfg.warmupSteps = 0;
+  expectServersAgree(cfg, "resnet18, parts");
+}
+
 // diloco's outer step (exchanges/rounds/RoundsServers.h): raw floats both ways, rounds of 5
 // local steps neither overlapped nor dealt by speed, so that only the servers differ.
 TEST(ShardedThreads, ServersGiveOneServersWeightsInDilocosOuterStep) {
