@@ -58,7 +58,7 @@ struct RoundChain::Impl {
   const int rank, servers, first, last;
   const std::vector<Chunk> table;
   const std::int64_t upFixed, downFixed, chunks;
-  std::vector<std::int64_t> mine;  // the chunks this rank takes up (a server: its own; a worker: all)
+  std::vector<std::int64_t> handled;  // the chunks this rank codes (a server: its own; a worker: all)
   std::int64_t base = 0;           // where this rank's floats begin (a server holds its range only)
   Codecs codecs;
   bool lossyDown;
@@ -93,7 +93,7 @@ struct RoundChain::Impl {
     updateCodecs.resize(table.size());
     for (std::int64_t i = 0; i < chunks; ++i) {
       if (isServer() && table[i].owner != rank) continue;
-      mine.push_back(i);
+      handled.push_back(i);
       const codec::Shapes shape = {{length(i)}};
       const std::uint64_t chunkSeed = seed * 1000003u + static_cast<std::uint64_t>(i);
       if (!isServer()) {
@@ -106,7 +106,7 @@ struct RoundChain::Impl {
       if (lossyDown) updateCodecs[i] = codec::makeCodec(k.down, shape, chunkSeed, "compress-weights");
     }
     if (isServer() && rank > 0) base = serverEnds[static_cast<std::size_t>(rank) - 1];
-    upOrder = mine;
+    upOrder = handled;
     if (!isServer() || rank == 0) upOrder.push_back(chunks);  // the fixed part
   }
 
@@ -387,7 +387,7 @@ void RoundChain::startServerDown(const float* fixed, float* weights, const float
     s.sendOf(s.downOut[0], std::string_view(reinterpret_cast<const char*>(head.data()), head.size() * sizeof(float)),
              s.first, kDownTag);
   }
-  for (std::int64_t i : s.mine) {
+  for (std::int64_t i : s.handled) {
     const auto start = Clock::now();
     const std::int64_t n = s.length(i), at = s.offset(i) - s.base;
     std::string frame;
