@@ -36,6 +36,11 @@ void RangeUpdate::apply(const Verdict& v, std::int64_t step, int rank) {
   }
 }
 
+void releaseWeights(models::Net& model) {
+  torch::NoGradGuard noGrad;
+  for (at::Tensor& p : model.parameters()) p.set_data(torch::empty({0}));
+}
+
 namespace {
 
 // A range's weights and optimizer state, from one server to another: first a line "UPDATES

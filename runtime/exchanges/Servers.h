@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "models/Registry.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/exchanges/Ranges.h"
@@ -69,6 +70,10 @@ class RangeUpdate {
   protocol::FloatBuffer sum_;
   std::unique_ptr<optim::Optimizer> optimizer_;
 };
+
+// Servers 1..K-1 hold their range only: the whole model's weights, built on every rank, go
+// (a model's size less of their memory).
+void releaseWeights(models::Net& model);
 
 // --- the lead messages: small, blocking, one at a time -----------------------------------------
 

@@ -50,11 +50,7 @@ void followRounds(const RoleArgs& args) {
   const int k = comm.rank();
   const auto ranges = roundsRanges(args.model, cfg);
   const exchanges::KeyRange range = ranges[static_cast<std::size_t>(k)];
-  // This server holds its range only: the whole model's weights, built on every rank, go.
-  {
-    torch::NoGradGuard noGrad;
-    for (at::Tensor& p : args.model.parameters()) p.set_data(torch::empty({0}));
-  }
+  releaseWeights(args.model);
   const auto floats = static_cast<std::size_t>(range.size());
   const protocol::FloatBuffer weights(floats);  // the outer step's
   RangeUpdate update(cfg, range, weights.view(0, range.size()));

@@ -121,12 +121,7 @@ void follow(const roles::RoleArgs& args) {
   comm::Communicator& comm = args.comm;
   const int k = comm.rank();
   KeyRange range = rangesOf(args.model, args.cfg)[static_cast<std::size_t>(k)];
-  // This server holds its range only: the whole model's weights, built on every rank, go
-  // (a model's size less of its memory).
-  {
-    torch::NoGradGuard noGrad;
-    for (at::Tensor& p : args.model.parameters()) p.set_data(torch::empty({0}));
-  }
+  releaseWeights(args.model);
   const FloatBuffer weights(static_cast<std::size_t>(range.size()));
   Shard shard(comm, args.cfg, std::move(range), weights.view(0, static_cast<std::int64_t>(weights.size())));
   const Start start = receiveStart(comm, shard.update());
