@@ -196,13 +196,14 @@ const std::vector<Flag> kFlags = {
        require(std::isfinite(c.maxSeconds) && c.maxSeconds >= 0 && c.maxSeconds <= kMaxSeconds,
                fmt::format("--max-seconds must be 0 (no limit) or a number of seconds up to {} (got {})", kMaxSeconds,
                            c.maxSeconds)); }},
-    {"overlap", "Run", "sync: on | off: reduce gradient buckets while backward still runs, update each as it arrives",
+    {"overlap", "Run", "sync: on | off: reduce gradient buckets while backward still runs, update each as it arrives (with "
+     "--servers above 1: each server updates each 4 MiB part of its range as it arrives, holding no sum of its range)",
      &TrainConfig::overlap, A::Fingerprint, nullptr, [](const TrainConfig& c) {
        requireOneOf("overlap", c.overlap, {"on", "off"}); }},
     {"servers", "Run",
      "sync, diloco, localsgd: K parameter servers, ranks 0..K-1, each owning 1/K of the weights (by bytes) and of the "
      "(outer) optimizer state; the other ranks are workers. In sync each server's link then carries 1/K of the "
-     "traffic: put one server per host (mpirun --map-by node; docs/modes.md). --overlap applies to one server",
+     "traffic: put one server per host (mpirun --map-by node; docs/modes.md)",
      &TrainConfig::servers, A::Compared, nullptr, [](const TrainConfig& c) {
        require(c.servers >= 1 && c.servers <= 1024, fmt::format("--servers must be in [1, 1024] (got {})", c.servers));
        if (c.servers == 1 || c.modeInfo().outerOptimizer()) return;

@@ -151,8 +151,16 @@ std::string TrainConfig::updateRuleName() const {
 }
 
 bool TrainConfig::overlapping() const {
-  return overlap == "on" && modeInfo().exchange == Exchange::Collective && servers == 1 && !compressesGradients() &&
-         !compressesWeights() && !skipNonfinite && clipGradNorm == 0 && !lossScaling();
+  return updatesOnArrival() && modeInfo().exchange == Exchange::Collective && servers == 1;
+}
+
+bool TrainConfig::serversUpdateEachPart() const {
+  return updatesOnArrival() && mode == Mode::Sync && servers > 1;
+}
+
+bool TrainConfig::updatesOnArrival() const {
+  return overlap == "on" && !compressesGradients() && !compressesWeights() && !skipNonfinite && clipGradNorm == 0 &&
+         !lossScaling();
 }
 
 int TrainConfig::batchesPerUpdate(int workers) const {

@@ -168,11 +168,16 @@ struct TrainConfig {
   // gradients' update; "outer": diloco's outer step) and its optimizer ("update adamw").
   std::string updateRuleName() const;
 
-  // Whether the sync exchange overlaps backward: --overlap on, a collective exchange, raw
-  // messages, and neither --skip-nonfinite nor --clip-grad-norm (which must see the whole
-  // gradient before any of it is applied). A function of shared fields only, so every rank
-  // decides the same.
+  // Whether the sync exchange overlaps backward: updatesOnArrival(), a collective exchange
+  // and one server. A function of shared fields only, so every rank decides the same.
   bool overlapping() const;
+  // Whether, with --servers above 1, each server updates each part of its range as soon as
+  // every worker's part is in (no sum of its whole range): updatesOnArrival() in sync.
+  bool serversUpdateEachPart() const;
+  // Whether an update may start before the whole gradient is in: --overlap on, raw messages,
+  // and neither --skip-nonfinite, --clip-grad-norm nor loss scaling (which must see the whole
+  // gradient before any of it is applied).
+  bool updatesOnArrival() const;
 
   // The loss, --loss auto resolved: nll for the zoo's models (their outputs are
   // log-probabilities), cross-entropy on the outputs (logits) of a model file.

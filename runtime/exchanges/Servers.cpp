@@ -7,6 +7,7 @@
 
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
+#include "runtime/metrics/Clock.h"
 
 namespace pstrain::exchanges {
 
@@ -16,24 +17,56 @@ void expectBytes(std::size_t got, std::size_t expected, int rank, const char* wh
   }
 }
 
-RangeUpdate::RangeUpdate(const config::TrainConfig& cfg, KeyRange range, at::Tensor weights)
+RangeUpdate::RangeUpdate(const config::TrainConfig& cfg, KeyRange range, at::Tensor weights, bool eachPart)
     : rule_(cfg.updateRule()),
       range_(std::move(range)),
+      eachPart_(eachPart),
       weights_(std::move(weights)),
-      sum_(static_cast<std::size_t>(range_.size())),
+      sum_(eachPart ? 0 : static_cast<std::size_t>(range_.size())),
       optimizer_(optim::makeOptimizer(rule_)) {}
 
+namespace {
+
+Error notFinite(std::int64_t step, int rank) {
+  return Error(fmt::format("step {}: server {}'s weights are not finite after the update; lower --lr", step, rank));
+}
+
+}  // namespace
+
 Partial RangeUpdate::partial(double updateSeconds, double bytesOut, double bytesIn) const {
+  // Each part's update was its finite check (a non-finite gradient would have thrown).
+  if (eachPart_) return {partSumOfSquares_, 1.0, updateSeconds, bytesOut, bytesIn, portable::peakRssMib()};
   const at::Tensor sum = sum_.view(0, range_.size());
   return {optim::sumOfSquares(sum), roles::allFinite(sum) ? 1.0 : 0.0, updateSeconds, bytesOut, bytesIn,
           portable::peakRssMib()};
 }
 
 void RangeUpdate::apply(const Verdict& v, std::int64_t step, int rank) {
-  if (!v.apply) return;
-  if (!optimizer_->step(weights_, sum_.view(0, range_.size()), v.lr, v.divisor)) {
-    throw Error(fmt::format("step {}: server {}'s weights are not finite after the update; lower --lr", step, rank));
+  if (!v.apply || eachPart_) return;
+  const auto start = metrics::Clock::now();
+  if (!optimizer_->step(weights_, sum_.view(0, range_.size()), v.lr, v.divisor)) throw notFinite(step, rank);
+  updateSeconds_ += metrics::secondsSince(start);
+}
+
+void RangeUpdate::applyPart(float* sum, std::int64_t at, std::int64_t n, const StepPlan& plan, std::int64_t step,
+                            int rank) {
+  const auto start = metrics::Clock::now();
+  if (at == 0) {
+    optimizer_->beginUpdate();
+    partSumOfSquares_ = 0;
   }
+  at::Tensor grad = at::from_blob(sum, {n}, at::kFloat);
+  partSumOfSquares_ += optim::sumOfSquares(grad);
+  if (!optimizer_->stepSlice(weights_.narrow(0, at, n), grad, plan.lr, at, range_.size(), plan.samples)) {
+    throw notFinite(step, rank);
+  }
+  updateSeconds_ += metrics::secondsSince(start);
+}
+
+double RangeUpdate::takeUpdateSeconds() {
+  const double seconds = updateSeconds_;
+  updateSeconds_ = 0;
+  return seconds;
 }
 
 void releaseWeights(models::Net& model) {

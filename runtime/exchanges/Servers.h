@@ -34,41 +34,61 @@ struct Partial {
   double peakRssMib = 0;
 };
 
+// What a server that updates each part on arrival (cfg.serversUpdateEachPart()) must know
+// before a step's gradients come: its lr and its sample count (the gradient's divisor).
+struct StepPlan {
+  double lr = 0, samples = 0;
+};
+
 // Server 0's word to every server: apply the update (with lr and the gradient's divisor:
 // the step's samples over the clipping factor), send a checkpoint's state, and whether the
 // next down message trains or stops.
 struct Verdict {
   double apply = 0, lr = 0, divisor = 1, gather = 0, train = 0;
   double step = 0;  // the step it is of (the first of a round's), for messages
+  StepPlan next;    // of the next step, when it trains
 };
 
 
 // One server's key range: its weights, the workers' summed gradient of it, and the update
 // rule (cfg.updateRule(): the optimizer, or diloco's outer one) with its slice of the state.
+// With `eachPart` (cfg.serversUpdateEachPart()) there is no sum of the whole range: the
+// caller sums each part and applyPart() updates it at once; apply() then does nothing.
 class RangeUpdate {
  public:
   // `weights`: range.size() floats (server 0's: a view of the whole model's flat weights, so
   // that its checkpoints need no copy of its own range).
-  RangeUpdate(const config::TrainConfig& cfg, KeyRange range, at::Tensor weights);
+  RangeUpdate(const config::TrainConfig& cfg, KeyRange range, at::Tensor weights, bool eachPart = false);
 
   const KeyRange& range() const { return range_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
   const at::Tensor& weights() const { return weights_; }
-  float* sum() { return sum_.data(); }
+  float* sum() { return sum_.data(); }  // range().size() floats; none with eachPart
+  bool eachPart() const { return eachPart_; }
 
   // The summed gradient's word to server 0, with this server's traffic (bytes per worker,
-  // each way) and its last update's seconds.
+  // each way) and its update's seconds (takeUpdateSeconds(): the last step's, or with
+  // eachPart this one's).
   Partial partial(double updateSeconds, double bytesOut, double bytesIn) const;
   // The verdict's update of this range; throws naming `step` and `rank` when it leaves a
   // weight non-finite.
   void apply(const Verdict& v, std::int64_t step, int rank);
+  // With eachPart: the update of floats [at, at + n) of the range from `sum` (the workers'
+  // summed gradient of them; scratch), by `plan`; the parts of a step come in order from 0,
+  // so that one step over every part equals one over the range. Throws as apply() does.
+  void applyPart(float* sum, std::int64_t at, std::int64_t n, const StepPlan& plan, std::int64_t step, int rank);
+  // The seconds apply() and applyPart() took since the last call.
+  double takeUpdateSeconds();
 
  private:
   const config::TrainConfig rule_;
   const KeyRange range_;
+  const bool eachPart_;
   at::Tensor weights_;
   protocol::FloatBuffer sum_;
   std::unique_ptr<optim::Optimizer> optimizer_;
+  double partSumOfSquares_ = 0;  // eachPart: of this step's parts so far
+  double updateSeconds_ = 0;  // since takeUpdateSeconds()
 };
 
 // Servers 1..K-1 hold their range only: the whole model's weights, built on every rank, go
@@ -96,6 +116,7 @@ T receiveValue(comm::Communicator& comm, int from, const std::string& context) {
 struct Start {
   std::int64_t firstStep = 0;
   std::int64_t train = 0;
+  StepPlan plan;  // of the first step
 };
 
 // Server 0 at start-up: tells every other server `start` and its range of `weights` (the

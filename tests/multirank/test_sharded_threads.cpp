@@ -47,6 +47,30 @@ TEST(ShardedThreads, ServersGiveOneServersWeightsWithAdamWAndClipping) {
   expectServersAgree(cfg, "adamw + clip 0.5");
 }
 
+// --overlap on (the default) without clipping: each server updates each part of its range as
+// it arrives (TrainConfig::serversUpdateEachPart), AdamW's bias correction counted once a step.
+TEST(ShardedThreads, ServersGiveOneServersWeightsWithAdamWUpdatingEachPartOnArrival) {
+  torch::set_num_threads(1);
+  testsupport::ScratchDir scratch("sharded-adamw-parts");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
+  cfg.optimizer = "adamw";
+  cfg.lr = 0.002;
+  cfg.weightDecay = 0.01;
+  cfg.servers = 2;
+  ASSERT_TRUE(cfg.serversUpdateEachPart());
+  cfg.servers = 1;
+  expectServersAgree(cfg, "adamw, each part on arrival");
+}
+
+// --overlap off: each server sums its whole range, then updates it.
+TEST(ShardedThreads, ServersGiveOneServersWeightsWithOverlapOff) {
+  torch::set_num_threads(1);
+  testsupport::ScratchDir scratch("sharded-overlap-off");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
+  cfg.overlap = "off";
+  expectServersAgree(cfg, "sgd momentum, overlap off");
+}
+
 TEST(ShardedThreads, ServersGiveOneServersWeightsWithInt8AndErrorFeedback) {
   torch::set_num_threads(1);
   testsupport::ScratchDir scratch("sharded-int8");

@@ -28,7 +28,7 @@ void OuterLead::start(bool training) {
 }
 
 bool OuterLead::apply(std::int64_t step, double lr, bool skip, bool gather, bool train, UpdateTime& time) {
-  partials_[0] = own_.partial(updateSeconds_, sent_, received_);
+  partials_[0] = own_.partial(own_.takeUpdateSeconds(), sent_, received_);
   Verdict v;
   v.apply = skip ? 0 : 1;
   v.lr = lr;
@@ -40,7 +40,6 @@ bool OuterLead::apply(std::int64_t step, double lr, bool skip, bool gather, bool
     own_.apply(v, step, 0);
     if (v.apply) s_.update.averageBuffers(s_.computing);
   });
-  updateSeconds_ = time.seconds;
   return v.apply != 0;
 }
 
@@ -66,17 +65,15 @@ void followRounds(const RoleArgs& args) {
   float* held = copy ? copy->data() : weights.data();
   chain.startServerDown(nullptr, held, nullptr, "the first round");
   chain.finish();
-  double updateSeconds = 0, sent = 0;
+  double sent = 0;
   for (std::int64_t round = 1, training = start.train; training; ++round) {
     const std::string context = fmt::format("round {}", round);
     chain.startServerUp(update.sum(), nullptr, context);
     comm.expectLongWait();  // the workers train first
     chain.finish();
     const double received = chain.take().received;
-    const Verdict v = receiveVerdict(comm, update.partial(updateSeconds, sent, received), context);
-    const auto begin = metrics::Clock::now();
+    const Verdict v = receiveVerdict(comm, update.partial(update.takeUpdateSeconds(), sent, received), context);
     update.apply(v, static_cast<std::int64_t>(v.step), k);
-    updateSeconds = metrics::secondsSince(begin);
     chain.startServerDown(nullptr, held, copy ? weights.data() : nullptr, context);
     chain.finish();
     sent = chain.take().sent;

@@ -44,7 +44,7 @@ class OuterLead {
   exchanges::RangeUpdate own_;
   std::vector<exchanges::Partial> partials_;
   exchanges::CheckpointGather gather_;
-  double updateSeconds_ = 0, sent_ = 0, received_ = 0;
+  double sent_ = 0, received_ = 0;
 };
 
 // Servers 1..K-1: their range, round by round as server 0 says.

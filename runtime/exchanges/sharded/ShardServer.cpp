@@ -30,7 +30,11 @@ class Shard {
  public:
   // `weights`: as RangeUpdate's.
   Shard(comm::Communicator& comm, const config::TrainConfig& cfg, KeyRange range, at::Tensor weights)
-      : comm_(comm), cfg_(cfg), range_(std::move(range)), update_(cfg, range_, std::move(weights)) {
+      : comm_(comm),
+        cfg_(cfg),
+        range_(std::move(range)),
+        update_(cfg, range_, std::move(weights), cfg.serversUpdateEachPart()) {
+    if (update_.eachPart()) partSum_.resize(static_cast<std::size_t>(std::min(kPartFloats, range_.size())));
     if (cfg.compressesGradients()) {
       const bool feedback = config::errorFeedbackOn(cfg.errorFeedback, cfg.gradientCodec());
       // It only decodes, and a frame carries all that takes (randomk's indices): no seed.
@@ -55,15 +59,18 @@ class Shard {
   // The workers' gradients of this range, summed in worker order (as one server sums them:
   // the same floats). Raw, part by part (Wire.h) from every worker: worker 0's part lands
   // straight in the sum, the others' in a ring of slots, two per worker, that receive while
-  // earlier parts are added. Coded, a frame per worker, into two slots likewise.
-  void receiveGradients(const std::string& context) {
+  // earlier parts are added. Coded, a frame per worker, into two slots likewise. Updating
+  // each part (RangeUpdate::eachPart), worker 0's part lands in the ring too, and each
+  // part's sum is applied by `plan` as soon as the last worker's part is added.
+  void receiveGradients(const std::string& context, const StepPlan& plan, std::int64_t step) {
     const int first = cfg_.servers, workers = comm_.size() - cfg_.servers;
     const std::int64_t parts = codec_ ? 1 : partsOf(range_.size());
     // Message m: part m / workers of worker m % workers.
     const std::size_t messages = static_cast<std::size_t>(parts * workers);
     std::vector<std::size_t> got(messages), requests(messages);
+    const bool eachPart = update_.eachPart();
     auto target = [&](std::size_t m) -> char* {
-      if (!codec_ && m % workers == 0) return reinterpret_cast<char*>(update_.sum() + (m / workers) * kPartFloats);
+      if (!codec_ && !eachPart && m % workers == 0) return reinterpret_cast<char*>(update_.sum() + (m / workers) * kPartFloats);
       return slots_[m % slots_.size()].data();
     };
     auto post = [&](std::size_t m) {
@@ -83,26 +90,35 @@ class Shard {
       if (!codec_) {
         const std::int64_t part = static_cast<std::int64_t>(m / workers), n = partSize(range_.size(), part);
         expectBytes(got[m], n * sizeof(float), rank, "part of the gradient", context);
-        if (m % workers) add(reinterpret_cast<const float*>(target(m)), part * kPartFloats, n);
+        const float* values = reinterpret_cast<const float*>(target(m));
+        if (!eachPart) {
+          if (m % workers) add(update_.sum() + part * kPartFloats, values, n);
+        } else {
+          if (m % workers == 0) std::copy_n(values, n, partSum_.data());
+          if (m % workers) add(partSum_.data(), values, n);
+          if (m % workers == static_cast<std::size_t>(workers) - 1) {
+            update_.applyPart(partSum_.data(), part * kPartFloats, n, plan, step, comm_.rank());
+          }
+        }
       } else {
         try {
           codec_->decode(target(m), got[m], decoded_.data());
         } catch (const CodecError& e) {
           throw CodecError(fmt::format("{}: rank {}: {}", context, rank, e.what()));
         }
-        add(decoded_.data(), 0, range_.size());
+        add(update_.sum(), decoded_.data(), range_.size());
       }
       post(m + slots_.size());
     }
     bytesIn_ = bytes / workers;
   }
 
-  Partial partial(double updateSeconds) const { return update_.partial(updateSeconds, bytesOut_, bytesIn_); }
+  // RangeUpdate::partial, with this server's traffic and update seconds.
+  Partial partial() { return update_.partial(update_.takeUpdateSeconds(), bytesOut_, bytesIn_); }
 
  private:
-  // sum[at, at + n) += values.
-  void add(const float* values, std::int64_t at, std::int64_t n) {
-    float* sum = update_.sum() + at;
+  // sum[0, n) += values.
+  static void add(float* sum, const float* values, std::int64_t n) {
     for (std::int64_t i = 0; i < n; ++i) sum[i] += values[i];
   }
 
@@ -113,6 +129,7 @@ class Shard {
   std::unique_ptr<codec::Codec> codec_;  // with a gradient codec: decodes the workers' frames of this range
   std::vector<float> decoded_;
   std::vector<std::vector<char>> slots_;  // raw: two parts per worker; coded: two frames
+  std::vector<float> partSum_;            // updating each part: the part's sum
   double bytesOut_ = 0, bytesIn_ = 0;
 };
 
@@ -126,7 +143,7 @@ void follow(const roles::RoleArgs& args) {
   Shard shard(comm, args.cfg, std::move(range), weights.view(0, static_cast<std::int64_t>(weights.size())));
   const Start start = receiveStart(comm, shard.update());
   bool training = start.train != 0;
-  double updateSeconds = 0;
+  StepPlan plan = start.plan;
   bool checkpointing = false;  // server 0 writes a checkpoint: serve it after the next down message
   for (std::int64_t step = start.firstStep;; ++step) {
     std::vector<std::size_t> requests;
@@ -136,11 +153,10 @@ void follow(const roles::RoleArgs& args) {
     if (checkpointing) serveCheckpoint(comm, shard.update(), down);
     if (!training) return;
     currentStep() = step;
-    shard.receiveGradients(down);
-    const Verdict v = receiveVerdict(comm, shard.partial(updateSeconds), down);
-    const auto start = metrics::Clock::now();
+    shard.receiveGradients(down, plan, step);
+    const Verdict v = receiveVerdict(comm, shard.partial(), down);
     shard.update().apply(v, step, k);
-    updateSeconds = metrics::secondsSince(start);
+    plan = v.next;
     if (v.gather) offerCheckpoint(comm, shard.update().weights().data_ptr<float>(), shard.update(), down);
     checkpointing = v.gather != 0;
     training = v.train != 0;
@@ -167,7 +183,7 @@ class Lead {
 
   // Every server's range of the (resumed) model and optimizer state; whether the run trains.
   void start(bool training) {
-    sendStarts(comm_, ranges_, {s_.firstStep, training}, s_.messages.weights, *s_.optimizer, shard_.update().optimizer());
+    sendStarts(comm_, ranges_, {s_.firstStep, training, planOf(s_.firstStep)}, s_.messages.weights, *s_.optimizer, shard_.update().optimizer());
   }
 
   // The next down message: every worker gets this range and the header, buffers and shares.
@@ -186,24 +202,35 @@ class Lead {
   // told to every server. `gradNorm`: the averaged gradient's norm.
   Verdict exchange(std::int64_t step, double lr, double& gradNorm) {
     const std::string context = fmt::format("step {}", step);
-    receiveTails(context);
-    partials_[0] = shard_.partial(updateSeconds_);
+    const StepPlan plan = planOf(step);
+    receiveTails(context, plan, step);
+    partials_[0] = shard_.partial();
     const bool train = step + 1 < s_.total && !s_.publisher->timeToStop();
     Verdict v;
     v.apply = 1;
     v.lr = lr;
     v.gather = !train || s_.publisher->checkpointsAt(step);
     v.train = train;
-    return decide(comm_, s_.update, partials_, step, v, gradNorm);
+    if (train) v.next = planOf(step + 1);
+    v = decide(comm_, s_.update, partials_, step, v, gradNorm);
+    if (eachPart() && !sameCount(s_.messages.trailer[kSamples], plan.samples)) {
+      throw Error(fmt::format("{}: the workers sent {} samples, their shards hold {}", context,
+                              s_.messages.trailer[kSamples], plan.samples));
+    }
+    return v;
   }
 
+  // The verdict's update of range 0 (made already, part by part, when each part is updated
+  // on arrival: its seconds are then within the exchange's) and the buffers' average.
   void apply(const Verdict& v, std::int64_t step, roles::UpdateTime& time) {
     time.add([&] {
       shard_.update().apply(v, step, 0);
       if (v.apply) s_.update.averageBuffers(s_.computing);
     });
-    updateSeconds_ = time.seconds;
+    if (eachPart()) time.seconds += partials_[0].updateSeconds;
   }
+
+  bool eachPart() const { return s_.cfg.serversUpdateEachPart(); }
 
   // The whole model's weights and optimizer state, from every server's range, into what the
   // Publisher reads (CheckpointGather).
@@ -228,11 +255,17 @@ class Lead {
   }
 
  private:
+  // What a server updating each part on arrival must know of `step` beforehand: its lr, and
+  // its sample count (the shards' batch sizes), which the trailer must confirm.
+  StepPlan planOf(std::int64_t step) const {
+    return {s_.lr(step), static_cast<double>(s_.shards * s_.sampler.batchSizeAt(step))};
+  }
+
   std::size_t tailFloats() const { return s_.messages.up.size() - static_cast<std::size_t>(s_.messages.grad.numel()); }
 
   // Every worker's buffers and trailer, summed in worker order into the rest of
   // messages.up; this range's gradients meanwhile (Shard::receiveGradients).
-  void receiveTails(const std::string& context) {
+  void receiveTails(const std::string& context, const StepPlan& plan, std::int64_t step) {
     const std::size_t n = tailFloats();
     const int workers = comm_.size() - s_.cfg.servers;
     std::vector<std::size_t> requests, got(static_cast<std::size_t>(workers));
@@ -240,7 +273,7 @@ class Lead {
       requests.push_back(comm_.startReceive(tails_.data() + i * n, n * sizeof(float), s_.cfg.servers + i, kTailTag,
                                             &got[i], context));
     }
-    shard_.receiveGradients(context);
+    shard_.receiveGradients(context, plan, step);
     float* sum = s_.messages.up.data() + s_.messages.grad.numel();
     std::fill(sum, sum + n, 0.0f);
     for (int i = 0; i < workers; ++i) {
@@ -257,7 +290,6 @@ class Lead {
   std::vector<Partial> partials_;   // by server, of the last step
   std::vector<float> tails_;        // by worker: its buffers and trailer
   CheckpointGather gather_;
-  double updateSeconds_ = 0;
 };
 
 // Server 0's loop: sync's, range 0 of it, with the other servers told what to do.
@@ -283,7 +315,7 @@ void lead(roles::Server& s) {
     training = v.train != 0;
     s.setHeader(step, training ? Control::Train : Control::Stop, training ? s.lr(step) : 0);
     lead.sendDown(training ? fmt::format("step {}", step) : s.stopContext);
-    roles::StepStats stats = period.close(s, s.computing, update, false, v.apply != 0);
+    roles::StepStats stats = period.close(s, s.computing, update, lead.eachPart(), v.apply != 0);
     stats.gradNorm = gradNorm;
     lead.countTraffic(stats);
     s.publisher->record(done, lr, stats);
