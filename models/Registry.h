@@ -5,6 +5,7 @@
 #include <torch/nn/module.h>
 
 #include <cstdint>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <utility>
@@ -15,10 +16,10 @@ namespace pstrain::models {
 class Net : public torch::nn::Module {
  public:
   virtual at::Tensor forward(const at::Tensor& input) = 0;
-  // A model from a TorchScript file (ScriptModel.h): the module with its current weights, as
-  // torch.jit.load reads it, and "crc32 ..., N bytes" of the file it came from. Empty for
-  // the zoo's models.
-  virtual std::string torchScriptArchive() const { return {}; }
+  // A model from a TorchScript file (ScriptModel.h): writes the module with its current
+  // weights to `out`, as torch.jit.load reads it, and returns true; and "crc32 ..., N bytes"
+  // of the file it came from. False (nothing written) and empty for the zoo's models.
+  virtual bool saveTorchScript(std::ostream& /*out*/) const { return false; }
   virtual std::string fileIdentity() const { return {}; }
 };
 

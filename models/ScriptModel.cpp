@@ -23,6 +23,7 @@
 #include <functional>
 #include <set>
 #include <sstream>
+#include <vector>
 
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
@@ -211,10 +212,9 @@ class ScriptNet : public Net {
     module_.train(on);
   }
 
-  std::string torchScriptArchive() const override {
-    std::ostringstream out;
+  bool saveTorchScript(std::ostream& out) const override {
     module_.save(out);
-    return out.str();
+    return true;
   }
 
   std::string fileIdentity() const override { return identity_; }
@@ -326,38 +326,63 @@ void checkArchiveApart(const std::string& bytes, const std::string& path) {
 // and that tries any of it kills the process (SIGSYS), which refuses the file. What else
 // the load throws (operators this libtorch lacks...) is the loader's to say. Where the
 // system has no such sandbox (macOS), there is no trial load.
-void trialLoad(const std::string& bytes) {
+// The bytes go as the load reads them (the check process's peak is then the loader's, not
+// the file's twice).
+void trialLoad(std::string& bytes) {
   std::fflush(stdout);
   if (!portable::forbidWritesSocketsAndPrograms()) return;
   try {
     torch::jit::setGraphExecutorOptimize(false);
-    torch::jit::load(std::make_shared<checkpoint::BytesReader>(bytes), torch::kCPU);
+    torch::jit::load(std::make_shared<checkpoint::ReleasingBytesReader>(bytes), torch::kCPU);
   } catch (const std::exception&) {
   }
 }
 
-// All of standard input (the check process's file).
+// All of standard input (the check process's file). Read in blocks of 64 MiB (above any
+// threshold at which malloc maps memory: each goes back to the system when freed), then
+// copied into one string, each block freed as it is copied: the peak is the file and one
+// block, where a growing string peaks at twice the file.
 std::string readStandardInput() {
-  std::string bytes;
-  char buffer[1 << 16];
-  for (;;) {
-    const ssize_t n = ::read(STDIN_FILENO, buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return bytes;
-    bytes.append(buffer, static_cast<std::size_t>(n));
+  constexpr std::size_t kBlock = std::size_t(64) << 20;
+  std::vector<std::vector<char>> blocks;
+  std::size_t total = 0;
+  for (bool more = true; more;) {
+    blocks.emplace_back(kBlock);
+    std::size_t filled = 0;
+    while (filled < kBlock) {
+      const ssize_t n = ::read(STDIN_FILENO, blocks.back().data() + filled, kBlock - filled);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        more = false;
+        break;
+      }
+      filled += static_cast<std::size_t>(n);
+    }
+    blocks.back().resize(filled);
+    total += filled;
   }
+  std::string bytes;
+  bytes.reserve(total);
+  for (std::vector<char>& block : blocks) {
+    bytes.append(block.data(), block.size());
+    std::vector<char>().swap(block);
+  }
+  return bytes;
 }
 
 }  // namespace
 
 std::shared_ptr<Net> loadScriptModel(const std::string& path) {
-  const std::string bytes = readModelFile(path);
+  std::string bytes = readModelFile(path);
   if (!trustModelFiles() && !modelCheckCommand().empty()) checkArchiveApart(bytes, path);
   checkArchive(bytes, path);
+  const std::string identity = identityOf(bytes);
   torch::jit::setGraphExecutorOptimize(false);
   torch::jit::Module module;
   try {
-    module = torch::jit::load(std::make_shared<checkpoint::BytesReader>(bytes), torch::kCPU);
+    // The bytes go as their tensors are made: the file and the model are never both whole in
+    // memory (with GPT-2 small, 1.3 GB at once).
+    module = torch::jit::load(std::make_shared<checkpoint::ReleasingBytesReader>(bytes), torch::kCPU);
   } catch (const std::exception& e) {  // c10::Error, or the TorchScript compiler's ErrorReport
     const std::string why = firstLine(e.what());
     if (why.find("constants.pkl") != std::string::npos) {
@@ -374,7 +399,7 @@ std::shared_ptr<Net> loadScriptModel(const std::string& path) {
   }
   // And what loading made, against whatever the compile above did not reach.
   if (!trustModelFiles()) checkGraphs(*module._ivalue()->compilation_unit(), path);
-  return std::make_shared<ScriptNet>(std::move(module), path, identityOf(bytes));
+  return std::make_shared<ScriptNet>(std::move(module), path, identity);
 }
 
 bool& trustModelFiles() {

@@ -2,12 +2,14 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <climits>
 #include <cstdlib>
 #include <ctime>
@@ -135,6 +137,19 @@ bool syncToDisk(int fd) {
   if (errno != ENOTSUP && errno != EINVAL) return false;  // refused by the file system: fsync is what it offers
 #endif
   return ::fsync(fd) == 0;
+}
+
+std::size_t releasePages(void* begin, std::size_t bytes) {
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto from = (reinterpret_cast<std::uintptr_t>(begin) + page - 1) / page * page;
+  const auto to = (reinterpret_cast<std::uintptr_t>(begin) + bytes) / page * page;
+  if (to <= from) return 0;
+#if defined(__APPLE__)
+  const int advice = MADV_FREE;  // macOS takes the pages back when it needs them
+#else
+  const int advice = MADV_DONTNEED;
+#endif
+  return ::madvise(reinterpret_cast<void*>(from), to - from, advice) == 0 ? to - from : 0;
 }
 
 void keepFreedMemoryForReuse() {

@@ -2,6 +2,7 @@
 // What differs between Linux and macOS (DESIGN.md, "Platforms"), in one place: every call
 // that only one of them has lives in Portable.cpp, behind `__linux__` or `__APPLE__` with a
 // portable path beside it (the portability check's lint enforces it). Torch-free.
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -35,6 +36,11 @@ bool syncToDisk(int fd);
 // server does not (it would only keep pages it never reuses). A no-op where the C library
 // is not glibc (macOS's allocator keeps freed regions by itself).
 void keepFreedMemoryForReuse();
+
+// Gives the whole pages within [begin, begin + bytes) of this process's private memory back
+// to the system: their contents are undefined afterwards (zeros on Linux). Returns the bytes
+// given back (0 where the system has no such call).
+std::size_t releasePages(void* begin, std::size_t bytes);
 
 // pipe(2) with both ends close-on-exec (Linux's pipe2(O_CLOEXEC); elsewhere pipe and
 // fcntl: the caller must not fork from another thread in between). Returns false with errno.

@@ -250,12 +250,12 @@ void Publisher::finish(std::int64_t stepsDone) {
     checkpoint::writeOptimizerState(rundir::pathOf(cfg_.trainDir, rundir::kTrainedOptimizer), last, source_);
   }
   // A model of the user's, as TorchScript with the trained weights: torch.jit.load runs it.
-  const std::string script = model_.torchScriptArchive();
-  if (!script.empty()) rundir::atomicWrite(scripted, script);
+  // Written as it is saved: a copy in memory would be the run's peak (two, with the stream's).
+  const bool script = rundir::atomicWriteStream(scripted, [&](std::ostream& out) { return model_.saveTorchScript(out); });
   std::cout << fmt::format("pstrain: done in {}{}; final checkpoint {}, weights {}{}",
                            metrics::formatDuration(elapsedSeconds()),
                            stepsDone < total_ ? fmt::format(" (--max-seconds: {} of {} steps)", stepsDone, total_) : "",
-                           path, weights, script.empty() ? "" : " and " + scripted)
+                           path, weights, script ? " and " + scripted : "")
             << std::endl;
 }
 

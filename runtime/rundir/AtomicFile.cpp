@@ -11,7 +11,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
+#include <ostream>
+#include <streambuf>
+#include <vector>
 
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
@@ -130,6 +134,60 @@ void atomicWrite(const std::string& path, const std::string& bytes) {
   AtomicFile file(path);
   file.write(bytes.data(), bytes.size());
   file.commit();
+}
+
+namespace {
+
+// A stream buffer that hands what it is given to an AtomicFile, in blocks of 1 MiB, and keeps
+// the first failure to be thrown once the writer is done (a stream swallows exceptions).
+class AtomicFileBuffer : public std::streambuf {
+ public:
+  explicit AtomicFileBuffer(AtomicFile& file) : file_(file), block_(1 << 20) { setp(block_.data(), block_.data() + block_.size()); }
+
+  // Writes what is buffered; rethrows the first failure.
+  void finish() {
+    sync();
+    if (failure_) std::rethrow_exception(failure_);
+  }
+
+ protected:
+  int overflow(int c) override {
+    if (sync() != 0) return traits_type::eof();
+    if (c != traits_type::eof()) {
+      *pptr() = static_cast<char>(c);
+      pbump(1);
+    }
+    return traits_type::not_eof(c);
+  }
+  int sync() override {
+    if (failure_) return -1;
+    try {
+      file_.write(pbase(), static_cast<std::size_t>(pptr() - pbase()));
+    } catch (...) {
+      failure_ = std::current_exception();
+      return -1;
+    }
+    setp(block_.data(), block_.data() + block_.size());
+    return 0;
+  }
+
+ private:
+  AtomicFile& file_;
+  std::vector<char> block_;
+  std::exception_ptr failure_;
+};
+
+}  // namespace
+
+bool atomicWriteStream(const std::string& path, const std::function<bool(std::ostream&)>& write) {
+  AtomicFile file(path);
+  AtomicFileBuffer buffer(file);
+  std::ostream out(&buffer);
+  if (!write(out)) return false;
+  out.flush();
+  buffer.finish();
+  file.commit();
+  return true;
 }
 
 void removeTree(const std::string& path) {

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <iosfwd>
 #include <string>
 
 namespace pstrain::rundir {
@@ -36,6 +37,11 @@ class AtomicFile {
 
 // Writes `bytes` to `path` as an AtomicFile.
 void atomicWrite(const std::string& path, const std::string& bytes);
+// Writes what `write` puts on its stream to `path` as an AtomicFile, as it goes (a writer
+// that takes a std::ostream, such as TorchScript's save, needs no copy of the file in
+// memory), unless it returns false: nothing is written then. Returns what it returned.
+// Throws the file's CheckpointError on a failed write.
+bool atomicWriteStream(const std::string& path, const std::function<bool(std::ostream&)>& write);
 
 // A directory of a run (the train dir, ckpt/): the missing ones on its path are created
 // 0700 (never left to the umask), then the last is opened with O_NOFOLLOW and checked on

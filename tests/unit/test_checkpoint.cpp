@@ -6,10 +6,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <cstring>
 #include <iterator>
+#include <vector>
 
 #include "models/Registry.h"
 #include "runtime/Errors.h"
+#include "runtime/checkpoint/BytesReader.h"
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/rundir/AtomicFile.h"
 #include "runtime/zip/ArchiveCheck.h"
@@ -346,3 +349,44 @@ TEST(ArchiveCheck, ModelFileZipBombsAreRefusedBeforeAnythingInflates) {
   EXPECT_NE(errorOf(bomb, zip::ArchiveKind::Checkpoint).find("is compressed"), std::string::npos);
 }
 
+
+// A file written from a stream (the trained TorchScript module): whole, past the 1 MiB
+// block, and nothing at all when the writer declines (a zoo model has no TorchScript).
+TEST_F(Checkpoints, StreamedFilesAreWholeOrNotThere) {
+  const std::string path = (dir / "streamed.bin").string();
+  std::string expected;
+  for (int i = 0; i < 300000; ++i) expected += fmt::format("{:07d}\n", i);  // 2.4 MB
+  EXPECT_TRUE(rundir::atomicWriteStream(path, [&](std::ostream& out) {
+    out.write(expected.data(), 100);
+    out << expected.substr(100);
+    return true;
+  }));
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), expected);
+  const std::string declined = (dir / "declined.bin").string();
+  EXPECT_FALSE(rundir::atomicWriteStream(declined, [](std::ostream& out) { out << "x"; return false; }));
+  EXPECT_FALSE(fs::exists(declined));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);  // no temporary left
+  EXPECT_THROW(rundir::atomicWriteStream("/dev/null/cannot/streamed.bin", [](std::ostream& out) { out << "x"; return true; }),
+               CheckpointError);
+}
+
+// A model file's bytes go back as the load reads its records: a big read gives its pages
+// back, and reading them again is an error, never zeros; small reads (zip headers) stay.
+TEST(ReleasingBytesReader, BigReadsAreGivenBackAndCannotBeReadAgain) {
+  std::string bytes(3 << 20, '\0');
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7);
+  const std::string original = bytes;
+  checkpoint::ReleasingBytesReader reader(bytes);
+  std::vector<char> got(2 << 20);
+  ASSERT_EQ(reader.read(4096, got.data(), got.size(), "a record"), got.size());
+  EXPECT_EQ(std::memcmp(got.data(), original.data() + 4096, got.size()), 0);
+  EXPECT_THROW(reader.read(8192, got.data(), 100, "a second reader"), c10::Error);
+  char header[30];
+  for (int again = 0; again < 2; ++again) {  // before and after the released range, as often as asked
+    ASSERT_EQ(reader.read(0, header, sizeof header, "a header"), sizeof header);
+    EXPECT_EQ(std::memcmp(header, original.data(), sizeof header), 0);
+    ASSERT_EQ(reader.read(4096 + (2 << 20), header, sizeof header, "a header"), sizeof header);
+    EXPECT_EQ(std::memcmp(header, original.data() + 4096 + (2 << 20), sizeof header), 0);
+  }
+}
