@@ -51,8 +51,8 @@ class ReleasingBytesReader : public caffe2::serialize::ReadAdapterInterface {
     if (pos >= bytes_.size()) return 0;
     n = std::min<size_t>(n, bytes_.size() - pos);
     for (const auto& [begin, end] : released_) {
-      TORCH_CHECK(pos + n <= begin || pos >= end, "bytes ", begin, "..", end, " of the archive were read once and given "
-                  "back; ", what ? what : "a reader", " read them again");
+      TORCH_CHECK(pos + n <= begin || pos >= end, "bytes ", begin, "..", end,
+                  " of the archive were read once and given back; ", what ? what : "a reader", " read them again");
     }
     std::memcpy(buf, bytes_.data() + pos, n);
     if (n >= kReleaseBytes) {

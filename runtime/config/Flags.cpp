@@ -196,8 +196,9 @@ const std::vector<Flag> kFlags = {
        require(std::isfinite(c.maxSeconds) && c.maxSeconds >= 0 && c.maxSeconds <= kMaxSeconds,
                fmt::format("--max-seconds must be 0 (no limit) or a number of seconds up to {} (got {})", kMaxSeconds,
                            c.maxSeconds)); }},
-    {"overlap", "Run", "sync: on | off: reduce gradient buckets while backward still runs, update each as it arrives (with "
-     "--servers above 1: each server updates each 4 MiB part of its range as it arrives, holding no sum of its range)",
+    {"overlap", "Run",
+     "sync: on | off: reduce gradient buckets while backward still runs, update each as it arrives (with --servers "
+     "above 1: each server updates each 4 MiB part of its range as it arrives, holding no sum of its range)",
      &TrainConfig::overlap, A::Fingerprint, nullptr, [](const TrainConfig& c) {
        requireOneOf("overlap", c.overlap, {"on", "off"}); }},
     {"servers", "Run",

@@ -251,7 +251,8 @@ void Publisher::finish(std::int64_t stepsDone) {
   }
   // A model of the user's, as TorchScript with the trained weights: torch.jit.load runs it.
   // Written as it is saved: a copy in memory would be the run's peak (two, with the stream's).
-  const bool script = rundir::atomicWriteStream(scripted, [&](std::ostream& out) { return model_.saveTorchScript(out); });
+  const bool script =
+      rundir::atomicWriteStream(scripted, [&](std::ostream& out) { return model_.saveTorchScript(out); });
   std::cout << fmt::format("pstrain: done in {}{}; final checkpoint {}, weights {}{}",
                            metrics::formatDuration(elapsedSeconds()),
                            stepsDone < total_ ? fmt::format(" (--max-seconds: {} of {} steps)", stepsDone, total_) : "",

@@ -96,11 +96,15 @@ void SummedUpdate::applyBucket(const Bucket& bucket, at::Tensor& grad, double lr
 void SummedUpdate::finish(double samples, int contributors, std::int64_t step) {
   gradNorm_ = std::sqrt(sumOfSquares_);
   sumOfSquares_ = -1;  // the next bucket starts a new update
+  expectSamples(samples, step);
+  averageBuffers(contributors);
+}
+
+void SummedUpdate::expectSamples(double samples, std::int64_t step) const {
   if (!sameCount(messages_.trailer[kSamples], samples)) {
     throw Error(fmt::format("step {}: the workers sent {} samples, their shards hold {}", step,
                             messages_.trailer[kSamples], samples));
   }
-  averageBuffers(contributors);
 }
 
 void SummedUpdate::averageBuffers(int contributors) {

@@ -42,6 +42,9 @@ class SummedUpdate {
   // under --skip-nonfinite or --clip-grad-norm (which need the whole gradient first).
   void applyBucket(const protocol::Bucket& bucket, at::Tensor& grad, double lr, double samples, std::int64_t step);
   void finish(double samples, int contributors, std::int64_t step);
+  // Throws Error naming `step` unless the summed trailer counts `samples` samples (the
+  // count an update made on arrival divided by).
+  void expectSamples(double samples, std::int64_t step) const;
 
   // The L2 norm of the last update's averaged gradient, before clipping.
   double gradNorm() const { return gradNorm_; }

@@ -142,7 +142,9 @@ namespace {
 // the first failure to be thrown once the writer is done (a stream swallows exceptions).
 class AtomicFileBuffer : public std::streambuf {
  public:
-  explicit AtomicFileBuffer(AtomicFile& file) : file_(file), block_(1 << 20) { setp(block_.data(), block_.data() + block_.size()); }
+  explicit AtomicFileBuffer(AtomicFile& file) : file_(file), block_(1 << 20) {
+    setp(block_.data(), block_.data() + block_.size());
+  }
 
   // Writes what is buffered; rethrows the first failure.
   void finish() {

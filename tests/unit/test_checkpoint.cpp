@@ -367,8 +367,11 @@ TEST_F(Checkpoints, StreamedFilesAreWholeOrNotThere) {
   EXPECT_FALSE(rundir::atomicWriteStream(declined, [](std::ostream& out) { out << "x"; return false; }));
   EXPECT_FALSE(fs::exists(declined));
   EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()), 1);  // no temporary left
-  EXPECT_THROW(rundir::atomicWriteStream("/dev/null/cannot/streamed.bin", [](std::ostream& out) { out << "x"; return true; }),
-               CheckpointError);
+  const auto one = [](std::ostream& out) {
+    out << "x";
+    return true;
+  };
+  EXPECT_THROW(rundir::atomicWriteStream("/dev/null/cannot/streamed.bin", one), CheckpointError);
 }
 
 // A model file's bytes go back as the load reads its records: a big read gives its pages

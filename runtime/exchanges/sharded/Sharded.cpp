@@ -36,7 +36,8 @@ PlanText plan(const PlanFacts& f) {
   PlanText text;
   text.modeWords = fmt::format("sharded over {} servers: each sends its range of the weights to every worker and sums "
                                "that range of their gradients{}", f.cfg.servers,
-                               f.cfg.serversUpdateEachPart() ? ", updating each 4 MiB part as it arrives (--overlap)" : "");
+                               f.cfg.serversUpdateEachPart() ? ", updating each 4 MiB part as it arrives (--overlap)"
+                                                             : "");
   text.lines = lines;
   return text;
 }
