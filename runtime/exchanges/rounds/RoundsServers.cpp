@@ -9,7 +9,6 @@
 #include "runtime/Stop.h"
 #include "runtime/exchanges/rounds/RoundChain.h"
 #include "runtime/exchanges/rounds/RoundsPlan.h"
-#include "runtime/metrics/Clock.h"
 #include "runtime/protocol/StepMessages.h"
 
 namespace pstrain::roles {

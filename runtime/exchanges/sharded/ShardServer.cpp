@@ -12,7 +12,6 @@
 #include "runtime/codec/Codec.h"
 #include "runtime/exchanges/sharded/Shards.h"
 #include "runtime/exchanges/sharded/Wire.h"
-#include "runtime/metrics/Clock.h"
 #include "runtime/optim/Optimizer.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/roles/ServerLoop.h"
