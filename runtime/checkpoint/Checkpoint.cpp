@@ -338,8 +338,8 @@ void writeOptimizerState(const std::string& path, const Checkpoint& ckpt, const 
   writePickle(path, optimizerDict(ckpt), nullptr, source);
 }
 
-void writeStateDict(const std::string& path, const TensorList& state) {
-  writePickle(path, tensorDict(state));
+void writeStateDict(const std::string& path, const TensorList& state, const RecordSource& source) {
+  writePickle(path, tensorDict(state), nullptr, source);
 }
 
 TensorList readStateDict(const std::string& path) {

@@ -78,7 +78,7 @@ Checkpoint read(const rundir::Published& published);
 void writeOptimizerState(const std::string& path, const Checkpoint& ckpt, const RecordSource& source = nullptr);
 
 // Writes a plain state_dict (loadable by module.load_state_dict in PyTorch) atomically.
-void writeStateDict(const std::string& path, const TensorList& state);
+void writeStateDict(const std::string& path, const TensorList& state, const RecordSource& source = nullptr);
 TensorList readStateDict(const std::string& path);
 
 }  // namespace pstrain::checkpoint

@@ -76,14 +76,19 @@ void releaseWeights(models::Net& model) {
 
 namespace {
 
-// A range's weights and optimizer state, from one server to another: first a line "UPDATES
-// NAME..." (the optimizer's counted updates and its states' names), then the weights and each
-// state's range.
-void sendState(comm::Communicator& comm, const float* weights, std::int64_t floats, const optim::Optimizer& optimizer,
-               const std::vector<at::Tensor>& states, int to, const std::string& context) {
+// The line that heads a range's optimizer state: "UPDATES NAME..." (the optimizer's counted
+// updates and its states' names).
+void sendStateHeader(comm::Communicator& comm, const optim::Optimizer& optimizer, int to, const std::string& context) {
   std::string line = std::to_string(optimizer.updates());
   for (const auto& [name, buffer] : optimizer.state()) line += " " + name;
   comm.send(line.data(), line.size(), to, context);
+}
+
+// A range's weights and optimizer state, from one server to another: its header line
+// (sendStateHeader), then the weights and each state's range.
+void sendState(comm::Communicator& comm, const float* weights, std::int64_t floats, const optim::Optimizer& optimizer,
+               const std::vector<at::Tensor>& states, int to, const std::string& context) {
+  sendStateHeader(comm, optimizer, to, context);
   comm.send(weights, static_cast<std::size_t>(floats) * sizeof(float), to, context);
   for (const at::Tensor& state : states) comm.send(state.data_ptr<float>(), state.numel() * sizeof(float), to, context);
 }
@@ -178,10 +183,11 @@ Verdict receiveVerdict(comm::Communicator& comm, const Partial& partial, const s
 
 namespace {
 
-// Server 0's request for floats [begin, end) of state `state` (a server's range of it); state
-// -1: the checkpoint is written.
+// Server 0's request for floats [begin, end) of state `state` (a server's range of it, or of
+// its weights: kWeights); kDone: the checkpoint is written.
 struct StateRequest {
-  std::int64_t state = -1, begin = 0, end = 0;
+  static constexpr std::int64_t kDone = -1, kWeights = -2;
+  std::int64_t state = kDone, begin = 0, end = 0;
 };
 
 }  // namespace
@@ -190,77 +196,97 @@ CheckpointGather::CheckpointGather(comm::Communicator& comm, std::vector<KeyRang
                                    RangeUpdate& own)
     : comm_(comm), ranges_(std::move(ranges)), whole_(whole), own_(own) {}
 
-void CheckpointGather::gather(float* weights, const std::string& context) {
+void CheckpointGather::gather(float* model, const std::string& context) {
   const auto own = statesOf(own_.optimizer(), nullptr);
   if (placeholders_.size() != own.size()) {
     placeholders_.clear();
     for (std::size_t i = 0; i < own.size(); ++i) placeholders_.push_back(torch::empty({ranges_.back().end}));
   }
   for (std::size_t k = 1; k < ranges_.size(); ++k) {
-    const int server = static_cast<int>(k);
-    const KeyRange& r = ranges_[k];
-    const StateHeader header = receiveStateHeader(comm_, server, context);
+    const StateHeader header = receiveStateHeader(comm_, static_cast<int>(k), context);
     if (header.names.size() != own.size()) {
-      throw InternalError(fmt::format("{}: server {} holds {} optimizer states, server 0 {}", context, server,
+      throw InternalError(fmt::format("{}: server {} holds {} optimizer states, server 0 {}", context, k,
                                       header.names.size(), own.size()));
     }
-    receiveInto(comm_, weights + r.begin, static_cast<std::size_t>(r.size()) * sizeof(float), server,
-                "range of the weights", context);
   }
   std::size_t i = 0;
   for (const auto& [name, buffer] : own_.optimizer().state()) whole_.restore(name, placeholders_[i++]);
   whole_.restoreUpdates(own_.optimizer().updates());
+  model_ = model;
   serving_ = true;
 }
 
+void CheckpointGather::request(std::size_t k, std::int64_t state, std::int64_t begin, std::int64_t end, float* out) {
+  sendValue(comm_, StateRequest{state, begin, end}, static_cast<int>(k), "checkpoint");
+  receiveInto(comm_, out, static_cast<std::size_t>(end - begin) * sizeof(float), static_cast<int>(k),
+              state == StateRequest::kWeights ? "range of the weights" : "range of the optimizer state", "checkpoint");
+}
+
 const void* CheckpointGather::recordSource(const at::Tensor& tensor) {
+  if (!serving_) return nullptr;
   const auto* data = static_cast<const float*>(tensor.storage().data());
-  for (std::size_t i = 0; i < placeholders_.size(); ++i) {
-    const float* base = placeholders_[i].data_ptr<float>();
-    if (data < base || data >= base + placeholders_[i].numel()) continue;
-    const std::int64_t begin = data - base, end = begin + tensor.numel();
-    bytes_.resize(static_cast<std::size_t>(end - begin));
-    const float* own = statesOf(own_.optimizer(), nullptr)[i].data_ptr<float>();
-    for (std::size_t k = 0; k < ranges_.size(); ++k) {
-      const std::int64_t from = std::max(begin, ranges_[k].begin), to = std::min(end, ranges_[k].end);
-      if (from >= to) continue;
-      float* out = bytes_.data() + (from - begin);
-      if (k == 0) {
-        std::copy(own + from, own + to, out);
-        continue;
-      }
-      const StateRequest request{static_cast<std::int64_t>(i), from, to};
-      sendValue(comm_, request, static_cast<int>(k), "checkpoint");
-      receiveInto(comm_, out, static_cast<std::size_t>(to - from) * sizeof(float), static_cast<int>(k),
-                  "range of the optimizer state", "checkpoint");
-    }
-    return bytes_.data();
+  // The whole buffer the tensor views: the model's weights, or a state's placeholder.
+  std::int64_t state = -1;
+  const float* base = nullptr;
+  if (data >= model_ && data < model_ + ranges_.back().end) state = StateRequest::kWeights, base = model_;
+  for (std::size_t i = 0; !base && i < placeholders_.size(); ++i) {
+    const float* p = placeholders_[i].data_ptr<float>();
+    if (data >= p && data < p + placeholders_[i].numel()) state = static_cast<std::int64_t>(i), base = p;
   }
-  return nullptr;
+  if (!base) return nullptr;
+  const std::int64_t begin = data - base, end = begin + tensor.numel();
+  const float* own = state == StateRequest::kWeights ? model_
+                                                     : statesOf(own_.optimizer(), nullptr)[state].data_ptr<float>();
+  if (end <= ranges_[0].end) return own + begin;  // range 0's own: no copy
+  bytes_.resize(static_cast<std::size_t>(end - begin));
+  for (std::size_t k = 0; k < ranges_.size(); ++k) {
+    const std::int64_t from = std::max(begin, ranges_[k].begin), to = std::min(end, ranges_[k].end);
+    if (from >= to) continue;
+    float* out = bytes_.data() + (from - begin);
+    if (k == 0) {
+      std::copy(own + from, own + to, out);
+    } else {
+      request(k, state, from, to, out);
+    }
+  }
+  return bytes_.data();
+}
+
+void CheckpointGather::wholeModel() {
+  if (!serving_) return;
+  std::vector<float>().swap(bytes_);
+  own_.releaseState();
+  for (std::size_t k = 1; k < ranges_.size(); ++k) {
+    request(k, StateRequest::kWeights, ranges_[k].begin, ranges_[k].end, model_ + ranges_[k].begin);
+  }
 }
 
 void CheckpointGather::release() {
   if (!serving_) return;
   for (std::size_t k = 1; k < ranges_.size(); ++k) sendValue(comm_, StateRequest{}, static_cast<int>(k), "checkpoint");
   serving_ = false;
+  std::vector<float>().swap(bytes_);  // a parameter's worth until the next checkpoint: its memory goes
 }
 
-void offerCheckpoint(comm::Communicator& comm, const float* weights, RangeUpdate& update, const std::string& context) {
-  sendState(comm, weights, update.range().size(), update.optimizer(), {}, 0, context);  // the states: on request
+void offerCheckpoint(comm::Communicator& comm, const RangeUpdate& update, const std::string& context) {
+  sendStateHeader(comm, update.optimizer(), 0, context);
 }
 
-void serveCheckpoint(comm::Communicator& comm, RangeUpdate& update, const std::string& context) {
+void serveCheckpoint(comm::Communicator& comm, const float* weights, RangeUpdate& update, const std::string& context) {
   const auto states = statesOf(update.optimizer(), nullptr);
-  for (auto request = receiveValue<StateRequest>(comm, 0, context); request.state >= 0;
+  for (auto request = receiveValue<StateRequest>(comm, 0, context); request.state != StateRequest::kDone;
        request = receiveValue<StateRequest>(comm, 0, context)) {
     const std::int64_t begin = request.begin - update.range().begin, end = request.end - update.range().begin;
-    if (request.state >= static_cast<std::int64_t>(states.size()) || begin < 0 || end > update.range().size() ||
-        begin >= end) {
+    const bool known = request.state == StateRequest::kWeights ||
+                       (request.state >= 0 && request.state < static_cast<std::int64_t>(states.size()));
+    if (!known || begin < 0 || end > update.range().size() || begin >= end) {
       throw CommError(fmt::format("{}: server 0 asked for floats [{}, {}) of state {}, which this server does not hold",
                                   context, request.begin, request.end, request.state));
     }
-    comm.send(states[static_cast<std::size_t>(request.state)].data_ptr<float>() + begin,
-              static_cast<std::size_t>(end - begin) * sizeof(float), 0, context);
+    const float* from = request.state == StateRequest::kWeights
+                            ? weights
+                            : states[static_cast<std::size_t>(request.state)].data_ptr<float>();
+    comm.send(from + begin, static_cast<std::size_t>(end - begin) * sizeof(float), 0, context);
   }
 }
 

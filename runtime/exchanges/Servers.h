@@ -62,6 +62,7 @@ class RangeUpdate {
 
   const KeyRange& range() const { return range_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
+  const optim::Optimizer& optimizer() const { return *optimizer_; }
   const at::Tensor& weights() const { return weights_; }
   float* sum() { return sum_.data(); }  // range().size() floats; none with eachPart
   bool eachPart() const { return eachPart_; }
@@ -79,6 +80,8 @@ class RangeUpdate {
   void applyPart(float* sum, std::int64_t at, std::int64_t n, const StepPlan& plan, std::int64_t step, int rank);
   // The seconds apply() and applyPart() took since the last call.
   double takeUpdateSeconds();
+  // Drops the optimizer's state (the run's last files have it): its memory goes.
+  void releaseState() { optimizer_ = optim::makeOptimizer(rule_); }
 
  private:
   const config::TrainConfig rule_;
@@ -136,39 +139,50 @@ Verdict decide(comm::Communicator& comm, roles::SummedUpdate& update, std::vecto
 // Server k: its Partial to server 0, and server 0's Verdict.
 Verdict receiveVerdict(comm::Communicator& comm, const Partial& partial, const std::string& context);
 
-// A checkpoint, on server 0: every server's range of the weights comes in whole, the
-// optimizer state one parameter at a time as the Publisher writes it, so that server 0
-// never holds more of the state than its own range and one parameter's. `whole` (the
-// Publisher's optimizer) holds placeholders: buffers of the whole model's size that nothing
-// writes (their pages never touched, they take no memory), whose bytes recordSource() gives.
+// A checkpoint, on server 0: the model's weights and the optimizer state come from every
+// server one parameter at a time, as the Publisher writes them, so that server 0 never holds
+// more of either than its own range and one parameter's. The model's floats outside range 0
+// and `whole` (the Publisher's optimizer) are placeholders: buffers of the whole model's size
+// that nothing writes until the run's end (pages untouched or given back take no memory),
+// whose bytes recordSource() gives.
 class CheckpointGather {
  public:
   // `own`: range 0's update.
   CheckpointGather(comm::Communicator& comm, std::vector<KeyRange> ranges, optim::Optimizer& whole, RangeUpdate& own);
-  // Every server's range of the model as the workers hold it into `weights` (the whole
-  // model's flat floats), and the placeholders into `whole`; the servers then answer
-  // recordSource() until release(). Release after the Publisher's record() of the step, or
-  // after its finish() at the end (the final files read the state too).
-  void gather(float* weights, const std::string& context);
-  // checkpoint::RecordSource: a placeholder's bytes, from range 0's state and the servers'.
+  // The checkpoint of the step just updated: `model` (the whole model's flat floats, which
+  // the Publisher's model views; range 0 real) and the placeholders into `whole`; the servers
+  // then answer recordSource() and wholeModel() until release(). Release after the
+  // Publisher's record() of the step, or after its finish() at the end.
+  void gather(float* model, const std::string& context);
+  // checkpoint::RecordSource: a placeholder's bytes (weights or state), from range 0's and
+  // the servers'; null for a tensor within range 0 of the model, which holds its own.
   const void* recordSource(const at::Tensor& tensor);
+  // The Publisher's whole model (setWholeModel), once the last checkpoint is gathered and its
+  // state written: range 0's optimizer state goes, and every server's range of the weights
+  // comes into the model in its place. Does nothing when nothing was gathered (the run
+  // trained no step: the model is whole).
+  void wholeModel();
   // After the Publisher wrote what it reads (a no-op when nothing was gathered): the servers go on.
   void release();
 
  private:
+  // Floats [begin, end) of `k`'s range of state `state` (kWeights: the model) into `out`.
+  void request(std::size_t k, std::int64_t state, std::int64_t begin, std::int64_t end, float* out);
+
   comm::Communicator& comm_;
   const std::vector<KeyRange> ranges_;
   optim::Optimizer& whole_;
   RangeUpdate& own_;
+  float* model_ = nullptr;                // the last gather()'s
   std::vector<at::Tensor> placeholders_;  // by state, of the whole model's size
   std::vector<float> bytes_;              // the last recordSource()'s
   bool serving_ = false;
 };
-// Server k at a checkpoint: offers `weights` (its range of the model as the workers hold it:
-// CheckpointGather::gather takes it), then, once its next down message is sent (the workers
-// compute meanwhile), serves server 0's requests for its range of the state until released.
-void offerCheckpoint(comm::Communicator& comm, const float* weights, RangeUpdate& update, const std::string& context);
-void serveCheckpoint(comm::Communicator& comm, RangeUpdate& update, const std::string& context);
+// Server k at a checkpoint: tells server 0 its optimizer state's names, then, once its next
+// down message is sent (the workers compute meanwhile), serves server 0's requests for its
+// range of `weights` (the model as the workers hold it) and of the state until released.
+void offerCheckpoint(comm::Communicator& comm, const RangeUpdate& update, const std::string& context);
+void serveCheckpoint(comm::Communicator& comm, const float* weights, RangeUpdate& update, const std::string& context);
 
 // The dry run's lines: which server owns which parameters.
 std::string describeRanges(const std::vector<KeyRange>& ranges);

@@ -243,14 +243,16 @@ void Publisher::finish(std::int64_t stepsDone) {
   }
   const std::string weights = rundir::pathOf(cfg_.trainDir, rundir::kTrainedModel);
   const std::string scripted = rundir::pathOf(cfg_.trainDir, rundir::kTrainedScript);
-  checkpoint::writeStateDict(weights, models::stateDict(model_));
-  // The optimizer's state beside it (torch.load: {name: {key: tensor}, "step": N}), to go on
-  // training the weights elsewhere.
+  // The final checkpoint's weights, and its optimizer state beside them (torch.load: {name:
+  // {key: tensor}, "step": N}) to go on training them elsewhere, through the same source.
+  checkpoint::writeStateDict(weights, last.modelState, source_);
   if (!last.optimizerState.empty()) {
     checkpoint::writeOptimizerState(rundir::pathOf(cfg_.trainDir, rundir::kTrainedOptimizer), last, source_);
   }
   // A model of the user's, as TorchScript with the trained weights: torch.jit.load runs it.
-  // Written as it is saved: a copy in memory would be the run's peak (two, with the stream's).
+  // The module saves its own tensors, which must then be whole (setWholeModel). Written as it
+  // is saved: a copy in memory would be the run's peak (two, with the stream's).
+  if (wholeModel_ && config::isModelFile(cfg_.model)) wholeModel_();
   const bool script =
       rundir::atomicWriteStream(scripted, [&](std::ostream& out) { return model_.saveTorchScript(out); });
   std::cout << fmt::format("pstrain: done in {}{}; final checkpoint {}, weights {}{}",
@@ -259,6 +261,18 @@ void Publisher::finish(std::int64_t stepsDone) {
                            path, weights, script ? " and " + scripted : "")
             << std::endl;
 }
+
+namespace {
+
+// `tensor` aliased by a storage of its own (no copy), so that a written file gives it a
+// record of its own rather than one record of the flat buffer it views. A tensor off the CPU
+// stays as it is.
+at::Tensor ownStorage(const at::Tensor& tensor) {
+  if (!tensor.device().is_cpu()) return tensor;
+  return at::from_blob(tensor.data_ptr(), tensor.sizes(), tensor.strides(), tensor.options());
+}
+
+}  // namespace
 
 checkpoint::Checkpoint Publisher::snapshot(std::int64_t stepsDone) const {
   checkpoint::Checkpoint ckpt;
@@ -274,17 +288,14 @@ checkpoint::Checkpoint Publisher::snapshot(std::int64_t stepsDone) const {
   ckpt.fingerprint = cfg_.fingerprint();
   ckpt.optimizerRule = cfg_.updateRuleName();
   for (const auto& [name, value] : cfg_.sharedFields()) ckpt.configuration += name + "=" + value + "\n";
-  ckpt.modelState = models::stateDict(model_);
+  // Each weight and each parameter's state a storage of its own: a record of the file each,
+  // so that a RecordSource fills one parameter's bytes at a time.
+  for (const auto& [key, tensor] : models::stateDict(model_)) ckpt.modelState.emplace_back(key, ownStorage(tensor));
   for (const auto& [name, buffer] : optimizer_.state()) {
-    // Each parameter's state a storage of its own (aliasing the buffer, no copy): a record
-    // of the file each, so that a RecordSource fills one parameter's bytes at a time.
     const auto views = parameterViews(model_, buffer);
     checkpoint::TensorList tensors;
     std::size_t i = 0;
-    for (const auto& item : model_.named_parameters()) {
-      const at::Tensor& view = views[i++];
-      tensors.emplace_back(item.key(), at::from_blob(view.data_ptr(), view.sizes(), view.options()));
-    }
+    for (const auto& item : model_.named_parameters()) tensors.emplace_back(item.key(), ownStorage(views[i++]));
     ckpt.optimizerState.emplace_back(name, std::move(tensors));
   }
   ckpt.optimizerSteps = optimizer_.updates();

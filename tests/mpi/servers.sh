@@ -39,16 +39,41 @@ for case in "sgd:3:--momentum 0.9" "adamw:2:--optimizer adamw --lr 0.002 --weigh
       "$scratch/$name-k$k/trained_model.pt"
   done
 done
-check "adamw: the final checkpoint's optimizer state, written as server 0 gathers it, is one server's" \
+check "adamw: the final checkpoint's weights and optimizer state, written as server 0 gathers them, are one server's" \
   "$PSTRAIN_PYTHON" - "$scratch/adamw-k1" "$scratch/adamw-k2" "$scratch/adamw-k4" <<'PY'
 import sys, torch
-one, *others = [torch.load(d + "/ckpt/step-00000020.pt", weights_only=True)["optimizer"] for d in sys.argv[1:]]
+ckpts = [torch.load(d + "/ckpt/step-00000020.pt", weights_only=True) for d in sys.argv[1:]]
+one, *others = [c["optimizer"] for c in ckpts]
 for o in others:
     if o["step"] != one["step"] or sorted(o) != sorted(one):
         sys.exit(1)
     for name in ("exp_avg", "exp_avg_sq"):
         if any(not torch.equal(one[name][k], o[name][k]) for k in one[name]):
             sys.exit(1)
+for d, c in zip(sys.argv[1:], ckpts):  # the gathered weights are the final files' (server 0 whole at the end)
+    final = torch.load(d + "/trained_model.pt", weights_only=True)
+    if sorted(final) != sorted(c["model"]) or any(not torch.equal(final[k], c["model"][k]) for k in final):
+        sys.exit(1)
+    if any(not torch.equal(ckpts[0]["model"][k], c["model"][k]) for k in final):
+        sys.exit(1)
+PY
+# A model file with BatchNorm (buffers beside the weights), 2 servers, a checkpoint midway:
+# its TorchScript module, written once server 0 holds the whole model again, holds the
+# trained weights and buffers, as trained_model.pt and the last checkpoint do.
+"$PSTRAIN_PYTHON" "$(dirname "$0")/../../tools/example_model.py" "$scratch/cnn.pt" > /dev/null
+train 4 "$scratch/file-k2" --model "$scratch/cnn.pt" --steps 12 --checkpoint-every 6 --servers 2 --optimizer adamw \
+  --lr 0.001
+check "model file, 2 servers: the TorchScript module, trained_model.pt and the checkpoints agree" \
+  "$PSTRAIN_PYTHON" - "$scratch/file-k2" <<'PY'
+import sys, torch
+d = sys.argv[1]
+final = torch.load(d + "/trained_model.pt", weights_only=True)
+script = torch.jit.load(d + "/trained_model.torchscript.pt").state_dict()
+last = torch.load(d + "/ckpt/step-00000012.pt", weights_only=True)["model"]
+mid = torch.load(d + "/ckpt/step-00000006.pt", weights_only=True)["model"]
+same = lambda a, b: sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k in a)
+moved = any(not torch.equal(mid[k], final[k]) for k in final if final[k].is_floating_point())
+sys.exit(not (same(final, script) and same(final, last) and moved))
 PY
 norm=$(metric "$scratch/adamw-k2" "min(l['grad_norm'] for l in lines)")
 check "adamw: every step's gradient norm ($norm) is above the clip (0.01): clipped by the combined norm" ge "$norm" 0.01

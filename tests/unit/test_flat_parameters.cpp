@@ -45,6 +45,28 @@ TEST(FlatParameters, ParametersAndGradientsLiveInTheFlatBuffers) {
   EXPECT_EQ(p[0].grad().data_ptr(), grads.data_ptr()) << "backward did not accumulate in place";
 }
 
+// bindParameters moves a parameter that alone holds its storage (its pages given back as
+// they are copied) and copies one whose storage another tensor shares: either way the flat
+// buffer holds the values, and the other tensor keeps its own.
+TEST(FlatParameters, BindingMovesOnlyWhatNothingElseReads) {
+  struct Two : torch::nn::Module {
+    at::Tensor alone, shared;
+  };
+  Two model;
+  const at::Tensor big = torch::randn({3 << 20});  // 3 chunks of the move, and some pages
+  const at::Tensor storage = torch::randn({1000});
+  model.alone = model.register_parameter("alone", big.clone());
+  model.shared = model.register_parameter("shared", storage.narrow(0, 0, 500));
+  const at::Tensor kept = storage.clone();
+  at::Tensor flat = torch::zeros({(3 << 20) + 500});
+  protocol::bindParameters(model, flat);
+  EXPECT_TRUE(flat.narrow(0, 0, 3 << 20).equal(big));
+  EXPECT_TRUE(flat.narrow(0, 3 << 20, 500).equal(kept.narrow(0, 0, 500)));
+  EXPECT_TRUE(storage.equal(kept)) << "a tensor sharing a parameter's storage lost its values";
+  EXPECT_EQ(model.alone.data_ptr(), flat.data_ptr());
+  EXPECT_TRUE(model.alone.equal(big));
+}
+
 TEST(FlatParameters, GradientBucketsCutTheBufferBackToFront) {
   auto model = models::makeModel("lenet");
   const std::int64_t n = models::parameterCount(*model);

@@ -147,7 +147,10 @@ void tellPublisher(Server& s, RoundCounts& counts, OuterLead* lead) {
     counts.addTo(line);
     if (lead) lead->addServers(line);
   });
-  if (lead) s.publisher->setRecordSource([lead](const at::Tensor& t) { return lead->checkpoints().recordSource(t); });
+  if (lead) {
+    s.publisher->setRecordSource([lead](const at::Tensor& t) { return lead->checkpoints().recordSource(t); });
+    s.publisher->setWholeModel([lead] { lead->checkpoints().wholeModel(); });
+  }
 }
 
 // The outer step of the round from `first`: over every server's range with K servers

@@ -77,8 +77,8 @@ void followRounds(const RoleArgs& args) {
     chain.finish();
     sent = chain.take().sent;
     if (v.gather) {  // the workers train on meanwhile
-      offerCheckpoint(comm, held, update, context);
-      serveCheckpoint(comm, update, context);
+      offerCheckpoint(comm, update, context);
+      serveCheckpoint(comm, held, update, context);
     }
     training = v.train != 0;
   }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "runtime/Errors.h"
+#include "runtime/Portable.h"
 #include "runtime/Stop.h"
 #include "runtime/codec/Codec.h"
 #include "runtime/exchanges/sharded/Shards.h"
@@ -151,14 +152,14 @@ void follow(const roles::RoleArgs& args) {
     const std::string down = fmt::format("step {}", step);
     shard.startWeightsDown(requests, training ? down : "stop");
     for (std::size_t request : requests) comm.wait(request);
-    if (checkpointing) serveCheckpoint(comm, shard.update(), down);
+    if (checkpointing) serveCheckpoint(comm, shard.update().weights().data_ptr<float>(), shard.update(), down);
     if (!training) return;
     currentStep() = step;
     shard.receiveGradients(down, plan, step);
     const Verdict v = receiveVerdict(comm, shard.partial(), down);
     shard.update().apply(v, step, k);
     plan = v.next;
-    if (v.gather) offerCheckpoint(comm, shard.update().weights().data_ptr<float>(), shard.update(), down);
+    if (v.gather) offerCheckpoint(comm, shard.update(), down);
     checkpointing = v.gather != 0;
     training = v.train != 0;
   }
@@ -183,9 +184,15 @@ class Lead {
   }
 
   // Every server's range of the (resumed) model and optimizer state; whether the run trains.
+  // A run that trains then gives back the memory of the weights outside range 0: their
+  // checkpoints and final files take them from their servers (CheckpointGather).
   void start(bool training) {
     sendStarts(comm_, ranges_, {s_.firstStep, training, planOf(s_.firstStep)}, s_.messages.weights, *s_.optimizer,
                shard_.update().optimizer());
+    if (!training) return;
+    float* weights = s_.messages.weights.data_ptr<float>();
+    portable::releasePages(weights + ranges_[0].end,
+                           static_cast<std::size_t>(ranges_.back().end - ranges_[0].end) * sizeof(float));
   }
 
   // The next down message: every worker gets this range and the header, buffers and shares.
@@ -301,6 +308,7 @@ void lead(roles::Server& s) {
   lead.sendDown(training ? fmt::format("step {}", step) : s.stopContext);
   s.publisher->setExtras([&](metrics::JsonObject& line) { lead.addServers(line); });
   s.publisher->setRecordSource([&](const at::Tensor& t) { return lead.checkpoints().recordSource(t); });
+  s.publisher->setWholeModel([&] { lead.checkpoints().wholeModel(); });
   roles::Period period;
   while (training) {
     currentStep() = step;
