@@ -18,6 +18,7 @@
 #include <csignal>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <functional>
@@ -36,7 +37,8 @@ namespace pstrain::models {
 namespace {
 
 constexpr const char* kCheckModelFlag = "--check-model";
-constexpr const char* kBytesOnStdin = "--stdin";  // the check process's: the file's bytes come on stdin
+// The check process's: the file's bytes come on stdin, their count in the next argument.
+constexpr const char* kBytesOnStdin = "--stdin";
 constexpr int kRefused = 2;  // the check process's status for a refused file (its reason on stdout)
 
 // The first line that says something (the TorchScript compiler's reports start with one
@@ -292,6 +294,7 @@ void checkArchiveApart(const std::string& bytes, const std::string& path) {
   std::vector<std::string> argv = modelCheckCommand();
   argv.push_back(path);
   argv.push_back(kBytesOnStdin);
+  argv.push_back(std::to_string(bytes.size()));
   const auto timeout = std::chrono::seconds(120);
   const process::CommandResult check = process::runCommand(argv, timeout, /*captureOutput=*/true, {}, bytes);
   std::string said = check.output;
@@ -338,35 +341,23 @@ void trialLoad(std::string& bytes) {
   }
 }
 
-// All of standard input (the check process's file). Read in blocks of 64 MiB (above any
-// threshold at which malloc maps memory: each goes back to the system when freed), then
-// copied into one string, each block freed as it is copied: the peak is the file and one
-// block, where a growing string peaks at twice the file.
-std::string readStandardInput() {
-  constexpr std::size_t kBlock = std::size_t(64) << 20;
-  std::vector<std::vector<char>> blocks;
-  std::size_t total = 0;
-  for (bool more = true; more;) {
-    blocks.emplace_back(kBlock);
-    std::size_t filled = 0;
-    while (filled < kBlock) {
-      const ssize_t n = ::read(STDIN_FILENO, blocks.back().data() + filled, kBlock - filled);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        more = false;
-        break;
-      }
-      filled += static_cast<std::size_t>(n);
-    }
-    blocks.back().resize(filled);
-    total += filled;
+// The check process's file: `size` bytes (the parent says how many) of standard input, read
+// into one string of that size, so that the process peaks at the file, not a block or a
+// growing string's doubling above it. Throws Error when the input is shorter or longer.
+std::string readStandardInput(std::size_t size) {
+  std::string bytes(size, '\0');
+  std::size_t filled = 0;
+  for (;;) {
+    char extra;
+    char* into = filled < size ? bytes.data() + filled : &extra;
+    const ssize_t n = ::read(STDIN_FILENO, into, filled < size ? size - filled : 1);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw Error(fmt::format("the check process could not read its input ({})", std::strerror(errno)));
+    if (n == 0) break;
+    if (filled == size) throw Error(fmt::format("the check process got more than the {} bytes it was told", size));
+    filled += static_cast<std::size_t>(n);
   }
-  std::string bytes;
-  bytes.reserve(total);
-  for (std::vector<char>& block : blocks) {
-    bytes.append(block.data(), block.size());
-    std::vector<char>().swap(block);
-  }
+  if (filled != size) throw Error(fmt::format("the check process got {} of the {} bytes it was told", filled, size));
   return bytes;
 }
 
@@ -413,11 +404,11 @@ std::vector<std::string>& modelCheckCommand() {
 }
 
 std::optional<int> serveModelCheck(int argc, char** argv) {
-  const bool onStdin = argc == 4 && std::string(argv[3]) == kBytesOnStdin;
+  const bool onStdin = argc == 5 && std::string(argv[3]) == kBytesOnStdin;
   if ((argc == 3 || onStdin) && std::string(argv[1]) == kCheckModelFlag) {
     std::string bytes;
     try {
-      bytes = onStdin ? readStandardInput() : readModelFile(argv[2]);
+      bytes = onStdin ? readStandardInput(std::strtoull(argv[4], nullptr, 10)) : readModelFile(argv[2]);
       checkArchive(bytes, argv[2]);
     } catch (const Error& e) {
       std::printf("%s\n", e.what());

@@ -37,9 +37,10 @@ class BytesReader : public caffe2::serialize::ReadAdapterInterface {
 // A BytesReader that gives back the bytes of the big records it has read: in a read of
 // kReleaseBytes or more, the whole pages read go back to the system (portable::releasePages)
 // every kReleaseBytes copied, so that loading a model file holds its bytes and the tensors
-// made of them together about kReleaseBytes at a time, not whole, not even a record's. For a reader that reads each big record
-// once, as torch::jit::load does (tensors that share a storage share its one record): such
-// bytes read again throw c10::Error, never come back as zeros.
+// made of them together about kReleaseBytes at a time: not whole, not even a record's. For
+// a reader that reads each big record once, as torch::jit::load does (tensors that share a
+// storage share its one record): such bytes read again throw c10::Error, never come back
+// as zeros.
 class ReleasingBytesReader : public caffe2::serialize::ReadAdapterInterface {
  public:
   static constexpr size_t kReleaseBytes = size_t(1) << 20;

@@ -23,6 +23,7 @@
 #include "models/ScriptModel.h"
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
+#include "runtime/Process.h"
 #include "runtime/checkpoint/Checkpoint.h"
 #include "tests/common/ScratchDir.h"
 
@@ -132,6 +133,24 @@ TEST_F(ScriptModel, TheUntrustedCorpusIsRefusedBeforeAnyOfItsCodeRuns) {
   fs::current_path(before);
   EXPECT_EQ(files, 16);
   EXPECT_TRUE(wrote.empty()) << wrote.front();
+}
+
+// The check process takes exactly the byte count it is told (read into one string of that
+// size): a file one byte longer or shorter than said is refused, the right count passes.
+TEST_F(ScriptModel, TheCheckProcessTakesExactlyTheBytesItIsTold) {
+  const std::string path = linearWithDropout("good.pt");
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto check = [&](std::size_t told) {
+    return process::runCommand({PSTRAIN_PSEVAL, "--check-model", path, "--stdin", std::to_string(told)},
+                               std::chrono::seconds(60), /*captureOutput=*/true, {}, bytes);
+  };
+  EXPECT_EQ(check(bytes.size()).exitCode, 0);
+  const auto longer = check(bytes.size() - 1), shorter = check(bytes.size() + 1);
+  EXPECT_EQ(longer.exitCode, 2);
+  EXPECT_NE(longer.output.find("more than the"), std::string::npos) << longer.output;
+  EXPECT_EQ(shorter.exitCode, 2);
+  EXPECT_NE(shorter.output.find("of the"), std::string::npos) << shorter.output;
 }
 
 // A model file swapped for a hostile one while it is being loaded (renamed in, again and
