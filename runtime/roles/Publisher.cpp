@@ -265,10 +265,10 @@ void Publisher::finish(std::int64_t stepsDone) {
 namespace {
 
 // `tensor` aliased by a storage of its own (no copy), so that a written file gives it a
-// record of its own rather than one record of the flat buffer it views. A tensor off the CPU
-// stays as it is.
+// record of its own rather than one record of the flat buffer it views. A tensor off the CPU,
+// or an empty one, stays as it is.
 at::Tensor ownStorage(const at::Tensor& tensor) {
-  if (!tensor.device().is_cpu()) return tensor;
+  if (!tensor.device().is_cpu() || tensor.numel() == 0) return tensor;
   return at::from_blob(tensor.data_ptr(), tensor.sizes(), tensor.strides(), tensor.options());
 }
 
