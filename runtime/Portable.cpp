@@ -8,10 +8,12 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <iterator>
@@ -150,6 +152,22 @@ std::size_t releasePages(void* begin, std::size_t bytes) {
   const int advice = MADV_DONTNEED;
 #endif
   return ::madvise(reinterpret_cast<void*>(from), to - from, advice) == 0 ? to - from : 0;
+}
+
+void moveBytes(void* to, void* from, std::size_t bytes) {
+  constexpr std::size_t kChunk = std::size_t(4) << 20;
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  char* source = static_cast<char*>(from);
+  char* given = source;  // what lies below went back (but a partial first page)
+  for (std::size_t done = 0; done < bytes;) {
+    const std::size_t n = std::min(kChunk, bytes - done);
+    std::memcpy(static_cast<char*>(to) + done, source + done, n);
+    done += n;
+    char* copied = reinterpret_cast<char*>(reinterpret_cast<std::uintptr_t>(source + done) / page * page);
+    if (copied <= given) continue;
+    releasePages(given, static_cast<std::size_t>(copied - given));
+    given = copied;
+  }
 }
 
 void keepFreedMemoryForReuse() {

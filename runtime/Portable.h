@@ -42,6 +42,11 @@ void keepFreedMemoryForReuse();
 // given back (0 where the system has no such call).
 std::size_t releasePages(void* begin, std::size_t bytes);
 
+// Copies `bytes` from `from` to `to` 4 MiB at a time, giving back `from`'s whole pages
+// (releasePages) as they are copied, so that the source and its copy are never both whole in
+// memory. `from`'s contents are undefined afterwards; the ranges must not overlap.
+void moveBytes(void* to, void* from, std::size_t bytes);
+
 // pipe(2) with both ends close-on-exec (Linux's pipe2(O_CLOEXEC); elsewhere pipe and
 // fcntl: the caller must not fork from another thread in between). Returns false with errno.
 bool closeOnExecPipe(int fds[2]);

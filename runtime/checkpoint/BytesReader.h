@@ -34,10 +34,10 @@ class BytesReader : public caffe2::serialize::ReadAdapterInterface {
   std::string_view bytes_;
 };
 
-// A BytesReader that gives back the bytes of the big records it has read: in a read of
-// kReleaseBytes or more, the whole pages read go back to the system (portable::releasePages)
-// every kReleaseBytes copied, so that loading a model file holds its bytes and the tensors
-// made of them together about kReleaseBytes at a time: not whole, not even a record's. For
+// A BytesReader that gives back the bytes of the big records it has read: a read of
+// kReleaseBytes or more moves them (portable::moveBytes: their pages go back as they are
+// copied), so that loading a model file holds its bytes and the tensors made of them
+// together a few MiB at a time: not whole, not even a record's. For
 // a reader that reads each big record once, as torch::jit::load does (tensors that share a
 // storage share its one record): such bytes read again throw c10::Error, never come back
 // as zeros.
@@ -55,19 +55,11 @@ class ReleasingBytesReader : public caffe2::serialize::ReadAdapterInterface {
       TORCH_CHECK(pos + n <= begin || pos >= end, "bytes ", begin, "..", end,
                   " of the archive were read once and given back; ", what ? what : "a reader", " read them again");
     }
-    char* from = bytes_.data() + pos;
     if (n < kReleaseBytes) {
-      std::memcpy(buf, from, n);
+      std::memcpy(buf, bytes_.data() + pos, n);
       return n;
     }
-    // A chunk at a time, the bytes read so far given back after each: the record and its
-    // copy are never both whole in memory either.
-    for (size_t done = 0; done < n;) {
-      const size_t chunk = std::min(kReleaseBytes, n - done);
-      std::memcpy(static_cast<char*>(buf) + done, from + done, chunk);
-      done += chunk;
-      portable::releasePages(from, done);
-    }
+    portable::moveBytes(buf, bytes_.data() + pos, n);  // not even a record is ever held twice
     released_.emplace_back(pos, pos + n);
     return n;
   }

@@ -42,24 +42,17 @@ namespace {
 
 // view = parameter, where the parameter's memory goes the moment its bytes are copied: a
 // contiguous CPU parameter that alone holds its storage (nothing else can read it after
-// set_data) gives its pages back every 4 MiB copied, so that the model and the flat buffer
-// are never both whole in memory, not even one big tensor of them (GPT-2's embedding:
-// 147 MiB).
+// set_data) is moved (portable::moveBytes), so that the model and the flat buffer are never
+// both whole in memory, not even one big tensor of them (GPT-2's embedding: 147 MiB).
 void moveInto(const at::Tensor& view, const at::Tensor& parameter) {
-  constexpr std::int64_t kChunk = std::int64_t(1) << 20;  // floats
   const bool movable = parameter.device().is_cpu() && view.device().is_cpu() && parameter.is_contiguous() &&
-                       parameter.storage().use_count() == 1 && parameter.scalar_type() == at::kFloat;
+                       view.is_contiguous() && parameter.storage().use_count() == 1 &&
+                       parameter.scalar_type() == view.scalar_type();
   if (!movable) {
     view.copy_(parameter);
     return;
   }
-  const at::Tensor from = parameter.view({-1}), to = view.view({-1});
-  for (std::int64_t done = 0; done < from.numel();) {
-    const std::int64_t n = std::min(kChunk, from.numel() - done);
-    to.narrow(0, done, n).copy_(from.narrow(0, done, n));
-    done += n;
-    portable::releasePages(from.data_ptr<float>(), static_cast<std::size_t>(done) * sizeof(float));
-  }
+  portable::moveBytes(view.data_ptr(), parameter.data_ptr(), parameter.nbytes());
 }
 
 }  // namespace
