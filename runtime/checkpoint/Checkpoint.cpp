@@ -10,7 +10,10 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstring>
+#include <ostream>
+#include <streambuf>
 #include <filesystem>
 #include <functional>
 #include <limits>
@@ -22,6 +25,8 @@
 #include "runtime/rundir/ReadFile.h"
 #include "runtime/rundir/RunFiles.h"
 #include "runtime/zip/ArchiveCheck.h"
+#include "runtime/zip/ZipDirectory.h"
+#include "runtime/zip/ZipWriter.h"
 
 namespace pstrain::checkpoint {
 namespace {
@@ -108,13 +113,17 @@ struct Written {
   std::uint32_t crc32;
 };
 
-// torch::pickle_save's archive, streamed into `path` (atomically): the tensors go from
-// their storages to the file, with no copy of the archive in memory. Unlike pickle_save,
-// dicts carry no TorchScript type tag (a call of torch.jit._pickle.restore_type_tag), which
+// What PyTorch's writer names the format these archives are in (caffe2's
+// kMinProducedFileFormatVersion), its "version" record.
+constexpr const char* kProducedFormat = "3\n";
+
+// torch::pickle_save's archive, streamed into `path` (atomically) as PyTorch's writer lays it
+// out (zip::ZipWriter): the tensors go from their storages, or from `source` in pieces, to
+// the file, with no copy of the archive or of a tensor in memory. Unlike pickle_save, dicts
+// carry no TorchScript type tag (a call of torch.jit._pickle.restore_type_tag), which
 // torch.load refuses under weights_only=True, its default since PyTorch 2.6: the file holds
 // only what that safe unpickler allows (dicts, strings, ints, tensors).
-// `beforeRename` runs once the file is whole and durable, just before it replaces `path`;
-// `source` gives the bytes of tensors that do not hold them (RecordSource).
+// `beforeRename` runs once the file is whole and durable, just before it replaces `path`.
 Written writePickle(const std::string& path, const c10::IValue& value,
                     const std::function<void()>& beforeRename = nullptr, const RecordSource& source = nullptr) {
   std::vector<char> pickle;  // the object structure; tensor data are separate records
@@ -125,36 +134,19 @@ Written writePickle(const std::string& path, const c10::IValue& value,
   pickler.pushIValue(value);
   pickler.stop();
   rundir::AtomicFile file(path);
-  // An error must not unwind through the zip writer's C code, and the writer must never see
-  // a failed write: its destructor finishes the archive, and a failure there (a full disk)
-  // would throw from a destructor and end the process. After the first failure the rest is
-  // discarded, and the failure is thrown once the writer is done.
-  std::exception_ptr failure;
-  try {
-    caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, std::size_t size) -> std::size_t {
-      if (failure) return size;
-      try {
-        file.write(data, size);
-      } catch (...) {
-        failure = std::current_exception();
-      }
-      return size;
+  zip::ZipWriter archive([&](const void* data, std::size_t size) { file.write(data, size); });
+  // torch::jit::writeArchiveAndTensors's records: each tensor's storage ("data/N"), then
+  // "data.pkl", then the format's version.
+  const std::vector<at::Tensor>& tensors = pickler.tensorData();
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i];
+    archive.record("archive/data/" + std::to_string(i), t.storage().nbytes(), [&](const zip::ZipWriter::Sink& write) {
+      if (!source || !source(t.storage().data(), t.storage().nbytes(), write)) write(t.storage().data(), t.storage().nbytes());
     });
-    // torch::jit::writeArchiveAndTensors's records ("data/N", each tensor's storage, then
-    // "data.pkl"), with each storage's bytes from `source` where it has them.
-    const std::vector<at::Tensor>& tensors = pickler.tensorData();
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-      const at::Tensor& t = tensors[i];
-      const void* bytes = source ? source(t) : nullptr;
-      writer.writeRecord("data/" + std::to_string(i), bytes ? bytes : t.storage().data(), t.storage().nbytes());
-    }
-    writer.writeRecord("data.pkl", pickle.data(), pickle.size());
-    writer.writeEndOfFile();
-  } catch (const c10::Error& e) {
-    if (failure) std::rethrow_exception(failure);
-    throw CheckpointError(fmt::format("{}: could not be written ({})", path, e.what_without_backtrace()));
   }
-  if (failure) std::rethrow_exception(failure);
+  archive.record("archive/data.pkl", pickle.data(), pickle.size());
+  archive.record("archive/version", kProducedFormat, std::strlen(kProducedFormat));
+  archive.finish();
   file.commit(beforeRename);
   return {file.size(), file.crc32()};
 }
@@ -336,6 +328,101 @@ Checkpoint decode(const c10::IValue& top, const std::string& path) {
 
 void writeOptimizerState(const std::string& path, const Checkpoint& ckpt, const RecordSource& source) {
   writePickle(path, optimizerDict(ckpt), nullptr, source);
+}
+
+namespace {
+
+// The stream a TorchScript module is saved to (writeArchive): small writes copied, large ones
+// (a tensor's storage, which PyTorch's zip writer writes straight from the tensor's memory)
+// kept as where they point, to be read when the archive is rewritten.
+class CapturedArchive : public std::streambuf {
+ public:
+  // Reads [at, at + n) of the archive into `out`.
+  void read(std::uint64_t at, void* out, std::size_t n) const {
+    each(at, n, [&](const char* data, std::size_t bytes, bool) {
+      std::memcpy(out, data, bytes);
+      out = static_cast<char*>(out) + bytes;
+    });
+  }
+  // Gives [at, at + n) of the archive to `write`, the large writes' bytes through `source`.
+  void give(std::uint64_t at, std::uint64_t n, const RecordSource& source, const RecordWrite& write) const {
+    each(at, n, [&](const char* data, std::size_t bytes, bool large) {
+      if (!large || !source || !source(data, bytes, write)) write(data, bytes);
+    });
+  }
+  std::uint64_t size() const { return size_; }
+
+ protected:
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    const auto bytes = static_cast<std::size_t>(n);
+    if (bytes >= kLarge) {
+      pieces_.push_back({size_, s, bytes, {}});
+    } else {
+      if (pieces_.empty() || pieces_.back().memory) pieces_.push_back({size_, nullptr, 0, {}});
+      pieces_.back().copied.append(s, bytes);
+      pieces_.back().bytes += bytes;
+    }
+    size_ += bytes;
+    return n;
+  }
+  int_type overflow(int_type c) override {
+    if (traits_type::eq_int_type(c, traits_type::eof())) return traits_type::not_eof(c);
+    const char ch = traits_type::to_char_type(c);
+    xsputn(&ch, 1);
+    return c;
+  }
+
+ private:
+  static constexpr std::size_t kLarge = 64 << 10;
+  struct Piece {
+    std::uint64_t at;
+    const char* memory;  // a large write's; null: `copied`
+    std::size_t bytes;
+    std::string copied;
+  };
+  // Calls `f(data, bytes, large)` for each part of [at, at + n) in order.
+  template <typename F>
+  void each(std::uint64_t at, std::uint64_t n, const F& f) const {
+    auto p = std::upper_bound(pieces_.begin(), pieces_.end(), at, [](std::uint64_t x, const Piece& q) { return x < q.at; });
+    for (p = p == pieces_.begin() ? p : p - 1; n > 0 && p != pieces_.end(); ++p) {
+      const std::uint64_t skip = at - p->at, take = std::min<std::uint64_t>(n, p->bytes - skip);
+      f((p->memory ? p->memory : p->copied.data()) + skip, static_cast<std::size_t>(take), p->memory != nullptr);
+      at += take, n -= take;
+    }
+    if (n > 0) throw InternalError("a saved archive read past its end");
+  }
+  std::vector<Piece> pieces_;
+  std::uint64_t size_ = 0;
+};
+
+}  // namespace
+
+bool writeArchive(const std::string& path, const std::function<bool(std::ostream&)>& save, const RecordSource& source) {
+  CapturedArchive captured;
+  std::ostream stream(&captured);
+  if (!save(stream)) return false;
+  const zip::Fail fail = [&](const std::string& what) {
+    throw InternalError(fmt::format("{}: libtorch wrote an archive this program cannot read ({})", path, what));
+  };
+  const zip::ReadAt read = [&](std::uint64_t at, void* out, std::size_t n) { captured.read(at, out, n); };
+  auto entries = zip::readDirectory(captured.size(), read, fail);
+  std::sort(entries.begin(), entries.end(), [](const zip::Entry& a, const zip::Entry& b) { return a.localOffset < b.localOffset; });
+  // The same records, in the same order, with every CRC computed over what is written.
+  rundir::AtomicFile file(path);
+  zip::ZipWriter archive([&](const void* data, std::size_t size) { file.write(data, size); });
+  for (const zip::Entry& e : entries) {
+    const std::uint64_t data = zip::dataOffset(e, captured.size(), read, fail);
+    if (e.method == 0) {
+      archive.record(e.name, e.size, [&](const zip::ZipWriter::Sink& write) { captured.give(data, e.size, source, write); });
+    } else {  // TorchScript's code, deflated: copied as it is
+      std::string compressed(static_cast<std::size_t>(e.compressedSize), '\0');
+      captured.read(data, compressed.data(), compressed.size());
+      archive.copy(e.name, e.method, e.crc, e.size, compressed);
+    }
+  }
+  archive.finish();
+  file.commit();
+  return true;
 }
 
 void writeStateDict(const std::string& path, const TensorList& state, const RecordSource& source) {

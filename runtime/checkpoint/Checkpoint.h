@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <iosfwd>
 #include <optional>
 #include <string>
 #include <utility>
@@ -60,11 +61,13 @@ struct Checkpoint {
   std::optional<LossScale> lossScale;
 };
 
-// Where a written file takes a tensor's bytes from: null, or a function that returns them
-// for a tensor whose memory does not hold them (a placeholder for what another rank holds:
-// sharded servers' ranges), in memory of its own that stays valid until its next call; it
-// returns null for a tensor that holds its own. Called once per tensor, in the file's order.
-using RecordSource = std::function<const void*(const at::Tensor&)>;
+// Where a written file takes the bytes of memory that does not hold them (a placeholder for
+// what another rank holds: sharded servers' ranges): null, or a function that, for the
+// `bytes` bytes at `data` when it has them, gives them to `write` in order, in pieces as it
+// likes (so that nothing is put together whole), and returns true; false for memory that
+// holds its own. Called once per tensor storage, in the file's order.
+using RecordWrite = std::function<void(const void* data, std::size_t bytes)>;
+using RecordSource = std::function<bool(const void* data, std::size_t bytes, const RecordWrite& write)>;
 
 // Publishes `ckpt` into `dir` (created if needed) and returns the .pt path.
 std::string publish(const std::string& dir, const Checkpoint& ckpt, const RecordSource& source = nullptr);
@@ -76,6 +79,13 @@ Checkpoint read(const rundir::Published& published);
 // Writes an optimizer's state as checkpoints hold it ({name: {key: tensor}, "step": N}),
 // atomically: trained_model.optimizer.pt.
 void writeOptimizerState(const std::string& path, const Checkpoint& ckpt, const RecordSource& source = nullptr);
+
+// Writes atomically the zip archive that `save` writes to the stream it is given (a model
+// file's TorchScript module: Net::saveTorchScript), with the bytes of each tensor's storage
+// it writes taken from `source` where that has them: a module whose tensors view
+// placeholders is written without being made whole. Returns `save`'s answer (false: it wrote
+// nothing to write, and no file is made).
+bool writeArchive(const std::string& path, const std::function<bool(std::ostream&)>& save, const RecordSource& source);
 
 // Writes a plain state_dict (loadable by module.load_state_dict in PyTorch) atomically.
 void writeStateDict(const std::string& path, const TensorList& state, const RecordSource& source = nullptr);

@@ -222,50 +222,56 @@ void CheckpointGather::request(std::size_t k, std::int64_t state, std::int64_t b
               state == StateRequest::kWeights ? "range of the weights" : "range of the optimizer state", "checkpoint");
 }
 
-const void* CheckpointGather::recordSource(const at::Tensor& tensor) {
-  if (!serving_) return nullptr;
-  const auto* data = static_cast<const float*>(tensor.storage().data());
-  // The whole buffer the tensor views: the model's weights, or a state's placeholder.
-  std::int64_t state = -1;
-  const float* base = nullptr;
-  if (data >= model_ && data < model_ + ranges_.back().end) state = StateRequest::kWeights, base = model_;
+bool CheckpointGather::recordSource(const void* data, std::size_t bytes, const checkpoint::RecordWrite& write) {
+  if (!serving_) return false;
+  const char* const begin = static_cast<const char*>(data);
+  const char* const end = begin + bytes;
+  const std::int64_t total = ranges_.back().end;
+  // The buffer whose placeholder floats [placeholderFrom, total) the memory overlaps: the
+  // model's weights (outside range 0), or a state's placeholder. Its range 0 is `own`.
+  const auto overlaps = [&](const float* buffer, std::int64_t placeholderFrom) {
+    return begin < reinterpret_cast<const char*>(buffer + total) &&
+           end > reinterpret_cast<const char*>(buffer + placeholderFrom);
+  };
+  std::int64_t state = StateRequest::kWeights;
+  const float* base = overlaps(model_, ranges_[0].end) ? model_ : nullptr;
+  const float* own = model_;
   for (std::size_t i = 0; !base && i < placeholders_.size(); ++i) {
-    const float* p = placeholders_[i].data_ptr<float>();
-    if (data >= p && data < p + placeholders_[i].numel()) state = static_cast<std::int64_t>(i), base = p;
-  }
-  if (!base) return nullptr;
-  const std::int64_t begin = data - base, end = begin + tensor.numel();
-  const float* own = state == StateRequest::kWeights ? model_
-                                                     : statesOf(own_.optimizer(), nullptr)[state].data_ptr<float>();
-  if (end <= ranges_[0].end) return own + begin;  // range 0's own: no copy
-  bytes_.resize(static_cast<std::size_t>(end - begin));
-  for (std::size_t k = 0; k < ranges_.size(); ++k) {
-    const std::int64_t from = std::max(begin, ranges_[k].begin), to = std::min(end, ranges_[k].end);
-    if (from >= to) continue;
-    float* out = bytes_.data() + (from - begin);
-    if (k == 0) {
-      std::copy(own + from, own + to, out);
-    } else {
-      request(k, state, from, to, out);
+    if (overlaps(placeholders_[i].data_ptr<float>(), 0)) {
+      state = static_cast<std::int64_t>(i);
+      base = placeholders_[i].data_ptr<float>();
+      own = statesOf(own_.optimizer(), nullptr)[i].data_ptr<float>();
     }
   }
-  return bytes_.data();
-}
-
-void CheckpointGather::wholeModel() {
-  if (!serving_) return;
-  std::vector<float>().swap(bytes_);
-  own_.releaseState();
-  for (std::size_t k = 1; k < ranges_.size(); ++k) {
-    request(k, StateRequest::kWeights, ranges_[k].begin, ranges_[k].end, model_ + ranges_[k].begin);
+  if (!base) return false;
+  // The memory may reach beyond the buffer (a TorchScript module saves the storage its
+  // parameters view, a message with more than the weights): that part is written as it is.
+  const auto* first = reinterpret_cast<const char*>(base);
+  if (begin > first && (begin - first) % sizeof(float) != 0) throw InternalError("a record starts inside a float");
+  const std::int64_t lo = begin > first ? static_cast<std::int64_t>((begin - first) / sizeof(float)) : 0;
+  const std::int64_t hi = std::min<std::int64_t>(total, lo + static_cast<std::int64_t>((end - std::max(begin, first)) / sizeof(float)));
+  if (begin < first) write(begin, static_cast<std::size_t>(first - begin));
+  for (std::size_t k = 0; k < ranges_.size(); ++k) {
+    const std::int64_t from = std::max(lo, ranges_[k].begin), to = std::min(hi, ranges_[k].end);
+    if (k == 0 && from < to) write(own + from, static_cast<std::size_t>(to - from) * sizeof(float));
+    // Another server's floats come a chunk at a time: server 0 never holds a tensor it does not own.
+    for (std::int64_t at = from; k > 0 && at < to; at += kChunkFloats) {
+      const std::int64_t until = std::min(to, at + kChunkFloats);
+      chunk_.resize(static_cast<std::size_t>(kChunkFloats));
+      request(k, state, at, until, chunk_.data());
+      write(chunk_.data(), static_cast<std::size_t>(until - at) * sizeof(float));
+    }
   }
+  const auto* after = reinterpret_cast<const char*>(base + hi);
+  if (end > after) write(after, static_cast<std::size_t>(end - after));
+  return true;
 }
 
 void CheckpointGather::release() {
   if (!serving_) return;
   for (std::size_t k = 1; k < ranges_.size(); ++k) sendValue(comm_, StateRequest{}, static_cast<int>(k), "checkpoint");
   serving_ = false;
-  std::vector<float>().swap(bytes_);  // a parameter's worth until the next checkpoint: its memory goes
+  std::vector<float>().swap(chunk_);
 }
 
 void offerCheckpoint(comm::Communicator& comm, const RangeUpdate& update, const std::string& context) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "models/Registry.h"
+#include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/exchanges/Ranges.h"
@@ -80,8 +81,6 @@ class RangeUpdate {
   void applyPart(float* sum, std::int64_t at, std::int64_t n, const StepPlan& plan, std::int64_t step, int rank);
   // The seconds apply() and applyPart() took since the last call.
   double takeUpdateSeconds();
-  // Drops the optimizer's state (the run's last files have it): its memory goes.
-  void releaseState() { optimizer_ = optim::makeOptimizer(rule_); }
 
  private:
   const config::TrainConfig rule_;
@@ -140,28 +139,24 @@ Verdict decide(comm::Communicator& comm, roles::SummedUpdate& update, std::vecto
 Verdict receiveVerdict(comm::Communicator& comm, const Partial& partial, const std::string& context);
 
 // A checkpoint, on server 0: the model's weights and the optimizer state come from every
-// server one parameter at a time, as the Publisher writes them, so that server 0 never holds
-// more of either than its own range and one parameter's. The model's floats outside range 0
-// and `whole` (the Publisher's optimizer) are placeholders: buffers of the whole model's size
-// that nothing writes until the run's end (pages untouched or given back take no memory),
-// whose bytes recordSource() gives.
+// server 4 MiB at a time, as the Publisher writes them (the trained TorchScript module too),
+// so that server 0 never holds more of either than its own range and one chunk. The model's
+// floats outside range 0 and `whole` (the Publisher's optimizer) are placeholders: buffers of
+// the whole model's size that nothing writes (pages untouched or given back take no memory;
+// read, they are zeros), whose bytes recordSource() gives.
 class CheckpointGather {
  public:
   // `own`: range 0's update.
   CheckpointGather(comm::Communicator& comm, std::vector<KeyRange> ranges, optim::Optimizer& whole, RangeUpdate& own);
   // The checkpoint of the step just updated: `model` (the whole model's flat floats, which
   // the Publisher's model views; range 0 real) and the placeholders into `whole`; the servers
-  // then answer recordSource() and wholeModel() until release(). Release after the
+  // then answer recordSource() until release(). Release after the
   // Publisher's record() of the step, or after its finish() at the end.
   void gather(float* model, const std::string& context);
-  // checkpoint::RecordSource: a placeholder's bytes (weights or state), from range 0's and
-  // the servers'; null for a tensor within range 0 of the model, which holds its own.
-  const void* recordSource(const at::Tensor& tensor);
-  // The Publisher's whole model (setWholeModel), once the last checkpoint is gathered and its
-  // state written: range 0's optimizer state goes, and every server's range of the weights
-  // comes into the model in its place. Does nothing when nothing was gathered (the run
-  // trained no step: the model is whole).
-  void wholeModel();
+  // checkpoint::RecordSource: a placeholder's bytes (weights or state), from range 0's and,
+  // a chunk at a time, the servers'; false for memory within range 0 of the model, which
+  // holds its own, and for memory that is neither.
+  bool recordSource(const void* data, std::size_t bytes, const checkpoint::RecordWrite& write);
   // After the Publisher wrote what it reads (a no-op when nothing was gathered): the servers go on.
   void release();
 
@@ -175,7 +170,8 @@ class CheckpointGather {
   RangeUpdate& own_;
   float* model_ = nullptr;                // the last gather()'s
   std::vector<at::Tensor> placeholders_;  // by state, of the whole model's size
-  std::vector<float> bytes_;              // the last recordSource()'s
+  static constexpr std::int64_t kChunkFloats = std::int64_t(1) << 20;  // 4 MiB a request
+  std::vector<float> chunk_;              // recordSource()'s, while serving
   bool serving_ = false;
 };
 // Server k at a checkpoint: tells server 0 its optimizer state's names, then, once its next

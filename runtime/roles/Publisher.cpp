@@ -250,11 +250,9 @@ void Publisher::finish(std::int64_t stepsDone) {
     checkpoint::writeOptimizerState(rundir::pathOf(cfg_.trainDir, rundir::kTrainedOptimizer), last, source_);
   }
   // A model of the user's, as TorchScript with the trained weights: torch.jit.load runs it.
-  // The module saves its own tensors, which must then be whole (setWholeModel). Written as it
-  // is saved: a copy in memory would be the run's peak (two, with the stream's).
-  if (wholeModel_ && config::isModelFile(cfg_.model)) wholeModel_();
-  const bool script =
-      rundir::atomicWriteStream(scripted, [&](std::ostream& out) { return model_.saveTorchScript(out); });
+  // Its tensors' bytes are written from where they are, through the same source.
+  const bool script = checkpoint::writeArchive(
+      scripted, [&](std::ostream& out) { return model_.saveTorchScript(out); }, source_);
   std::cout << fmt::format("pstrain: done in {}{}; final checkpoint {}, weights {}{}",
                            metrics::formatDuration(elapsedSeconds()),
                            stepsDone < total_ ? fmt::format(" (--max-seconds: {} of {} steps)", stepsDone, total_) : "",

@@ -36,14 +36,10 @@ class Publisher {
   // The mode's own fields (counters of its window), added to every metrics.jsonl line by
   // calling `extras` then; it must stay callable until finish() returns.
   void setExtras(std::function<void(metrics::JsonObject&)> extras) { extras_ = std::move(extras); }
-  // Where the files it writes take the optimizer state's bytes from (checkpoint::RecordSource:
-  // K servers' state gathered as it is written); it must stay callable until finish() returns.
+  // Where the files it writes take the bytes of the model and of the optimizer state from
+  // (checkpoint::RecordSource: K servers' ranges, gathered as they are written); it must stay
+  // callable until finish() returns.
   void setRecordSource(checkpoint::RecordSource source) { source_ = std::move(source); }
-  // Where the model's weights are such placeholders too, `fill` makes them whole: finish()
-  // calls it once for a model file, after the final checkpoint, trained_model.pt and the
-  // optimizer state (which take them from the source), before the TorchScript module, which
-  // saves its own tensors. Callable until then.
-  void setWholeModel(std::function<void()> fill) { wholeModel_ = std::move(fill); }
 
   // Adds "key": value to the run's run.json (written at start-up): what a mode learns of
   // the run once it runs (diloco's measured rounds). A run.json that cannot be rewritten is
@@ -81,7 +77,6 @@ class Publisher {
   std::int64_t firstStep_;
   metrics::JsonLines log_;
   checkpoint::RecordSource source_;
-  std::function<void()> wholeModel_;
   std::unique_ptr<metrics::EventFile> events_;  // null with --tensorboard off
   struct {
     bool metrics = false, events = false;

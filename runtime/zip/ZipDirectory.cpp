@@ -7,9 +7,7 @@
 namespace pstrain::zip {
 namespace {
 
-constexpr std::uint32_t kLocalHeader = 0x04034b50, kCentralHeader = 0x02014b50, kEnd = 0x06054b50,
-                        kEnd64 = 0x06064b50, kEnd64Locator = 0x07064b50;
-constexpr std::size_t kEndBytes = 22, kMaxComment = 65535, kCentralBytes = 46, kLocalBytes = 30;
+constexpr std::size_t kMaxComment = 65535;
 
 struct Directory {
   std::uint64_t entries = 0, size = 0, offset = 0;
@@ -33,7 +31,7 @@ Directory findDirectory(std::uint64_t size, const ReadAt& read, const Fail& fail
   Directory d{littleEndian(&end[at + 10], 2), littleEndian(&end[at + 12], 4), littleEndian(&end[at + 16], 4)};
   const std::uint64_t endOffset = size - tail + at;
   if (d.entries == 0xffff || d.size == 0xffffffff || d.offset == 0xffffffff) {  // zip64
-    unsigned char locator[20], end64[56];
+    unsigned char locator[kEnd64LocatorBytes], end64[kEnd64Bytes];
     if (endOffset < sizeof locator) fail("truncated zip64 directory");
     read(endOffset - sizeof locator, locator, sizeof locator);
     if (littleEndian(locator, 4) != kEnd64Locator) fail("missing zip64 locator");

@@ -10,6 +10,11 @@
 
 namespace pstrain::zip {
 
+// The format's signatures and fixed sizes (PKWARE's APPNOTE.TXT), for the reader and ZipWriter.
+constexpr std::uint32_t kLocalHeader = 0x04034b50, kCentralHeader = 0x02014b50, kDataDescriptor = 0x08074b50,
+                        kEnd = 0x06054b50, kEnd64 = 0x06064b50, kEnd64Locator = 0x07064b50;
+constexpr std::size_t kLocalBytes = 30, kCentralBytes = 46, kEndBytes = 22, kEnd64Bytes = 56, kEnd64LocatorBytes = 20;
+
 struct Entry {
   std::string name;
   std::uint64_t localOffset = 0;  // of the entry's local header

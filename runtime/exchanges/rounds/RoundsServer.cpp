@@ -148,8 +148,10 @@ void tellPublisher(Server& s, RoundCounts& counts, OuterLead* lead) {
     if (lead) lead->addServers(line);
   });
   if (lead) {
-    s.publisher->setRecordSource([lead](const at::Tensor& t) { return lead->checkpoints().recordSource(t); });
-    s.publisher->setWholeModel([lead] { lead->checkpoints().wholeModel(); });
+    s.publisher->setRecordSource(
+        [lead](const void* data, std::size_t bytes, const checkpoint::RecordWrite& write) {
+          return lead->checkpoints().recordSource(data, bytes, write);
+        });
   }
 }
 

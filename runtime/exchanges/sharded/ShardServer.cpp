@@ -307,8 +307,10 @@ void lead(roles::Server& s) {
   s.setHeader(step, training ? Control::Train : Control::Stop, training ? s.lr(step) : 0);
   lead.sendDown(training ? fmt::format("step {}", step) : s.stopContext);
   s.publisher->setExtras([&](metrics::JsonObject& line) { lead.addServers(line); });
-  s.publisher->setRecordSource([&](const at::Tensor& t) { return lead.checkpoints().recordSource(t); });
-  s.publisher->setWholeModel([&] { lead.checkpoints().wholeModel(); });
+  s.publisher->setRecordSource(
+      [&](const void* data, std::size_t bytes, const checkpoint::RecordWrite& write) {
+        return lead.checkpoints().recordSource(data, bytes, write);
+      });
   roles::Period period;
   while (training) {
     currentStep() = step;
