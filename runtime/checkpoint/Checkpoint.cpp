@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <caffe2/serialize/inline_container.h>
-#include <torch/csrc/jit/serialization/export.h>
 #include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/torch.h>
@@ -332,11 +331,14 @@ void writeOptimizerState(const std::string& path, const Checkpoint& ckpt, const 
 
 namespace {
 
-// The stream a TorchScript module is saved to (writeArchive): small writes copied, large ones
-// (a tensor's storage, which PyTorch's zip writer writes straight from the tensor's memory)
-// kept as where they point, to be read when the archive is rewritten.
+// The stream a TorchScript module is saved to (writeArchive): a large write within
+// `stable` memory (a tensor's storage, which PyTorch's zip writer writes straight from the
+// tensor's memory) is kept as where it points, to be read when the archive is written again;
+// anything else is copied as it comes (the writer's own buffers do not outlive the write).
 class CapturedArchive : public std::streambuf {
  public:
+  explicit CapturedArchive(const std::vector<MemoryRange>& stable) : stable_(stable) {}
+
   // Reads [at, at + n) of the archive into `out`.
   void read(std::uint64_t at, void* out, std::size_t n) const {
     each(at, n, [&](const char* data, std::size_t bytes, bool) {
@@ -355,7 +357,11 @@ class CapturedArchive : public std::streambuf {
  protected:
   std::streamsize xsputn(const char* s, std::streamsize n) override {
     const auto bytes = static_cast<std::size_t>(n);
-    if (bytes >= kLarge) {
+    const bool inStable = std::any_of(stable_.begin(), stable_.end(), [&](const MemoryRange& r) {
+      const auto* from = static_cast<const char*>(r.data);
+      return s >= from && bytes <= r.bytes && s - from <= static_cast<std::ptrdiff_t>(r.bytes - bytes);
+    });
+    if (bytes >= kLarge && inStable) {
       pieces_.push_back({size_, s, bytes, {}});
     } else {
       if (pieces_.empty() || pieces_.back().memory) pieces_.push_back({size_, nullptr, 0, {}});
@@ -391,14 +397,16 @@ class CapturedArchive : public std::streambuf {
     }
     if (n > 0) throw InternalError("a saved archive read past its end");
   }
+  const std::vector<MemoryRange>& stable_;
   std::vector<Piece> pieces_;
   std::uint64_t size_ = 0;
 };
 
 }  // namespace
 
-bool writeArchive(const std::string& path, const std::function<bool(std::ostream&)>& save, const RecordSource& source) {
-  CapturedArchive captured;
+bool writeArchive(const std::string& path, const std::function<bool(std::ostream&)>& save,
+                  const std::vector<MemoryRange>& stable, const RecordSource& source) {
+  CapturedArchive captured(stable);
   std::ostream stream(&captured);
   if (!save(stream)) return false;
   const zip::Fail fail = [&](const std::string& what) {

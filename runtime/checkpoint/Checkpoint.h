@@ -81,11 +81,18 @@ Checkpoint read(const rundir::Published& published);
 void writeOptimizerState(const std::string& path, const Checkpoint& ckpt, const RecordSource& source = nullptr);
 
 // Writes atomically the zip archive that `save` writes to the stream it is given (a model
-// file's TorchScript module: Net::saveTorchScript), with the bytes of each tensor's storage
-// it writes taken from `source` where that has them: a module whose tensors view
-// placeholders is written without being made whole. Returns `save`'s answer (false: it wrote
-// nothing to write, and no file is made).
-bool writeArchive(const std::string& path, const std::function<bool(std::ostream&)>& save, const RecordSource& source);
+// file's TorchScript module: Net::saveTorchScript), with the bytes of each tensor storage it
+// writes from `stable` memory taken from `source` where that has them: a module whose tensors
+// view placeholders is written without being made whole. `stable`: memory that stays valid and
+// unchanged until this returns (the module's tensors' storages); what `save` writes from
+// anywhere else is copied as it comes. Returns `save`'s answer (false: it had nothing to
+// write, and no file is made).
+struct MemoryRange {
+  const void* data;
+  std::size_t bytes;
+};
+bool writeArchive(const std::string& path, const std::function<bool(std::ostream&)>& save,
+                  const std::vector<MemoryRange>& stable, const RecordSource& source);
 
 // Writes a plain state_dict (loadable by module.load_state_dict in PyTorch) atomically.
 void writeStateDict(const std::string& path, const TensorList& state, const RecordSource& source = nullptr);

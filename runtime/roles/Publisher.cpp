@@ -251,8 +251,14 @@ void Publisher::finish(std::int64_t stepsDone) {
   }
   // A model of the user's, as TorchScript with the trained weights: torch.jit.load runs it.
   // Its tensors' bytes are written from where they are, through the same source.
+  std::vector<checkpoint::MemoryRange> tensors;
+  for (const auto& group : {model_.parameters(), model_.buffers()}) {
+    for (const auto& t : group) {
+      if (t.device().is_cpu() && t.has_storage()) tensors.push_back({t.storage().data(), t.storage().nbytes()});
+    }
+  }
   const bool script = checkpoint::writeArchive(
-      scripted, [&](std::ostream& out) { return model_.saveTorchScript(out); }, source_);
+      scripted, [&](std::ostream& out) { return model_.saveTorchScript(out); }, tensors, source_);
   std::cout << fmt::format("pstrain: done in {}{}; final checkpoint {}, weights {}{}",
                            metrics::formatDuration(elapsedSeconds()),
                            stepsDone < total_ ? fmt::format(" (--max-seconds: {} of {} steps)", stepsDone, total_) : "",

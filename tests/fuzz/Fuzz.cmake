@@ -17,7 +17,8 @@ pstrain_fuzzer(fuzz_cifar data/Cifar.cpp)
 pstrain_fuzzer(fuzz_wire runtime/protocol/Handshake.cpp runtime/protocol/StepProtocol.cpp runtime/comm/Doorbell.cpp
                runtime/net/Interfaces.cpp)
 pstrain_fuzzer(fuzz_checkpoint runtime/checkpoint/Checkpoint.cpp runtime/zip/ArchiveCheck.cpp runtime/Portable.cpp
-               runtime/rundir/AtomicFile.cpp runtime/rundir/ReadFile.cpp runtime/rundir/RunFiles.cpp runtime/zip/ZipDirectory.cpp)
+               runtime/rundir/AtomicFile.cpp runtime/rundir/ReadFile.cpp runtime/rundir/RunFiles.cpp runtime/zip/ZipDirectory.cpp
+               runtime/zip/ZipWriter.cpp)
 target_link_libraries(fuzz_checkpoint PRIVATE ${TORCH_LIBRARIES})
 pstrain_fuzzer(fuzz_npz data/Npz.cpp runtime/zip/ZipDirectory.cpp)
 pstrain_fuzzer(fuzz_tokens data/TokenFile.cpp data/Npz.cpp runtime/zip/ZipDirectory.cpp)

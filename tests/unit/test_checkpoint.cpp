@@ -411,8 +411,9 @@ TEST(ZipWriter, RecordsGivenInPiecesReadBackWhole) {
     std::string archive;
     zip::ZipWriter writer([&](const void* data, std::size_t n) { archive.append(static_cast<const char*>(data), n); },
                           zip64Above);
-    for (const auto& [name, bytes] : records) {
-      writer.record(name, bytes.size(), [&](const zip::ZipWriter::Sink& write) {
+    for (const auto& record : records) {
+      const std::string& bytes = record.second;  // (a structured binding: C++17 lambdas cannot capture one)
+      writer.record(record.first, bytes.size(), [&](const zip::ZipWriter::Sink& write) {
         for (std::size_t at = 0; at < bytes.size(); at += 65537) write(bytes.data() + at, std::min<std::size_t>(65537, bytes.size() - at));
       });
     }
@@ -469,4 +470,47 @@ TEST_F(Checkpoints, ARecordSourceFillsTensorsInPieces) {
     EXPECT_TRUE(back.modelState[i].second.equal(expected[i])) << back.modelState[i].first;
   }
   EXPECT_TRUE(back.optimizerState[0].second[0].second.equal(torch::ones({256, 784})));
+}
+
+// writeArchive rewrites what libtorch's zip writer saves: a record written from stable
+// memory (a tensor's storage) takes the source's bytes, and a large record from the writer's
+// own memory, gone once it returns, is copied as it is written (never read afterwards).
+TEST_F(Checkpoints, ArchivesAreRewrittenWithTheSourcesBytes) {
+  std::vector<float> placeholder(100000, 0.f), truth(100000);
+  for (std::size_t i = 0; i < truth.size(); ++i) truth[i] = static_cast<float>(i) * 0.5f;
+  const std::vector<checkpoint::MemoryRange> stable = {{placeholder.data(), placeholder.size() * sizeof(float)}};
+  const checkpoint::RecordSource source = [&](const void* data, std::size_t bytes, const checkpoint::RecordWrite& write) {
+    if (data != placeholder.data()) return false;
+    EXPECT_EQ(bytes, truth.size() * sizeof(float));
+    write(truth.data(), bytes / 2);
+    write(reinterpret_cast<const char*>(truth.data()) + bytes / 2, bytes - bytes / 2);
+    return true;
+  };
+  const std::string transient(200000, 't');
+  const std::string path = (dir / "rewritten.pt").string();
+  ASSERT_TRUE(checkpoint::writeArchive(path, [&](std::ostream& out) {
+    caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, std::size_t n) {
+      out.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
+      return n;
+    });
+    writer.writeRecord("data/0", placeholder.data(), placeholder.size() * sizeof(float));
+    {
+      std::string gone = transient;  // freed before the archive is written again
+      writer.writeRecord("data/1", gone.data(), gone.size());
+    }
+    const std::string code = "def f(): pass\n" + std::string(1000, '#');
+    writer.writeRecord("code/x.py", code.data(), code.size(), /*compress=*/true);
+    writer.writeEndOfFile();
+    return true;
+  }, stable, source));
+  caffe2::serialize::PyTorchStreamReader reader(path);
+  auto [weights, weightBytes] = reader.getRecord("data/0");
+  ASSERT_EQ(weightBytes, truth.size() * sizeof(float));
+  EXPECT_EQ(std::memcmp(weights.get(), truth.data(), weightBytes), 0);
+  auto [copied, copiedBytes] = reader.getRecord("data/1");
+  EXPECT_EQ(std::string(static_cast<const char*>(copied.get()), copiedBytes), transient);
+  auto [code, codeBytes] = reader.getRecord("code/x.py");
+  EXPECT_EQ(std::string(static_cast<const char*>(code.get()), codeBytes).substr(0, 14), "def f(): pass\n");
+  EXPECT_FALSE(checkpoint::writeArchive((dir / "none.pt").string(), [](std::ostream&) { return false; }, {}, nullptr));
+  EXPECT_FALSE(fs::exists(dir / "none.pt"));
 }
