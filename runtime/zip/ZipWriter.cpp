@@ -11,8 +11,11 @@ namespace pstrain::zip {
 namespace {
 
 constexpr std::uint64_t kAlignment = 64;  // of every record's data, as PyTorch's writer aligns it (and mmap loads rely on)
-constexpr std::uint16_t kFlags = 0x0808;   // bit 3: sizes and CRC in a data descriptor; bit 11: UTF-8 names
-constexpr std::uint16_t kZip64Version = 45;
+// Bit 11: UTF-8 names; bit 3: sizes and CRC in a data descriptor, except for an empty record,
+// whose local header's zeros are right (PyTorch's writer does the same).
+constexpr std::uint16_t kUtf8 = 0x0800, kDescriptor = 0x0008;
+std::uint16_t flagsFor(std::uint64_t size) { return size ? kUtf8 | kDescriptor : kUtf8; }
+constexpr std::uint16_t kZip64Version = 45, kMadeBy = 0x031e;  // made by: Unix, format 3.0 (miniz's)
 constexpr std::uint16_t kZip64Extra = 0x0001, kPaddingExtra = 0x4246;  // "FB": PyTorch's padding field
 constexpr std::uint32_t k32 = 0xFFFFFFFFu;
 
@@ -38,14 +41,14 @@ void ZipWriter::put(const std::vector<unsigned char>& bytes) {
   offset_ += bytes.size();
 }
 
-void ZipWriter::localHeader(const std::string& name, int method, bool zip64) {
+void ZipWriter::localHeader(const std::string& name, int method, std::uint64_t size, bool zip64) {
   if (finished_) throw std::logic_error("zip record " + name + " after the central directory");
   // Sizes and CRC zero (they follow the data); a zip64 field where the descriptor's sizes
   // take 8 bytes; padding up to the next 64-byte boundary.
   const std::uint64_t fixed = kLocalBytes + name.size() + (zip64 ? 20 : 0) + 4;
   const std::uint64_t padding = (kAlignment - (offset_ + fixed) % kAlignment) % kAlignment;
   Bytes local;
-  local.le(kLocalHeader, 4).le(zip64 ? kZip64Version : 0, 2).le(kFlags, 2).le(method, 2).le(0, 4);
+  local.le(kLocalHeader, 4).le(zip64 ? kZip64Version : 0, 2).le(flagsFor(size), 2).le(method, 2).le(0, 4);
   local.le(0, 4).le(0, 4).le(0, 4).le(name.size(), 2).le(fixed - kLocalBytes - name.size() + padding, 2).text(name);
   if (zip64) local.le(kZip64Extra, 2).le(16, 2).le(0, 8).le(0, 8);
   local.le(kPaddingExtra, 2).le(padding, 2).text(std::string(padding, 'Z'));
@@ -54,15 +57,17 @@ void ZipWriter::localHeader(const std::string& name, int method, bool zip64) {
 
 void ZipWriter::endRecord(Written r) {
   const bool zip64 = std::max(r.size, r.compressedSize) > zip64Above_;
-  Bytes descriptor;
-  descriptor.le(kDataDescriptor, 4).le(r.crc, 4).le(r.compressedSize, zip64 ? 8 : 4).le(r.size, zip64 ? 8 : 4);
-  put(descriptor.v);
+  if (flagsFor(r.size) & kDescriptor) {
+    Bytes descriptor;
+    descriptor.le(kDataDescriptor, 4).le(r.crc, 4).le(r.compressedSize, zip64 ? 8 : 4).le(r.size, zip64 ? 8 : 4);
+    put(descriptor.v);
+  }
   records_.push_back(std::move(r));
 }
 
 void ZipWriter::record(const std::string& name, std::uint64_t size, const std::function<void(const Sink&)>& fill) {
   const std::uint64_t at = offset_;
-  localHeader(name, 0, size > zip64Above_);
+  localHeader(name, 0, size, size > zip64Above_);
   std::uint64_t given = 0;
   uLong crc = crc32(0L, Z_NULL, 0);
   fill([&](const void* data, std::size_t bytes) {
@@ -89,7 +94,7 @@ void ZipWriter::record(const std::string& name, const void* bytes, std::size_t s
 void ZipWriter::copy(const std::string& name, int method, std::uint32_t crc, std::uint64_t size,
                      std::string_view compressed) {
   const std::uint64_t at = offset_;
-  localHeader(name, method, std::max<std::uint64_t>(size, compressed.size()) > zip64Above_);
+  localHeader(name, method, size, std::max<std::uint64_t>(size, compressed.size()) > zip64Above_);
   out_(compressed.data(), compressed.size());
   offset_ += compressed.size();
   endRecord({name, method, at, size, compressed.size(), crc});
@@ -108,7 +113,7 @@ void ZipWriter::finish() {
       if (farOffset) extra.le(r.offset, 8);
     }
     Bytes central;
-    central.le(kCentralHeader, 4).le(0, 2).le(extra.v.empty() ? 0 : kZip64Version, 2).le(kFlags, 2).le(r.method, 2);
+    central.le(kCentralHeader, 4).le(0, 2).le(extra.v.empty() ? 0 : kZip64Version, 2).le(flagsFor(r.size), 2).le(r.method, 2);
     central.le(0, 4).le(r.crc, 4).le(bigSize ? k32 : r.compressedSize, 4).le(bigSize ? k32 : r.size, 4);
     central.le(r.name.size(), 2).le(extra.v.size(), 2).le(0, 2).le(0, 2).le(0, 2).le(0, 4);
     central.le(farOffset ? k32 : r.offset, 4).text(r.name);
@@ -116,18 +121,18 @@ void ZipWriter::finish() {
     put(central.v);
   }
   const std::uint64_t directoryBytes = offset_ - directoryAt, count = records_.size();
-  const bool zip64 = count >= 0xFFFF || directoryBytes > zip64Above_ || directoryAt > zip64Above_;
-  if (zip64) {
-    const std::uint64_t end64At = offset_;
-    Bytes end64;
-    end64.le(kEnd64, 4).le(kEnd64Bytes - 12, 8).le(kZip64Version, 2).le(kZip64Version, 2).le(0, 4).le(0, 4);
-    end64.le(count, 8).le(count, 8).le(directoryBytes, 8).le(directoryAt, 8);
-    end64.le(kEnd64Locator, 4).le(0, 4).le(end64At, 8).le(1, 4);
-    put(end64.v);
-  }
+  // The zip64 end records always, as PyTorch's writer (miniz) writes them; the classic one
+  // says 0xFFFF... where a field does not fit.
+  const std::uint64_t end64At = offset_;
+  Bytes end64;
+  end64.le(kEnd64, 4).le(kEnd64Bytes - 12, 8).le(kMadeBy, 2).le(kZip64Version, 2).le(0, 4).le(0, 4);
+  end64.le(count, 8).le(count, 8).le(directoryBytes, 8).le(directoryAt, 8);
+  end64.le(kEnd64Locator, 4).le(0, 4).le(end64At, 8).le(1, 4);
+  put(end64.v);
+  const bool manyRecords = count >= 0xFFFF, far = directoryBytes > zip64Above_ || directoryAt > zip64Above_;
   Bytes end;
-  end.le(kEnd, 4).le(0, 2).le(0, 2).le(zip64 ? 0xFFFF : count, 2).le(zip64 ? 0xFFFF : count, 2);
-  end.le(zip64 ? k32 : directoryBytes, 4).le(zip64 ? k32 : directoryAt, 4).le(0, 2);
+  end.le(kEnd, 4).le(0, 2).le(0, 2).le(manyRecords ? 0xFFFF : count, 2).le(manyRecords ? 0xFFFF : count, 2);
+  end.le(far ? k32 : directoryBytes, 4).le(far ? k32 : directoryAt, 4).le(0, 2);
   put(end.v);
 }
 

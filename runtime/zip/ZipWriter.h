@@ -7,7 +7,9 @@
 // The layout is the one PyTorch's makes and reads: every record stored (not compressed),
 // its data aligned to 64 bytes by padding in the local header's extra field, general purpose
 // flags 0x0808 (UTF-8 names; a data descriptor after the data holds the CRC-32 and sizes,
-// the local header zeros), no times. Zip64 fields where a size or an offset needs them.
+// the local header zeros; an empty record has none, 0x0800), no times: byte for byte what
+// libtorch 1.13's writer makes of the same records. Zip64 fields where a size or an offset
+// needs them.
 // Torch-free.
 #include <cstddef>
 #include <cstdint>
@@ -48,8 +50,9 @@ class ZipWriter {
     std::uint32_t crc;
   };
   void put(const std::vector<unsigned char>& bytes);
-  // The local header of a record whose sizes fit 32 bits unless `zip64`, at offset_.
-  void localHeader(const std::string& name, int method, bool zip64);
+  // The local header of a record of `size` bytes (inflated) whose sizes fit 32 bits unless
+  // `zip64`, at offset_.
+  void localHeader(const std::string& name, int method, std::uint64_t size, bool zip64);
   // The data descriptor after the data of `r` (local header at r.offset), and its entry.
   void endRecord(Written r);
 

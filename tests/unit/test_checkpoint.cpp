@@ -514,3 +514,35 @@ TEST_F(Checkpoints, ArchivesAreRewrittenWithTheSourcesBytes) {
   EXPECT_FALSE(checkpoint::writeArchive((dir / "none.pt").string(), [](std::ostream&) { return false; }, {}, nullptr));
   EXPECT_FALSE(fs::exists(dir / "none.pt"));
 }
+
+// The layout is libtorch's own: the records of an archive that libtorch's writer made,
+// written again by ZipWriter in the same order, make the same bytes (libtorch 1.13's miniz;
+// a newer one is only required to read them back).
+TEST(ZipWriter, WritesWhatLibtorchsWriterWrites) {
+  std::string big(100003, '\0');
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>(i * 13 % 251);
+  std::string theirs, ours;
+  {
+    caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, std::size_t n) {
+      theirs.append(static_cast<const char*>(data), n);
+      return n;
+    });
+    writer.writeRecord("data/0", big.data(), big.size());
+    writer.writeRecord("data/1", "", 0);
+    writer.writeRecord("data.pkl", "pickle", 6);
+    writer.writeEndOfFile();
+  }
+  const zip::Fail fail = [](const std::string& what) { throw std::runtime_error(what); };
+  const zip::ReadAt read = [&](std::uint64_t at, void* out, std::size_t n) { std::memcpy(out, theirs.data() + at, n); };
+  zip::ZipWriter writer([&](const void* data, std::size_t n) { ours.append(static_cast<const char*>(data), n); });
+  for (const zip::Entry& e : zip::readDirectory(theirs.size(), read, fail)) {
+    writer.record(e.name, theirs.data() + zip::dataOffset(e, theirs.size(), read, fail), e.size);
+  }
+  writer.finish();
+#if TORCH_VERSION_MAJOR < 2
+  EXPECT_EQ(ours, theirs);
+#endif
+  caffe2::serialize::PyTorchStreamReader reader(std::make_shared<checkpoint::BytesReader>(ours));
+  auto [data, size] = reader.getRecord("data/0");
+  EXPECT_EQ(std::string(static_cast<const char*>(data.get()), size), big);
+}
