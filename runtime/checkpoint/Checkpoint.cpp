@@ -240,7 +240,7 @@ Checkpoint read(const rundir::Published& published) {
     throw CheckpointError(fmt::format("{}: {} bytes, but {} were published (truncated or replaced)",
                                       path, bytes.size(), expectedBytes));
   }
-  if (rundir::crc32Of(0, bytes.data(), bytes.size()) != expectedCrc) {
+  if (zip::crc32Of(0, bytes.data(), bytes.size()) != expectedCrc) {
     throw CheckpointError(fmt::format("{}: checksum mismatch (the file is corrupt)", path));
   }
   c10::IValue top = unpickle(bytes, path);
@@ -357,11 +357,13 @@ class CapturedArchive : public std::streambuf {
  protected:
   std::streamsize xsputn(const char* s, std::streamsize n) override {
     const auto bytes = static_cast<std::size_t>(n);
-    const bool inStable = std::any_of(stable_.begin(), stable_.end(), [&](const MemoryRange& r) {
-      const auto* from = static_cast<const char*>(r.data);
-      return s >= from && bytes <= r.bytes && s - from <= static_cast<std::ptrdiff_t>(r.bytes - bytes);
-    });
-    if (bytes >= kLarge && inStable) {
+    const auto inStable = [&] {
+      return std::any_of(stable_.begin(), stable_.end(), [&](const MemoryRange& r) {
+        const auto* from = static_cast<const char*>(r.data);
+        return s >= from && bytes <= r.bytes && s - from <= static_cast<std::ptrdiff_t>(r.bytes - bytes);
+      });
+    };
+    if (bytes >= kLarge && inStable()) {
       pieces_.push_back({size_, s, bytes, {}});
     } else {
       if (pieces_.empty() || pieces_.back().memory) pieces_.push_back({size_, nullptr, 0, {}});

@@ -5,7 +5,6 @@
 #include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -19,19 +18,9 @@
 
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
+#include "runtime/zip/ZipDirectory.h"
 
 namespace pstrain::rundir {
-
-std::uint32_t crc32Of(std::uint32_t crc, const char* data, std::size_t size) {
-  uLong value = crc;
-  std::size_t offset = 0;
-  while (offset < size) {
-    const auto n = static_cast<uInt>(std::min<std::size_t>(size - offset, 1u << 30));
-    value = ::crc32(value, reinterpret_cast<const Bytef*>(data + offset), n);
-    offset += n;
-  }
-  return static_cast<std::uint32_t>(value);
-}
 
 void syncDirectory(const std::string& dir) {
   const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
@@ -62,7 +51,7 @@ AtomicFile::~AtomicFile() {
 
 void AtomicFile::write(const void* data, std::size_t bytes) {
   const char* p = static_cast<const char*>(data);
-  crc_ = crc32Of(crc_, p, bytes);
+  crc_ = zip::crc32Of(crc_, p, bytes);
   size_ += bytes;
   while (bytes > 0) {
     const ssize_t n = ::write(fd_, p, bytes);

@@ -60,7 +60,4 @@ void syncDirectory(const std::string& dir);
 // copy crashes (a call through a null pointer).
 void removeTree(const std::string& path);
 
-// The CRC-32 of `crc`'s bytes followed by `size` more (crc 0: none before).
-std::uint32_t crc32Of(std::uint32_t crc, const char* data, std::size_t size);
-
 }  // namespace pstrain::rundir

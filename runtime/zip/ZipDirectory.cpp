@@ -1,6 +1,7 @@
 #include "runtime/zip/ZipDirectory.h"
 
 #include <fmt/format.h>
+#include <zlib.h>
 
 #include <algorithm>
 
@@ -66,6 +67,16 @@ void readZip64Extra(const std::vector<unsigned char>& cd, std::size_t from, std:
 }
 
 }  // namespace
+
+std::uint32_t crc32Of(std::uint32_t crc, const void* data, std::size_t size) {
+  uLong value = crc;
+  for (std::size_t offset = 0; offset < size;) {  // zlib's crc32 takes at most a uInt at a time
+    const auto n = static_cast<uInt>(std::min<std::size_t>(size - offset, 1u << 30));
+    value = ::crc32(value, static_cast<const Bytef*>(data) + offset, n);
+    offset += n;
+  }
+  return static_cast<std::uint32_t>(value);
+}
 
 std::uint64_t littleEndian(const unsigned char* p, int bytes) {
   std::uint64_t v = 0;

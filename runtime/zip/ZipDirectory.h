@@ -37,6 +37,9 @@ std::vector<Entry> readDirectory(std::uint64_t size, const ReadAt& read, const F
 // with its compressed size within the archive.
 std::uint64_t dataOffset(const Entry& entry, std::uint64_t size, const ReadAt& read, const Fail& fail);
 
+// The CRC-32 of `crc`'s bytes followed by `size` more (crc 0: none before).
+std::uint32_t crc32Of(std::uint32_t crc, const void* data, std::size_t size);
+
 // Little-endian unsigned integer of `bytes` bytes.
 std::uint64_t littleEndian(const unsigned char* p, int bytes);
 

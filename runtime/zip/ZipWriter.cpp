@@ -1,7 +1,5 @@
 #include "runtime/zip/ZipWriter.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <stdexcept>
 
@@ -41,7 +39,12 @@ void ZipWriter::put(const std::vector<unsigned char>& bytes) {
   offset_ += bytes.size();
 }
 
-void ZipWriter::localHeader(const std::string& name, int method, std::uint64_t size, bool zip64) {
+bool ZipWriter::needsZip64(std::uint64_t size, std::uint64_t compressedSize) const {
+  return std::max(size, compressedSize) > zip64Above_;
+}
+
+void ZipWriter::localHeader(const std::string& name, int method, std::uint64_t size, std::uint64_t compressedSize) {
+  const bool zip64 = needsZip64(size, compressedSize);
   if (finished_) throw std::logic_error("zip record " + name + " after the central directory");
   // Sizes and CRC zero (they follow the data); a zip64 field where the descriptor's sizes
   // take 8 bytes; padding up to the next 64-byte boundary.
@@ -56,7 +59,7 @@ void ZipWriter::localHeader(const std::string& name, int method, std::uint64_t s
 }
 
 void ZipWriter::endRecord(Written r) {
-  const bool zip64 = std::max(r.size, r.compressedSize) > zip64Above_;
+  const bool zip64 = needsZip64(r.size, r.compressedSize);
   if (flagsFor(r.size) & kDescriptor) {
     Bytes descriptor;
     descriptor.le(kDataDescriptor, 4).le(r.crc, 4).le(r.compressedSize, zip64 ? 8 : 4).le(r.size, zip64 ? 8 : 4);
@@ -67,24 +70,20 @@ void ZipWriter::endRecord(Written r) {
 
 void ZipWriter::record(const std::string& name, std::uint64_t size, const std::function<void(const Sink&)>& fill) {
   const std::uint64_t at = offset_;
-  localHeader(name, 0, size, size > zip64Above_);
+  localHeader(name, 0, size, size);
   std::uint64_t given = 0;
-  uLong crc = crc32(0L, Z_NULL, 0);
+  std::uint32_t crc = 0;
   fill([&](const void* data, std::size_t bytes) {
     given += bytes;
     if (given > size) throw std::logic_error("zip record " + name + " given more than its " + std::to_string(size) + " bytes");
-    for (std::size_t done = 0; done < bytes;) {  // zlib's crc32 takes at most a uInt at a time
-      const uInt n = static_cast<uInt>(std::min<std::size_t>(bytes - done, 1u << 30));
-      crc = crc32(crc, static_cast<const Bytef*>(data) + done, n);
-      done += n;
-    }
+    crc = crc32Of(crc, data, bytes);
     out_(data, bytes);
     offset_ += bytes;
   });
   if (given != size) {
     throw std::logic_error("zip record " + name + " given " + std::to_string(given) + " of its " + std::to_string(size) + " bytes");
   }
-  endRecord({name, 0, at, size, size, static_cast<std::uint32_t>(crc)});
+  endRecord({name, 0, at, size, size, crc});
 }
 
 void ZipWriter::record(const std::string& name, const void* bytes, std::size_t size) {
@@ -94,7 +93,7 @@ void ZipWriter::record(const std::string& name, const void* bytes, std::size_t s
 void ZipWriter::copy(const std::string& name, int method, std::uint32_t crc, std::uint64_t size,
                      std::string_view compressed) {
   const std::uint64_t at = offset_;
-  localHeader(name, method, size, std::max<std::uint64_t>(size, compressed.size()) > zip64Above_);
+  localHeader(name, method, size, compressed.size());
   out_(compressed.data(), compressed.size());
   offset_ += compressed.size();
   endRecord({name, method, at, size, compressed.size(), crc});
@@ -105,7 +104,7 @@ void ZipWriter::finish() {
   finished_ = true;
   const std::uint64_t directoryAt = offset_;
   for (const Written& r : records_) {
-    const bool bigSize = std::max(r.size, r.compressedSize) > zip64Above_, farOffset = r.offset > zip64Above_;
+    const bool bigSize = needsZip64(r.size, r.compressedSize), farOffset = r.offset > zip64Above_;
     Bytes extra;
     if (bigSize || farOffset) {
       extra.le(kZip64Extra, 2).le((bigSize ? 16 : 0) + (farOffset ? 8 : 0), 2);

@@ -50,9 +50,10 @@ class ZipWriter {
     std::uint32_t crc;
   };
   void put(const std::vector<unsigned char>& bytes);
-  // The local header of a record of `size` bytes (inflated) whose sizes fit 32 bits unless
-  // `zip64`, at offset_.
-  void localHeader(const std::string& name, int method, std::uint64_t size, bool zip64);
+  // Whether a record's sizes take zip64 fields.
+  bool needsZip64(std::uint64_t size, std::uint64_t compressedSize) const;
+  // The local header of a record of `size` bytes (inflated; `compressedSize` as stored), at offset_.
+  void localHeader(const std::string& name, int method, std::uint64_t size, std::uint64_t compressedSize);
   // The data descriptor after the data of `r` (local header at r.offset), and its entry.
   void endRecord(Written r);
 
