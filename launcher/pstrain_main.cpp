@@ -182,7 +182,8 @@ void trainOrProbe(comm::MpiComm& comm, const config::TrainConfig& cfg, std::futu
   models::trustModelFiles() = cfg.trustModel;
   torch::manual_seed(cfg.seed);
   // A zoo model is made for the dataset's classes; a model file is what it is.
-  auto model = models::makeModel(cfg.model, config::isModelFile(cfg.model) ? 0 : data::datasetInfo(cfg.dataset).classes);
+  auto model = models::makeModel(cfg.model, config::isModelFile(cfg.model) ? 0 : data::datasetInfo(cfg.dataset).classes,
+                                 roles::weightsNeeded(cfg, comm.rank()));
   model->to(device);
   startup.mark("model");
   std::optional<data::Dataset> train;

@@ -115,8 +115,8 @@ const ModelInfo& modelInfo(const std::string& name) {
   throw ConfigError(fmt::format("unknown model '{}' (known: {})", name, known));
 }
 
-std::shared_ptr<Net> makeModel(const std::string& name, int classes) {
-  if (config::isModelFile(name)) return loadScriptModel(name);
+std::shared_ptr<Net> makeModel(const std::string& name, int classes, const WeightsNeeded& needed) {
+  if (config::isModelFile(name)) return loadScriptModel(name, needed);
   std::string known;
   for (const auto& e : registry()) {
     if (e.info.name == name) return e.make(classes);

@@ -5,13 +5,25 @@
 #include <torch/nn/module.h>
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 namespace pstrain::models {
+
+// [begin, end) of the flat parameter vector (protocol/FlatParameters.h's layout: the
+// parameters in parameters() order, back to back); by default all of it.
+struct FlatSpan {
+  std::int64_t begin = 0, end = std::numeric_limits<std::int64_t>::max();
+};
+
+class Net;
+// The part of a model's weights whose values a rank uses, given the model (its shapes).
+using WeightsNeeded = std::function<FlatSpan(const Net&)>;
 
 class Net : public torch::nn::Module {
  public:
@@ -21,6 +33,11 @@ class Net : public torch::nn::Module {
   // of the file it came from. False (nothing written) and empty for the zoo's models.
   virtual bool saveTorchScript(std::ostream& /*out*/) const { return false; }
   virtual std::string fileIdentity() const { return {}; }
+  // The weights whose values it holds: all of them, but for a model file made with a
+  // WeightsNeeded, whose parameters wholly outside that were never read from the file: they
+  // hold no values (their memory, never written, takes none where its pages are fresh), and
+  // nothing may read them (FlatParameters.h's bindParameters copies none of them).
+  virtual FlatSpan heldWeights() const { return {}; }
 };
 
 
@@ -38,8 +55,9 @@ const ModelInfo& modelInfo(const std::string& name);
 // A freshly initialised zoo model with `classes` outputs (from torch's global generator:
 // seed it first for reproducible weights), or the model of a TorchScript file, with its
 // weights (config::isModelFile; `classes` is then the file's business). Throws ConfigError listing
-// the known names, or naming the file and what is wrong with it.
-std::shared_ptr<Net> makeModel(const std::string& name, int classes = 10);
+// the known names, or naming the file and what is wrong with it. `needed` (empty: all)
+// spares a model file's reader the values of the weights a rank never uses.
+std::shared_ptr<Net> makeModel(const std::string& name, int classes = 10, const WeightsNeeded& needed = {});
 
 // Parameters and buffers by their state_dict key, in registration order.
 std::vector<std::pair<std::string, at::Tensor>> stateDict(const torch::nn::Module& module);

@@ -10,7 +10,6 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cctype>
@@ -29,16 +28,16 @@
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
 #include "runtime/Process.h"
+#include "models/ModelFile.h"
 #include "runtime/checkpoint/BytesReader.h"
-#include "runtime/rundir/ReadFile.h"
 #include "runtime/zip/ArchiveCheck.h"
 
 namespace pstrain::models {
 namespace {
 
 constexpr const char* kCheckModelFlag = "--check-model";
-// The check process's: the file's bytes come on stdin, their count in the next argument.
-constexpr const char* kBytesOnStdin = "--stdin";
+// The check process's: the file is its standard input (the descriptor the loader opened).
+constexpr const char* kFileOnStdin = "--stdin";
 constexpr int kRefused = 2;  // the check process's status for a refused file (its reason on stdout)
 
 // The first line that says something (the TorchScript compiler's reports start with one
@@ -168,11 +167,13 @@ void checkBeforeLoading(caffe2::serialize::PyTorchStreamReader& archive, const z
   checkGraphs(*unit, path);
 }
 
-// "crc32 1a2b3c4d, 123456 bytes": what the start-up handshake compares across ranks.
-std::string identityOf(const std::string& bytes) {
-  const uLong crc = crc32_z(crc32(0, nullptr, 0), reinterpret_cast<const Bytef*>(bytes.data()), bytes.size());
-  return fmt::format("crc32 {:08x}, {} bytes", crc, bytes.size());
-}
+// A large storage that a load left unread: its memory (never written: where its pages are
+// fresh, they take none) and where its bytes are in the file.
+struct Deferred {
+  void* data;
+  std::uint64_t at;
+  std::size_t bytes;
+};
 
 class ScriptNet : public Net {
  public:
@@ -220,6 +221,27 @@ class ScriptNet : public Net {
   }
 
   std::string fileIdentity() const override { return identity_; }
+  FlatSpan heldWeights() const override { return held_; }
+
+  // Reads the storages that loading `file` left unread (`deferred`), but those only of
+  // parameters wholly outside `needed`, which then hold no values (heldWeights).
+  void readStorages(const ModelFile& file, const std::vector<Deferred>& deferred, const FlatSpan& needed) {
+    std::set<const void*> outside, used;  // storages of parameters wholly outside `needed`; of every other tensor
+    std::int64_t at = 0;
+    for (const auto& p : parameters()) {
+      const std::int64_t end = at + p.numel();
+      (end <= needed.begin || at >= needed.end ? outside : used).insert(p.storage().data_ptr().get());
+      at = end;
+    }
+    for (const auto& b : buffers()) used.insert(b.storage().data_ptr().get());
+    for (const Deferred& d : deferred) {
+      if (outside.count(d.data) && !used.count(d.data)) {
+        held_ = needed;
+      } else {
+        file.read(d.at, d.data, d.bytes);
+      }
+    }
+  }
 
  private:
   // The module that holds `dotted`'s last part, made on the way: "layer1.0.conv1.weight"
@@ -239,26 +261,14 @@ class ScriptNet : public Net {
   torch::jit::Module module_;
   std::string path_;
   std::string identity_;
+  FlatSpan held_;
 };
-
-// The model file's bytes, read once: what is checked is what is loaded.
-std::string readModelFile(const std::string& path) {
-  return rundir::readRegularFile(path, [&](const std::string& what) {
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) {
-      throw ConfigError(fmt::format("--model {}: no such file (a TorchScript file, from "
-                                    "torch.jit.script(model).save(FILE); the zoo's names: --list-models)", path));
-    }
-    throw ConfigError(fmt::format("--model {}: {} (a TorchScript file, from torch.jit.script(model).save(FILE))",
-                                  path, what));
-  });
-}
 
 // The file's bytes are a PyTorch archive this libtorch reads, sound as zip/ArchiveCheck.h
 // checks it (storages the size of their records, no compressed record: no zip bomb) and,
 // unless trusted, pass checkBeforeLoading, in this process: the check process's work, and
 // the loader's own.
-void checkArchive(const std::string& bytes, const std::string& path) {
+void checkArchive(std::string_view bytes, const std::string& path) {
   const zip::ArchiveContents contents =
       zip::checkArchive(bytes, zip::ArchiveKind::ModelFile, [&](const std::string& what) {
         throw ConfigError(fmt::format("{}: not a TorchScript file pstrain reads (not a sound PyTorch archive: {}); "
@@ -288,15 +298,16 @@ void checkArchive(const std::string& bytes, const std::string& path) {
   }
 }
 
-// checkArchive in the check process, for an untrusted file's `bytes` (sent on its standard
-// input): a crash of libtorch's compiler there is this file's refusal, not this process's end.
-void checkArchiveApart(const std::string& bytes, const std::string& path) {
+// checkArchive in the check process, for an untrusted `file` (its descriptor as the process's
+// standard input): a crash of libtorch's compiler there is this file's refusal, not this
+// process's end.
+void checkArchiveApart(const ModelFile& file, const std::string& path) {
   std::vector<std::string> argv = modelCheckCommand();
   argv.push_back(path);
-  argv.push_back(kBytesOnStdin);
-  argv.push_back(std::to_string(bytes.size()));
+  argv.push_back(kFileOnStdin);
   const auto timeout = std::chrono::seconds(120);
-  const process::CommandResult check = process::runCommand(argv, timeout, /*captureOutput=*/true, {}, bytes);
+  const process::CommandResult check =
+      process::runCommand(argv, timeout, /*captureOutput=*/true, {}, file.descriptor());
   std::string said = check.output;
   while (!said.empty() && std::isspace(static_cast<unsigned char>(said.back()))) said.pop_back();
   if (check.exitCode == 0) return;
@@ -323,57 +334,82 @@ void checkArchiveApart(const std::string& bytes, const std::string& path) {
                                 path, TORCH_VERSION, how, path));
 }
 
+// libtorch's reader over a ModelFile: each read of a large storage's data whole is left to
+// later (`defer`) or read from the file; everything else comes from the image.
+class ImageReader : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  // `file` must outlive the reader.
+  ImageReader(const ModelFile& file, bool defer) : file_(file), defer_(defer) {}
+  size_t size() const override { return file_.image().size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
+    if (pos >= size()) return 0;
+    n = std::min<size_t>(n, size() - pos);
+    if (defer_ && file_.leftOut(pos, n)) {
+      deferred_.push_back({buf, pos, n});
+    } else {
+      file_.copy(pos, buf, n);
+    }
+    return n;
+  }
+  std::vector<Deferred> takeDeferred() { return std::move(deferred_); }
+
+ private:
+  const ModelFile& file_;
+  const bool defer_;
+  mutable std::vector<Deferred> deferred_;
+};
+
+bool definesSetState(const torch::jit::Module& module) {
+  for (const torch::jit::Function* function : module._ivalue()->compilation_unit()->get_functions()) {
+    if (function->name() == "__setstate__") return true;
+  }
+  return false;
+}
+
+// The module of `file`, its large storages unread (each in `deferred`), unless the file's
+// code defines a __setstate__: loading runs it on whatever was read, so then the module is
+// loaded again with everything read (and `deferred` is empty). Throws what torch::jit::load
+// throws.
+torch::jit::Module loadModule(const ModelFile& file, std::vector<Deferred>& deferred) {
+  auto reader = std::make_shared<ImageReader>(file, /*defer=*/true);
+  torch::jit::Module module = torch::jit::load(reader, torch::kCPU);
+  deferred = reader->takeDeferred();
+  if (deferred.empty() || !definesSetState(module)) return module;
+  deferred.clear();
+  module = torch::jit::Module();  // the first load's memory goes before the second's comes
+  return torch::jit::load(std::make_shared<ImageReader>(file, /*defer=*/false), torch::kCPU);
+}
+
 // Defence in depth, in the check process once the checks passed: the file loaded as the
 // loader will load it, running its __setstate__ methods, in a process that may no longer
 // write a file, open a socket or run a program (Portable.h): code that the checks missed
 // and that tries any of it kills the process (SIGSYS), which refuses the file. What else
 // the load throws (operators this libtorch lacks...) is the loader's to say. Where the
 // system has no such sandbox (macOS), there is no trial load.
-// The bytes go as the load reads them (the check process's peak is then the loader's, not
-// the file's twice).
-void trialLoad(std::string& bytes) {
+// Like the loader, it reads no large storage unless the file's code has a __setstate__
+// (loadModule): the check process's peak is the file's code, not its weights.
+void trialLoad(const ModelFile& file) {
   std::fflush(stdout);
   if (!portable::forbidWritesSocketsAndPrograms()) return;
   try {
     torch::jit::setGraphExecutorOptimize(false);
-    torch::jit::load(std::make_shared<checkpoint::ReleasingBytesReader>(bytes), torch::kCPU);
+    std::vector<Deferred> deferred;
+    loadModule(file, deferred);
   } catch (const std::exception&) {
   }
 }
 
-// The check process's file: `size` bytes (the parent says how many) of standard input, read
-// into one string of that size, so that the process peaks at the file, not a block or a
-// growing string's doubling above it. Throws Error when the input is shorter or longer.
-std::string readStandardInput(std::size_t size) {
-  std::string bytes(size, '\0');
-  std::size_t filled = 0;
-  for (;;) {
-    char extra;
-    char* into = filled < size ? bytes.data() + filled : &extra;
-    const ssize_t n = ::read(STDIN_FILENO, into, filled < size ? size - filled : 1);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw Error(fmt::format("the check process could not read its input ({})", std::strerror(errno)));
-    if (n == 0) break;
-    if (filled == size) throw Error(fmt::format("the check process got more than the {} bytes it was told", size));
-    filled += static_cast<std::size_t>(n);
-  }
-  if (filled != size) throw Error(fmt::format("the check process got {} of the {} bytes it was told", filled, size));
-  return bytes;
-}
-
 }  // namespace
 
-std::shared_ptr<Net> loadScriptModel(const std::string& path) {
-  std::string bytes = readModelFile(path);
-  if (!trustModelFiles() && !modelCheckCommand().empty()) checkArchiveApart(bytes, path);
-  checkArchive(bytes, path);
-  const std::string identity = identityOf(bytes);
+std::shared_ptr<Net> loadScriptModel(const std::string& path, const WeightsNeeded& needed) {
+  const ModelFile file(path);
+  if (!trustModelFiles() && !modelCheckCommand().empty()) checkArchiveApart(file, path);
+  checkArchive(file.image(), path);
   torch::jit::setGraphExecutorOptimize(false);
   torch::jit::Module module;
+  std::vector<Deferred> deferred;
   try {
-    // The bytes go as their tensors are made: the file and the model are never both whole in
-    // memory (with GPT-2 small, 1.3 GB at once).
-    module = torch::jit::load(std::make_shared<checkpoint::ReleasingBytesReader>(bytes), torch::kCPU);
+    module = loadModule(file, deferred);
   } catch (const std::exception& e) {  // c10::Error, or the TorchScript compiler's ErrorReport
     const std::string why = firstLine(e.what());
     if (why.find("constants.pkl") != std::string::npos) {
@@ -390,7 +426,10 @@ std::shared_ptr<Net> loadScriptModel(const std::string& path) {
   }
   // And what loading made, against whatever the compile above did not reach.
   if (!trustModelFiles()) checkGraphs(*module._ivalue()->compilation_unit(), path);
-  return std::make_shared<ScriptNet>(std::move(module), path, identity);
+  auto net = std::make_shared<ScriptNet>(std::move(module), path, file.identity());
+  net->readStorages(file, deferred, needed ? needed(*net) : FlatSpan{});
+  file.checkUnchanged();
+  return net;
 }
 
 bool& trustModelFiles() {
@@ -404,17 +443,17 @@ std::vector<std::string>& modelCheckCommand() {
 }
 
 std::optional<int> serveModelCheck(int argc, char** argv) {
-  const bool onStdin = argc == 5 && std::string(argv[3]) == kBytesOnStdin;
+  const bool onStdin = argc == 4 && std::string(argv[3]) == kFileOnStdin;
   if ((argc == 3 || onStdin) && std::string(argv[1]) == kCheckModelFlag) {
-    std::string bytes;
+    std::unique_ptr<ModelFile> file;
     try {
-      bytes = onStdin ? readStandardInput(std::strtoull(argv[4], nullptr, 10)) : readModelFile(argv[2]);
-      checkArchive(bytes, argv[2]);
+      file = onStdin ? std::make_unique<ModelFile>(STDIN_FILENO, argv[2]) : std::make_unique<ModelFile>(argv[2]);
+      checkArchive(file->image(), argv[2]);
     } catch (const Error& e) {
       std::printf("%s\n", e.what());
       return kRefused;
     }
-    trialLoad(bytes);
+    trialLoad(*file);
     return 0;
   }
   const std::string self = portable::executablePath();

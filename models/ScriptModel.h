@@ -19,8 +19,12 @@ namespace pstrain::models {
 // Turns TorchScript's graph optimizer off for the whole process: the profiling executor
 // recompiles during the first calls and its fusers may change numerics, and runs must be
 // reproducible.
-// The file is read once, by one descriptor (a FIFO in its place is refused), and everything
-// below checks and loads those bytes, never the path again. It must be a sound PyTorch
+// The file is opened once (a FIFO in its place is refused) and read by that descriptor
+// (ModelFile.h): everything below checks and loads its image, never the path again, and its
+// large storages are read into their tensors only, those of the parameters wholly outside
+// `needed` (of the weights `needed` gives from the loaded model's shapes) not at all: the
+// model then holds no values there (Net::heldWeights). A file changed while it loads is
+// refused. It must be a sound PyTorch
 // archive (zip/ArchiveCheck.h: records within the file and stored, storages exactly the size
 // of their records).
 // A model file is a program: torch::jit::load runs its __setstate__ methods and training
@@ -32,21 +36,21 @@ namespace pstrain::models {
 // compiled function of its module and submodules. The check before loading compiles the
 // file's code, and libtorch's TorchScript parser can crash on a damaged or hostile file (1.13
 // dies of SIGSEGV in ScriptTypeParser on some the fuzz tier makes): it runs first in a
-// process of its own, modelCheckCommand(), given the bytes on its standard input, whose
+// process of its own, modelCheckCommand(), given the file as its standard input, whose
 // death refuses the file with a ConfigError.
-std::shared_ptr<Net> loadScriptModel(const std::string& path);
+std::shared_ptr<Net> loadScriptModel(const std::string& path, const WeightsNeeded& needed = {});
 
 // Whether model files may call such operators (set by main() from --trust-model).
 bool& trustModelFiles();
 
 // The command of the check process ({program, "--check-model"}; the file's path and
-// "--stdin" are appended, and the file's bytes come on its standard input).
+// "--stdin" are appended, and the file open by the loader is its standard input).
 // Empty (the default, as in tests): the check runs in this process alone.
 std::vector<std::string>& modelCheckCommand();
 
 // For main() of a program that loads model files, first thing. When argv is {program,
-// "--check-model", FILE} (FILE read here) or {program, "--check-model", FILE, "--stdin"}
-// (FILE's bytes on standard input), this process is the check process: it checks them
+// "--check-model", FILE} (FILE opened here) or {program, "--check-model", FILE, "--stdin"}
+// (FILE open as standard input), this process is the check process: it checks them
 // (printing a refusal on stdout) and returns the exit status, 0 or 2. Otherwise it makes this program
 // the check process of the models it loads (modelCheckCommand) and returns nullopt.
 // The check process runs no MPI: it is started from a rank, not by mpirun.

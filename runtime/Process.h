@@ -7,7 +7,6 @@
 #include <chrono>
 #include <functional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 namespace pstrain::process {
@@ -15,15 +14,15 @@ namespace pstrain::process {
 // A command run to completion: its exit code (128 + N after signal N; -1 if it could not
 // start), its standard output when captured (the first MiB), and whether it was killed,
 // with whatever it started, because `timeout` passed or `cancelled` (asked every 200 ms)
-// said so. Its standard input is `input` (through a pipe: a command that exits before
-// reading all of it is no error here), or /dev/null when that is empty.
+// said so. Its standard input is the descriptor `input` (this process's stays open), or
+// /dev/null when that is -1.
 struct CommandResult {
   int exitCode = -1;
   std::string output;
   bool timedOut = false;
 };
 CommandResult runCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout, bool captureOutput,
-                         const std::function<bool()>& cancelled = {}, std::string_view input = {});
+                         const std::function<bool()>& cancelled = {}, int input = -1);
 
 // Starts `argv` (PATH searched) as a child process in a process group of its own, so that
 // a terminal's Ctrl-C reaches pstrain-run alone (which passes it on in stages) and a last

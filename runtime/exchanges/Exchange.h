@@ -12,6 +12,7 @@
 
 #include "runtime/config/Mode.h"
 #include "runtime/exchanges/Cost.h"
+#include "runtime/exchanges/Ranges.h"
 
 namespace pstrain::config {
 struct TrainConfig;
@@ -57,6 +58,9 @@ struct Exchange {
   // Its refusals of a run that only it knows (throws CollectiveConfigError), run on every
   // rank after the handshake, before anything trains or is planned; null: none.
   void (*check)(const config::TrainConfig&, const models::Net&) = nullptr;
+  // With --servers K > 1: the flat weights that server `rank` (< K) uses of its initial
+  // model, from the model's shapes (what is loaded of a model file); null: all of them.
+  KeyRange (*serverWeights)(const config::TrainConfig&, const models::Net&, int rank) = nullptr;
 };
 
 }  // namespace pstrain::exchanges

@@ -8,6 +8,8 @@
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
 #include "runtime/metrics/Clock.h"
+#include "runtime/protocol/FlatParameters.h"
+#include "runtime/roles/ServerLoop.h"
 
 namespace pstrain::exchanges {
 
@@ -69,12 +71,13 @@ double RangeUpdate::takeUpdateSeconds() {
   return seconds;
 }
 
+namespace {
+
+// Servers 1..K-1 hold their range only: the model's weights, built on every rank, go.
 void releaseWeights(models::Net& model) {
   torch::NoGradGuard noGrad;
   for (at::Tensor& p : model.parameters()) p.set_data(torch::empty({0}));
 }
-
-namespace {
 
 // The line that heads a range's optimizer state: "UPDATES NAME..." (the optimizer's counted
 // updates and its states' names).
@@ -84,12 +87,12 @@ void sendStateHeader(comm::Communicator& comm, const optim::Optimizer& optimizer
   comm.send(line.data(), line.size(), to, context);
 }
 
-// A range's weights and optimizer state, from one server to another: its header line
-// (sendStateHeader), then the weights and each state's range.
+// A range's weights (unless null) and optimizer state, from one server to another: its
+// header line (sendStateHeader), then the weights and each state's range.
 void sendState(comm::Communicator& comm, const float* weights, std::int64_t floats, const optim::Optimizer& optimizer,
                const std::vector<at::Tensor>& states, int to, const std::string& context) {
   sendStateHeader(comm, optimizer, to, context);
-  comm.send(weights, static_cast<std::size_t>(floats) * sizeof(float), to, context);
+  if (weights) comm.send(weights, static_cast<std::size_t>(floats) * sizeof(float), to, context);
   for (const at::Tensor& state : states) comm.send(state.data_ptr<float>(), state.numel() * sizeof(float), to, context);
 }
 
@@ -126,13 +129,15 @@ std::vector<at::Tensor> statesOf(const optim::Optimizer& optimizer, const KeyRan
 
 }  // namespace
 
+bool startSendsWeights(const roles::Server& s) { return s.resumed || s.model.fileIdentity().empty(); }
+
 void sendStarts(comm::Communicator& comm, const std::vector<KeyRange>& ranges, const Start& start,
                 const at::Tensor& weights, const optim::Optimizer& whole, optim::Optimizer& own) {
   for (std::size_t k = 1; k < ranges.size(); ++k) {
     const int server = static_cast<int>(k);
     sendValue(comm, start, server, "start-up");
-    sendState(comm, weights.data_ptr<float>() + ranges[k].begin, ranges[k].size(), whole, statesOf(whole, &ranges[k]),
-              server, "start-up");
+    const float* range = start.weightsFollow ? weights.data_ptr<float>() + ranges[k].begin : nullptr;
+    sendState(comm, range, ranges[k].size(), whole, statesOf(whole, &ranges[k]), server, "start-up");
   }
   for (const auto& [name, buffer] : whole.state()) {
     own.restore(name, buffer.narrow(0, ranges[0].begin, ranges[0].size()).clone());
@@ -140,12 +145,17 @@ void sendStarts(comm::Communicator& comm, const std::vector<KeyRange>& ranges, c
   own.restoreUpdates(whole.updates());
 }
 
-Start receiveStart(comm::Communicator& comm, RangeUpdate& update) {
+Start receiveStart(comm::Communicator& comm, RangeUpdate& update, models::Net& model) {
   const std::string context = "start-up";
   const auto start = receiveValue<Start>(comm, 0, context);
   const StateHeader header = receiveStateHeader(comm, 0, context);
   const std::size_t bytes = static_cast<std::size_t>(update.range().size()) * sizeof(float);
-  receiveInto(comm, update.weights().data_ptr<float>(), bytes, 0, "range of the weights", context);
+  if (start.weightsFollow) {
+    receiveInto(comm, update.weights().data_ptr<float>(), bytes, 0, "range of the weights", context);
+  } else {
+    protocol::copyWeights(model, update.range().begin, update.weights());
+  }
+  releaseWeights(model);
   for (const std::string& name : header.names) {
     at::Tensor state = torch::empty({update.range().size()});
     receiveInto(comm, state.data_ptr<float>(), bytes, 0, "range of the optimizer state", context);

@@ -23,6 +23,10 @@
 #include "runtime/protocol/StepMessages.h"
 #include "runtime/roles/SummedUpdate.h"
 
+namespace pstrain::roles {
+struct Server;
+}
+
 namespace pstrain::exchanges {
 
 // Server k's word on a step, to server 0.
@@ -93,10 +97,6 @@ class RangeUpdate {
   double updateSeconds_ = 0;  // since takeUpdateSeconds()
 };
 
-// Servers 1..K-1 hold their range only: the whole model's weights, built on every rank, go
-// (a model's size less of their memory).
-void releaseWeights(models::Net& model);
-
 // --- the lead messages: small, blocking, one at a time -----------------------------------------
 
 template <typename T>
@@ -114,20 +114,30 @@ T receiveValue(comm::Communicator& comm, int from, const std::string& context) {
   return value;
 }
 
-// Server 0's first word to the others: the first step, and whether the run trains.
+// Server 0's first word to the others: the first step, whether the run trains, and whether
+// their ranges of the weights follow (startSendsWeights; else each takes its own from its
+// model).
 struct Start {
   std::int64_t firstStep = 0;
   std::int64_t train = 0;
   StepPlan plan;  // of the first step
+  std::int64_t weightsFollow = 0;
 };
 
-// Server 0 at start-up: tells every other server `start` and its range of `weights` (the
-// whole model's flat floats) and of `whole`'s state (the initial or resumed model), and sets
-// `own` (range 0's update) to range 0 of that state.
+// Whether server 0 sends the other servers their ranges of the starting weights: a resumed
+// run's, or a zoo model's (rank 0's weights, whatever the others drew). A model file's are
+// the file's on every rank (the handshake compared its checksum): each server reads its own
+// range of it and no more (training::weightsNeeded).
+bool startSendsWeights(const roles::Server& s);
+
+// Server 0 at start-up: tells every other server `start`, its range of `weights` (the whole
+// model's flat floats) if start.weightsFollow, and of `whole`'s state (the initial or
+// resumed model), and sets `own` (range 0's update) to range 0 of that state.
 void sendStarts(comm::Communicator& comm, const std::vector<KeyRange>& ranges, const Start& start,
                 const at::Tensor& weights, const optim::Optimizer& whole, optim::Optimizer& own);
-// Server k at start-up: the Start, and its range of the weights and state into `update`.
-Start receiveStart(comm::Communicator& comm, RangeUpdate& update);
+// Server k at start-up: the Start, and its range of the weights (server 0's, or `model`'s)
+// and state into `update`. Then the model's weights go (releaseWeights).
+Start receiveStart(comm::Communicator& comm, RangeUpdate& update, models::Net& model);
 
 // Server 0: every server's Partial into `partials` (its own is partials[0]), and the verdict
 // `v` (its lr, gather and train set) told to every server, with its divisor from

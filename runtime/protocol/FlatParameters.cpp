@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
 
@@ -57,13 +59,27 @@ void moveInto(const at::Tensor& view, const at::Tensor& parameter) {
 
 }  // namespace
 
-void bindParameters(torch::nn::Module& module, const at::Tensor& flat) {
+void bindParameters(torch::nn::Module& module, const at::Tensor& flat, const models::FlatSpan& copied) {
   torch::NoGradGuard noGrad;
   auto parameters = module.parameters();
   const auto views = parameterViews(module, flat);
+  std::int64_t at = 0;
   for (std::size_t i = 0; i < views.size(); ++i) {
-    moveInto(views[i], parameters[i]);
+    const std::int64_t end = at + parameters[i].numel();
+    if (end > copied.begin && at < copied.end) moveInto(views[i], parameters[i]);
     parameters[i].set_data(views[i]);
+    at = end;
+  }
+}
+
+void copyWeights(const torch::nn::Module& module, std::int64_t begin, const at::Tensor& into) {
+  torch::NoGradGuard noGrad;
+  const std::int64_t end = begin + into.numel();
+  std::int64_t at = 0;
+  for (const auto& p : module.parameters()) {
+    const std::int64_t from = std::max(at, begin), until = std::min(at + p.numel(), end);
+    if (from < until) into.narrow(0, from - begin, until - from).copy_(p.reshape({-1}).narrow(0, from - at, until - from));
+    at += p.numel();
   }
 }
 

@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
 
+#include "models/Registry.h"
 #include "runtime/codec/Codec.h"
 
 #include <cstdint>
@@ -21,9 +22,14 @@ std::vector<at::Tensor> parameterViews(const torch::nn::Module& module, const at
 codec::Shapes parameterShapes(const torch::nn::Module& module);
 
 // Rebinds every parameter of `module` to its slice of `flat` (1-D float, one element per
-// parameter element, on the module's device), copying the current values in first.
+// parameter element, on the module's device), copying the current values in first, except
+// a parameter wholly outside `copied` (Net::heldWeights: one that holds no values), whose
+// slice keeps `flat`'s own (fresh pages: zeros, taking no memory until written).
 // `flat` must outlive the module's use of the parameters.
-void bindParameters(torch::nn::Module& module, const at::Tensor& flat);
+void bindParameters(torch::nn::Module& module, const at::Tensor& flat, const models::FlatSpan& copied = {});
+
+// Copies the module's weights [begin, begin + into.numel()) of the flat layout into `into`.
+void copyWeights(const torch::nn::Module& module, std::int64_t begin, const at::Tensor& into);
 
 // Sets every parameter's .grad to its slice of `flat`, so backward() accumulates in place.
 void bindGradients(torch::nn::Module& module, const at::Tensor& flat);

@@ -13,8 +13,10 @@ using namespace protocol;
 
 Server::Server(const RoleArgs& a, bool stepLink)
     : UpdateState(a.comm, a.cfg, a.model, a.trainSamples, a.resume ? a.resume->step : 0, c10::kCPU, a.cfg.seed,
-                  stepLink) {
-  bindParameters(model, messages.weights);
+                  stepLink),
+      resumed(a.resume != nullptr) {
+  // Resumed, the model holds the checkpoint's weights, all of them (training/startRun).
+  bindParameters(model, messages.weights, resumed ? models::FlatSpan{} : model.heldWeights());
   readBuffers(model, messages.serverBuffers);
   if (a.resume) restoreUpdate(*this, *a.resume);
 }

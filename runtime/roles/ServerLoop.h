@@ -15,12 +15,15 @@
 namespace pstrain::roles {
 
 // The server's state: the model's parameters are views into the down message (so nothing
-// is copied before a send), holding args.resume's weights and update state if any.
-// `stepLink`: whether the loop sends the step messages through UpdateState's StepLink.
+// is copied before a send), holding args.resume's weights and update state if any, or the
+// model's initial weights (those it holds: Net::heldWeights; the rest of the message stays
+// zeros and takes no memory). `stepLink`: whether the loop sends the step messages through
+// UpdateState's StepLink.
 struct Server : UpdateState {
   Server(const RoleArgs& a, bool stepLink);
   void setHeader(std::int64_t step, protocol::Control control, double lr = 0);
   const std::string stopContext = "stop";
+  const bool resumed;  // from a checkpoint (args.resume), not the model's initial weights
 };
 
 // Wall and CPU seconds of the update's parts within a step.

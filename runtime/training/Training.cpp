@@ -490,4 +490,17 @@ void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, model
   printPlan(started.run, started.facts, started.trainSamples, model, trainDirState);
 }
 
+models::WeightsNeeded weightsNeeded(const config::TrainConfig& cfg, int rank) {
+  const auto part = training::exchangeFor(cfg).serverWeights;
+  if (!part || cfg.probe || cfg.servers < 2 || rank >= cfg.servers) return {};
+  return [&cfg, part, rank](const models::Net& model) -> models::FlatSpan {
+    try {
+      const exchanges::KeyRange range = part(cfg, model, rank);
+      return {range.begin, range.end};
+    } catch (const Error&) {
+      return {};  // a layout refused after the handshake, on every rank (Exchange::check)
+    }
+  };
+}
+
 }  // namespace pstrain::roles

@@ -48,6 +48,11 @@ struct StartedRun {
 StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
                     const data::Dataset* train, c10::Device device, const RunInfo& info);
 
+// What rank `rank` uses of its initial model (models::makeModel's `needed`): a server of
+// K > 1 its part (exchanges/Exchange.h's serverWeights), so that it reads no more of a model
+// file; every other rank, or a probe, all of it. `cfg` must outlive the function.
+models::WeightsNeeded weightsNeeded(const config::TrainConfig& cfg, int rank);
+
 // startRun, then with --dry-run rank 0 prints the plan; otherwise this rank's role in
 // cfg's mode (training/Exchanges.h). Collective over every rank of `comm`; throws on any error.
 void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,

@@ -23,7 +23,7 @@ target_link_libraries(fuzz_checkpoint PRIVATE ${TORCH_LIBRARIES})
 pstrain_fuzzer(fuzz_npz data/Npz.cpp runtime/zip/ZipDirectory.cpp)
 pstrain_fuzzer(fuzz_tokens data/TokenFile.cpp data/Npz.cpp runtime/zip/ZipDirectory.cpp)
 file(GLOB PSTRAIN_CONFIG_SOURCES ${PROJECT_SOURCE_DIR}/runtime/config/*.cpp)  # the registry's names
-pstrain_fuzzer(fuzz_model models/ScriptModel.cpp models/Registry.cpp models/ResNet.cpp models/Vgg.cpp
+pstrain_fuzzer(fuzz_model models/ModelFile.cpp models/ScriptModel.cpp models/Registry.cpp models/ResNet.cpp models/Vgg.cpp
                runtime/zip/ArchiveCheck.cpp runtime/zip/ZipDirectory.cpp runtime/Portable.cpp runtime/Process.cpp
                runtime/rundir/ReadFile.cpp
                ${PSTRAIN_CONFIG_SOURCES})

@@ -377,26 +377,6 @@ TEST_F(Checkpoints, StreamedFilesAreWholeOrNotThere) {
   EXPECT_THROW(rundir::atomicWriteStream("/dev/null/cannot/streamed.bin", one), CheckpointError);
 }
 
-// A model file's bytes go back as the load reads its records: a big read gives its pages
-// back, and reading them again is an error, never zeros; small reads (zip headers) stay.
-TEST(ReleasingBytesReader, BigReadsAreGivenBackAndCannotBeReadAgain) {
-  std::string bytes(3 << 20, '\0');
-  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7);
-  const std::string original = bytes;
-  checkpoint::ReleasingBytesReader reader(bytes);
-  std::vector<char> got(2 << 20);
-  ASSERT_EQ(reader.read(4096, got.data(), got.size(), "a record"), got.size());
-  EXPECT_EQ(std::memcmp(got.data(), original.data() + 4096, got.size()), 0);
-  EXPECT_THROW(reader.read(8192, got.data(), 100, "a second reader"), c10::Error);
-  char header[30];
-  for (int again = 0; again < 2; ++again) {  // before and after the released range, as often as asked
-    ASSERT_EQ(reader.read(0, header, sizeof header, "a header"), sizeof header);
-    EXPECT_EQ(std::memcmp(header, original.data(), sizeof header), 0);
-    ASSERT_EQ(reader.read(4096 + (2 << 20), header, sizeof header, "a header"), sizeof header);
-    EXPECT_EQ(std::memcmp(header, original.data() + 4096 + (2 << 20), sizeof header), 0);
-  }
-}
-
 // zip::ZipWriter's archives are PyTorch's: libtorch's reader (and so torch.load) reads each
 // record back whole however its bytes were given, in pieces or at once; so does our own
 // reader, with zip64 fields too (forced here by a zero limit: a real archive needs them past

@@ -1,7 +1,9 @@
 // A model of the user's (models/ScriptModel): TorchScript modules made here with libtorch's
 // own compiler, loaded as pstrain loads --model FILE.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <torch/script.h>
@@ -13,18 +15,21 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "models/ModelFile.h"
 #include "models/Registry.h"
 #include "models/ScriptModel.h"
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
 #include "runtime/Process.h"
 #include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/zip/ZipDirectory.h"
 #include "tests/common/ScratchDir.h"
 
 using namespace pstrain;
@@ -84,6 +89,75 @@ TEST_F(ScriptModel, ParametersAreTheModulesAndTrainEvalSwitchDropout) {
   EXPECT_FALSE(script.str().empty());
 }
 
+// A model file's large storages (1 MiB or more) are read into their tensors only: a rank
+// that needs part of the weights (a server of K > 1) never reads or holds the parameters
+// wholly outside it, whose memory is never written; small parameters, buffers and
+// the parameters it needs are the file's. The image it checks leaves that data out, and the
+// file's identity is still the whole file's CRC.
+TEST_F(ScriptModel, OnlyTheWeightsNeededAreReadFromTheFile) {
+  torch::jit::Module module("Parts");
+  torch::manual_seed(3);
+  // `a` of more than malloc's largest mmap threshold (32 MiB): fresh pages whatever the heap
+  const std::int64_t big = 9 * 1024 * 1024;
+  const at::Tensor a = torch::randn({9 * 1024, 1024}), b = torch::randn({512, 1024}), c = torch::randn({10});
+  const at::Tensor m = torch::randn({512, 1024});
+  module.register_parameter("a", a, false);
+  module.register_parameter("b", b, false);
+  module.register_parameter("c", c, false);
+  module.register_buffer("m", m);
+  module.define("def forward(self, x):\n    return x\n");
+  const std::string path = (scratch.path() / "parts.pt").string();
+  module.save(path);
+
+  const auto net = models::loadScriptModel(path, [&](const models::Net& n) {
+    EXPECT_EQ(models::parameterCount(n), big + 512 * 1024 + 10);
+    return models::FlatSpan{big, big + 1};  // b only
+  });
+  const auto state = models::stateDict(*net);
+  ASSERT_EQ(state.size(), 4u);
+  const at::Tensor& gotA = state[0].second;
+  std::vector<unsigned char> resident((gotA.nbytes() + 4095) / 4096);
+  const auto page = reinterpret_cast<std::uintptr_t>(gotA.data_ptr()) & ~std::uintptr_t(4095);
+  ASSERT_EQ(::mincore(reinterpret_cast<void*>(page), gotA.nbytes() - 4096, resident.data()), 0);
+  std::size_t touched = 0;
+  for (std::size_t i = 1; i + 1 < resident.size(); ++i) touched += resident[i] & 1;  // not the ends
+  EXPECT_EQ(touched, 0u) << "pages of a parameter never read";
+  EXPECT_TRUE(torch::equal(state[1].second, b));
+  EXPECT_TRUE(torch::equal(state[2].second, c));
+  EXPECT_TRUE(torch::equal(state[3].second, m));
+  EXPECT_EQ(net->heldWeights().begin, big);
+  EXPECT_EQ(net->heldWeights().end, big + 1);
+
+  const auto whole = models::loadScriptModel(path);
+  const auto all = models::stateDict(*whole);
+  EXPECT_TRUE(torch::equal(all[0].second, a));
+  EXPECT_TRUE(torch::equal(all[1].second, b));
+  EXPECT_EQ(whole->heldWeights().begin, 0);
+  EXPECT_EQ(whole->heldWeights().end, std::numeric_limits<std::int64_t>::max());
+
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const models::ModelFile file(path);
+  ASSERT_EQ(file.image().size(), bytes.size());
+  const std::size_t at = bytes.find(std::string(reinterpret_cast<const char*>(b.data_ptr()), 64));
+  ASSERT_NE(at, std::string::npos);
+  EXPECT_TRUE(file.leftOut(at, b.nbytes()));
+  EXPECT_FALSE(file.leftOut(at, b.nbytes() - 1));
+  EXPECT_TRUE(file.image().substr(at, b.nbytes()) == std::string(b.nbytes(), '\0'));
+  const std::size_t end = at + b.nbytes();  // its data descriptor, the next record's header; the directory
+  EXPECT_TRUE(file.image().substr(end, 64) == std::string_view(bytes).substr(end, 64));
+  EXPECT_TRUE(file.image().substr(bytes.size() - 1024) == std::string_view(bytes).substr(bytes.size() - 1024));
+  std::string copied(100, 'x');
+  file.copy(at - 50, copied.data(), copied.size());  // across the left-out data's start: the file's
+  EXPECT_TRUE(copied == bytes.substr(at - 50, 100));
+  EXPECT_EQ(file.identity(), fmt::format("crc32 {:08x}, {} bytes", zip::crc32Of(0, bytes.data(), bytes.size()),
+                                         bytes.size()));
+  EXPECT_EQ(whole->fileIdentity(), file.identity());
+  file.checkUnchanged();
+  std::ofstream(path, std::ios::app) << "x";  // another program writes it
+  EXPECT_THROW(file.checkUnchanged(), ConfigError);
+}
+
 TEST_F(ScriptModel, FilesThatAreNotTorchScriptAreClearErrors) {
   EXPECT_NE(loadError((scratch.path() / "missing.pt").string()).find("no such file"), std::string::npos);
   const std::string text = (scratch.path() / "text.pt").string();
@@ -135,22 +209,27 @@ TEST_F(ScriptModel, TheUntrustedCorpusIsRefusedBeforeAnyOfItsCodeRuns) {
   EXPECT_TRUE(wrote.empty()) << wrote.front();
 }
 
-// The check process takes exactly the byte count it is told (read into one string of that
-// size): a file one byte longer or shorter than said is refused, the right count passes.
-TEST_F(ScriptModel, TheCheckProcessTakesExactlyTheBytesItIsTold) {
-  const std::string path = linearWithDropout("good.pt");
-  std::ifstream in(path, std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto check = [&](std::size_t told) {
-    return process::runCommand({PSTRAIN_PSEVAL, "--check-model", path, "--stdin", std::to_string(told)},
-                               std::chrono::seconds(60), /*captureOutput=*/true, {}, bytes);
+// The check process checks the file it is given as its standard input (the descriptor the
+// loader opened), whatever is at the path by then: a good file passes, a hostile one at the
+// same path is refused, and anything but a regular file in its place (here /dev/null) too.
+TEST_F(ScriptModel, TheCheckProcessChecksTheFileItIsGiven) {
+  namespace fs = std::filesystem;
+  const std::string good = linearWithDropout("good.pt");
+  const std::string hostile = (fs::path(PSTRAIN_FUZZ_CORPUS) / "model" / "setstate.pt").string();
+  auto check = [&](const std::string& opened, const std::string& named) {
+    const int fd = opened.empty() ? -1 : ::open(opened.c_str(), O_RDONLY | O_CLOEXEC);
+    auto result = process::runCommand({PSTRAIN_PSEVAL, "--check-model", named, "--stdin"}, std::chrono::seconds(60),
+                                      /*captureOutput=*/true, {}, fd);
+    if (fd >= 0) ::close(fd);
+    return result;
   };
-  EXPECT_EQ(check(bytes.size()).exitCode, 0);
-  const auto longer = check(bytes.size() - 1), shorter = check(bytes.size() + 1);
-  EXPECT_EQ(longer.exitCode, 2);
-  EXPECT_NE(longer.output.find("more than the"), std::string::npos) << longer.output;
-  EXPECT_EQ(shorter.exitCode, 2);
-  EXPECT_NE(shorter.output.find("of the"), std::string::npos) << shorter.output;
+  EXPECT_EQ(check(good, hostile).exitCode, 0);
+  const auto refused = check(hostile, good);
+  EXPECT_EQ(refused.exitCode, 2);
+  EXPECT_NE(refused.output.find("--trust-model"), std::string::npos) << refused.output;
+  const auto none = check("", good);
+  EXPECT_EQ(none.exitCode, 2);
+  EXPECT_NE(none.output.find("not the regular file"), std::string::npos) << none.output;
 }
 
 // A model file swapped for a hostile one while it is being loaded (renamed in, again and

@@ -41,6 +41,13 @@ PlanText plan(const PlanFacts& f) {
 // A model whose parameters cannot give every server a range is refused (Ranges.h).
 void check(const config::TrainConfig& cfg, const models::Net& model) { roles::roundsRanges(model, cfg); }
 
+// Server k > 0 updates its range of the outer step and takes it from its own model
+// (receiveStart); server 0 holds the global weights whole (its chain sends them).
+KeyRange serverWeights(const config::TrainConfig& cfg, const models::Net& model, int rank) {
+  const auto ranges = roles::roundsRanges(model, cfg);
+  return rank == 0 ? KeyRange{0, ranges.back().end, {}} : ranges[static_cast<std::size_t>(rank)];
+}
+
 }  // namespace
 
 double roundExchangeSeconds(const CodecCost& grad, const CodecCost& weights, const ProbeMeasurements& m, int n) {
@@ -51,6 +58,6 @@ double roundExchangeSeconds(const CodecCost& grad, const CodecCost& weights, con
 }
 
 const Exchange kLocalRounds = {config::Exchange::LocalRounds, roles::serveRounds, roles::runRoundsOthers, cost, plan,
-                               check};
+                               check, serverWeights};
 
 }  // namespace pstrain::exchanges

@@ -23,7 +23,8 @@ OuterLead::OuterLead(Server& s)
       gather_(s.comm, ranges_, *s.optimizer, own_) {}
 
 void OuterLead::start(bool training) {
-  sendStarts(s_.comm, ranges_, {s_.firstStep, training}, s_.messages.weights, *s_.optimizer, own_.optimizer());
+  sendStarts(s_.comm, ranges_, {s_.firstStep, training, {}, startSendsWeights(s_)}, s_.messages.weights, *s_.optimizer,
+             own_.optimizer());
 }
 
 bool OuterLead::apply(std::int64_t step, double lr, bool skip, bool gather, bool train, UpdateTime& time) {
@@ -48,11 +49,10 @@ void followRounds(const RoleArgs& args) {
   const int k = comm.rank();
   const auto ranges = roundsRanges(args.model, cfg);
   const exchanges::KeyRange range = ranges[static_cast<std::size_t>(k)];
-  releaseWeights(args.model);
   const auto floats = static_cast<std::size_t>(range.size());
   const protocol::FloatBuffer weights(floats);  // the outer step's
   RangeUpdate update(cfg, range, weights.view(0, range.size()));
-  const Start start = receiveStart(comm, update);
+  const Start start = receiveStart(comm, update, args.model);
   // Seeded as server 0's chain (and one server's): the same codes whatever the servers.
   RoundChain chain(comm, endsOf(ranges), 0, 0, roundsPlanOf(cfg).codecs, cfg.seed * 7919u);
   // Under a lossy down codec, the range of the weights as the workers hold them.

@@ -140,10 +140,9 @@ void follow(const roles::RoleArgs& args) {
   comm::Communicator& comm = args.comm;
   const int k = comm.rank();
   KeyRange range = rangesOf(args.model, args.cfg)[static_cast<std::size_t>(k)];
-  releaseWeights(args.model);
   const FloatBuffer weights(static_cast<std::size_t>(range.size()));
   Shard shard(comm, args.cfg, std::move(range), weights.view(0, static_cast<std::int64_t>(weights.size())));
-  const Start start = receiveStart(comm, shard.update());
+  const Start start = receiveStart(comm, shard.update(), args.model);
   bool training = start.train != 0;
   StepPlan plan = start.plan;
   bool checkpointing = false;  // server 0 writes a checkpoint: serve it after the next down message
@@ -187,8 +186,8 @@ class Lead {
   // A run that trains then gives back the memory of the weights outside range 0: their
   // checkpoints and final files take them from their servers (CheckpointGather).
   void start(bool training) {
-    sendStarts(comm_, ranges_, {s_.firstStep, training, planOf(s_.firstStep)}, s_.messages.weights, *s_.optimizer,
-               shard_.update().optimizer());
+    sendStarts(comm_, ranges_, {s_.firstStep, training, planOf(s_.firstStep), startSendsWeights(s_)}, s_.messages.weights,
+               *s_.optimizer, shard_.update().optimizer());
     if (!training) return;
     float* weights = s_.messages.weights.data_ptr<float>();
     portable::releasePages(weights + ranges_[0].end,

@@ -59,8 +59,14 @@ StepEstimate cost(const StepCost& c) {
 // A model whose parameters cannot give every server a range is refused (Ranges.h).
 void check(const config::TrainConfig& cfg, const models::Net& model) { sharded::rangesOf(model, cfg); }
 
+// Server k updates its range and takes it from its own model (receiveStart); server 0's
+// checkpoints gather the others' ranges.
+KeyRange serverWeights(const config::TrainConfig& cfg, const models::Net& model, int rank) {
+  return sharded::rangesOf(model, cfg)[static_cast<std::size_t>(rank)];
+}
+
 }  // namespace
 
-const Exchange kSharded = {config::Exchange::Collective, sharded::serve, others, cost, plan, check};
+const Exchange kSharded = {config::Exchange::Collective, sharded::serve, others, cost, plan, check, serverWeights};
 
 }  // namespace pstrain::exchanges
