@@ -75,6 +75,21 @@ same = lambda a, b: sorted(a) == sorted(b) and all(torch.equal(a[k], b[k]) for k
 moved = any(not torch.equal(mid[k], final[k]) for k in final if final[k].is_floating_point())
 sys.exit(not (same(final, script) and same(final, last) and moved))
 PY
+# The same model file over 1 and 4 servers, and resumed from the 2-server run's midway
+# checkpoint with 4: one server's weights. Its 1.6 MiB fully connected weight is a large
+# storage, read from the file by the server that owns it only (training::weightsNeeded);
+# the other servers take their ranges from their own copy of the file, not from server 0.
+train 3 "$scratch/file-k1" --model "$scratch/cnn.pt" --steps 12 --optimizer adamw --lr 0.001
+train 6 "$scratch/file-k4" --model "$scratch/cnn.pt" --steps 12 --servers 4 --optimizer adamw --lr 0.001
+check "model file: 2 and 4 servers give 1 server's weights" \
+  eval 'same "model file, 2 servers" "$scratch/file-k1/trained_model.pt" "$scratch/file-k2/trained_model.pt" &&
+        same "model file, 4 servers" "$scratch/file-k1/trained_model.pt" "$scratch/file-k4/trained_model.pt"'
+mkdir -p "$scratch/file-resumed/ckpt"
+cp "$scratch"/file-k2/ckpt/step-00000006.* "$scratch/file-resumed/ckpt/"
+train 6 "$scratch/file-resumed" --model "$scratch/cnn.pt" --steps 12 --servers 4 --optimizer adamw --lr 0.001 --resume
+check "model file, resumed at step 6 with 4 servers: one server's weights" \
+  eval 'grep -q "resuming at step 6" "$scratch/file-resumed.log" &&
+        same "model file, resumed" "$scratch/file-k1/trained_model.pt" "$scratch/file-resumed/trained_model.pt"'
 norm=$(metric "$scratch/adamw-k2" "min(l['grad_norm'] for l in lines)")
 check "adamw: every step's gradient norm ($norm) is above the clip (0.01): clipped by the combined norm" ge "$norm" 0.01
 
