@@ -158,6 +158,35 @@ TEST_F(ScriptModel, OnlyTheWeightsNeededAreReadFromTheFile) {
   EXPECT_THROW(file.checkUnchanged(), ConfigError);
 }
 
+// Loading runs a module's __setstate__ on what was read: a file whose code has one is loaded
+// with every storage read first, so that what it derives from its weights is the weights'.
+TEST_F(ScriptModel, ASetStateSeesTheWeightsEvenWhereTheyAreNotNeeded) {
+  torch::jit::Module module("Derived");
+  torch::manual_seed(4);
+  const at::Tensor w = torch::randn({512, 1024});  // 2 MiB: a large storage
+  module.register_parameter("w", w, false);
+  module.register_attribute("doubled", c10::TensorType::get(), torch::zeros({1}));
+  module.register_attribute("training", c10::BoolType::get(), true);
+  module.define(R"(
+    def __getstate__(self):
+        return (self.w, self.training)
+    def __setstate__(self, state: Tuple[Tensor, bool]):
+        self.w = state[0]
+        self.doubled = state[0] * 2
+        self.training = state[1]
+    def forward(self, x):
+        return x + self.doubled.sum()
+  )");
+  const std::string path = (scratch.path() / "derived.pt").string();
+  module.save(path);
+  models::trustModelFiles() = true;  // __setstate__ is code the check would weigh: not what this test is about
+  const auto net = models::loadScriptModel(path, [](const models::Net&) { return models::FlatSpan{0, 0}; });
+  models::trustModelFiles() = false;
+  const at::Tensor out = net->forward(torch::zeros({1}));
+  EXPECT_NEAR(out.item<float>(), (w * 2).sum().item<float>(), 1e-2);
+  EXPECT_TRUE(torch::equal(models::stateDict(*net)[0].second, w));
+}
+
 TEST_F(ScriptModel, FilesThatAreNotTorchScriptAreClearErrors) {
   EXPECT_NE(loadError((scratch.path() / "missing.pt").string()).find("no such file"), std::string::npos);
   const std::string text = (scratch.path() / "text.pt").string();
