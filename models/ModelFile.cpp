@@ -82,7 +82,17 @@ void ModelFile::load() {
   } catch (const std::exception&) {
     leftOut_.clear();  // an unreadable directory: the whole file, for the check to refuse
   }
-  // Once through the whole file: its checksum, and the image of all but the left-out data.
+  try {
+    readImage();
+  } catch (...) {
+    ::munmap(image_, std::max<std::size_t>(size_, 1));
+    image_ = nullptr;
+    throw;
+  }
+}
+
+// Once through the whole file: its checksum, and the image of all but the left-out data.
+void ModelFile::readImage() {
   std::vector<char> chunk(std::min(kChunkBytes, std::max<std::size_t>(size_, 1)));
   std::uint32_t crc = 0;
   auto gap = leftOut_.begin();

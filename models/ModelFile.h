@@ -50,6 +50,7 @@ class ModelFile {
  private:
   void load();
   void findLargeStorages();
+  void readImage();
 
   std::string path_;
   int fd_ = -1;

@@ -13,22 +13,20 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <csignal>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <functional>
 #include <set>
 #include <sstream>
 #include <vector>
 
+#include "models/ModelFile.h"
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
 #include "runtime/Process.h"
-#include "models/ModelFile.h"
 #include "runtime/checkpoint/BytesReader.h"
 #include "runtime/zip/ArchiveCheck.h"
 
