@@ -1,14 +1,12 @@
 #include "models/ModelFile.h"
 
 #include <fmt/format.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <new>
 
 #include "runtime/Errors.h"
 #include "runtime/rundir/ReadFile.h"
@@ -66,29 +64,19 @@ ModelFile::ModelFile(int fd, const std::string& path) : path_(path), fd_(fd) {
 }
 
 ModelFile::~ModelFile() {
-  if (image_) ::munmap(image_, std::max<std::size_t>(size_, 1));
   if (owned_) ::close(fd_);
 }
 
 void ModelFile::load() {
   ::fstat(fd_, &opened_);
   size_ = static_cast<std::size_t>(opened_.st_size);
-  void* image = ::mmap(nullptr, std::max<std::size_t>(size_, 1), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                       -1, 0);
-  if (image == MAP_FAILED) throw std::bad_alloc();
-  image_ = static_cast<char*>(image);
+  image_ = std::make_unique<portable::FreshPages>(size_);
   try {
     findLargeStorages();
   } catch (const std::exception&) {
     leftOut_.clear();  // an unreadable directory: the whole file, for the check to refuse
   }
-  try {
-    readImage();
-  } catch (...) {
-    ::munmap(image_, std::max<std::size_t>(size_, 1));
-    image_ = nullptr;
-    throw;
-  }
+  readImage();
 }
 
 // Once through the whole file: its checksum, and the image of all but the left-out data.
@@ -108,7 +96,7 @@ void ModelFile::readImage() {
         continue;
       }
       const std::uint64_t until = gap == leftOut_.end() ? end : std::min<std::uint64_t>(end, gap->first);
-      std::memcpy(image_ + copied, chunk.data() + (copied - at), until - copied);
+      std::memcpy(image_->data() + copied, chunk.data() + (copied - at), until - copied);
       copied = until;
     }
     at += n;
@@ -137,7 +125,7 @@ bool ModelFile::leftOut(std::uint64_t at, std::size_t n) const {
 }
 
 void ModelFile::copy(std::uint64_t at, void* into, std::size_t n) const {
-  std::memcpy(into, image_ + at, n);
+  std::memcpy(into, image_->data() + at, n);
   for (const auto& [begin, end] : leftOut_) {
     const std::uint64_t from = std::max(begin, at), until = std::min<std::uint64_t>(end, at + n);
     if (from < until) read(from, static_cast<char*>(into) + (from - at), until - from);

@@ -9,9 +9,12 @@
 #include <sys/stat.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "runtime/Portable.h"
 
 namespace pstrain::models {
 
@@ -31,7 +34,7 @@ class ModelFile {
 
   // The file's bytes; zeros (taking no memory) in the data of each large storage, or in
   // none when its zip directory cannot be read (the archive check then says what is wrong).
-  std::string_view image() const { return {image_, size_}; }
+  std::string_view image() const { return {image_->data(), size_}; }
   // "crc32 1a2b3c4d, 123456 bytes" of the whole file: what the start-up handshake compares.
   const std::string& identity() const { return identity_; }
   // Whether [at, at + n) is exactly the data of a large storage, left out of image().
@@ -57,7 +60,7 @@ class ModelFile {
   bool owned_ = false;
   struct stat opened_ {};
   std::size_t size_ = 0;
-  char* image_ = nullptr;  // an anonymous mapping of size_ bytes (at least one page)
+  std::unique_ptr<portable::FreshPages> image_;  // size_ bytes
   std::string identity_;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> leftOut_;  // [begin, end), sorted, disjoint
 };

@@ -17,6 +17,7 @@
 #include <ctime>
 #include <fstream>
 #include <iterator>
+#include <new>
 #include <sstream>
 #include <string>
 
@@ -140,6 +141,14 @@ bool syncToDisk(int fd) {
 #endif
   return ::fsync(fd) == 0;
 }
+
+FreshPages::FreshPages(std::size_t bytes) : bytes_(std::max<std::size_t>(bytes, 1)) {
+  void* base = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) throw std::bad_alloc();
+  data_ = static_cast<char*>(base);
+}
+
+FreshPages::~FreshPages() { ::munmap(data_, bytes_); }
 
 std::size_t releasePages(void* begin, std::size_t bytes) {
   const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));

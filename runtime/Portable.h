@@ -37,6 +37,22 @@ bool syncToDisk(int fd);
 // is not glibc (macOS's allocator keeps freed regions by itself).
 void keepFreedMemoryForReuse();
 
+// `bytes` (at least one) of fresh private pages, given back when it goes: they read as zeros
+// and take memory only once written (what a buffer that is mostly never written needs).
+// Throws std::bad_alloc when the system refuses them.
+class FreshPages {
+ public:
+  explicit FreshPages(std::size_t bytes);
+  ~FreshPages();
+  FreshPages(const FreshPages&) = delete;
+  FreshPages& operator=(const FreshPages&) = delete;
+  char* data() const { return data_; }
+
+ private:
+  char* data_;
+  std::size_t bytes_;
+};
+
 // Gives the whole pages within [begin, begin + bytes) of this process's private memory back
 // to the system: their contents are undefined afterwards (zeros on Linux). Returns the bytes
 // given back (0 where the system has no such call).

@@ -2,11 +2,11 @@
 
 #include <torch/torch.h>
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstring>
-#include <new>
+#include <memory>
+
+#include "runtime/Portable.h"
 
 namespace pstrain::protocol {
 
@@ -16,14 +16,11 @@ FloatBuffer::FloatBuffer(std::size_t size, bool pinned) : size_(size) {
     data_ = tensor_.data_ptr<float>();
     return;
   }
-  // Fresh anonymous pages read as zeros and take memory only once written: the server
-  // never writes the gradient part of its up message, so that costs it nothing.
-  const std::size_t bytes = std::max<std::size_t>(size, 1) * sizeof(float);
-  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (base == MAP_FAILED) throw std::bad_alloc();
-  tensor_ = torch::from_blob(base, {static_cast<std::int64_t>(size)}, [bytes](void* p) { ::munmap(p, bytes); },
-                             torch::kFloat32);
-  data_ = static_cast<float*>(base);
+  // Fresh pages read as zeros and take memory only once written: the server never writes
+  // the gradient part of its up message, so that costs it nothing.
+  auto pages = std::make_shared<portable::FreshPages>(size * sizeof(float));
+  data_ = reinterpret_cast<float*>(pages->data());
+  tensor_ = torch::from_blob(data_, {static_cast<std::int64_t>(size)}, [pages](void*) {}, torch::kFloat32);
 }
 
 at::Tensor FloatBuffer::view(std::int64_t offset, std::int64_t count) const { return tensor_.narrow(0, offset, count); }
