@@ -106,6 +106,10 @@ std::string headerField(const std::string& header, const std::string& key, const
   const std::string quoted = "'" + key + "'";
   auto at = header.find(quoted);
   if (at == std::string::npos) throw DataError(fmt::format("{}: .npy header has no {}", what, quoted));
+  if (header.find(quoted, at + quoted.size()) != std::string::npos) {  // NumPy's reader takes the last, a reader of the first
+    throw DataError(fmt::format("{}: its .npy header names {} twice (readers disagree on which counts: a damaged or "
+                                "crafted file); write it again with np.save", what, quoted));
+  }
   at = header.find(':', at + quoted.size());
   if (at == std::string::npos) throw DataError(fmt::format("{}: malformed .npy header", what));
   std::size_t end = at + 1;

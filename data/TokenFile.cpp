@@ -146,6 +146,9 @@ constexpr TokenFormat kTokenFormats[] = {{".npy", npyTokenLayout}, {".bin", binT
 
 TokenLayout tokenLayout(const unsigned char* head, std::size_t headBytes, std::uint64_t fileSize,
                         const std::string& path) {
+  // NumPy's magic says what the file is, whatever its name (a .npy renamed train.bin would
+  // otherwise be read as ids, its header among them).
+  if (headBytes >= 6 && std::memcmp(head, "\x93NUMPY", 6) == 0) return npyTokenLayout(head, headBytes, fileSize, path);
   for (const TokenFormat& format : kTokenFormats) {
     if (endsWith(path, format.extension)) {
       return format.layout(head, headBytes, fileSize, path);

@@ -27,7 +27,7 @@ struct EvalCommand {
   std::string outDir;  // eval.csv, eval.jsonl, the event file and plots/ (default: the train dir)
   std::string dataDir;
   std::string model;  // the model file of checkpoints that were trained from one (never followed from them)
-  bool trustModel = false;  // that file may call file or network operators (models::trustModelFiles)
+  bool trustModel = false;  // that file may call file or network operators (models::modelFilePolicy)
   std::string device = "cpu";
   bool follow = false;
   double pollSeconds = 2;

@@ -252,7 +252,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   try {
-    models::trustModelFiles() = cmd.trustModel;
+    models::modelFilePolicy().trusted = cmd.trustModel;
     launcher::setComputeThreads(cmd.threads > 0 ? cmd.threads
                                                 : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
     if (!fs::is_directory(cmd.trainDir)) {

@@ -179,7 +179,10 @@ void trainOrProbe(comm::MpiComm& comm, const config::TrainConfig& cfg, std::futu
         "(MPI_THREAD_SERIALIZED); use --overlap off", device.str()));
   }
   if (computes) roles::checkPrecision(device, config::precisionInfo(cfg.precision));
-  models::trustModelFiles() = cfg.trustModel;
+  models::modelFilePolicy() = {cfg.trustModel, cfg.timeoutSeconds, [&comm](const std::string& message) {
+    launcher::printErrorLine(fmt::format("pstrain: error: rank {}: {}", comm.rank(), message));
+    comm::MpiSession::abortJob(kConfigErrorExit);
+  }};
   torch::manual_seed(cfg.seed);
   // A zoo model is made for the dataset's classes; a model file is what it is.
   auto model = models::makeModel(cfg.model, config::isModelFile(cfg.model) ? 0 : data::datasetInfo(cfg.dataset).classes,

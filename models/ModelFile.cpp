@@ -1,6 +1,7 @@
 #include "models/ModelFile.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <filesystem>
 
 #include "runtime/Errors.h"
+#include "runtime/Text.h"
 #include "runtime/rundir/ReadFile.h"
 #include "runtime/zip/ZipDirectory.h"
 
@@ -16,24 +18,23 @@ namespace pstrain::models {
 namespace {
 
 constexpr std::size_t kChunkBytes = std::size_t(4) << 20;
+// The most that a zip reader reads at the file's end in search of the end record (its
+// comment may be 64 KiB long).
+constexpr std::size_t kEndSearchBytes = zip::kEndBytes + 65535;
+constexpr const char kDebugSuffix[] = ".debug_pkl";
 
-// Whether `a` and `b` describe the same file with the same contents as far as its metadata
-// tells: the same inode, size and modification time (in seconds: the field both Linux and
-// macOS name alike). Not the change time: renaming or unlinking the file (a newer export
-// renamed over it) changes that, not the contents.
-bool sameFile(const struct stat& a, const struct stat& b) {
-  return a.st_dev == b.st_dev && a.st_ino == b.st_ino && a.st_size == b.st_size && a.st_mtime == b.st_mtime;
+// Whether `name` (lower case) is a storage's record as libtorch names it: "<root>/data/<key>",
+// the key a number.
+bool isStorageRecord(const std::string& name, const std::string& root) {
+  const std::string folder = root + "/data/";
+  if (name.size() <= folder.size() || name.compare(0, folder.size(), folder) != 0) return false;
+  return std::all_of(name.begin() + static_cast<std::ptrdiff_t>(folder.size()), name.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
 }
 
-// A storage's record as libtorch names it: "<root>/data/<key>" (a number).
-bool isStorageRecord(const std::string& name) {
-  const std::size_t slash = name.rfind('/');
-  if (slash == std::string::npos || slash + 1 == name.size()) return false;
-  const std::string key = name.substr(slash + 1);
-  if (!std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; })) return false;
-  const std::string folder = name.substr(0, slash);
-  return folder == "data" || (folder.size() > 5 && folder.compare(folder.size() - 5, 5, "/data") == 0);
-}
+// A zip directory this reader cannot read: the image is then the whole file, and the
+// archive check says what is wrong.
+struct UnreadableDirectory {};
 
 }  // namespace
 
@@ -68,34 +69,78 @@ ModelFile::~ModelFile() {
 }
 
 void ModelFile::load() {
-  ::fstat(fd_, &opened_);
-  size_ = static_cast<std::size_t>(opened_.st_size);
+  struct stat info {};
+  ::fstat(fd_, &info);
+  size_ = static_cast<std::size_t>(info.st_size);
   image_ = std::make_unique<portable::FreshPages>(size_);
   try {
-    findLargeStorages();
-  } catch (const std::exception&) {
-    leftOut_.clear();  // an unreadable directory: the whole file, for the check to refuse
+    planImage();
+  } catch (const UnreadableDirectory&) {
+    storages_.clear();
+    debugNames_.clear();
   }
   readImage();
+  hideDebugRecords();
 }
 
-// Once through the whole file: its checksum, and the image of all but the left-out data.
+// The large storages, each checked to overlap nothing else of the archive, and the debug
+// records' names, from the zip directory read off the file.
+void ModelFile::planImage() {
+  const zip::ReadAt readAt = [&](std::uint64_t at, void* into, std::size_t n) { read(at, into, n); };
+  const zip::Fail fail = [](const std::string&) { throw UnreadableDirectory(); };
+  const std::vector<zip::Entry> entries = zip::readDirectory(size_, readAt, fail);
+  if (entries.empty()) return;
+  const std::string root = lowerCase(entries.front().name.substr(0, entries.front().name.find('/')));
+  std::vector<zip::Span> others = zip::directorySpans(size_, readAt, fail);  // all but the storages' data
+  for (const zip::Entry& entry : entries) {
+    const std::uint64_t data = zip::dataOffset(entry, size_, readAt, fail);
+    const std::string name = lowerCase(entry.name);
+    const bool large = entry.method == 0 && !entry.encrypted && entry.size == entry.compressedSize &&
+                       entry.size >= kLargeStorageBytes && isStorageRecord(name, root);
+    if (large) {
+      storages_.push_back({data, data + entry.size, name});
+    } else {
+      others.push_back({data, data + entry.compressedSize + (entry.descriptor ? zip::kMaxDescriptorBytes : 0)});
+    }
+    others.push_back({entry.localOffset, data});
+    if (endsWith(name, kDebugSuffix)) debugNames_.push_back(entry.centralOffset + zip::kCentralBytes + entry.name.size());
+  }
+  std::sort(storages_.begin(), storages_.end(), [](const Storage& a, const Storage& b) { return a.begin < b.begin; });
+  const auto refuse = [&](const Storage& storage, const std::string& what) {
+    throw ConfigError(fmt::format("{}: not a TorchScript file pstrain reads: the data of record {} overlap {} (a "
+                                  "damaged or crafted file); save the model with torch.jit.script(model).save(\"{}\")",
+                                  path_, printable(storage.name), what, path_));
+  };
+  for (std::size_t i = 0; i < storages_.size(); ++i) {
+    const zip::Span span{storages_[i].begin, storages_[i].end};
+    if (i > 0 && span.begin < storages_[i - 1].end) refuse(storages_[i], "those of record " + printable(storages_[i - 1].name));
+    for (const zip::Span& other : others) {
+      if (span.overlaps(other)) refuse(storages_[i], fmt::format("bytes {} to {} of another record or the zip "
+                                                                 "directory", other.begin, other.end));
+    }
+  }
+}
+
+// Once through the whole file: its checksum and each storage's, and the image of all but
+// the storages' data.
 void ModelFile::readImage() {
   std::vector<char> chunk(std::min(kChunkBytes, std::max<std::size_t>(size_, 1)));
   std::uint32_t crc = 0;
-  auto gap = leftOut_.begin();
+  auto gap = storages_.begin();
   for (std::uint64_t at = 0; at < size_;) {
     const std::size_t n = std::min<std::uint64_t>(chunk.size(), size_ - at);
     read(at, chunk.data(), n);
     crc = zip::crc32Of(crc, chunk.data(), n);
     const std::uint64_t end = at + n;
     for (std::uint64_t copied = at; copied < end;) {
-      while (gap != leftOut_.end() && gap->second <= copied) ++gap;
-      if (gap != leftOut_.end() && gap->first <= copied) {  // within left-out data: skipped
-        copied = std::min<std::uint64_t>(end, gap->second);
+      while (gap != storages_.end() && gap->end <= copied) ++gap;
+      if (gap != storages_.end() && gap->begin <= copied) {  // within a storage's data: its checksum only
+        const std::uint64_t until = std::min<std::uint64_t>(end, gap->end);
+        gap->crc = zip::crc32Of(gap->crc, chunk.data() + (copied - at), until - copied);
+        copied = until;
         continue;
       }
-      const std::uint64_t until = gap == leftOut_.end() ? end : std::min<std::uint64_t>(end, gap->first);
+      const std::uint64_t until = gap == storages_.end() ? end : std::min<std::uint64_t>(end, gap->begin);
       std::memcpy(image_->data() + copied, chunk.data() + (copied - at), until - copied);
       copied = until;
     }
@@ -104,31 +149,46 @@ void ModelFile::readImage() {
   identity_ = fmt::format("crc32 {:08x}, {} bytes", crc, size_);
 }
 
-// The data of every large stored storage record, from the zip directory read off the file.
-void ModelFile::findLargeStorages() {
-  const zip::ReadAt readAt = [&](std::uint64_t at, void* into, std::size_t n) { read(at, into, n); };
-  const zip::Fail fail = [](const std::string& what) { throw Error(what); };
-  for (const zip::Entry& entry : zip::readDirectory(size_, readAt, fail)) {
-    if (entry.method != 0 || entry.encrypted || entry.size < kLargeStorageBytes || !isStorageRecord(entry.name)) continue;
-    const std::uint64_t begin = zip::dataOffset(entry, size_, readAt, fail);
-    leftOut_.emplace_back(begin, begin + entry.size);
-  }
-  std::sort(leftOut_.begin(), leftOut_.end());
-  for (std::size_t i = 1; i < leftOut_.size(); ++i) {
-    if (leftOut_[i].first < leftOut_[i - 1].second) throw Error("records overlap");
-  }
+void ModelFile::hideDebugRecords() {
+  for (const std::uint64_t nameEnd : debugNames_) image_->data()[nameEnd - 1] = '_';
 }
 
-bool ModelFile::leftOut(std::uint64_t at, std::size_t n) const {
-  const auto it = std::lower_bound(leftOut_.begin(), leftOut_.end(), std::make_pair(at, std::uint64_t(0)));
-  return it != leftOut_.end() && it->first == at && it->second == at + n;
+bool ModelFile::isStorageData(std::uint64_t at, std::size_t n) const {
+  const auto it = std::lower_bound(storages_.begin(), storages_.end(), at,
+                                   [](const Storage& s, std::uint64_t begin) { return s.begin < begin; });
+  return it != storages_.end() && it->begin == at && it->end == at + n;
 }
 
-void ModelFile::copy(std::uint64_t at, void* into, std::size_t n) const {
+void ModelFile::copyImage(std::uint64_t at, void* into, std::size_t n) const {
+  const bool atTheEnd = at + n == size_ && n <= kEndSearchBytes;
+  for (const Storage& storage : storages_) {
+    if (!atTheEnd && storage.begin < at + n && at < storage.end) {
+      throw ConfigError(fmt::format("{}: libtorch read bytes {} to {} of the file, part of the data of record {}, "
+                                    "which pstrain reads only whole into its tensor: this libtorch reads model files otherwise than "
+                                    "pstrain expects", path_, at, at + n, printable(storage.name)));
+    }
+  }
   std::memcpy(into, image_->data() + at, n);
-  for (const auto& [begin, end] : leftOut_) {
-    const std::uint64_t from = std::max(begin, at), until = std::min<std::uint64_t>(end, at + n);
-    if (from < until) read(from, static_cast<char*>(into) + (from - at), until - from);
+}
+
+void ModelFile::fill(std::uint64_t at, void* into, std::size_t n) const {
+  const auto it = std::find_if(storages_.begin(), storages_.end(),
+                               [&](const Storage& s) { return s.begin == at && s.end == at + n; });
+  if (it == storages_.end()) throw InternalError(fmt::format("{}: bytes {} to {} are no storage's data", path_, at, at + n));
+  read(at, into, n);
+  if (zip::crc32Of(0, into, n) != it->crc) {
+    throw ConfigError(fmt::format("{}: the file changed while it was being loaded (record {} is not what it was when "
+                                  "the file was checked: another program is writing it); start again once it is "
+                                  "written", path_, it->name));
+  }
+}
+
+void ModelFile::confirmStorages(const std::set<std::string>& named) const {
+  for (const Storage& storage : storages_) {
+    if (named.count(storage.name)) continue;
+    throw ConfigError(fmt::format("{}: not a TorchScript file pstrain reads: record {} looks like a storage's, but "
+                                  "data.pkl names no such storage (a damaged or crafted file); save the model with "
+                                  "torch.jit.script(model).save(\"{}\")", path_, printable(storage.name), path_));
   }
 }
 
@@ -143,14 +203,6 @@ void ModelFile::read(std::uint64_t at, void* into, std::size_t n) const {
                                     "start again once it is written", path_));
     }
     got += static_cast<std::size_t>(r);
-  }
-}
-
-void ModelFile::checkUnchanged() const {
-  struct stat now {};
-  if (::fstat(fd_, &now) != 0 || !sameFile(now, opened_)) {
-    throw ConfigError(fmt::format("{}: the file changed while it was being loaded (another program is writing it); "
-                                  "start again once it is written", path_));
   }
 }
 

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
+#include <torch/csrc/jit/runtime/jit_exception.h>
 #include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/import_source.h>
 #include <torch/script.h>
@@ -13,8 +14,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <condition_variable>
 #include <csignal>
 #include <chrono>
+#include <mutex>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +31,7 @@
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
 #include "runtime/Process.h"
+#include "runtime/Text.h"
 #include "runtime/checkpoint/BytesReader.h"
 #include "runtime/zip/ArchiveCheck.h"
 
@@ -36,20 +41,62 @@ namespace {
 constexpr const char* kCheckModelFlag = "--check-model";
 // The check process's: the file is its standard input (the descriptor the loader opened).
 constexpr const char* kFileOnStdin = "--stdin";
+// The check process's: the pid of the process that started it, whose end ends it.
+constexpr const char* kParentFlag = "--parent";
 constexpr int kRefused = 2;  // the check process's status for a refused file (its reason on stdout)
 
 // The first line that says something (the TorchScript compiler's reports start with one
-// that is empty).
+// that is empty), safe to print.
 std::string firstLine(const std::string& text) {
   const std::size_t start = std::min(text.find_first_not_of(" \n"), text.size());
-  return text.substr(start, text.find('\n', start) - start);
+  return printable(text.substr(start, text.find('\n', start) - start));
+}
+
+// The last line that says something, safe to print.
+std::string lastLine(const std::string& text) {
+  const std::size_t end = text.find_last_not_of(" \n");
+  if (end == std::string::npos) return "";
+  const std::size_t start = text.rfind('\n', end);
+  return printable(text.substr(start == std::string::npos ? 0 : start + 1, end + 1 - (start == std::string::npos ? 0 : start + 1)));
+}
+
+// Where the TorchScript interpreter's report `text` says its code failed: ", in __setstate__
+// (code/__torch__.py, line 20)" from its last frame's "  File "code/__torch__.py", line 20,
+// in __setstate__"; "" when it names none.
+std::string failedFrame(const std::string& text) {
+  const std::size_t frame = text.rfind("  File \"");
+  if (frame == std::string::npos) return "";
+  const std::string line = text.substr(frame + 8, text.find('\n', frame) - frame - 8);
+  const std::size_t quote = line.find('"'), in = line.rfind(", in ");
+  if (quote == std::string::npos || in == std::string::npos || in < quote) return "";
+  const std::string where = line.substr(0, quote) + line.substr(quote + 1, in - quote - 1);
+  return printable(fmt::format(", in {} ({})", line.substr(in + 5), where));
+}
+
+// What a load of `path` that threw `e` (torch::jit::load's c10::Error, the TorchScript
+// compiler's ErrorReport, or what the file's own code raised) says to its user.
+std::string loadFailure(const std::exception& e, const std::string& path) {
+  const std::string what = e.what();
+  if (firstLine(what).find("constants.pkl") != std::string::npos) {
+    return fmt::format("{}: not a TorchScript module but a file of torch.save (a state_dict or a pickled nn.Module "
+                       "holds no code); export the model with torch.jit.script(model).save(\"{}\")", path, path);
+  }
+  // Its own code ran (a __setstate__) and raised, or an operator it called failed.
+  if (dynamic_cast<const torch::jit::JITException*>(&e) ||
+      what.find("The following operation failed in the TorchScript interpreter") != std::string::npos) {
+    return fmt::format("{}: loading it ran its code, which failed{}: {}; the model's own code (its __setstate__) "
+                       "fails as it is: fix it and export the model again", path, failedFrame(what), lastLine(what));
+  }
+  return fmt::format("{}: this libtorch ({}) cannot load it ({}); a file exported by a newer PyTorch may use "
+                     "operators it lacks: export with PyTorch {} or older, or build pstrain against a newer libtorch",
+                     path, TORCH_VERSION, firstLine(what), TORCH_VERSION);
 }
 
 [[noreturn]] void refuseUntrusted(const std::string& path, const std::string& op, const std::string& where) {
   throw ConfigError(fmt::format("{}: its code calls {} ({}), which reads or writes files or reaches other machines. "
                                 "A model file is a program, like a file for Python's torch.load: use only files you "
                                 "trust, and pass --trust-model to run this one",
-                                path, op, where));
+                                path, printable(op), printable(where)));
 }
 
 // Every graph of `function` and below: its blocks and its subgraph attributes (the body
@@ -159,7 +206,7 @@ void checkBeforeLoading(caffe2::serialize::PyTorchStreamReader& archive, const z
       throw ConfigError(fmt::format("{}: its data names '{}', which is neither one of libtorch's own nor a class "
                                     "that its code defines{}; a damaged or crafted file: export the model again "
                                     "with torch.jit.script(model).save(\"{}\")",
-                                    path, global.qualified(), why, path));
+                                    path, printable(global.qualified()), why, path));
     }
   }
   checkGraphs(*unit, path);
@@ -182,7 +229,7 @@ class ScriptNet : public Net {
       if (!seen.insert(t.unsafeGetTensorImpl()).second) {
         throw ConfigError(fmt::format("{}: '{}' is the same tensor as another parameter or buffer (tied "
                                       "weights); pstrain trains each parameter separately: untie them",
-                                      path_, name));
+                                      path_, printable(name)));
       }
     };
     // The module's own tensors, registered (not copied) under the same names: binding them
@@ -236,7 +283,7 @@ class ScriptNet : public Net {
       if (outside.count(d.data) && !used.count(d.data)) {
         held_ = needed;
       } else {
-        file.read(d.at, d.data, d.bytes);
+        file.fill(d.at, d.data, d.bytes);
       }
     }
   }
@@ -262,16 +309,20 @@ class ScriptNet : public Net {
   FlatSpan held_;
 };
 
-// The file's bytes are a PyTorch archive this libtorch reads, sound as zip/ArchiveCheck.h
-// checks it (storages the size of their records, no compressed record: no zip bomb) and,
-// unless trusted, pass checkBeforeLoading, in this process: the check process's work, and
-// the loader's own.
-void checkArchive(std::string_view bytes, const std::string& path) {
+// The file's image is a PyTorch archive this libtorch reads, sound as zip/ArchiveCheck.h
+// checks it (storages the size of their records, tensors within them, no compressed record:
+// no zip bomb), whose large storages are storages (ModelFile::confirmStorages) and, unless
+// trusted, passes checkBeforeLoading, in this process: the check process's work, and the
+// loader's own.
+void checkArchive(const ModelFile& file, const std::string& path) {
+  const std::string_view bytes = file.image();
   const zip::ArchiveContents contents =
       zip::checkArchive(bytes, zip::ArchiveKind::ModelFile, [&](const std::string& what) {
         throw ConfigError(fmt::format("{}: not a TorchScript file pstrain reads (not a sound PyTorch archive: {}); "
-                                      "save the model with torch.jit.script(model).save(\"{}\")", path, what, path));
+                                      "save the model with torch.jit.script(model).save(\"{}\")", path,
+                                      printable(what), path));
       });
+  file.confirmStorages(contents.storages);
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> archive;
   try {  // checks the format version
     archive = std::make_unique<caffe2::serialize::PyTorchStreamReader>(std::make_shared<checkpoint::BytesReader>(bytes));
@@ -285,7 +336,7 @@ void checkArchive(std::string_view bytes, const std::string& path) {
     throw ConfigError(fmt::format("{}: not a TorchScript file (not a PyTorch archive: {}); save the model with "
                                   "torch.jit.script(model).save(\"{}\")", path, why, path));
   }
-  if (trustModelFiles()) return;
+  if (modelFilePolicy().trusted) return;
   try {
     checkBeforeLoading(*archive, contents, path);
   } catch (const Error&) {
@@ -301,19 +352,19 @@ void checkArchive(std::string_view bytes, const std::string& path) {
 // process's end.
 void checkArchiveApart(const ModelFile& file, const std::string& path) {
   std::vector<std::string> argv = modelCheckCommand();
-  argv.push_back(path);
-  argv.push_back(kFileOnStdin);
-  const auto timeout = std::chrono::seconds(120);
-  const process::CommandResult check =
-      process::runCommand(argv, timeout, /*captureOutput=*/true, {}, file.descriptor());
+  argv.insert(argv.end(), {path, kFileOnStdin, kParentFlag, std::to_string(::getpid())});
+  const double seconds = modelFilePolicy().seconds;
+  const process::CommandResult check = process::runCommand(
+      argv, std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000)), /*captureOutput=*/true, {},
+      file.descriptor());
   std::string said = check.output;
   while (!said.empty() && std::isspace(static_cast<unsigned char>(said.back()))) said.pop_back();
   if (check.exitCode == 0) return;
   if (check.exitCode == kRefused && !said.empty()) throw ConfigError(said);
   if (check.timedOut) {
-    throw ConfigError(fmt::format("{}: checking its code took more than {} s (the check process was stopped); a "
-                                  "damaged or hostile file, or pass --trust-model if you trust it",
-                                  path, timeout.count()));
+    throw ConfigError(fmt::format("{}: checking and loading it in the process that checks model files took more than "
+                                  "{:g} s (--timeout), so that process was stopped: its code may never end (a "
+                                  "__setstate__ that loops); a damaged or hostile file", path, seconds));
   }
   if (check.exitCode == 127 || check.exitCode < 0) {
     throw Error(fmt::format("{}: could not start the process that checks model files ({})", path, argv.front()));
@@ -333,7 +384,8 @@ void checkArchiveApart(const ModelFile& file, const std::string& path) {
 }
 
 // libtorch's reader over a ModelFile: each read of a large storage's data whole is left to
-// later (`defer`) or read from the file; everything else comes from the image.
+// later (`defer`) or filled from the file; everything else comes from the image (a read of
+// part of a storage's data is refused: ModelFile.h).
 class ImageReader : public caffe2::serialize::ReadAdapterInterface {
  public:
   // `file` must outlive the reader.
@@ -342,10 +394,12 @@ class ImageReader : public caffe2::serialize::ReadAdapterInterface {
   size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
     if (pos >= size()) return 0;
     n = std::min<size_t>(n, size() - pos);
-    if (defer_ && file_.leftOut(pos, n)) {
+    if (!file_.isStorageData(pos, n)) {
+      file_.copyImage(pos, buf, n);
+    } else if (defer_) {
       deferred_.push_back({buf, pos, n});
     } else {
-      file_.copy(pos, buf, n);
+      file_.fill(pos, buf, n);
     }
     return n;
   }
@@ -356,6 +410,17 @@ class ImageReader : public caffe2::serialize::ReadAdapterInterface {
   const bool defer_;
   mutable std::vector<Deferred> deferred_;
 };
+
+// The check process's: a thread that ends this process as soon as `parent` is no longer its
+// parent (it ended, however: even SIGKILL), so that a check never outlives the rank that
+// asked for it. Polled: the one way that works alike on Linux and macOS without the
+// parent's help.
+void endWithParent(pid_t parent) {
+  std::thread([parent] {
+    while (::getppid() == parent) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::_Exit(kRefused);
+  }).detach();
+}
 
 bool definesSetState(const torch::jit::Module& module) {
   for (const torch::jit::Function* function : module._ivalue()->compilation_unit()->get_functions()) {
@@ -379,21 +444,64 @@ torch::jit::Module loadModule(const ModelFile& file, std::vector<Deferred>& defe
 }
 
 // Defence in depth, in the check process once the checks passed: the file loaded as the
-// loader will load it, running its __setstate__ methods, in a process that may no longer
-// write a file, open a socket or run a program (Portable.h): code that the checks missed
-// and that tries any of it kills the process (SIGSYS), which refuses the file. What else
-// the load throws (operators this libtorch lacks...) is the loader's to say. Where the
-// system has no such sandbox (macOS), there is no trial load.
+// loader will load it (the same image through the same reader), running its __setstate__
+// methods, in a process that may no longer write a file, open a socket or run a program
+// (Portable.h): code that the checks missed and that tries any of it kills the process
+// (SIGSYS), which refuses the file. Any other failure of the load refuses it too, with what
+// the loader would say (loadFailure): code that fails here must not run on where it would
+// not (a file that exists in one process and not in the other). Where the system has no
+// such sandbox (macOS), there is no trial load.
 // Like the loader, it reads no large storage unless the file's code has a __setstate__
 // (loadModule): the check process's peak is the file's code, not its weights.
-void trialLoad(const ModelFile& file) {
+// Returns the refusal, "" if none.
+std::string trialLoad(const ModelFile& file, const std::string& path) {
   std::fflush(stdout);
-  if (!portable::forbidWritesSocketsAndPrograms()) return;
+  if (!portable::forbidWritesSocketsAndPrograms()) return "";
   try {
     torch::jit::setGraphExecutorOptimize(false);
     std::vector<Deferred> deferred;
     loadModule(file, deferred);
-  } catch (const std::exception&) {
+  } catch (const Error& e) {  // ModelFile's own refusal
+    return e.what();
+  } catch (const std::exception& e) {
+    return loadFailure(e, path);
+  }
+  return "";
+}
+
+// `load()`, which must end within modelFilePolicy().seconds: past that, a watchdog thread
+// calls onStuckLoad (or says so and exits 2), since nothing can stop the file's code.
+template <typename Load>
+auto withinLoadLimit(const std::string& path, Load load) {
+  const ModelFilePolicy& policy = modelFilePolicy();
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool done = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(mutex);
+    if (changed.wait_for(lock, std::chrono::duration<double>(policy.seconds), [&] { return done; })) return;
+    const std::string message = fmt::format(
+        "{}: loading it (running its code: a __setstate__) took more than {:g} s (--timeout); its code may never "
+        "end: a damaged or hostile file", path, policy.seconds);
+    if (policy.onStuckLoad) policy.onStuckLoad(message);
+    std::fprintf(stderr, "%s\n", message.c_str());
+    std::_Exit(kRefused);
+  });
+  const auto finish = [&] {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      done = true;
+    }
+    changed.notify_all();
+    watchdog.join();
+  };
+  try {
+    auto result = load();
+    finish();
+    return result;
+  } catch (...) {
+    finish();
+    throw;
   }
 }
 
@@ -401,38 +509,32 @@ void trialLoad(const ModelFile& file) {
 
 std::shared_ptr<Net> loadScriptModel(const std::string& path, const WeightsNeeded& needed) {
   const ModelFile file(path);
-  if (!trustModelFiles() && !modelCheckCommand().empty()) checkArchiveApart(file, path);
-  checkArchive(file.image(), path);
+  const bool trusted = modelFilePolicy().trusted;
+  if (!trusted && !modelCheckCommand().empty()) checkArchiveApart(file, path);
+  checkArchive(file, path);
   torch::jit::setGraphExecutorOptimize(false);
   torch::jit::Module module;
   std::vector<Deferred> deferred;
   try {
-    module = loadModule(file, deferred);
-  } catch (const std::exception& e) {  // c10::Error, or the TorchScript compiler's ErrorReport
-    const std::string why = firstLine(e.what());
-    if (why.find("constants.pkl") != std::string::npos) {
-      throw ConfigError(fmt::format("{}: not a TorchScript module but a file of torch.save (a state_dict or a "
-                                    "pickled nn.Module holds no code); export the model with "
-                                    "torch.jit.script(model).save(\"{}\")", path, path));
-    }
-    throw ConfigError(fmt::format("{}: this libtorch ({}) cannot load it ({}); a file exported by a newer "
-                                  "PyTorch may use operators it lacks: export with PyTorch {} or older, or "
-                                  "build pstrain against a newer libtorch", path, TORCH_VERSION, why, TORCH_VERSION));
+    module = withinLoadLimit(path, [&] { return loadModule(file, deferred); });
+  } catch (const Error&) {
+    throw;  // ModelFile's own refusal
+  } catch (const std::exception& e) {  // c10::Error, the TorchScript compiler's ErrorReport, the file's own code's
+    throw ConfigError(loadFailure(e, path));
   }
   if (!module.find_method("forward")) {
     throw ConfigError(fmt::format("{}: the TorchScript module has no forward method", path));
   }
   // And what loading made, against whatever the compile above did not reach.
-  if (!trustModelFiles()) checkGraphs(*module._ivalue()->compilation_unit(), path);
+  if (!trusted) checkGraphs(*module._ivalue()->compilation_unit(), path);
   auto net = std::make_shared<ScriptNet>(std::move(module), path, file.identity());
   net->readStorages(file, deferred, needed ? needed(*net) : FlatSpan{});
-  file.checkUnchanged();
   return net;
 }
 
-bool& trustModelFiles() {
-  static bool trusted = false;
-  return trusted;
+ModelFilePolicy& modelFilePolicy() {
+  static ModelFilePolicy policy;
+  return policy;
 }
 
 std::vector<std::string>& modelCheckCommand() {
@@ -441,18 +543,21 @@ std::vector<std::string>& modelCheckCommand() {
 }
 
 std::optional<int> serveModelCheck(int argc, char** argv) {
-  const bool onStdin = argc == 4 && std::string(argv[3]) == kFileOnStdin;
+  const bool onStdin = argc == 6 && std::string(argv[3]) == kFileOnStdin && std::string(argv[4]) == kParentFlag;
   if ((argc == 3 || onStdin) && std::string(argv[1]) == kCheckModelFlag) {
+    if (onStdin) endWithParent(static_cast<pid_t>(std::atoll(argv[5])));
     std::unique_ptr<ModelFile> file;
+    std::string refusal;
     try {
       file = onStdin ? std::make_unique<ModelFile>(STDIN_FILENO, argv[2]) : std::make_unique<ModelFile>(argv[2]);
-      checkArchive(file->image(), argv[2]);
+      checkArchive(*file, argv[2]);
+      refusal = trialLoad(*file, argv[2]);
     } catch (const Error& e) {
-      std::printf("%s\n", e.what());
-      return kRefused;
+      refusal = e.what();
     }
-    trialLoad(*file);
-    return 0;
+    if (refusal.empty()) return 0;
+    std::printf("%s\n", refusal.c_str());
+    return kRefused;
   }
   const std::string self = portable::executablePath();
   if (!self.empty()) modelCheckCommand() = {self, kCheckModelFlag};

@@ -327,7 +327,11 @@ bool forbidWritesSocketsAndPrograms() {
   refuseWriting(__NR_openat, 2);
   program.push_back(answer(SECCOMP_RET_ALLOW));
   const sock_fprog filter{static_cast<unsigned short>(program.size()), program.data()};
-  return ::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &filter) == 0;
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return false;
+  // Every thread of the process at once (TSYNC): a thread started earlier (libtorch's pools)
+  // is not left outside. A kernel without TSYNC (before 3.17): the calling thread.
+  return ::syscall(__NR_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &filter) == 0 ||
+         ::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &filter) == 0;
 }
 #else
 bool forbidWritesSocketsAndPrograms() { return false; }

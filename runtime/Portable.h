@@ -72,7 +72,7 @@ bool closeOnExecPipe(int fds[2]);
 // macOS, which lacks it, SO_NOSIGPIPE is set on `fd` and the flags are 0.
 int sendFlagsWithoutSigpipe(int fd);
 
-// From now on, this process (and any it starts) may not write, create, rename or remove a
+// From now on, this process (every thread of it, and any process it starts) may not write, create, rename or remove a
 // file, open a socket, run a program, or reach into another process: any such system call
 // kills it with SIGSYS. Reading files, threads and memory stay allowed. Linux: a seccomp
 // filter (no new privileges first); returns false where the system has no such filter

@@ -75,7 +75,10 @@ class Supervisor {
     // Sharded modes deal each step to a fixed number of virtual shards: never more workers
     // than those (--virtual-shards, else the first launch's workers).
     maxWorkers_ = job_.virtualShards;
-    ::close(rundir::openPrivateDirectory(job_.trainDir));  // as pstrain makes it, before pstrain does
+    // The train dir as pstrain's first launch would find it (made as pstrain makes it; a dir
+    // another job holds, or that holds another run, refused): checked before the first event
+    // is written into it.
+    { const rundir::TrainDir check(job_); }
     events_ = std::make_unique<metrics::JsonLines>(rundir::pathOf(job_.trainDir, rundir::kElastic));
     earlier_ = publishedCheckpoints();
     setAsideBefore_ = rundir::holdsSetAside(job_.trainDir);

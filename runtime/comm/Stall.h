@@ -9,6 +9,7 @@
 //   3. else `awaited` (the root of a broadcast, the peer of a send or receive), or every
 //      other rank: everyone is there, and the data themselves are slow.
 // Torch-free and MPI-free.
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -31,5 +32,27 @@ std::string describeMissing(int self, std::int64_t mine, const std::vector<RankN
 
 // "pstrain: step 814: waiting 60 s for <missing>" ("start-up" before the first step).
 std::string stallLine(std::int64_t mine, double waitedSeconds, const std::string& missing);
+
+// How long a wait has lasted while this process ran: a gap of more than a second between two
+// looks at the clock (a wait looks every few milliseconds) is time it did not run (SIGSTOP,
+// a laptop asleep), in which nobody waited for it and it waited for nobody. So a rank that
+// was stopped neither gives up on the others nor names them as late once it runs again.
+class WaitClock {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit WaitClock(Clock::time_point start) : previous_(start) {}
+  // The seconds waited from the start to `now` (each call later than the one before), less
+  // the gaps.
+  double waited(Clock::time_point now) {
+    if (now - previous_ <= kMaxGap) waited_ += now - previous_;
+    previous_ = now;
+    return std::chrono::duration<double>(waited_).count();
+  }
+
+ private:
+  static constexpr std::chrono::seconds kMaxGap{1};
+  Clock::time_point previous_;
+  Clock::duration waited_{};
+};
 
 }  // namespace pstrain::comm

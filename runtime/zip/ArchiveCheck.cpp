@@ -1,12 +1,16 @@
 #include "runtime/zip/ArchiveCheck.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
+
+#include "runtime/Text.h"
 
 namespace pstrain::zip {
 namespace {
@@ -112,16 +116,11 @@ std::size_t elementSizeOf(std::string_view storage) {
 // shared, so that a pickle that fetches one value from the memo many times costs the check
 // no more than it costs the pickle.
 struct Value {
-  Makes kind = Makes::Other;  // Other, Int, Text, Global or Tuple
-  std::int64_t number = 0;
+  Makes kind = Makes::Other;  // Other, Int, Text, Global, Tuple or Storage
+  std::int64_t number = 0;    // Int: its value; Storage: its element count
   std::string_view text, name;  // Text: text; Global: module (text) and name
   std::shared_ptr<const std::vector<Value>> items;
 };
-
-std::string lower(std::string name) {
-  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
-  return name;
-}
 
 // The archive's records by their lower-case names: where their bytes are, and whether
 // they are stored (else deflated: their bytes as they are in the file).
@@ -135,10 +134,12 @@ class PickleCheck {
  public:
   PickleCheck(std::string_view pickle, std::string storagePrefix, const Records& records, bool objects,
               const Fail& fail)
-      : p_(pickle), storagePrefix_(lower(std::move(storagePrefix))), records_(records), objects_(objects), fail_(fail) {}
+      : p_(pickle), storagePrefix_(lowerCase(std::move(storagePrefix))), records_(records), objects_(objects), fail_(fail) {}
 
-  // Runs the pickle to its STOP; returns what its GLOBALs name.
-  std::vector<PickleGlobal> run() {
+  // Runs the pickle to its STOP; returns what its GLOBALs name, and adds the records of the
+  // storages it names (of one element or more) to `storages` (unless null).
+  std::vector<PickleGlobal> run(std::set<std::string>* storages) {
+    storages_ = storages;
     while (pos_ < p_.size()) {
       const std::size_t at = pos_;
       const unsigned char code = static_cast<unsigned char>(p_[pos_++]);
@@ -250,15 +251,17 @@ class PickleCheck {
         memo_.push_back(taken[0]);
         made = taken[0];
         break;
-      case Makes::Storage: checkStorage(taken[0], at); made = Value(); break;
+      case Makes::Storage: made = checkStorage(taken[0], at); break;
       case Makes::Other: case Makes::Int: case Makes::Text: break;
     }
+    if (op.code == 'R') checkRebuild(taken[0], taken[1], at);
     stack_.push_back(std::move(made));
   }
 
   // A persistent id as libtorch's unpickler takes it: ("storage", type, key, device,
   // elements), which it sizes at elements x the type's size whatever its record holds.
-  void checkStorage(const Value& id, std::size_t at) {
+  // Returns the storage: its element count.
+  Value checkStorage(const Value& id, std::size_t at) {
     const auto bad = [&](const std::string& what) { fail(fmt::format("persistent id at byte {}: {}", at, what)); };
     if (id.kind != Makes::Tuple || id.items->size() != 5) bad("not a storage's (\"storage\", type, key, device, size)");
     const std::vector<Value>& part = *id.items;
@@ -269,14 +272,54 @@ class PickleCheck {
     if (part[4].kind != Makes::Int || part[4].number < 0) bad("its size is not a count of elements");
     const std::string key(part[2].text);
     const std::uint64_t count = static_cast<std::uint64_t>(part[4].number);
-    if (count == 0) return;  // libtorch reads no record for it
-    const auto record = records_.find(storagePrefix_ + lower(key));
+    Value storage;
+    storage.kind = Makes::Storage;
+    storage.number = part[4].number;
+    if (count == 0) return storage;  // libtorch reads no record for it
+    const auto record = records_.find(storagePrefix_ + lowerCase(key));
     if (record == records_.end()) bad(fmt::format("storage '{}' has no record", key));
     if (!record->second.stored) bad(fmt::format("storage '{}' is compressed", key));
     const std::uint64_t bytes = record->second.bytes.size();
     if (count > bytes / element || count * element != bytes) {
       bad(fmt::format("storage '{}' declares {} elements of {} bytes, but its record holds {} bytes", key, count,
                       element, bytes));
+    }
+    if (storages_) storages_->insert(record->first);
+    return storage;
+  }
+
+  // REDUCE of `callable` with `args`: a tensor rebuilt from a storage must be a view within it.
+  void checkRebuild(const Value& callable, const Value& args, std::size_t at) {
+    if (callable.kind != Makes::Global || callable.text != "torch._utils") return;
+    const auto bad = [&](const std::string& what) { fail(fmt::format("tensor at byte {}: {}", at, what)); };
+    if (callable.name == "_rebuild_sparse_tensor") bad("a sparse tensor (pstrain reads dense tensors only)");
+    if (callable.name != "_rebuild_tensor_v2" && callable.name != "_rebuild_qtensor") return;
+    if (args.kind != Makes::Tuple || args.items->size() < 4) bad("not (storage, offset, sizes, strides, ...)");
+    const std::vector<Value>& part = *args.items;
+    if (part[0].kind != Makes::Storage) bad("not rebuilt from a storage");
+    if (part[1].kind != Makes::Int || part[1].number < 0) bad("its offset is not a count of elements");
+    const auto integers = [&](const Value& v, const char* what) {
+      std::vector<std::int64_t> out;
+      if (v.kind != Makes::Tuple) bad(fmt::format("its {} are not a tuple", what));
+      for (const Value& item : *v.items) {
+        if (item.kind != Makes::Int || item.number < 0) bad(fmt::format("its {} are not counts of elements", what));
+        out.push_back(item.number);
+      }
+      return out;
+    };
+    const std::vector<std::int64_t> sizes = integers(part[2], "sizes"), strides = integers(part[3], "strides");
+    if (sizes.size() != strides.size()) bad("it has as many sizes as strides");
+    // The last element's index from the storage's start; past 2^64 it is out of bounds anyway.
+    unsigned __int128 last = static_cast<std::uint64_t>(part[1].number);
+    for (std::size_t d = 0; d < sizes.size(); ++d) {
+      if (sizes[d] == 0) return;  // no element: nothing is read
+      if (last <= std::numeric_limits<std::uint64_t>::max()) {
+        last += static_cast<unsigned __int128>(sizes[d] - 1) * static_cast<std::uint64_t>(strides[d]);
+      }
+    }
+    if (last >= static_cast<std::uint64_t>(part[0].number)) {
+      bad(fmt::format("reaches past its storage of {} elements (sizes {}, strides {}, offset {})", part[0].number,
+                      fmt::join(sizes, "x"), fmt::join(strides, ","), part[1].number));
     }
   }
 
@@ -285,6 +328,7 @@ class PickleCheck {
   const Records& records_;
   bool objects_;  // NEWOBJ: objects of the file's classes
   const Fail& fail_;
+  std::set<std::string>* storages_ = nullptr;
   std::size_t pos_ = 0;
   std::vector<Value> stack_;
   std::vector<std::size_t> marks_;  // stack sizes at each open MARK
@@ -314,7 +358,7 @@ ArchiveContents checkArchive(std::string_view bytes, ArchiveKind kind, const Fai
     // libtorch finds a record by name case-insensitively (miniz's default): two names that
     // differ only in case are two records it cannot tell apart.
     const Record record{bytes.substr(data, stored ? entry.size : entry.compressedSize), stored};
-    if (!records.emplace(lower(entry.name), record).second) {
+    if (!records.emplace(lowerCase(entry.name), record).second) {
       fail(fmt::format("two records named {} (letter case aside)", entry.name));
     }
     if (records.size() == 1) {  // libtorch reads every record from the first one's folder
@@ -323,7 +367,7 @@ ArchiveContents checkArchive(std::string_view bytes, ArchiveKind kind, const Fai
       contents.root = entry.name.substr(0, slash);
     }
   }
-  const std::string root = lower(contents.root) + "/";
+  const std::string root = lowerCase(contents.root) + "/";
   const std::vector<std::string> pickles = modelFile ? std::vector<std::string>{"data", "constants"}
                                                      : std::vector<std::string>{"data"};
   for (const std::string& name : pickles) {
@@ -333,7 +377,8 @@ ArchiveContents checkArchive(std::string_view bytes, ArchiveKind kind, const Fai
       continue;
     }
     if (!pickle->second.stored) fail(fmt::format("{}.pkl is compressed", name));
-    contents.globals[name] = PickleCheck(pickle->second.bytes, root + name + "/", records, modelFile, fail).run();
+    contents.globals[name] = PickleCheck(pickle->second.bytes, root + name + "/", records, modelFile, fail)
+                                 .run(name == "data" ? &contents.storages : nullptr);
   }
   return contents;
 }

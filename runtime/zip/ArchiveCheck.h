@@ -17,9 +17,15 @@
 //     ArchiveCheck.cpp), their lengths within the pickle, memo ids assigned in order, no
 //     opcode taking more items than there are above its innermost MARK;
 //   - each persistent id is a storage ("storage", torch.<Type>Storage, key, device, count)
-//     whose count times its element size is exactly the size of its record.
+//     whose count times its element size is exactly the size of its record;
+//   - each tensor that a pickle rebuilds (torch._utils._rebuild_tensor_v2, _rebuild_qtensor)
+//     is a view within its storage: its offset, sizes and strides literal non-negative
+//     integers whose last element lies before the storage's end (libtorch makes the view
+//     whatever it says, and every later read of it would go out of bounds); sparse tensors,
+//     whose indices no check follows, are refused.
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,6 +53,9 @@ struct ArchiveContents {
   std::string root;  // the folder libtorch reads every record from: the first record's
   // The GLOBALs each checked pickle names, in order, by the pickle's name ("data").
   std::map<std::string, std::vector<PickleGlobal>> globals;
+  // The records that data.pkl's persistent ids name (lower case: "archive/data/0"), those of
+  // storages of one element or more.
+  std::set<std::string> storages;
 };
 
 // Checks the archive `bytes` of `kind`: its pickles ("data" for <root>/data.pkl, whose

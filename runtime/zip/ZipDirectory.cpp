@@ -12,6 +12,9 @@ constexpr std::size_t kMaxComment = 65535;
 
 struct Directory {
   std::uint64_t entries = 0, size = 0, offset = 0;
+  std::uint64_t end = 0;         // the end record's offset
+  std::uint64_t end64 = 0;       // the zip64 end record's offset (when zip64)
+  bool zip64 = false;
 };
 
 // The end-of-central-directory record (within the last 22 + 65535 bytes), and the zip64
@@ -29,8 +32,9 @@ Directory findDirectory(std::uint64_t size, const ReadAt& read, const Fail& fail
     }
   }
   if (at == std::string::npos) fail("no zip directory");
-  Directory d{littleEndian(&end[at + 10], 2), littleEndian(&end[at + 12], 4), littleEndian(&end[at + 16], 4)};
   const std::uint64_t endOffset = size - tail + at;
+  Directory d{littleEndian(&end[at + 10], 2), littleEndian(&end[at + 12], 4), littleEndian(&end[at + 16], 4),
+              endOffset};
   if (d.entries == 0xffff || d.size == 0xffffffff || d.offset == 0xffffffff) {  // zip64
     unsigned char locator[kEnd64LocatorBytes], end64[kEnd64Bytes];
     if (endOffset < sizeof locator) fail("truncated zip64 directory");
@@ -40,7 +44,7 @@ Directory findDirectory(std::uint64_t size, const ReadAt& read, const Fail& fail
     if (at64 > size || size - at64 < sizeof end64) fail("zip64 directory record outside the file");
     read(at64, end64, sizeof end64);
     if (littleEndian(end64, 4) != kEnd64) fail("bad zip64 directory record");
-    d = {littleEndian(end64 + 32, 8), littleEndian(end64 + 40, 8), littleEndian(end64 + 48, 8)};
+    d = {littleEndian(end64 + 32, 8), littleEndian(end64 + 40, 8), littleEndian(end64 + 48, 8), endOffset, at64, true};
   }
   if (d.offset > size || d.size > size - d.offset || d.entries > d.size / kCentralBytes) {
     fail("truncated or corrupt: the zip directory does not fit the file");
@@ -96,7 +100,10 @@ std::vector<Entry> readDirectory(std::uint64_t size, const ReadAt& read, const F
                       commentLen = littleEndian(&cd[p + 32], 2);
     if (p + kCentralBytes + nameLen + extraLen + commentLen > cd.size()) fail("corrupt zip directory");
     Entry e;
-    e.encrypted = (littleEndian(&cd[p + 8], 2) & 1) != 0;
+    e.centralOffset = d.offset + p;
+    const std::uint64_t flags = littleEndian(&cd[p + 8], 2);
+    e.encrypted = (flags & 1) != 0;
+    e.descriptor = (flags & 8) != 0;
     e.method = static_cast<int>(littleEndian(&cd[p + 10], 2));
     e.crc = static_cast<std::uint32_t>(littleEndian(&cd[p + 16], 4));
     e.compressedSize = littleEndian(&cd[p + 20], 4);
@@ -108,6 +115,16 @@ std::vector<Entry> readDirectory(std::uint64_t size, const ReadAt& read, const F
     p += kCentralBytes + nameLen + extraLen + commentLen;
   }
   return entries;
+}
+
+std::vector<Span> directorySpans(std::uint64_t size, const ReadAt& read, const Fail& fail) {
+  const Directory d = findDirectory(size, read, fail);
+  std::vector<Span> spans{{d.offset, d.offset + d.size}, {d.end, size}};
+  if (d.zip64) {
+    spans.push_back({d.end64, d.end64 + kEnd64Bytes});
+    spans.push_back({d.end - kEnd64LocatorBytes, d.end});
+  }
+  return spans;
 }
 
 std::uint64_t dataOffset(const Entry& entry, std::uint64_t size, const ReadAt& read, const Fail& fail) {

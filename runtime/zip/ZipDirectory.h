@@ -17,13 +17,24 @@ constexpr std::size_t kLocalBytes = 30, kCentralBytes = 46, kEndBytes = 22, kEnd
 
 struct Entry {
   std::string name;
+  std::uint64_t centralOffset = 0;  // of the entry's header in the central directory
   std::uint64_t localOffset = 0;  // of the entry's local header
   std::uint64_t compressedSize = 0;
   std::uint64_t size = 0;         // uncompressed
   std::uint32_t crc = 0;
   int method = 0;                 // 0 stored, 8 deflated
   bool encrypted = false;
+  bool descriptor = false;        // a data descriptor follows its data
 };
+
+// The bytes [begin, end) of an archive.
+struct Span {
+  std::uint64_t begin = 0, end = 0;
+  bool overlaps(const Span& other) const { return begin < other.end && other.begin < end; }
+};
+
+// The largest data descriptor (zip64, with its optional signature).
+constexpr std::size_t kMaxDescriptorBytes = 24;
 
 // Reads exactly `n` bytes at `offset` into `out`, or throws.
 using ReadAt = std::function<void(std::uint64_t offset, void* out, std::size_t n)>;
@@ -32,6 +43,10 @@ using Fail = std::function<void(const std::string& what)>;
 
 // The entries of the archive of `size` bytes, in directory order.
 std::vector<Entry> readDirectory(std::uint64_t size, const ReadAt& read, const Fail& fail);
+
+// Where the directory itself lies in the archive of `size` bytes: the central directory,
+// the zip64 end record and its locator (if any), and the end record to the end of the file.
+std::vector<Span> directorySpans(std::uint64_t size, const ReadAt& read, const Fail& fail);
 
 // Where `entry`'s data begin (after its local header, which must be there), checked to lie
 // with its compressed size within the archive.

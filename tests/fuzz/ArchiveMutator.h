@@ -30,41 +30,7 @@ extern "C" std::size_t LLVMFuzzerMutate(std::uint8_t* data, std::size_t size, st
 
 namespace pstrain::fuzz {
 
-// The records of a zip archive, inflated; empty when `bytes` is not one.
-inline std::vector<testsupport::Member> membersOf(const std::string& bytes) {
-  std::vector<testsupport::Member> members;
-  try {
-    const auto read = [&](std::uint64_t at, void* out, std::size_t n) {
-      if (at > bytes.size() || n > bytes.size() - at) throw std::runtime_error("out");
-      std::memcpy(out, bytes.data() + at, n);
-    };
-    const auto fail = [](const std::string& what) { throw std::runtime_error(what); };
-    for (const zip::Entry& e : zip::readDirectory(bytes.size(), read, fail)) {
-      const std::uint64_t at = zip::dataOffset(e, bytes.size(), read, fail);
-      std::string data;
-      if (e.method == 0) {
-        data = bytes.substr(at, e.size);
-      } else if (e.method == 8 && e.size < (1u << 24)) {
-        data.resize(e.size);
-        z_stream z{};
-        inflateInit2(&z, -MAX_WBITS);
-        z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data() + at));
-        z.avail_in = static_cast<uInt>(e.compressedSize);
-        z.next_out = reinterpret_cast<Bytef*>(data.data());
-        z.avail_out = static_cast<uInt>(data.size());
-        inflate(&z, Z_FINISH);
-        data.resize(z.total_out);
-        inflateEnd(&z);
-      } else {
-        return {};
-      }
-      members.push_back({e.name, data, e.method == 8, 0});
-    }
-  } catch (const std::exception&) {
-    return {};
-  }
-  return members;
-}
+using testsupport::membersOf;
 
 // The opcodes of a pickle as [start, end) byte ranges (protocol-2 opcodes libtorch reads);
 // stops at the first byte it cannot walk.

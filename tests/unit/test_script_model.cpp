@@ -10,7 +10,11 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -31,6 +35,7 @@
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/zip/ZipDirectory.h"
 #include "tests/common/ScratchDir.h"
+#include "tests/common/ZipOf.h"
 
 using namespace pstrain;
 
@@ -141,21 +146,29 @@ TEST_F(ScriptModel, OnlyTheWeightsNeededAreReadFromTheFile) {
   ASSERT_EQ(file.image().size(), bytes.size());
   const std::size_t at = bytes.find(std::string(reinterpret_cast<const char*>(b.data_ptr()), 64));
   ASSERT_NE(at, std::string::npos);
-  EXPECT_TRUE(file.leftOut(at, b.nbytes()));
-  EXPECT_FALSE(file.leftOut(at, b.nbytes() - 1));
+  EXPECT_TRUE(file.isStorageData(at, b.nbytes()));
+  EXPECT_FALSE(file.isStorageData(at, b.nbytes() - 1));
   EXPECT_TRUE(file.image().substr(at, b.nbytes()) == std::string(b.nbytes(), '\0'));
   const std::size_t end = at + b.nbytes();  // its data descriptor, the next record's header; the directory
   EXPECT_TRUE(file.image().substr(end, 64) == std::string_view(bytes).substr(end, 64));
-  EXPECT_TRUE(file.image().substr(bytes.size() - 1024) == std::string_view(bytes).substr(bytes.size() - 1024));
-  std::string copied(100, 'x');
-  file.copy(at - 50, copied.data(), copied.size());  // across the left-out data's start: the file's
-  EXPECT_TRUE(copied == bytes.substr(at - 50, 100));
+  int hidden = 0;  // the directory, but the debug records' names (ModelFile.h): ".debug_pk_"
+  for (std::size_t i = bytes.size() - 1024; i < bytes.size(); ++i) {
+    if (file.image()[i] == bytes[i]) continue;
+    EXPECT_EQ(bytes.substr(i - 9, 10), ".debug_pkl");
+    EXPECT_EQ(file.image()[i], '_');
+    ++hidden;
+  }
+  EXPECT_GT(hidden, 0);
+  std::string copied(20, 'x');
+  file.copyImage(at - 20, copied.data(), copied.size());  // its local header, up to its data: the file's
+  EXPECT_TRUE(copied == bytes.substr(at - 20, 20));
+  EXPECT_THROW(file.copyImage(at - 10, copied.data(), copied.size()), ConfigError);  // part of its data: refused
   EXPECT_EQ(file.identity(), fmt::format("crc32 {:08x}, {} bytes", zip::crc32Of(0, bytes.data(), bytes.size()),
                                          bytes.size()));
   EXPECT_EQ(whole->fileIdentity(), file.identity());
-  file.checkUnchanged();
-  std::ofstream(path, std::ios::app) << "x";  // another program writes it
-  EXPECT_THROW(file.checkUnchanged(), ConfigError);
+  std::string filled(b.nbytes(), '\0');
+  file.fill(at, filled.data(), filled.size());
+  EXPECT_TRUE(filled == bytes.substr(at, b.nbytes()));
 }
 
 // Loading runs a module's __setstate__ on what was read: a file whose code has one is loaded
@@ -179,9 +192,9 @@ TEST_F(ScriptModel, ASetStateSeesTheWeightsEvenWhereTheyAreNotNeeded) {
   )");
   const std::string path = (scratch.path() / "derived.pt").string();
   module.save(path);
-  models::trustModelFiles() = true;  // __setstate__ is code the check would weigh: not what this test is about
+  models::modelFilePolicy().trusted = true;  // __setstate__ is code the check would weigh: not what this test is about
   const auto net = models::loadScriptModel(path, [](const models::Net&) { return models::FlatSpan{0, 0}; });
-  models::trustModelFiles() = false;
+  models::modelFilePolicy().trusted = false;
   const at::Tensor out = net->forward(torch::zeros({1}));
   EXPECT_NEAR(out.item<float>(), (w * 2).sum().item<float>(), 1e-2);
   EXPECT_TRUE(torch::equal(models::stateDict(*net)[0].second, w));
@@ -247,8 +260,9 @@ TEST_F(ScriptModel, TheCheckProcessChecksTheFileItIsGiven) {
   const std::string hostile = (fs::path(PSTRAIN_FUZZ_CORPUS) / "model" / "setstate.pt").string();
   auto check = [&](const std::string& opened, const std::string& named) {
     const int fd = opened.empty() ? -1 : ::open(opened.c_str(), O_RDONLY | O_CLOEXEC);
-    auto result = process::runCommand({PSTRAIN_PSEVAL, "--check-model", named, "--stdin"}, std::chrono::seconds(60),
-                                      /*captureOutput=*/true, {}, fd);
+    auto result = process::runCommand({PSTRAIN_PSEVAL, "--check-model", named, "--stdin", "--parent",
+                                       std::to_string(::getpid())},
+                                      std::chrono::seconds(60), /*captureOutput=*/true, {}, fd);
     if (fd >= 0) ::close(fd);
     return result;
   };
@@ -303,6 +317,125 @@ TEST_F(ScriptModel, AFileSwappedWhileItLoadsNeverRunsTheSwappedInCode) {
   fs::current_path(before);
   EXPECT_EQ(loaded + refused, 40);
   EXPECT_TRUE(wrote.empty()) << wrote.front();
+}
+
+// A module whose __setstate__ (which loading runs) does `body` after restoring its state.
+std::string moduleWithSetState(const std::filesystem::path& dir, const std::string& name, const std::string& body) {
+  torch::jit::Module module("Restored");
+  module.register_attribute("training", c10::BoolType::get(), true);
+  module.register_parameter("w", torch::ones({3}), false);
+  module.define(R"(
+    def __getstate__(self):
+        return (self.w, self.training)
+    def __setstate__(self, state: Tuple[Tensor, bool]):
+        self.w = state[0]
+        self.training = state[1]
+)" + body + R"(
+    def forward(self, x):
+        return x * self.w
+  )");
+  const std::string path = (dir / name).string();
+  module.save(path);
+  return path;
+}
+
+// A __setstate__ that raises is the file's own failure, said as it is: by the check process's
+// trial load (which refuses on any failure), naming the function and what it raised.
+TEST_F(ScriptModel, ASetStateThatFailsIsSaidAsItIs) {
+  const std::string path = moduleWithSetState(scratch.path(), "raises.pt",
+                                              "        assert 1 == 2, \"the model's own complaint\"\n");
+  for (const bool apart : {true, false}) {
+    if (apart) models::modelCheckCommand() = {PSTRAIN_PSEVAL, "--check-model"};
+    const std::string error = loadError(path);
+    models::modelCheckCommand().clear();
+    EXPECT_NE(error.find("loading it ran its code, which failed, in __setstate__"), std::string::npos) << error;
+    EXPECT_NE(error.find("the model's own complaint"), std::string::npos) << error;
+    EXPECT_EQ(error.find("newer PyTorch"), std::string::npos) << error;
+  }
+}
+
+// Code that never ends: the check process is stopped at the limit (--timeout), and a load in
+// this process (--trust-model: no check process) ends the process, naming the file. Each
+// within a few seconds of the limit.
+TEST_F(ScriptModel, ALoadThatNeverEndsIsStopped) {
+  const std::string path = moduleWithSetState(scratch.path(), "loops.pt",
+                                              "        while True:\n            self.training = state[1]\n");
+  models::modelFilePolicy().seconds = 2;
+  models::modelCheckCommand() = {PSTRAIN_PSEVAL, "--check-model"};
+  const auto start = std::chrono::steady_clock::now();
+  const std::string error = loadError(path);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  models::modelCheckCommand().clear();
+  EXPECT_NE(error.find(path + ": checking and loading it in the process that checks model files took more than 2 s"),
+            std::string::npos) << error;
+  EXPECT_LT(took, 10);
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  EXPECT_EXIT(
+      {
+        models::modelFilePolicy().trusted = true;
+        models::loadScriptModel(path);
+      },
+      ::testing::ExitedWithCode(2), "loops.pt: loading it \\(running its code: a __setstate__\\) took more than 2 s");
+  models::modelFilePolicy().seconds = 300;
+}
+
+// The pids of the processes whose command line holds `text` (ps: Linux and macOS).
+std::vector<pid_t> processesWith(const std::string& text) {
+  std::vector<pid_t> pids;
+  std::FILE* ps = ::popen("ps -A -ww -o pid= -o args=", "r");
+  char line[4096];
+  while (ps && std::fgets(line, sizeof line, ps)) {
+    if (std::string(line).find(text) != std::string::npos) pids.push_back(static_cast<pid_t>(std::atol(line)));
+  }
+  if (ps) ::pclose(ps);
+  return pids;
+}
+
+// A check process ends with the process that started it, however that one ended (SIGKILL
+// here): no check outlives its rank, spinning on a file's endless code.
+TEST_F(ScriptModel, TheCheckProcessEndsWithItsParent) {
+  const std::string path = moduleWithSetState(scratch.path(), "spins.pt",
+                                              "        while True:\n            self.training = state[1]\n");
+  const pid_t loader = ::fork();
+  if (loader == 0) {
+    models::modelCheckCommand() = {PSTRAIN_PSEVAL, "--check-model"};
+    try {
+      models::loadScriptModel(path);
+    } catch (...) {
+    }
+    ::_exit(0);
+  }
+  const std::string mark = "--parent " + std::to_string(loader);
+  for (int i = 0; i < 300 && processesWith(mark).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_FALSE(processesWith(mark).empty()) << "no check process started";
+  ::kill(loader, SIGKILL);
+  ::waitpid(loader, nullptr, 0);
+  for (int i = 0; i < 60 && !processesWith(mark).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto left = processesWith(mark);
+  for (const pid_t pid : left) ::kill(pid, SIGKILL);
+  EXPECT_TRUE(left.empty()) << "the check process outlived its parent by 3 s";
+}
+
+// Names from a file reach the terminal only as printable text: a class name holding a
+// terminal's escape sequences, a window title and a carriage return.
+TEST_F(ScriptModel, NamesFromTheFileArePrintedAsText) {
+  const std::string path = linearWithDropout("named.pt");
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto members = testsupport::membersOf(bytes);
+  for (auto& m : members) {
+    if (m.name.size() > 9 && m.name.compare(m.name.size() - 9, 9, "/data.pkl") == 0) {
+      const std::size_t global = m.data.find("c__torch__\n");
+      ASSERT_NE(global, std::string::npos);
+      m.data.replace(global, 11, "c__torch__\x1b[2J\x1b]0;owned\x07\r\n");
+    }
+  }
+  const std::string crafted = (scratch.path() / "escapes.pt").string();
+  std::ofstream(crafted, std::ios::binary) << testsupport::zipOf(members);
+  const std::string error = loadError(crafted);
+  EXPECT_NE(error.find("\\x1b[2J"), std::string::npos) << error;
+  EXPECT_TRUE(std::none_of(error.begin(), error.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20; }))
+      << error;
 }
 
 // The check process's sandbox (defence in depth: the trial load of a model file that passed

@@ -1,6 +1,8 @@
 // runtime/comm/Stall: whom a long wait names.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "runtime/comm/Stall.h"
 
 using pstrain::comm::describeMissing;
@@ -37,4 +39,23 @@ TEST(Stall, Line) {
   EXPECT_EQ(stallLine(814, 60.7, "rank 2 (mbp-1), last at step 813"),
             "pstrain: step 814: waiting 60 s for rank 2 (mbp-1), last at step 813");
   EXPECT_EQ(stallLine(-1, 10, "rank 1"), "pstrain: start-up: waiting 10 s for rank 1");
+}
+
+// A wait counts only the time its process ran: a gap of more than a second between two looks
+// (SIGSTOP, a laptop asleep) is not waiting, so a rank stopped past --timeout neither gives
+// up on the others nor names them once it runs again.
+TEST(Stall, TimeAProcessDidNotRunIsNotWaiting) {
+  using std::chrono::milliseconds;
+  const auto start = pstrain::comm::WaitClock::Clock::now();
+  pstrain::comm::WaitClock clock(start);
+  auto t = start;
+  for (int i = 0; i < 100; ++i) {
+    t += milliseconds(16);
+    clock.waited(t);
+  }
+  EXPECT_NEAR(clock.waited(t), 1.6, 1e-9);
+  t += std::chrono::seconds(600);  // stopped for ten minutes
+  EXPECT_NEAR(clock.waited(t), 1.6, 1e-9);
+  t += milliseconds(900);
+  EXPECT_NEAR(clock.waited(t), 2.5, 1e-9);
 }

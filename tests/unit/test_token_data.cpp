@@ -159,6 +159,20 @@ TEST(TokenFile, ReadsNpyArraysOfIds) {
 
 // A FIFO in a token file's place is refused at once, not waited on (its open would wait
 // for a writer: pstrain hung until the handshake's timeout named a rank, pseval forever).
+// NumPy's magic says what a file is, whatever its name: a .npy renamed train.bin is read as
+// the .npy it is (its header is no ids), and one whose header names a key twice (NumPy takes
+// the last, a reader of the first would read other ids) is refused.
+TEST(TokenFile, ANpyByAnyNameIsReadAsNpyAndItsKeysCountOnce) {
+  testsupport::ScratchDir dir("npy-named-bin");
+  writeNpy(dir / "train.bin", "<u4", "(250,)", idBytes<std::uint32_t>(250, 70000));
+  data::TokenFile renamed((dir / "train.bin").string());
+  EXPECT_EQ(renamed.count(), 250u);
+  EXPECT_STREQ(renamed.idType(), "uint32");
+  writeNpy(dir / "twice_train.npy", "<u2", "(500,), 'descr': '<u4'", idBytes<std::uint16_t>(500, 3));
+  const std::string twice = errorOf([&] { data::TokenFile((dir / "twice_train.npy").string()); });
+  EXPECT_NE(twice.find("names 'descr' twice"), std::string::npos) << twice;
+}
+
 TEST(TokenFile, AFifoIsRefusedAtOnce) {
   testsupport::ScratchDir dir("fifo-tokens");
   const std::string fifo = (dir / "train.bin").string();

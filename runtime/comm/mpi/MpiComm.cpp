@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <chrono>
 #include <climits>
+#include <cmath>
 #include <iostream>
 #include <random>
 #include <thread>
@@ -158,23 +159,16 @@ namespace {
 // With more ranks than cores, the spins rely on Open MPI's mpi_yield_when_idle (which
 // MpiSession sets there): each idle MPI_Test then yields the core to a rank that computes.
 // A wait that lasts patience.warnEvery prints who has not arrived, and again every interval.
+// Time this process did not run counts for neither (WaitClock).
 template <typename Done>
 void pollUntil(Done done, double timeoutSeconds, const std::string& what, MpiComm::Patience patience) {
-  using metrics::Clock;
   using std::chrono::microseconds;
-  const auto start = Clock::now();
-  auto after = [&](double seconds) { return start + metrics::toDuration(seconds); };
-  const auto deadline = after(timeoutSeconds);
+  WaitClock clock(metrics::Clock::now());  // waits count only while this process runs
   MpiComm::Arrivals* arrivals = patience.arrivals;
   const double warnEvery = arrivals ? arrivals->warnEvery() : 0;
   const double beatEvery = arrivals ? arrivals->beatEvery() : 0;
   int beats = 0;
-  auto nextWarning = warnEvery > 0 ? after(warnEvery) : Clock::time_point::max();
-  auto nextBeat = warnEvery > 0 ? after(beatEvery) : Clock::time_point::max();
-  // A poll comes at least every 16 ms; a longer gap means this process itself did not run
-  // (SIGSTOP, a laptop asleep), which its warnings do not count as waiting for others.
-  auto previous = start;
-  Clock::duration stopped{};
+  double nextWarning = warnEvery > 0 ? warnEvery : HUGE_VAL, nextBeat = warnEvery > 0 ? beatEvery : HUGE_VAL;
   constexpr int kSpins = 64;  // a short spin first: most waits on one host end in microseconds
   constexpr microseconds kFirstPause(50), kPollingCap(2000), kLongWaitCap(16000);
   constexpr std::size_t kLargeMessage = std::size_t(64) << 10;
@@ -185,24 +179,18 @@ void pollUntil(Done done, double timeoutSeconds, const std::string& what, MpiCom
   bool rung = false;  // in this wait
   for (int spins = kSpins;;) {
     if (done()) return;
-    const auto now = Clock::now();
-    if (now > deadline) {
+    const double waited = clock.waited(metrics::Clock::now());
+    if (waited > timeoutSeconds) {
       throw CommError(fmt::format(
           "{}: no answer from the other ranks within {} s (a rank died, hangs or is unreachable; "
           "raise --timeout if steps are really this slow){}",
           what, timeoutSeconds, warnEvery > 0 ? "; waiting for " + arrivals->missing(patience.awaited) : ""));
     }
-    if (now - previous > std::chrono::seconds(1) && warnEvery > 0) {
-      stopped += now - previous;
-      nextWarning = std::max(nextWarning, now + (nextWarning - previous));
-    }
-    previous = now;
-    if (now >= nextBeat) nextBeat = (arrivals->heartbeat(), after(beatEvery * (++beats + 1)));
-    if (now >= nextWarning) {
+    if (waited >= nextBeat) nextBeat = (arrivals->heartbeat(), beatEvery * (++beats + 1));
+    if (waited >= nextWarning) {
       // One write, flushed: the line must show while the job hangs.
-      std::cerr << stallLine(currentStep(), std::chrono::duration<double>(now - start - stopped).count(),
-                             arrivals->missing(patience.awaited)) + "\n" << std::flush;
-      nextWarning = now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(warnEvery));
+      std::cerr << stallLine(currentStep(), waited, arrivals->missing(patience.awaited)) + "\n" << std::flush;
+      nextWarning = waited + warnEvery;
     }
     if (spins > 0) {
       --spins;
