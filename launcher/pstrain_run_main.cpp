@@ -22,6 +22,9 @@ int main(int argc, char** argv) {
   }
   try {
     return launcher::superviseElastic(options);
+  } catch (const InputError& e) {  // the train dir refused as pstrain refuses it: final, as pstrain's exit 2 is
+    launcher::printErrorLine(fmt::format("pstrain-run: error: {}", e.what()));
+    return 2;
   } catch (const std::exception& e) {
     launcher::printErrorLine(fmt::format("pstrain-run: error: {}", e.what()));
     return 1;

@@ -32,8 +32,10 @@ constexpr std::uint64_t kAppend = ~std::uint64_t(0);
 // A zip archive of `members` (stored, or raw deflate): first those whose `at[i]` is kAppend
 // (all when `at` is empty), one after the other; then the others, in order, each with its
 // local header at `at[i]` over what is there; then the central directory, in the members'
-// order, after the last byte written.
-inline std::string zipAt(const std::vector<Member>& members, const std::vector<std::uint64_t>& at) {
+// order, after the last byte written. Where each record's data begin goes to `dataAt`
+// (unless null).
+inline std::string zipAt(const std::vector<Member>& members, const std::vector<std::uint64_t>& at,
+                         std::vector<std::uint64_t>* dataAt = nullptr) {
   std::vector<std::string> records(members.size());
   std::vector<std::uint32_t> crcs(members.size());
   std::vector<std::uint64_t> bodies(members.size()), offsets(members.size());
@@ -74,6 +76,12 @@ inline std::string zipAt(const std::vector<Member>& members, const std::vector<s
     offsets[i] = at[i];
     if (out.size() < at[i] + records[i].size()) out.resize(at[i] + records[i].size(), '\0');
     out.replace(at[i], records[i].size(), records[i]);
+  }
+  if (dataAt) {
+    dataAt->clear();
+    for (std::size_t i = 0; i < members.size(); ++i) {
+      dataAt->push_back(offsets[i] + 30 + members[i].name.size() + members[i].extraBytes);
+    }
   }
   std::string directory;
   for (std::size_t i = 0; i < members.size(); ++i) {

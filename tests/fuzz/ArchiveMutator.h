@@ -11,6 +11,9 @@
 //     string length;
 //   - the zip itself: a record deflated, its declared size forged, dropped, or renamed
 //     in other letter case;
+//   - the layout: a record moved into a storage's data (its header, its code), a storage's
+//     copy sharing its bytes, a record in a storage's header's extra field (the shapes a
+//     model file's image must refuse: models/ModelFile.h);
 // else (or where the input is no archive) libFuzzer's own byte-level mutation. Include it
 // in one target's translation unit: it defines LLVMFuzzerCustomMutator.
 #include <zlib.h>
@@ -115,15 +118,72 @@ inline std::string replaced(std::string text, const std::string& from, const std
   return text;
 }
 
-// One structural mutation of `members`; false if none applied.
-inline bool mutateStructure(std::vector<testsupport::Member>& members, std::mt19937_64& random) {
+// Whether `name` is a storage's record ("<root>/data/<key>").
+inline bool isStorage(const std::string& name) {
+  const std::size_t slash = name.rfind('/');
+  return slash != std::string::npos && slash >= 5 && name.compare(slash - 5, 6, "/data/") == 0 && slash + 1 < name.size();
+}
+
+// The model file's image (models/ModelFile.h) leaves a large storage's data out: a record
+// moved where those data are, as a crafted file hides code or names from the checks. Another
+// record's local header and data inside them, or its header at their end, or a storage's
+// copy sharing their bytes, or the record inside the storage's local header's extra field
+// with its tail in the data (the audit's hidden code). Sets `at` (zipAt's placements).
+inline bool moveIntoAStorage(std::vector<testsupport::Member>& members, std::vector<std::uint64_t>& at,
+                             std::mt19937_64& random) {
+  std::vector<std::size_t> storages;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (isStorage(members[i].name) && !members[i].deflate && !members[i].data.empty()) storages.push_back(i);
+  }
+  if (storages.empty() || members.size() < 2) return false;
+  const std::size_t storage = storages[random() % storages.size()];
+  std::size_t moved = random() % members.size();
+  if (moved == storage) moved = (moved + 1) % members.size();
+  const std::uint64_t header = 30 + members[moved].name.size();
+  const std::uint64_t length = members[storage].data.size();
+  std::uint64_t offset = 0;  // from the storage's data
+  switch (random() % 4) {
+    case 0: offset = random() % length; break;                   // inside
+    case 1: offset = length - std::min(length, header) + random() % std::min(length, header); break;  // at the end
+    case 2: {                                                     // a copy sharing bytes
+      testsupport::Member copy = members[storage];
+      copy.name = copy.name.substr(0, copy.name.rfind('/') + 1) + std::to_string(random() % 100);
+      members.push_back(copy);
+      moved = members.size() - 1;
+      offset = random() % length;
+      break;
+    }
+    default: {                                                    // in the extra field, its tail in the data
+      const std::uint64_t head = 1 + random() % 64;
+      members[storage].extraBytes = header + head;
+      offset = 0;
+      at.assign(members.size(), testsupport::kAppend);
+      at[moved] = 0;
+      std::vector<std::uint64_t> data;
+      testsupport::zipAt(members, at, &data);
+      at[moved] = data[storage] - members[storage].extraBytes;
+      return true;
+    }
+  }
+  at.assign(members.size(), testsupport::kAppend);
+  at[moved] = 0;
+  std::vector<std::uint64_t> data;
+  testsupport::zipAt(members, at, &data);
+  at[moved] = data[storage] + offset;
+  return true;
+}
+
+// One structural mutation of `members` (and where zipAt puts them: `at`); false if none applied.
+inline bool mutateStructure(std::vector<testsupport::Member>& members, std::vector<std::uint64_t>& at,
+                            std::mt19937_64& random) {
   if (members.empty()) return false;
   std::vector<std::size_t> pickles;
   for (std::size_t i = 0; i < members.size(); ++i) {
     const std::string& n = members[i].name;
     if (n.size() > 4 && n.compare(n.size() - 4, 4, ".pkl") == 0) pickles.push_back(i);
   }
-  switch (random() % 6) {
+  switch (random() % 7) {
+    case 6: return moveIntoAStorage(members, at, random);
     case 0: {  // a namespace or class renamed everywhere
       static const char* const kNames[] = {"__torch__", "evil_code", "torch", "torch._utils", "__main__", "builtins",
                                            "collections", "torch.jit._pickle", "x", "__torch__.torch"};
@@ -195,8 +255,9 @@ extern "C" std::size_t LLVMFuzzerCustomMutator(std::uint8_t* data, std::size_t s
                                                unsigned int seed) {
   std::mt19937_64 random(seed);
   auto members = pstrain::fuzz::membersOf(std::string(reinterpret_cast<const char*>(data), size));
-  if (random() % 8 != 0 && pstrain::fuzz::mutateStructure(members, random)) {
-    const std::string packed = pstrain::testsupport::zipOf(members);
+  std::vector<std::uint64_t> at;
+  if (random() % 8 != 0 && pstrain::fuzz::mutateStructure(members, at, random)) {
+    const std::string packed = pstrain::testsupport::zipAt(members, at);
     if (packed.size() <= maxSize) {
       std::memcpy(data, packed.data(), packed.size());
       return packed.size();

@@ -142,17 +142,19 @@ check "bad flag for pstrain: exit 2, nothing launched, the flag named" \
 rc=$?
 check "configuration error at start-up: exit 2, one launch, not retried" \
   bash -c "[ $rc -eq 2 ] && [ \$(grep -c '\"launch\"' bad2/elastic.jsonl) -eq 1 ] && grep -q 'not retried' bad2/elastic.jsonl"
-# A train dir that holds a finished run, without --overwrite: pstrain refuses it on rank 0
-# alone (exit 2), and pstrain-run must neither retry nor resume that run.
+# A train dir that holds a finished run, without --overwrite: pstrain-run refuses it as
+# pstrain would (exit 2) before it launches anything or writes an event there.
 cp -R "$scratch/reference" "$scratch/held"
+events=$( (cat "$scratch/held/elastic.jsonl" 2>/dev/null || true) | wc -l | tr -d ' ')
 before=$(cd "$scratch/held" && sha256_of trained_model.pt metrics.jsonl)
 "$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" -- "${data[@]}" --steps 300 \
   --train-dir "$scratch/held" > held.log 2>&1
 rc=$?
 after=$(cd "$scratch/held" && sha256_of trained_model.pt metrics.jsonl)
 grep -E '^pstrain(-run)?: ' held.log | sed 's/^/     /'
-check "a train dir that holds a run: exit 2, one launch, not retried, the refusal named" \
-  bash -c "[ $rc -eq 2 ] && [ \$(grep -c '\"launch\"' held/elastic.jsonl) -eq 1 ] && grep -q 'not retried' held/elastic.jsonl && grep -q 'already holds a run' held.log"
+check "a train dir that holds a run: exit 2, nothing launched, no event written there, the refusal named" \
+  bash -c "[ $rc -eq 2 ] && [ \$( (cat held/elastic.jsonl 2>/dev/null || true) | wc -l) -eq $events ] &&
+           ! grep -q 'pstrain-run: launch' held.log && grep -q 'already holds a run' held.log"
 check "a train dir that holds a run: its trained_model.pt and metrics.jsonl unchanged" test "$before" = "$after"
 # --config works under pstrain-run: its train dir and mode are the job's.
 printf 'train-dir = %s\nmode = allreduce\nsteps = 6\nmodel = mlp\ndataset = synthetic\nlog-every = 2\n' "$scratch/configured" > job.conf

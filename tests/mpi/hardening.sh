@@ -9,7 +9,10 @@
 #   3. two jobs on one train dir: the second is refused; a train dir that other users can
 #      write is refused;
 #   4. pseval looks again at a checkpoint that fails its check (as while it is republished);
-#   5. a --config file missing on one host: every rank's failure is reported, none waits.
+#   5. a --config file missing on one host: every rank's failure is reported, none waits;
+#   6. a model file whose code never ends (a __setstate__ that loops): under --timeout 15
+#      the job ends within 60 s naming the file, with and without --trust-model; after
+#      kill -9 of mpirun and its ranks mid-check, no pstrain process is left.
 # Usage: hardening.sh PSTRAIN PSEVAL MPIRUN SCRATCH
 set -uo pipefail
 pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
@@ -199,4 +202,46 @@ rc=$?
 cat config.log | grep pstrain | sed 's/^/     /'
 check "--config missing on ranks 1 and 2: exit 2, the ranks named" \
   bash -c "[ $rc -eq 2 ] && grep -q 'pstrain: error: ranks 1, 2: cluster.conf: cannot read the config file' config.log"
+
+# --- 6. a model file whose code never ends ------------------------------------------------
+cat > loops.py <<'PY'
+import sys, torch
+from typing import Tuple
+class Loops(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(784, 10)
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+    @torch.jit.export
+    def __getstate__(self):
+        return (self.fc.weight, self.training)
+    @torch.jit.export
+    def __setstate__(self, state: Tuple[torch.Tensor, bool]):
+        while True:
+            self.training = state[1]
+torch.jit.script(Loops()).save(sys.argv[1])
+PY
+"$PSTRAIN_PYTHON" loops.py loops.pt
+for trust in "" --trust-model; do
+  start=$(now_seconds)
+  with_timeout 120 "$mpirun" -np 2 "$pstrain" --model loops.pt --dataset synthetic --timeout 15 $trust \
+    --train-dir "loops$trust" > "loops$trust.log" 2>&1
+  rc=$?
+  took=$(awk -v a="$(now_seconds)" -v b="$start" 'BEGIN { printf "%.0f", a - b }')
+  grep -m1 "loops.pt" "loops$trust.log" | sed 's/^/     /'
+  check "a load that never ends${trust:+ ($trust)}: the job ends within 60 s (took $took s), naming the file" \
+    bash -c "[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -le 60 ] && grep -q 'loops.pt: .*took more than 15 s' loops$trust.log"
+done
+with_timeout 120 "$mpirun" -np 2 "$pstrain" --model loops.pt --dataset synthetic --timeout 300 --train-dir killed \
+  > killed.log 2>&1 &
+for _ in $(seq 300); do [ "$(pids_of 'pstrain' --check-model | wc -l)" -ge 2 ] && break; sleep 0.1; done
+checks_started=$(pids_of 'pstrain' --check-model | wc -l | tr -d ' ')
+# shellcheck disable=SC2046  # pids are words
+kill -9 $(pids_of 'mpirun|mpiexec|orterun|prterun' killed) $(pids_of 'pstrain' killed) 2>/dev/null
+sleep 3
+left=$(( $(pids_of 'pstrain' --check-model | wc -l) + $(pids_of 'pstrain' killed | wc -l) ))
+check "kill -9 of mpirun and its ranks mid-check ($checks_started check processes): no pstrain process left" \
+  bash -c "[ $checks_started -ge 2 ] && [ $left -eq 0 ]"
+wait
 checks_done

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A rank that stops answering (SIGSTOP) in a real mpirun job, in each mode that waits for
 # others: within --stall-warning seconds the waiting ranks print a line naming it, its host
-# and its last step; after SIGCONT the run goes on and ends with exit 0.
+# and its last step; after SIGCONT the run goes on and ends with exit 0. And every rank
+# stopped together for longer than --timeout (a laptop asleep): continued, the run goes on.
 # Usage: stall.sh PSTRAIN PSEVAL MPIRUN SCRATCH
 set -uo pipefail
 pstrain=$1 mpirun=$3 scratch=$4
@@ -66,4 +67,22 @@ stall async 6 2 "1 2" --mode async
 check "async (both workers stopped): rank 0 names them (took $took s)" \
   bash -c "[ '$took' != none ] || grep -qE '^\\[0@$host\\] .*waiting [0-9]+ s for rank 2 ' '$scratch/async.log'"
 check "async: after SIGCONT the run finishes with exit 0" test "$rc" -eq 0
+
+# Every rank stopped for 12 s under --timeout 6, then continued: time a rank did not run is
+# no time it waited, so none gives up on the others.
+dir=$scratch/asleep
+with_timeout 180 "$mpirun" -np 3 "$pstrain" --device cpu --model mlp --dataset synthetic --steps 400 --batch-size 32 \
+  --log-every 20 --checkpoint-every 0 --timeout 6 --straggle 1:10,2:10 --train-dir "$dir" > "$dir.log" 2>&1 &
+job=$!
+for _ in $(seq 600); do [ -s "$dir/metrics.jsonl" ] && break; sleep 0.1; done
+pids="$(rank_pid "$dir" 0) $(rank_pid "$dir" 1) $(rank_pid "$dir" 2)"
+# shellcheck disable=SC2086  # the pids are words
+kill -STOP $pids
+sleep 12
+# shellcheck disable=SC2086
+kill -CONT $pids
+wait "$job"
+rc=$?
+grep -E "no answer|waiting" "$dir.log" | head -3 | sed 's/^/     /'
+check "every rank stopped 12 s under --timeout 6 (a laptop asleep): the run finishes with exit 0" test "$rc" -eq 0
 checks_done

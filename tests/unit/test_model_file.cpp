@@ -49,16 +49,12 @@ class ModelFile : public ::testing::Test {
     ADD_FAILURE() << "no record ends with " << suffix;
     return 0;
   }
-  // Where the data of record `i` begin in zipAt(members, at) (records stored, as recordsOf's).
+  // Where the data of record `i` begin in zipAt(members, at).
   static std::uint64_t dataOf(const std::vector<testsupport::Member>& members, const std::vector<std::uint64_t>& at,
                               std::size_t i) {
-    const auto header = [&](std::size_t j) { return 30 + members[j].name.size() + members[j].extraBytes; };
-    if (at[i] != testsupport::kAppend) return at[i] + header(i);
-    std::uint64_t offset = 0;
-    for (std::size_t j = 0; j < i; ++j) {
-      if (at[j] == testsupport::kAppend) offset += header(j) + members[j].data.size();
-    }
-    return offset + header(i);
+    std::vector<std::uint64_t> data;
+    testsupport::zipAt(members, at, &data);
+    return data[i];
   }
   std::string write(const std::string& name, const std::string& bytes) {
     const std::string path = (scratch / name).string();
