@@ -27,6 +27,7 @@
 #include <sstream>
 #include <vector>
 
+#include "models/ImageReader.h"
 #include "models/ModelFile.h"
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
@@ -212,14 +213,6 @@ void checkBeforeLoading(caffe2::serialize::PyTorchStreamReader& archive, const z
   checkGraphs(*unit, path);
 }
 
-// A large storage that a load left unread: its memory (never written: where its pages are
-// fresh, they take none) and where its bytes are in the file.
-struct Deferred {
-  void* data;
-  std::uint64_t at;
-  std::size_t bytes;
-};
-
 class ScriptNet : public Net {
  public:
   ScriptNet(torch::jit::Module module, std::string path, std::string identity)
@@ -382,34 +375,6 @@ void checkArchiveApart(const ModelFile& file, const std::string& path) {
                                 "model again with torch.jit.script(model).save(\"{}\")",
                                 path, TORCH_VERSION, how, path));
 }
-
-// libtorch's reader over a ModelFile: each read of a large storage's data whole is left to
-// later (`defer`) or filled from the file; everything else comes from the image (a read of
-// part of a storage's data is refused: ModelFile.h).
-class ImageReader : public caffe2::serialize::ReadAdapterInterface {
- public:
-  // `file` must outlive the reader.
-  ImageReader(const ModelFile& file, bool defer) : file_(file), defer_(defer) {}
-  size_t size() const override { return file_.image().size(); }
-  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
-    if (pos >= size()) return 0;
-    n = std::min<size_t>(n, size() - pos);
-    if (!file_.isStorageData(pos, n)) {
-      file_.copyImage(pos, buf, n);
-    } else if (defer_) {
-      deferred_.push_back({buf, pos, n});
-    } else {
-      file_.fill(pos, buf, n);
-    }
-    return n;
-  }
-  std::vector<Deferred> takeDeferred() { return std::move(deferred_); }
-
- private:
-  const ModelFile& file_;
-  const bool defer_;
-  mutable std::vector<Deferred> deferred_;
-};
 
 // The check process's: a thread that ends this process as soon as `parent` is no longer its
 // parent (it ended, however: even SIGKILL), so that a check never outlives the rank that

@@ -31,3 +31,7 @@ target_link_libraries(fuzz_model PRIVATE ${TORCH_LIBRARIES})
 # Large storages of 64 bytes or more, not 1 MiB: the fuzzer's inputs (64 KiB at most) have
 # some, so that the image leaves them out as it does a real model's (models/ModelFile.h).
 target_compile_definitions(fuzz_model PRIVATE PSTRAIN_LARGE_STORAGE_BYTES=64)
+pstrain_fuzzer(fuzz_image models/ModelFile.cpp runtime/zip/ArchiveCheck.cpp runtime/zip/ZipDirectory.cpp
+               runtime/Portable.cpp runtime/rundir/ReadFile.cpp)
+target_link_libraries(fuzz_image PRIVATE ${TORCH_LIBRARIES})
+target_compile_definitions(fuzz_image PRIVATE PSTRAIN_LARGE_STORAGE_BYTES=64)
