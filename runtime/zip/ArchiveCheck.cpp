@@ -348,6 +348,13 @@ ArchiveContents checkArchive(std::string_view bytes, ArchiveKind kind, const Fai
   Records records;
   std::uint64_t inflated = 0;
   for (const Entry& entry : readDirectory(bytes.size(), read, fail)) {
+    // miniz (libtorch's reader) extracts nothing of a directory, nor of a record of no
+    // compressed bytes, and leaves the memory it allocated for its declared size as it was:
+    // the loader would read whatever that memory held, not what the checks read.
+    if (entry.directory) fail(fmt::format("record {} is marked a directory", entry.name));
+    if (entry.compressedSize == 0 && entry.size != 0) {
+      fail(fmt::format("record {} declares {} bytes but holds none", entry.name, entry.size));
+    }
     const bool stored = entry.method == 0 && entry.compressedSize == entry.size;
     if (!stored && !(modelFile && entry.method == 8)) fail(fmt::format("record {} is compressed", entry.name));
     if (!stored && (entry.size > kMaxInflated || (inflated += entry.size) > kMaxInflatedTotal)) {

@@ -9,7 +9,9 @@
 // names and allocates any string length it reads, and pops items without checking that
 // they are there. This check bounds all of that by the file's own bytes:
 //   - every record lies within the file, no two names equal letter case aside (libtorch
-//     looks names up that way); stored uncompressed, as PyTorch writes them, except a model
+//     looks names up that way), none marked a directory or declaring bytes it does not
+//     hold (libtorch's miniz would extract nothing of them: the loader would read
+//     uninitialized memory); stored uncompressed, as PyTorch writes them, except a model
 //     file's code (torch.jit.save deflates it), each such record at most kMaxInflated bytes
 //     inflated and all of them kMaxInflatedTotal (a zip bomb cannot make every rank
 //     allocate gigabytes);

@@ -110,6 +110,8 @@ std::vector<Entry> readDirectory(std::uint64_t size, const ReadAt& read, const F
     e.size = littleEndian(&cd[p + 24], 4);
     e.localOffset = littleEndian(&cd[p + 42], 4);
     e.name.assign(reinterpret_cast<const char*>(&cd[p + kCentralBytes]), nameLen);
+    constexpr std::uint64_t kDosDirectory = 0x10;  // of the external attributes' low byte
+    e.directory = (!e.name.empty() && e.name.back() == '/') || (littleEndian(&cd[p + 38], 4) & kDosDirectory) != 0;
     readZip64Extra(cd, p + kCentralBytes + nameLen, p + kCentralBytes + nameLen + extraLen, e, fail);
     entries.push_back(std::move(e));
     p += kCentralBytes + nameLen + extraLen + commentLen;

@@ -25,6 +25,9 @@ struct Entry {
   int method = 0;                 // 0 stored, 8 deflated
   bool encrypted = false;
   bool descriptor = false;        // a data descriptor follows its data
+  // Marked a directory (its name ends with '/', or its DOS attributes say so): a zip reader
+  // such as miniz (libtorch's) extracts nothing of it, whatever its sizes say.
+  bool directory = false;
 };
 
 // The bytes [begin, end) of an archive.

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <sstream>
@@ -234,4 +235,23 @@ TEST_F(ModelFile, ATensorReachingPastItsStorageIsRefused) {
   pickle.replace(at, view.size(), std::string("(K\nM\x10\x03t(M\x10\x03K\x01t", 14));  // (10, 784), (784, 1)
   const std::string error = loadError(write("past.pt", testsupport::zipOf(members)));
   EXPECT_NE(error.find("reaches past its storage of 16 elements"), std::string::npos) << error;
+}
+
+// Found by fuzz_image (tests/fuzz/corpus/image/directory-attribute.pt): a code record whose
+// central directory entry has the DOS directory attribute. libtorch's miniz extracts nothing
+// of a "directory" and reports success, so the loader would read the uninitialized memory
+// libtorch allocated for it while the checks read the record's code. Refused, as a record
+// that declares bytes it does not hold is.
+TEST_F(ModelFile, RecordsThatLibtorchWouldNotExtractAreRefused) {
+  const std::string marked = (std::filesystem::path(PSTRAIN_FUZZ_CORPUS) / "image" / "directory-attribute.pt").string();
+  std::string error = loadError(marked);
+  EXPECT_NE(error.find("is marked a directory"), std::string::npos) << error;
+  auto members = recordsOf(linear());
+  members[indexOf(members, "/version")].deflate = true;
+  std::string bytes = testsupport::zipOf(members);
+  // Its compressed size in its central directory entry (whose name is the last "/version") set to 0.
+  const std::size_t entry = bytes.rfind(members[indexOf(members, "/version")].name) - 46;
+  std::memset(&bytes[entry + 20], 0, 4);
+  error = loadError(write("empty.pt", bytes));
+  EXPECT_NE(error.find("declares 2 bytes but holds none"), std::string::npos) << error;
 }
