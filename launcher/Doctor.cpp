@@ -29,6 +29,7 @@
 #include "runtime/Process.h"
 #include "runtime/metrics/Clock.h"
 #include "runtime/protocol/Handshake.h"
+#include "runtime/training/MemoryPlan.h"
 
 namespace pstrain::launcher {
 namespace {
@@ -113,19 +114,20 @@ std::string trainDirProblem(const std::string& trainDir, double checkpointBytes,
   return "";
 }
 
-// A checkpoint's size, at most: the weights and up to two optimizer states (Adam's moments),
-// float32. A model file's size stands for its weights.
-double checkpointBytes(const config::TrainConfig& cfg) {
-  double weights = 0;
+// The model's parameters: a zoo model's count, or a model file's size over 4 (its weights
+// are float32).
+std::int64_t parametersOf(const config::TrainConfig& cfg) {
   if (config::isModelFile(cfg.model)) {
     std::error_code ec;
-    weights = static_cast<double>(fs::file_size(cfg.model, ec));
-    if (ec) weights = 0;
-  } else {
-    weights = 4.0 * static_cast<double>(models::parameterCount(*models::makeModel(cfg.model, data::datasetInfo(cfg.dataset).classes)));
+    const auto bytes = fs::file_size(cfg.model, ec);
+    return ec ? 0 : static_cast<std::int64_t>(bytes / 4);
   }
-  return 3 * weights;
+  return models::parameterCount(*models::makeModel(cfg.model, data::datasetInfo(cfg.dataset).classes));
 }
+
+// A checkpoint's size, at most: the weights and up to two optimizer states (Adam's moments),
+// float32.
+double checkpointBytes(const config::TrainConfig& cfg) { return 3 * 4.0 * static_cast<double>(parametersOf(cfg)); }
 
 // Ends the job with status 2 when the check has not finished within --timeout, naming what
 // it was waiting for: an unreachable rank would otherwise hang it.
@@ -169,6 +171,8 @@ protocol::Facts factsOf(const config::TrainConfig& cfg, comm::MpiComm& comm) {
   facts.emplace_back("mpi", comm::MpiSession::libraryVersion());
   facts.emplace_back("blas", processBlas().name);
   facts.emplace_back("firewall", firewallBlocking(self));
+  facts.emplace_back("host-mib", fmt::format("{:.1f}", portable::physicalMemoryBytes() / double(1 << 20)));
+  facts.emplace_back("resident-mib", fmt::format("{:.1f}", portable::residentMib()));
   if (computes) {
     try {
       facts.emplace_back("device", chooseDevice(cfg.device, localRank()).str());
@@ -186,6 +190,37 @@ protocol::Facts factsOf(const config::TrainConfig& cfg, comm::MpiComm& comm) {
 }
 
 using RankFacts = std::map<std::string, std::string>;
+
+// Every host's memory against what its ranks will hold (training/MemoryPlan.h), from each
+// rank's memory now and the weights it will load; no step is run, so no activations are
+// counted (--dry-run measures them). One problem line per host that would not fit.
+std::vector<std::string> memoryProblems(const config::TrainConfig& cfg, std::vector<RankFacts>& all) {
+  std::int64_t parameters = 0;
+  try {
+    parameters = parametersOf(cfg);
+  } catch (const Error&) {  // the model or data set: reported by its own check
+    return {};
+  }
+  const int servers = cfg.modeInfo().peers() ? 0 : cfg.servers;
+  const double weightBytes = cfg.bf16Weights() ? 2 : 4;
+  std::vector<training::RankMeasure> ranks;
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    RankFacts& f = all[static_cast<std::size_t>(r)];
+    training::RankMeasure m;
+    m.host = f["host"];
+    m.hostMib = std::stod(f["host-mib"]);
+    m.held = r < servers ? (parameters + servers - 1) / servers : parameters;
+    m.residentMib = std::stod(f["resident-mib"]) +
+                    (r < servers ? 4.0 : weightBytes) * static_cast<double>(m.held) / (1 << 20);
+    ranks.push_back(m);
+  }
+  std::vector<std::string> problems;
+  for (const std::string& host : training::hostsThatDoNotFit(ranks, training::predictMemory(cfg, parameters, ranks))) {
+    problems.push_back(fmt::format("{}, before activations: use more hosts (--servers K, one a host), --precision "
+                                   "bf16-weights, or a smaller model (--dry-run says each rank's peak)", host));
+  }
+  return problems;
+}
 
 // The value most ranks hold for `key` (ties: the lowest rank's), among those that state it.
 std::string majority(const std::vector<RankFacts>& all, const std::string& key) {
@@ -319,7 +354,8 @@ int runDoctor(comm::MpiComm& comm, const config::TrainConfig& cfg) {
   if (rank == 0) {
     std::vector<RankFacts> all;
     for (int r = 0; r < comm.size(); ++r) all.push_back(protocol::decodeFacts(gathered[static_cast<std::size_t>(r)], r));
-    const std::vector<std::string> problems = problemsOf(all);
+    std::vector<std::string> problems = problemsOf(all);
+    for (const std::string& p : memoryProblems(cfg, all)) problems.push_back(p);
     std::cout << reportOf(all, roundTrips, cfg.trainDir, trainDirFound, problems, metrics::secondsSince(start)) << std::flush;
     status = problems.empty() ? 0 : 2;
   }

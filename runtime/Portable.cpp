@@ -124,6 +124,21 @@ double startClockSeconds() { return 0; }
 std::vector<long> childProcesses(long) { return {}; }
 #endif
 
+double residentMib() {
+#if defined(__linux__)
+  std::ifstream statm("/proc/self/statm");
+  std::uint64_t pages = 0, resident = 0;
+  if (!(statm >> pages >> resident)) return 0;
+  return static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE)) / (1 << 20);
+#elif defined(__APPLE__)
+  proc_taskinfo info{};
+  const int size = ::proc_pidinfo(::getpid(), PROC_PIDTASKINFO, 0, &info, sizeof info);
+  return size == static_cast<int>(sizeof info) ? static_cast<double>(info.pti_resident_size) / (1 << 20) : 0;
+#else
+  return 0;
+#endif
+}
+
 double peakRssMib() {
   rusage usage{};
   ::getrusage(RUSAGE_SELF, &usage);

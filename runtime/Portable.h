@@ -19,6 +19,10 @@ double startClockSeconds();
 // when the system does not say.
 std::vector<long> childProcesses(long pid);
 
+// This process's resident memory now, MiB (Linux: /proc/self/statm; macOS: proc_pidinfo's
+// task info); 0 where the system does not say.
+double residentMib();
+
 // This process's peak resident memory so far, MiB (getrusage's ru_maxrss is KiB on Linux
 // and bytes on macOS).
 double peakRssMib();

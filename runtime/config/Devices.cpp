@@ -31,6 +31,9 @@ const std::vector<PrecisionInfo>& precisions() {
       {PrecisionKind::Fp16, "fp16", "the forward pass autocast to float16 (CUDA; MPS with libtorch 2.5 or newer; the "
                                     "CPU where libtorch's autocast has it), with dynamic loss scaling (--loss-scale), "
                                     "float32 weights, gradients and optimizer", true, true},
+      {PrecisionKind::Bf16, "bf16-weights", "bf16, and the workers hold the weights in bfloat16 (half their memory "
+                                            "and the weights' message); the servers keep float32 master weights and "
+                                            "the optimizer (sync, backup, async)", true, false, true},
   };
   return table;
 }

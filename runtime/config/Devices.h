@@ -24,7 +24,11 @@ std::string deviceNames();
 
 // What a worker computes its forward pass in (--precision), one row each. The weights, the
 // gradients and every optimizer state stay float32: bf16 autocasts the forward pass (and
-// the loss) as torch.autocast does, with no loss scaling (bfloat16 has float32's range).
+// the loss) as torch.autocast does, with no loss scaling (bfloat16 has float32's range);
+// bf16-weights also has the workers hold the weights in bfloat16 (their gradients come from
+// them), while the servers keep the float32 master weights and the optimizer state and
+// update them by torch's rule in float32 (mixed precision, the master weights where a
+// parameter server keeps them anyway): half a worker's weights, half the weights' message.
 // roles/Autocast says which devices this libtorch autocasts.
 enum class PrecisionKind { Fp32, Bf16, Fp16 };
 
@@ -34,11 +38,12 @@ struct PrecisionInfo {
   const char* help;
   bool autocasts;         // the forward pass computes in another dtype than float32
   bool scaledByDefault;   // --loss-scale auto turns dynamic loss scaling on (float16's range)
+  bool bf16Weights = false;  // the workers hold the weights in bfloat16 (the servers: float32)
 };
 
 const std::vector<PrecisionInfo>& precisions();
 const PrecisionInfo& precisionInfo(const std::string& name, const std::string& flag = "precision");
-// "fp32 | bf16".
+// "fp32 | bf16 | fp16 | bf16-weights".
 std::string precisionNames();
 
 }  // namespace pstrain::config

@@ -385,10 +385,17 @@ const std::vector<Flag> kFlags = {
                                                         c.batchSize, c.gradAccum)); }},
     {"precision", "Optimization",
      precisionNames() + ": what the workers compute the forward pass in (bf16, fp16: torch.autocast's; the "
-     "weights, gradients and the optimizer stay float32)",
+     "weights, gradients and the optimizer stay float32); bf16-weights: bf16, and the workers hold the weights in "
+     "bfloat16 (half their memory), the servers float32 master weights and the optimizer",
      &TrainConfig::precision, A::Fingerprint,
      [](const TrainConfig& c, const std::string& v) { return unlessDefault(c, v, "fp32"); }, [](const TrainConfig& c) {
-       precisionInfo(c.precision); }},
+       if (!precisionInfo(c.precision).bf16Weights) return;
+       const Exchange exchange = c.modeInfo().exchange;
+       require(exchange == Exchange::Collective || exchange == Exchange::PointToPoint,
+               fmt::format("--precision bf16-weights takes a mode with servers that keep the float32 master weights: "
+                           "sync, backup or async (got --mode {})", c.modeInfo().name));
+       require(!c.compressesWeights(), "--precision bf16-weights sends the weights as bfloat16 itself: drop "
+                                       "--compress-weights"); }},
     {"loss-scale", "Optimization",
      "auto | dynamic | none: dynamic multiplies each worker's loss by a scale before backward and divides the "
      "gradient by it again, skips an update whose gradient overflowed and halves the scale, doubles it after "

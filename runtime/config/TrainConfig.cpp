@@ -154,6 +154,10 @@ bool TrainConfig::overlapping() const {
   return updatesOnArrival() && modeInfo().exchange == Exchange::Collective && servers == 1;
 }
 
+bool TrainConfig::streamsGradients() const { return overlap == "on" && !compressesGradients(); }
+
+bool TrainConfig::bf16Weights() const { return precisionInfo(precision).bf16Weights; }
+
 bool TrainConfig::serversUpdateEachPart() const {
   return updatesOnArrival() && mode == Mode::Sync && servers > 1;
 }

@@ -171,6 +171,13 @@ struct TrainConfig {
   // Whether the sync exchange overlaps backward: updatesOnArrival(), a collective exchange
   // and one server. A function of shared fields only, so every rank decides the same.
   bool overlapping() const;
+  // Whether a worker's gradient leaves it bucket by bucket as backward makes it (sync, with
+  // one server or K): --overlap on and raw gradients. The worker then holds the buckets in
+  // flight, never a whole gradient; where updates cannot start on arrival (clipping, loss
+  // scaling, --skip-nonfinite), the server sums the buckets and updates once all are in.
+  bool streamsGradients() const;
+  // --precision bf16-weights: the workers hold the weights in bfloat16, the servers float32.
+  bool bf16Weights() const;
   // Whether, with --servers above 1, each server updates each part of its range as soon as
   // every worker's part is in (no sum of its whole range): updatesOnArrival() in sync.
   bool serversUpdateEachPart() const;

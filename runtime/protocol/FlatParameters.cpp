@@ -105,15 +105,24 @@ void collectGradients(torch::nn::Module& module, const at::Tensor& flat) {
 
 std::vector<Bucket> gradientBuckets(const torch::nn::Module& module, std::int64_t bucketBytes) {
   const std::int64_t perBucket = std::max<std::int64_t>(1, bucketBytes / 4);
-  const auto parameters = module.parameters();
-  const auto offsets = offsetsOf(parameters);
-  std::int64_t end = offsets.back();
+  std::vector<std::pair<std::int64_t, std::int64_t>> spans;
+  for (std::int64_t end = offsetsOf(module.parameters()).back(); end > 0; end -= perBucket) {
+    spans.emplace_back(std::max<std::int64_t>(0, end - perBucket), end);
+  }
+  return bucketsAt(module, spans);
+}
+
+std::vector<Bucket> bucketsAt(const torch::nn::Module& module,
+                              const std::vector<std::pair<std::int64_t, std::int64_t>>& spans) {
+  const auto offsets = offsetsOf(module.parameters());
   std::vector<Bucket> buckets;
-  int last = static_cast<int>(parameters.size()) - 1;  // the last parameter overlapping [.., end)
-  for (; end > 0; end -= perBucket) {
-    Bucket b{std::max<std::int64_t>(0, end - perBucket), end, {}};
-    while (last >= 0 && offsets[last] >= end) --last;
-    for (int i = last; i >= 0 && offsets[i + 1] > b.begin; --i) b.parameters.push_back(i);
+  for (const auto& [begin, end] : spans) {
+    Bucket b{begin, end, {}};
+    // The parameters overlapping [begin, end), last first (backward's order).
+    const auto last = std::lower_bound(offsets.begin(), offsets.end(), end) - offsets.begin() - 1;
+    for (auto i = last; i >= 0 && offsets[static_cast<std::size_t>(i) + 1] > begin; --i) {
+      b.parameters.push_back(static_cast<int>(i));
+    }
     buckets.push_back(std::move(b));
   }
   return buckets;

@@ -51,6 +51,12 @@ struct Bucket {
 };
 std::vector<Bucket> gradientBuckets(const torch::nn::Module& module, std::int64_t bucketBytes);
 
+// Buckets of the flat gradient at the ranges `spans` ([begin, end), in the order given),
+// each with the parameters it overlaps: an exchange's own cut of the gradient (the
+// sharded servers' parts).
+std::vector<Bucket> bucketsAt(const torch::nn::Module& module,
+                              const std::vector<std::pair<std::int64_t, std::int64_t>>& spans);
+
 // Buffers (BatchNorm running statistics and counters) travel as floats after the weights
 // and the gradients: bufferCount is how many, in named_buffers() order.
 std::int64_t bufferCount(const torch::nn::Module& module);

@@ -122,6 +122,32 @@ class RawDown : public DownFrame {
   StepMessages& m_;
 };
 
+// The server's down message to workers that hold bfloat16 weights (--precision
+// bf16-weights): its float32 master weights converted as torch converts them, in the
+// workers' layout (StepProtocol.h), which they receive in place (RawDown).
+class Bf16Down : public DownFrame {
+ public:
+  Bf16Down(const StepMessages& m, std::int64_t buffers)
+      : m_(m), wire_(downBytes(static_cast<std::size_t>(m.weights.numel()), static_cast<std::size_t>(buffers), m.ranks,
+                               true) / sizeof(float)) {}
+  bool fixedSize() const override { return true; }
+  void pack() override {
+    const std::int64_t n = m_.weights.numel(), w = static_cast<std::int64_t>(weightFloats(static_cast<std::size_t>(n), true));
+    std::memcpy(wire_.data(), m_.down.data(), sizeof(StepHeader));
+    wire_.view(kHeaderFloats, w).view(at::kBFloat16).narrow(0, 0, n).copy_(m_.weights);
+    wire_.view(kHeaderFloats + w, m_.downTail.numel()).copy_(m_.downTail);
+  }
+  Bytes packed() override { return bytesOf(wire_); }
+  Bytes inbox(std::size_t) override { throw InternalError("the server receives no down message"); }
+  void accept(const char*, std::size_t) override { throw InternalError("the server receives no down message"); }
+  double takeDecodeSeconds() override { return 0; }
+  double takeCodecSeconds() override { return 0; }
+
+ private:
+  const StepMessages& m_;
+  FloatBuffer wire_;
+};
+
 // [header][buffers and shares, raw][weights frame].
 class CodedDown : public DownFrame {
  public:
@@ -178,8 +204,12 @@ std::unique_ptr<UpFrame> makeUpFrame(const config::TrainConfig& cfg, const model
 
 std::unique_ptr<DownFrame> makeDownFrame(const config::TrainConfig& cfg, const models::Net& model,
                                          StepMessages& messages, std::uint64_t seed) {
-  if (!cfg.compressesWeights()) return std::make_unique<RawDown>(messages);
-  return std::make_unique<CodedDown>(cfg, model, messages, seed);
+  if (cfg.compressesWeights()) return std::make_unique<CodedDown>(cfg, model, messages, seed);
+  // The server's float32 weights to workers that hold bfloat16 ones.
+  if (cfg.bf16Weights() && messages.weights.scalar_type() == at::kFloat) {
+    return std::make_unique<Bf16Down>(messages, bufferCount(model));
+  }
+  return std::make_unique<RawDown>(messages);
 }
 
 }  // namespace pstrain::protocol

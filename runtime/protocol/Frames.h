@@ -4,7 +4,8 @@
 // StepLink writes each exchange once over them (gloo's way: the algorithm once, over
 // swappable pieces):
 //   raw, the identity coding: a message is its own floats, sent and received in place (no
-//        copy), and MPI can sum raw up messages itself;
+//        copy), and MPI can sum raw up messages itself; the server's down message to
+//        workers with bfloat16 weights is its float32 weights converted (a copy);
 //   coded (--compress, --compress-weights): the gradient or the weights as a codec frame
 //        (runtime/codec), then the rest of the message raw (buffers, trailer, header,
 //        shares: small, and read by the protocol):

@@ -15,7 +15,11 @@ StepLink::StepLink(comm::Communicator& comm, const config::TrainConfig& cfg, con
     : comm_(comm),
       messages_(messages),
       up_(makeUpFrame(cfg, model, messages, seed)),
-      down_(makeDownFrame(cfg, model, messages, seed)) {}
+      down_(makeDownFrame(cfg, model, messages, seed)) {
+  if (cfg.bf16Weights() && messages.weights.scalar_type() == at::kFloat) {  // the server's, to bfloat16 workers
+    bf16Wire_ = std::make_unique<FloatBuffer>(weightFloats(static_cast<std::size_t>(messages.weights.numel()), true));
+  }
+}
 
 StepLink::Traffic StepLink::take() {
   traffic_.codecSeconds += up_->takeCodecSeconds() + down_->takeCodecSeconds();
@@ -137,13 +141,37 @@ void StepLink::finishRoundExchange(const std::string& context) {
 
 void StepLink::startBucket(const Bucket& bucket, const std::string& context) {
   comm_.progress();
+  // Out at once: two buckets, or as many as fit in 16 MiB.
+  constexpr std::int64_t kBytesInFlight = std::int64_t(16) << 20;
+  const std::size_t window = static_cast<std::size_t>(
+      std::max<std::int64_t>(2, kBytesInFlight / std::max<std::int64_t>(1, (bucket.end - bucket.begin) * 4)));
+  while (inFlight_.size() >= window) finishOldestBucket();
   buckets_.push_back(bucket);
-  started_.push_back(comm_.startReduceSum(messages_.up.data() + bucket.begin, bucket.end - bucket.begin, 0, context));
+  inFlight_.emplace_back(comm_.startReduceSum(messages_.up.data() + bucket.begin, bucket.end - bucket.begin, 0, context),
+                         bucket);
+}
+
+void StepLink::finishOldestBucket() {
+  const auto& [request, bucket] = inFlight_.front();
+  comm_.wait(request);
+  messages_.up.release(bucket.begin, bucket.end - bucket.begin);
+  inFlight_.pop_front();
 }
 
 void StepLink::startWeightsDown(const Bucket& bucket, const std::string& context) {
-  started_.push_back(comm_.startBroadcast(messages_.weights.data_ptr<float>() + bucket.begin,
-                                          (bucket.end - bucket.begin) * sizeof(float), 0, context));
+  const std::int64_t count = bucket.end - bucket.begin;
+  if (!bf16Wire_) {  // the weights as this rank holds them, in place
+    auto* weights = static_cast<char*>(messages_.weights.data_ptr());
+    const std::size_t size = messages_.weights.element_size();
+    started_.push_back(comm_.startBroadcast(weights + bucket.begin * size, count * size, 0, context));
+    return;
+  }
+  // The server's float32 weights to workers that hold bfloat16 ones: converted bucket by
+  // bucket into a staging buffer, whose pages go back once the step's buckets are out.
+  const at::Tensor staged = bf16Wire_->view(0, static_cast<std::int64_t>(bf16Wire_->size())).view(at::kBFloat16);
+  staged.narrow(0, bucket.begin, count).copy_(messages_.weights.narrow(0, bucket.begin, count));
+  started_.push_back(comm_.startBroadcast(reinterpret_cast<char*>(bf16Wire_->data()) + bucket.begin * 2, count * 2, 0,
+                                          context));
 }
 
 void StepLink::startDownTail(const std::string& context) {
@@ -155,12 +183,14 @@ void StepLink::startDownTail(const std::string& context) {
 void StepLink::waitStarted() {
   for (std::size_t request : started_) comm_.wait(request);
   started_.clear();
+  if (bf16Wire_) bf16Wire_->release(0, static_cast<std::int64_t>(bf16Wire_->size()));
   buckets_.clear();
   countUp(messages_.upBytes());
   countDown(messages_.downBytes());
 }
 
 void StepLink::finishStep(const std::string& context) {
+  while (!inFlight_.empty()) finishOldestBucket();
   const std::size_t n = messages_.grad.numel();
   started_.push_back(comm_.startReduceSum(messages_.up.data() + n, messages_.up.size() - n, 0, context));
   for (const Bucket& b : buckets_) startWeightsDown(b, context);
@@ -211,6 +241,31 @@ void StepLink::reduceUpInBuckets(const std::vector<Bucket>& buckets,
     for (; sentDown < updated; ++sentDown) startWeightsDown(buckets[sentDown], context);
   }
   comm_.wait(rest);
+}
+
+void StepLink::finishUp(const std::string& context) {
+  while (!inFlight_.empty()) finishOldestBucket();
+  const std::size_t n = messages_.grad.numel();
+  comm_.wait(comm_.startReduceSum(messages_.up.data() + n, messages_.up.size() - n, 0, context));
+  countUp(messages_.upBytes());
+}
+
+void StepLink::reduceUpBuckets(const std::vector<Bucket>& buckets, const std::string& context) {
+  // A few reductions out at once: MPI may hold a temporary the size of each at the root.
+  constexpr std::size_t kBucketsInFlight = 3;
+  comm_.expectLongWait();  // the workers compute first
+  std::deque<std::size_t> out;
+  for (const Bucket& b : buckets) {
+    if (out.size() == kBucketsInFlight) {
+      comm_.wait(out.front());
+      out.pop_front();
+    }
+    out.push_back(comm_.startReduceSum(messages_.up.data() + b.begin, b.end - b.begin, 0, context));
+  }
+  for (std::size_t request : out) comm_.wait(request);
+  const std::size_t n = messages_.grad.numel();
+  comm_.wait(comm_.startReduceSum(messages_.up.data() + n, messages_.up.size() - n, 0, context));
+  countUp(messages_.upBytes());
 }
 
 void StepLink::finishDown(const std::string& context) {

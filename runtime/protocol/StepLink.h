@@ -4,6 +4,7 @@
 // StepMessages (no copies; sums done by MPI) or codec payloads (sums then made by the
 // receiver).
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -35,8 +36,10 @@ class StepLink {
   // updates them. Both sides start their collectives in one order: every bucket's
   // reduction, the rest of the up message, every bucket's weights, the buffers, the header.
   // Worker: startBucket() starts the reduction of messages.grad's range `bucket` (from
-  // inside backward, in bucket order); after backward, finishStep() sends the rest up,
-  // receives the whole next down message into messages.down and waits for all of it.
+  // inside backward, in bucket order), having first waited for the oldest while more than
+  // a few MiB are out, each of whose pages then goes back (the worker holds the gradient
+  // buckets in flight, never a whole gradient); after backward, finishStep() sends the rest
+  // up, receives the whole next down message into messages.down and waits for all of it.
   void startBucket(const Bucket& bucket, const std::string& context);
   void finishStep(const std::string& context);
   // Server: calls `reduced(bucket, grad)` in order as soon as each bucket is summed (it
@@ -50,6 +53,12 @@ class StepLink {
                          const std::function<void(const Bucket&, at::Tensor& grad)>& reduced,
                          const std::string& context);
   void finishDown(const std::string& context);
+  // Sync with gradients streamed but updates after the whole gradient (streamsGradients()
+  // without overlapping()): the worker's startBucket() calls as above, then finishUp() sends
+  // the rest of the up message; the server's reduceUpBuckets() sums every bucket and the
+  // rest into its messages.up, as reduceUp() would. The down message then goes whole.
+  void finishUp(const std::string& context);
+  void reduceUpBuckets(const std::vector<Bucket>& buckets, const std::string& context);
 
   // diloco with --overlap-rounds (raw messages only): a worker starts a round's exchange,
   // the sum-reduce of messages.up and the broadcast of the next messages.down, and finishes
@@ -84,6 +93,7 @@ class StepLink {
   void startWeightsDown(const Bucket& bucket, const std::string& context);
   void startDownTail(const std::string& context);  // the buffers, then the header
   void waitStarted();
+  void finishOldestBucket();  // worker: the oldest bucket's reduction, and its pages
 
   comm::Communicator& comm_;
   StepMessages& messages_;
@@ -91,8 +101,10 @@ class StepLink {
   std::unique_ptr<DownFrame> down_;
   Traffic traffic_;
   std::unique_ptr<FloatBuffer> ring_;   // server: where the buckets are summed (reduceUpInBuckets)
+  std::unique_ptr<FloatBuffer> bf16Wire_;  // server, to workers with bfloat16 weights: their buckets, staged
   std::vector<Bucket> buckets_;         // this step's buckets, in order
   std::vector<std::size_t> started_;   // requests of this step not waited for yet
+  std::deque<std::pair<std::size_t, Bucket>> inFlight_;  // worker: bucket reductions out, oldest first
   Bytes roundInbox_;                    // where startRoundExchange() receives the down message
 };
 

@@ -10,7 +10,7 @@
 
 namespace pstrain::protocol {
 
-FloatBuffer::FloatBuffer(std::size_t size, bool pinned) : size_(size) {
+FloatBuffer::FloatBuffer(std::size_t size, bool pinned) : size_(size), pinned_(pinned) {
   if (pinned) {
     tensor_ = torch::zeros({static_cast<std::int64_t>(size)}, torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(true));
     data_ = tensor_.data_ptr<float>();
@@ -25,14 +25,20 @@ FloatBuffer::FloatBuffer(std::size_t size, bool pinned) : size_(size) {
 
 at::Tensor FloatBuffer::view(std::int64_t offset, std::int64_t count) const { return tensor_.narrow(0, offset, count); }
 
-StepMessages::StepMessages(std::int64_t n, std::int64_t m, int ranks, c10::Device device)
-    : down(kHeaderFloats + n + m + ranks, device.is_cuda()),
+void FloatBuffer::release(std::int64_t offset, std::int64_t count) const {
+  if (!pinned_) portable::releasePages(data_ + offset, static_cast<std::size_t>(count) * sizeof(float));
+}
+
+StepMessages::StepMessages(std::int64_t n, std::int64_t m, int ranks, c10::Device device, bool bf16Weights)
+    : down(protocol::downBytes(static_cast<std::size_t>(n), static_cast<std::size_t>(m), ranks, bf16Weights) / sizeof(float),
+           device.is_cuda()),
       up(n + m + trailerFloats(ranks), device.is_cuda()),
       ranks(ranks) {
-  weights = down.view(kHeaderFloats, n);
-  serverBuffers = down.view(kHeaderFloats + n, m);
-  shares = down.view(kHeaderFloats + n + m, ranks);
-  downTail = down.view(kHeaderFloats + n, m + ranks);
+  const auto w = static_cast<std::int64_t>(weightFloats(static_cast<std::size_t>(n), bf16Weights));
+  weights = bf16Weights ? down.view(kHeaderFloats, w).view(at::kBFloat16).narrow(0, 0, n) : down.view(kHeaderFloats, n);
+  serverBuffers = down.view(kHeaderFloats + w, m);
+  shares = down.view(kHeaderFloats + w + m, ranks);
+  downTail = down.view(kHeaderFloats + w, m + ranks);
   grad = up.view(0, n);
   workerBuffers = up.view(n, m);
   trailer = up.data() + n + m;

@@ -26,23 +26,30 @@ class FloatBuffer {
   float& operator[](std::size_t i) const { return data_[i]; }
   // Floats [offset, offset + count) as a 1-D tensor view.
   at::Tensor view(std::int64_t offset, std::int64_t count) const;
+  // Gives the whole pages of floats [offset, offset + count) back (portable::releasePages):
+  // they take no memory until written again, and read as anything until then. Pinned
+  // memory keeps its pages (the device copies from and into them).
+  void release(std::int64_t offset, std::int64_t count) const;
 
  private:
   at::Tensor tensor_;
   float* data_;
   std::size_t size_;
+  bool pinned_;
 };
 
 struct StepMessages {
   // `ranks`: the size of the world, which sizes the trailer. `device`: where this rank
-  // computes; on a CUDA device the messages are pinned host memory.
-  StepMessages(std::int64_t parameters, std::int64_t buffers, int ranks, c10::Device device = c10::kCPU);
+  // computes; on a CUDA device the messages are pinned host memory. `bf16Weights`: the
+  // weights as bfloat16 (a worker's with --precision bf16-weights), else float32.
+  StepMessages(std::int64_t parameters, std::int64_t buffers, int ranks, c10::Device device = c10::kCPU,
+               bool bf16Weights = false);
   StepMessages(const StepMessages&) = delete;  // the views point into the vectors
   StepMessages& operator=(const StepMessages&) = delete;
 
   FloatBuffer down;         // header, weights, buffers, shares
   FloatBuffer up;           // gradient, buffers, trailer
-  at::Tensor weights;       // views into down (they keep its memory alive)
+  at::Tensor weights;       // views into down (they keep its memory alive): float32 or bfloat16
   at::Tensor serverBuffers;
   at::Tensor shares;        // sync: the virtual shards each rank computes this step (one float per rank)
   at::Tensor downTail;      // serverBuffers and shares, contiguous: what follows the weights

@@ -1,9 +1,11 @@
 #pragma once
 // The wire layout of one synchronous step (DESIGN.md, "The step protocol").
 //
-// Down (rank 0 -> all, one broadcast): a 32-byte StepHeader, the flat weights, then the
-// model's buffers (BatchNorm running statistics) as averaged by the server, then one float
-// per rank: how many of the step's virtual shards it computes (sync; --balance sets them).
+// Down (rank 0 -> all, one broadcast): a 32-byte StepHeader, the flat weights (float32, or
+// bfloat16 padded to a whole float with --precision bf16-weights: what the workers hold,
+// the server converting its float32 master weights as it sends them), then the model's
+// buffers (BatchNorm running statistics) as averaged by the server, then one float per
+// rank: how many of the step's virtual shards it computes (sync; --balance sets them).
 // Up (all -> rank 0, one sum-reduce): the flat gradient, each worker's multiplied by its
 // sample count; the worker's buffers after its forward pass; then trailerFloats(ranks)
 // floats of per-step accounting. The server's own contribution is all zeros, so after the
@@ -75,10 +77,14 @@ bool sameCount(double sent, double expected);
 // server can have sent (known control, non-negative step and epoch).
 StepHeader parseStepHeader(const void* bytes, std::size_t size);
 
+// The floats that the weights of `parameters` parameters take in a down message: one each,
+// or, as bfloat16 (--precision bf16-weights), one per two.
+constexpr std::size_t weightFloats(std::size_t parameters, bool bf16) { return bf16 ? (parameters + 1) / 2 : parameters; }
+
 // Bytes of the down and up messages of one step for a model of `parameters` parameter
 // and `buffers` buffer elements, in a world of `ranks` processes.
-constexpr std::size_t downBytes(std::size_t parameters, std::size_t buffers, int ranks) {
-  return (kHeaderFloats + parameters + buffers + static_cast<std::size_t>(ranks)) * sizeof(float);
+constexpr std::size_t downBytes(std::size_t parameters, std::size_t buffers, int ranks, bool bf16 = false) {
+  return (kHeaderFloats + weightFloats(parameters, bf16) + buffers + static_cast<std::size_t>(ranks)) * sizeof(float);
 }
 constexpr std::size_t upBytes(std::size_t parameters, std::size_t buffers, int ranks) {
   return (parameters + buffers + trailerFloats(ranks)) * sizeof(float);

@@ -48,7 +48,7 @@ LocalTrainer::LocalTrainer(const config::TrainConfig& cfg, models::Net& model, c
   // accelerator it has its own flat copies, refreshed once per step in each direction:
   // non-blocking copies (from and into pinned messages on CUDA), and one wait for the
   // device per step, at the loss (or per group of gradient buckets handed over together).
-  weights_ = device_.is_cpu() ? messages.weights : torch::empty({n}, deviceOptions);
+  weights_ = device_.is_cpu() ? messages.weights : torch::empty({n}, deviceOptions.dtype(messages.weights.dtype()));
   grad_ = device_.is_cpu() ? messages.grad : torch::zeros({n}, deviceOptions);
   if (!device_.is_cpu()) {
     serverBuffers_ = torch::zeros({messages.serverBuffers.numel()}, deviceOptions);
@@ -91,8 +91,8 @@ void LocalTrainer::loadWeights() {
   writeBuffers(model_, serverBuffers_);
 }
 
-void LocalTrainer::streamGradients(std::int64_t bucketBytes, std::function<void(const Bucket&)> ready) {
-  buckets_ = gradientBuckets(model_, bucketBytes);
+void LocalTrainer::streamGradients(std::vector<Bucket> buckets, std::function<void(const Bucket&)> ready) {
+  buckets_ = std::move(buckets);
   ready_ = std::move(ready);
   auto parameters = model_.parameters();
   bucketsOf_.assign(parameters.size(), {});
@@ -112,15 +112,20 @@ void LocalTrainer::streamGradients(std::int64_t bucketBytes, std::function<void(
 void LocalTrainer::onGradient(int parameter, const at::Tensor& gradient) {
   // Before the last micro-batch autograd sums the gradients into .grad by itself.
   if (!lastMicroBatch_) return;
+  // The gradients handed over before this one: autograd has stored them in .grad by now,
+  // where they are no longer needed.
+  for (int earlier : withGrad_) parameters_[earlier].mutable_grad() = at::Tensor();
+  withGrad_.clear();
   const at::Tensor& earlier = parameters_[parameter].grad();
   deliver(parameter, earlier.defined() ? earlier + gradient : gradient);
+  withGrad_.push_back(parameter);
   handOverReadyBuckets();
 }
 
 void LocalTrainer::deliver(int parameter, const at::Tensor& gradient) {
   at::Tensor& slot = slots_[parameter];
-  if (injectingOverflow_) {
-    slot.fill_(INFINITY);  // --inject-overflow
+  if (injectedValue_ != 0) {
+    slot.fill_(injectedValue_);  // --inject-overflow, --inject-nan
   } else if (!gradient.defined()) {
     slot.zero_();  // a parameter the loss did not reach
   } else if (device_.is_cpu()) {
@@ -178,7 +183,7 @@ float LocalTrainer::forwardBackward(std::int64_t batch, const data::Prefetcher::
   const float multiplier = static_cast<float>(count / lossScale);
   if (streaming) {
     scale_ = multiplier;
-    injectingOverflow_ = batch == overflowBatch_;
+    injectedValue_ = batch == overflowBatch_ ? INFINITY : batch == nanBatch_ ? NAN : 0.0f;
     nextReady_ = 0;
     missing_.clear();
     for (const auto& b : buckets_) missing_.push_back(static_cast<int>(b.parameters.size()));
@@ -231,8 +236,10 @@ float LocalTrainer::forwardBackward(std::int64_t batch, const data::Prefetcher::
       if (!handedOver_[i]) deliver(static_cast<int>(i), parameters[i].grad());
     }
     handOverReadyBuckets();
+    for (auto& p : parameters) p.mutable_grad() = at::Tensor();
+    withGrad_.clear();
   } else {  // streamed: the hooks already wrote gradient x count into messages.grad
-    if (batch == nanBatch_) grad_.fill_(NAN);  // --inject-nan (streaming: never with --skip-nonfinite)
+    if (batch == nanBatch_) grad_.fill_(NAN);  // --inject-nan (streaming: in deliver())
     if (batch == overflowBatch_) grad_.fill_(INFINITY);  // --inject-overflow (streaming: in deliver())
     grad_.mul_(multiplier);
     if (!device_.is_cpu()) messages_.grad.copy_(grad_, /*non_blocking=*/true);

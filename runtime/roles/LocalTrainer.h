@@ -26,7 +26,8 @@ namespace pstrain::roles {
 class LocalTrainer {
  public:
   // `model` must be on `device`; its parameters become views of messages.weights (on the
-  // CPU) or of a device copy, its gradients likewise of messages.grad. A step's global
+  // CPU) or of a device copy, in that message's dtype (bfloat16 with --precision
+  // bf16-weights), its gradients likewise of messages.grad (float32). A step's global
   // batch is dealt to cfg.virtualShards virtual shards (0: `workers` of them); this worker,
   // `worker` of `workers`, computes the micro-batches of its share (virtualShardsOf).
   // `rank` selects the testing flags (--inject-nan, --straggle) meant for this process.
@@ -58,14 +59,19 @@ class LocalTrainer {
   // From the next computeGradient() on, the virtual shards computed are `shards` (--balance).
   void assign(std::vector<int> shards) { shards_ = std::move(shards); }
 
-  // Overlap (sync mode, raw gradients): from now on backward hands the gradient over bucket
-  // by bucket (gradientBuckets(model, bucketBytes)) as soon as each is complete, calling
+  // Streaming (raw gradients: sync's overlap, the sharded servers' parts): from now on
+  // backward hands the gradient over bucket by bucket (`buckets`, in the order backward
+  // completes them: from the flat gradient's end) as soon as each is complete, calling
   // `ready(bucket)` in bucket order from inside backward; messages.grad's range of that
-  // bucket is final by then. Assumes each parameter is used once per forward pass (true of
-  // every model in the zoo). On a GPU (CUDA, MPS) autograd calls `ready` on its own device
-  // thread while the thread that called computeGradient() waits inside backward: whatever
-  // `ready` calls must allow that, one thread at a time (MPI_THREAD_SERIALIZED).
-  void streamGradients(std::int64_t bucketBytes, std::function<void(const protocol::Bucket&)> ready);
+  // bucket is final by then, and the exchange may give its pages back once it has sent
+  // them (FloatBuffer::release): the worker then never holds a whole gradient. Autograd's
+  // own copy of a parameter's gradient (its .grad) goes as soon as the next parameter's
+  // comes: with --grad-accum, in the last micro-batch (the earlier ones sum in .grad).
+  // Assumes each parameter is used once per forward pass (true of every model in the zoo).
+  // On a GPU (CUDA, MPS) autograd calls `ready` on its own device thread while the thread
+  // that called computeGradient() waits inside backward: whatever `ready` calls must allow
+  // that, one thread at a time (MPI_THREAD_SERIALIZED).
+  void streamGradients(std::vector<protocol::Bucket> buckets, std::function<void(const protocol::Bucket&)> ready);
 
  private:
   const config::TrainConfig& cfg_;
@@ -85,7 +91,7 @@ class LocalTrainer {
   std::unique_ptr<data::Prefetcher> prefetcher_;
   std::int64_t nanBatch_ = -1;       // --inject-nan
   std::int64_t overflowBatch_ = -1;  // --inject-overflow
-  bool injectingOverflow_ = false;    // streaming: this batch's gradient goes as +inf
+  float injectedValue_ = 0;  // streaming: this batch's gradient goes as it (+inf, NaN), 0: as it is
   double straggleMs_ = 0;
   double simulatedSeconds_ = 0;  // --simulate-compute, per micro-batch
 
@@ -102,6 +108,7 @@ class LocalTrainer {
   std::vector<at::Tensor> parameters_;  // the model's, in order (handles to the same tensors)
   std::vector<int> missing_;
   std::vector<bool> handedOver_;  // by parameter, in this step
+  std::vector<int> withGrad_;  // handed over in this backward, their .grad still autograd's
   std::size_t nextReady_ = 0;
   float scale_ = 1;  // a virtual shard's batch's sample count over the loss scale, for gradient x count
   bool lastMicroBatch_ = true;  // the step's last: the hooks hand gradients over in it only

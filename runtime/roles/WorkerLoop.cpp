@@ -16,7 +16,8 @@ using namespace protocol;
 void runWorker(const RoleArgs& args, const WorkerExchange& exchange) {
   const config::TrainConfig& cfg = args.cfg;
   comm::Communicator& comm = args.comm;
-  StepMessages messages(models::parameterCount(args.model), bufferCount(args.model), comm.size(), args.device);
+  StepMessages messages(models::parameterCount(args.model), bufferCount(args.model), comm.size(), args.device,
+                        cfg.bf16Weights());
   LocalTrainer trainer(cfg, args.model, *args.train, args.device, messages, comm.rank() - 1, comm.size() - 1,
                        comm.rank());
   StepLink link(comm, cfg, args.model, messages, cfg.seed * 7919u + static_cast<std::uint64_t>(comm.rank()));
@@ -30,9 +31,12 @@ void runWorker(const RoleArgs& args, const WorkerExchange& exchange) {
     return useWeights();
   };
   std::string context;
-  const bool overlap = cfg.overlapping();
-  if (overlap) {
-    trainer.streamGradients(cfg.bucketKb * 1024, [&](const Bucket& bucket) { link.startBucket(bucket, context); });
+  const bool overlap = cfg.overlapping(), stream = exchange.streams && cfg.streamsGradients();
+  if (stream) {
+    trainer.streamGradients(gradientBuckets(args.model, cfg.bucketKb * 1024),
+                            [&](const Bucket& bucket) { link.startBucket(bucket, context); });
+  } else if (cfg.bf16Weights()) {  // float32 gradients of bfloat16 weights: through the hooks, then up whole
+    trainer.streamGradients(gradientBuckets(args.model, cfg.bucketKb * 1024), [](const Bucket&) {});
   }
   std::int64_t batch = 0;
   for (StepHeader header = receiveWeights(0); header.control != Control::Stop;) {
@@ -43,7 +47,11 @@ void runWorker(const RoleArgs& args, const WorkerExchange& exchange) {
       link.finishStep(context);  // the next down message comes with it
       header = useWeights();
     } else {
-      (link.*exchange.up)(context);
+      if (stream) {
+        link.finishUp(context);
+      } else {
+        (link.*exchange.up)(context);
+      }
       header = receiveWeights(header.step + 1);
     }
     if (header.control == Control::Train) ++batch;  // Retry: the same batch again

@@ -30,8 +30,11 @@
 #include "runtime/protocol/Handshake.h"
 #include "runtime/protocol/StepProtocol.h"
 #include "runtime/loss/Loss.h"
+#include "runtime/Portable.h"
 #include "runtime/roles/RoleArgs.h"
+#include "runtime/roles/StepMemory.h"
 #include "runtime/training/Exchanges.h"
+#include "runtime/training/MemoryPlan.h"
 #include "runtime/rundir/AtomicFile.h"
 #include "runtime/rundir/RunFiles.h"
 
@@ -189,7 +192,8 @@ std::string checkpointPlan(const config::TrainConfig& cfg, std::int64_t total, s
 
 // Rank 0's account of a dry run: who does what, and what a real run would move and write.
 void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::string, std::string>>& facts,
-               std::int64_t trainSamples, const models::Net& model, const std::string& trainDirState) {
+               std::int64_t trainSamples, const models::Net& model, const std::string& trainDirState,
+               const std::string& memory) {
   const std::int64_t parameters = models::parameterCount(model);
   const std::int64_t buffers = bufferCount(model);
   const int ranks = static_cast<int>(facts.size());
@@ -219,10 +223,12 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
                                            : fmt::format(" {} virtual shard(s) of {} {}", mine, sampler.shardSize(), unit));
   }
   out += fmt::format("  blas      {}\n", blasOfRanks(facts));
+  const config::PrecisionInfo& precision = config::precisionInfo(cfg.precision);
   out += fmt::format("  model     {}: {} parameters ({:.2f} MiB as float32){}\n", cfg.model, parameters,
                      parameters * 4.0 / (1 << 20),
-                     config::precisionInfo(cfg.precision).autocasts
-                         ? fmt::format("; forward pass autocast to {}", cfg.precision) : "");
+                     precision.bf16Weights ? "; the workers hold them in bfloat16 (forward pass autocast to bf16), the "
+                                             "servers float32 master weights"
+                     : precision.autocasts ? fmt::format("; forward pass autocast to {}", cfg.precision) : "");
   const int perUpdate = cfg.batchesPerUpdate(shards);
   const std::string& ids = tokenIdsOf(cfg, facts);
   out += fmt::format("  data      {}: {}{}; batch {} per worker, {} per update{}\n", cfg.dataset,
@@ -247,7 +253,7 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
                                          : "",
                      cfg.lrDecay == "cosine" ? ", then cosine to 0" : ", then constant", rule);
   out += fmt::format("  per step  server -> each worker {} bytes (weights{} + header); each worker -> server {} bytes (gradient{} + accounting)\n",
-                     downBytes(parameters, buffers, ranks), buffers ? " + BatchNorm buffers" : "",
+                     downBytes(parameters, buffers, ranks, precision.bf16Weights), buffers ? " + BatchNorm buffers" : "",
                      upBytes(parameters, buffers, ranks), buffers ? " + buffers" : "");
   const exchanges::Exchange& ours = training::exchangeFor(cfg);
   const exchanges::PlanText own =
@@ -261,6 +267,7 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
   }
   out += fmt::format("  exchange  {}{}\n{}", exchange, own.sameLine, own.lines);
   out += checkpointPlan(cfg, total, own.checkpointRound);
+  out += memory;
   out += fmt::format("  train dir {}: {}\n", cfg.trainDir, trainDirState);
   std::cout << out << std::flush;
 }
@@ -440,6 +447,42 @@ void trainInRoles(comm::Communicator& comm, StartedRun& started, models::Net& mo
   }
 }
 
+// This rank's memory (training/MemoryPlan.h), as facts: its host's, its own now and at its
+// peak so far, the parameters whose weights it holds, and a computing rank's step, measured
+// on its first batch (last: the trial binds the model's parameters to its messages).
+protocol::Facts measureMemory(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
+                              const data::Dataset* train, c10::Device device) {
+  const std::int64_t n = models::parameterCount(model);
+  std::int64_t held = n;
+  if (const auto needed = weightsNeeded(cfg, comm.rank())) {
+    const models::FlatSpan span = needed(model);
+    held = std::min(span.end, n) - std::max<std::int64_t>(span.begin, 0);
+  }
+  const bool computes = config::computesGradients(cfg.mode, comm.rank(), cfg.servers);
+  const int workers = config::computeRanks(cfg.mode, comm.size(), cfg.servers);
+  const int worker = cfg.modeInfo().peers() ? comm.rank() : comm.rank() - cfg.servers;
+  const double peak = portable::peakRssMib();  // the start-up's, loading the model
+  roles::StepMemory step{portable::residentMib(), -1};
+  if (computes && train) step = roles::measureStep(cfg, model, *train, device, worker, workers, comm.rank(), comm.size());
+  return {{"host", comm.hostName()},
+          {"host-mib", fmt::format("{:.1f}", portable::physicalMemoryBytes() / double(1 << 20))},
+          {"resident-mib", fmt::format("{:.1f}", step.beforeMib)},
+          {"peak-mib", fmt::format("{:.1f}", peak)},
+          {"step-mib", fmt::format("{:.1f}", step.stepMib)},
+          {"held", std::to_string(held)}};
+}
+
+training::RankMeasure memoryOf(const std::map<std::string, std::string>& facts) {
+  training::RankMeasure m;
+  m.host = facts.at("host");
+  m.hostMib = std::stod(facts.at("host-mib"));
+  m.residentMib = std::stod(facts.at("resident-mib"));
+  m.peakMib = std::stod(facts.at("peak-mib"));
+  m.stepMib = std::stod(facts.at("step-mib"));
+  m.held = std::stoll(facts.at("held"));
+  return m;
+}
+
 }  // namespace
 
 StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
@@ -484,10 +527,18 @@ void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, model
                  const data::Dataset* train, c10::Device device, const RunInfo& info) {
   StartedRun started = startRun(comm, cfg, model, train, device, info);
   if (!cfg.dryRun) return trainInRoles(comm, started, model, train, device, info);
+  const std::int64_t parameters = models::parameterCount(model);
+  const auto measures = comm.gather(protocol::encodeFacts(measureMemory(comm, started.run, model, train, device)), 0,
+                                    "dry run: every rank's memory");
   if (comm.rank() != 0) return;
+  std::vector<training::RankMeasure> ranks;
+  for (int r = 0; r < comm.size(); ++r) {
+    ranks.push_back(memoryOf(protocol::decodeFacts(measures[static_cast<std::size_t>(r)], r)));
+  }
   std::string trainDirState = started.trainDir->state();
   if (started.resume) trainDirState += fmt::format("; resuming at step {}", started.resume->step);
-  printPlan(started.run, started.facts, started.trainSamples, model, trainDirState);
+  printPlan(started.run, started.facts, started.trainSamples, model, trainDirState,
+            training::describeMemory(parameters, ranks, training::predictMemory(started.run, parameters, ranks)));
 }
 
 models::WeightsNeeded weightsNeeded(const config::TrainConfig& cfg, int rank) {

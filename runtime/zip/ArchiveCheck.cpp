@@ -352,6 +352,9 @@ ArchiveContents checkArchive(std::string_view bytes, ArchiveKind kind, const Fai
     // compressed bytes, and leaves the memory it allocated for its declared size as it was:
     // the loader would read whatever that memory held, not what the checks read.
     if (entry.directory) fail(fmt::format("record {} is marked a directory", entry.name));
+    // libtorch looks records up by C string: a name with a NUL byte would be another
+    // record's to it (the check would size one storage, the loader read another).
+    if (entry.name.find('\0') != std::string::npos) fail(fmt::format("record {} has a NUL byte in its name", printable(entry.name)));
     if (entry.compressedSize == 0 && entry.size != 0) {
       fail(fmt::format("record {} declares {} bytes but holds none", entry.name, entry.size));
     }

@@ -9,7 +9,8 @@
 // names and allocates any string length it reads, and pops items without checking that
 // they are there. This check bounds all of that by the file's own bytes:
 //   - every record lies within the file, no two names equal letter case aside (libtorch
-//     looks names up that way), none marked a directory or declaring bytes it does not
+//     looks names up that way, and as C strings: no NUL in a name), none marked a
+//     directory or declaring bytes it does not
 //     hold (libtorch's miniz would extract nothing of them: the loader would read
 //     uninitialized memory); stored uncompressed, as PyTorch writes them, except a model
 //     file's code (torch.jit.save deflates it), each such record at most kMaxInflated bytes

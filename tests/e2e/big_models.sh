@@ -6,7 +6,7 @@
 #   2. --grad-accum: 4 micro-batches of 4 windows give --batch-size 16's weights (AdamW +
 #      clipping; <= 1e-5), and the run counts 16 windows per worker (the dry run; the server
 #      checks every step's sample count);
-#   3. --precision bf16: the README's walk-through LM within 3% of fp32's val loss, and
+#   3. --precision bf16 and bf16-weights: the README's walk-through LM within 3% of fp32's val loss, and
 #      computed differently (its first loss is not fp32's);
 #   4. bad input, each a clear one-line error and a non-zero exit.
 # Usage: big_models.sh PSTRAIN PSEVAL MPIRUN SCRATCH
@@ -81,7 +81,7 @@ check "--grad-accum: the dry run counts 2 x 16 windows an update" \
 "$python" "$tools/gpt_model.py" gpt.pt --meta text/meta.json --block-size 32 --layers 2 --heads 4 --embd 64 > /dev/null
 walk=(--model gpt.pt --dataset text/train.bin --block-size 32 --optimizer adamw --lr 3e-3 --weight-decay 0.1
       --clip-grad-norm 1 --batch-size 16 --steps 150 --log-every 1 --checkpoint-every 150)
-for precision in fp32 bf16; do
+for precision in fp32 bf16 bf16-weights; do
   run_logged "$precision" with_timeout 600 "$mpirun" -np 3 "$pstrain" "${common[@]}" "${walk[@]}" --precision $precision \
     --train-dir $precision
   "$pseval" --train-dir $precision --model gpt.pt > $precision.eval.log 2>&1
@@ -96,6 +96,16 @@ check "--precision bf16: val loss within 3% of fp32's" \
 check "--precision bf16: the forward pass ran in bf16 (its first loss is not fp32's)" \
   bash -c "[ -n '$first16' ] && [ '$first16' != '$first32' ]"
 check "--precision bf16: in the fingerprint's config of run.json" has bf16/run.json '"precision": ?"bf16"'
+weights16=$(val_loss bf16-weights)
+echo "     --precision bf16-weights (the workers hold bfloat16 weights, the server float32 master weights): val loss" \
+     "${weights16:-?}"
+check "--precision bf16-weights: val loss within 3% of fp32's" \
+  awk -v a="${fp32:-0}" -v b="${weights16:-99}" 'BEGIN { exit !(a > 0 && b <= 1.03 * a) }'
+run_logged bf16-weights-plan with_timeout 120 "$mpirun" -np 3 "$pstrain" "${common[@]}" "${walk[@]}" \
+  --precision bf16-weights --train-dir bf16-weights-plan --dry-run
+grep -E "  model |per step" bf16-weights-plan.log | sed 's/^/     /'
+check "--precision bf16-weights: the dry run says the workers hold bfloat16 weights" \
+  has bf16-weights-plan.log "the workers hold them in bfloat16"
 
 # --- 4. bad input -----------------------------------------------------------------------------
 job_refused "a precision with no row" "--precision 'fp8' is not one of: fp32 \| bf16 \| fp16" --precision fp8

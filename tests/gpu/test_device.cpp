@@ -44,7 +44,7 @@ std::vector<float> workerStep(const std::string& model, c10::Device device, bool
   roles::LocalTrainer trainer(cfg, *net, train, device, messages, 0, 1, 1);
   std::vector<std::int64_t> handedOver;
   if (streamed) {
-    trainer.streamGradients(64 * 1024, [&](const protocol::Bucket& bucket) {
+    trainer.streamGradients(protocol::gradientBuckets(*net, 64 * 1024), [&](const protocol::Bucket& bucket) {
       handedOver.push_back(bucket.begin);
       if (bucketThreads) bucketThreads->push_back(std::this_thread::get_id());
     });

@@ -67,7 +67,7 @@ double workerStep(const std::string& name, std::int64_t batch, int steps, c10::D
   model->to(device);
   protocol::StepMessages messages(models::parameterCount(*model), protocol::bufferCount(*model), 2, device);
   roles::LocalTrainer trainer(cfg, *model, train, device, messages, 0, 1, 1);
-  if (overlap) trainer.streamGradients(cfg.bucketKb * 1024, [](const protocol::Bucket&) {});
+  if (overlap) trainer.streamGradients(protocol::gradientBuckets(*model, cfg.bucketKb * 1024), [](const protocol::Bucket&) {});
   std::int64_t step = 0;
   return millisecondsPerStep([&] {
     trainer.loadWeights();

@@ -23,7 +23,11 @@ using namespace protocol;
 bool reduceAndUpdate(Server& s, const std::vector<Bucket>& buckets, std::int64_t step, double lr, UpdateTime& time) {
   const std::string context = fmt::format("step {}", step);
   if (!s.cfg.overlapping()) {
-    s.link->reduceUp(context);
+    if (s.cfg.streamsGradients()) {
+      s.link->reduceUpBuckets(buckets, context);
+    } else {
+      s.link->reduceUp(context);
+    }
     bool applied = false;
     time.add([&] { applied = s.update.apply(lr, s.shards, step); });
     return applied;
@@ -84,7 +88,7 @@ void runCollective(Server& s) {
 
 void serve(const RoleArgs& args) { runServer(args, runCollective); }
 
-void work(const RoleArgs& args) { runWorker(args, {&StepLink::broadcastDown, &StepLink::reduceUp, true}); }
+void work(const RoleArgs& args) { runWorker(args, {&StepLink::broadcastDown, &StepLink::reduceUp, true, true}); }
 
 // A binomial-tree reduce of the gradient and broadcast of the weights (ceil(log2(n + 1))
 // rounds each, over the slowest link) after the slowest batch, and the server's update; with
@@ -104,10 +108,11 @@ exchanges::StepEstimate cost(const exchanges::StepCost& c) {
 
 exchanges::PlanText plan(const exchanges::PlanFacts& f) {
   exchanges::PlanText text;
-  if (!f.cfg.overlapping()) return text;
-  text.sameLine = fmt::format("; in {} buckets of {} KiB, gradients reduced during backward, weights broadcast as each "
-                              "bucket is updated",
-                              gradientBuckets(f.model, f.cfg.bucketKb * 1024).size(), f.cfg.bucketKb);
+  if (!f.cfg.streamsGradients()) return text;
+  text.sameLine = fmt::format("; in {} buckets of {} KiB, gradients reduced during backward, {}",
+                              gradientBuckets(f.model, f.cfg.bucketKb * 1024).size(), f.cfg.bucketKb,
+                              f.cfg.overlapping() ? "weights broadcast as each bucket is updated"
+                                                  : "the update once all are in");
   return text;
 }
 

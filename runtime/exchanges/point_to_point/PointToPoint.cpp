@@ -138,7 +138,7 @@ std::string describe(const Server& s) {
 
 void serve(const RoleArgs& args) { runServer(args, runPointToPoint, describe); }
 
-void work(const RoleArgs& args) { runWorker(args, {&StepLink::receiveDown, &StepLink::sendUp, false}); }
+void work(const RoleArgs& args) { runWorker(args, {&StepLink::receiveDown, &StepLink::sendUp, false, false}); }
 
 // The quorum's gradients in and its weights out through the server's link, one message after
 // the other, and the update:

@@ -48,12 +48,21 @@ class Shard {
 
   RangeUpdate& update() { return update_; }
 
-  // Starts sending this range of the weights to every worker (the caller waits).
+  // Starts sending this range of the weights to every worker (the caller waits): float32,
+  // or converted to bfloat16 for workers that hold such (--precision bf16-weights).
   void startWeightsDown(std::vector<std::size_t>& requests, const std::string& context) {
-    for (int w = cfg_.servers; w < comm_.size(); ++w) {
-      requests.push_back(comm_.startSend(update_.weights().data_ptr<float>(), bytesOf(range_), w, kWeightsTag, context));
+    const char* weights = reinterpret_cast<const char*>(update_.weights().data_ptr<float>());
+    std::size_t bytes = bytesOf(range_);
+    if (cfg_.bf16Weights()) {
+      if (bf16_.numel() == 0) bf16_ = at::empty({range_.size()}, at::kBFloat16);
+      bf16_.copy_(update_.weights());
+      weights = static_cast<const char*>(bf16_.data_ptr());
+      bytes = static_cast<std::size_t>(range_.size()) * 2;
     }
-    bytesOut_ = static_cast<double>(bytesOf(range_));
+    for (int w = cfg_.servers; w < comm_.size(); ++w) {
+      requests.push_back(comm_.startSend(weights, bytes, w, kWeightsTag, context));
+    }
+    bytesOut_ = static_cast<double>(bytes);
   }
 
   // The workers' gradients of this range, summed in worker order (as one server sums them:
@@ -65,19 +74,18 @@ class Shard {
   void receiveGradients(const std::string& context, const StepPlan& plan, std::int64_t step) {
     const int first = cfg_.servers, workers = comm_.size() - cfg_.servers;
     const std::int64_t parts = codec_ ? 1 : partsOf(range_.size());
-    // Message m: part m / workers of worker m % workers.
+    // Message m: part partOf(m) of worker m % workers; the parts come last first (Wire.h).
     const std::size_t messages = static_cast<std::size_t>(parts * workers);
+    auto partOf = [&](std::size_t m) { return parts - 1 - static_cast<std::int64_t>(m / workers); };
     std::vector<std::size_t> got(messages), requests(messages);
     const bool eachPart = update_.eachPart();
     auto target = [&](std::size_t m) -> char* {
-      if (!codec_ && !eachPart && m % workers == 0) {
-        return reinterpret_cast<char*>(update_.sum() + (m / workers) * kPartFloats);
-      }
+      if (!codec_ && !eachPart && m % workers == 0) return reinterpret_cast<char*>(update_.sum() + partOf(m) * kPartFloats);
       return slots_[m % slots_.size()].data();
     };
     auto post = [&](std::size_t m) {
       if (m >= messages) return;
-      const std::size_t capacity = codec_ ? slots_[0].size() : partSize(range_.size(), m / workers) * sizeof(float);
+      const std::size_t capacity = codec_ ? slots_[0].size() : partSize(range_.size(), partOf(m)) * sizeof(float);
       requests[m] = comm_.startReceive(target(m), capacity, first + static_cast<int>(m % workers), kGradTag, &got[m],
                                        context);
     };
@@ -90,7 +98,7 @@ class Shard {
       comm_.wait(requests[m]);
       bytes += static_cast<double>(got[m]);
       if (!codec_) {
-        const std::int64_t part = static_cast<std::int64_t>(m / workers), n = partSize(range_.size(), part);
+        const std::int64_t part = partOf(m), n = partSize(range_.size(), part);
         expectBytes(got[m], n * sizeof(float), rank, "part of the gradient", context);
         const float* values = reinterpret_cast<const float*>(target(m));
         if (!eachPart) {
@@ -132,6 +140,7 @@ class Shard {
   std::vector<float> decoded_;
   std::vector<std::vector<char>> slots_;  // raw: two parts per worker; coded: two frames
   std::vector<float> partSum_;            // updating each part: the part's sum
+  at::Tensor bf16_;                       // --precision bf16-weights: the range as the workers hold it
   double bytesOut_ = 0, bytesIn_ = 0;
 };
 

@@ -1,5 +1,7 @@
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,10 +43,11 @@ class WorkerLink {
   StepHeader receiveDown(const std::string& context) {
     const int servers = static_cast<int>(ranges_.size());
     std::vector<std::size_t> got(ranges_.size() + 2), requests;
-    float* weights = messages_.weights.data_ptr<float>();
+    auto* weights = static_cast<char*>(messages_.weights.data_ptr());  // float32 or bfloat16, as this worker holds them
+    const std::size_t size = messages_.weights.element_size();
     for (int k = 0; k < servers; ++k) {
-      requests.push_back(comm_.startReceive(weights + ranges_[k].begin, bytesOf(ranges_[k]), k, kWeightsTag, &got[k],
-                                            context));
+      requests.push_back(comm_.startReceive(weights + ranges_[k].begin * size, ranges_[k].size() * size, k, kWeightsTag,
+                                            &got[k], context));
     }
     const std::size_t tailBytes = static_cast<std::size_t>(messages_.downTail.numel()) * sizeof(float);
     requests.push_back(comm_.startReceive(messages_.down.data(), sizeof(StepHeader), 0, kHeadTag, &got[servers], context));
@@ -52,14 +55,47 @@ class WorkerLink {
                                           &got[servers + 1], context));
     comm_.expectLongWait();
     for (std::size_t request : requests) comm_.wait(request);
-    for (int k = 0; k < servers; ++k) expectBytes(got[k], bytesOf(ranges_[k]), k, "range of the weights", context);
+    for (int k = 0; k < servers; ++k) expectBytes(got[k], ranges_[k].size() * size, k, "range of the weights", context);
     expectBytes(got[servers], sizeof(StepHeader), 0, "step header", context);
     expectBytes(got[servers + 1], tailBytes, 0, "buffers message", context);
     return messages_.header();
   }
 
-  // Every range of the gradient to its server (raw in parts, or coded with its own codec), and the
-  // buffers and trailer to server 0.
+  // Raw: the gradient's parts as they travel (Wire.h), in the order backward makes them:
+  // from the flat gradient's end, every range's last part first.
+  std::vector<Bucket> parts(const models::Net& model) const {
+    std::vector<std::pair<std::int64_t, std::int64_t>> spans;
+    for (auto r = ranges_.rbegin(); r != ranges_.rend(); ++r) {
+      for (std::int64_t part = partsOf(r->size()) - 1; part >= 0; --part) {
+        spans.emplace_back(r->begin + part * kPartFloats, r->begin + part * kPartFloats + partSize(r->size(), part));
+      }
+    }
+    return bucketsAt(model, spans);
+  }
+
+  // Raw: starts sending the gradient's part `part` to its server (from inside backward),
+  // having first waited for the oldest while more than kBytesInFlight are out, whose pages
+  // then go back: the worker holds the parts in flight, never a whole gradient.
+  void startPart(const Bucket& part, const std::string& context) {
+    constexpr std::size_t kPartsInFlight = 4;  // 16 MiB
+    while (inFlight_.size() >= kPartsInFlight) finishOldestPart();
+    const auto range = std::upper_bound(ranges_.begin(), ranges_.end(), part.begin,
+                                        [](std::int64_t at, const KeyRange& r) { return at < r.end; });
+    const int server = static_cast<int>(range - ranges_.begin());
+    inFlight_.emplace_back(comm_.startSend(messages_.grad.data_ptr<float>() + part.begin,
+                                           static_cast<std::size_t>(part.end - part.begin) * sizeof(float), server,
+                                           kGradTag, context),
+                           part);
+  }
+
+  // Raw, after backward: the parts still out, then the buffers and trailer to server 0.
+  void finishUp(const std::string& context) {
+    while (!inFlight_.empty()) finishOldestPart();
+    sendTail(context);
+  }
+
+  // Coded: every range of the gradient to its server, a frame each made with its own codec,
+  // and the buffers and trailer to server 0.
   void sendUp(const std::string& context) {
     const float* grad = messages_.grad.data_ptr<float>();
     if (!encoders_.empty()) {
@@ -72,29 +108,35 @@ class WorkerLink {
     }
     std::vector<std::size_t> requests;
     for (std::size_t k = 0; k < ranges_.size(); ++k) {
-      const int server = static_cast<int>(k);
-      if (!encoders_.empty()) {
-        requests.push_back(comm_.startSend(payloads_[k].data(), payloads_[k].size(), server, kGradTag, context));
-        continue;
-      }
-      const KeyRange& r = ranges_[k];
-      for (std::int64_t part = 0; part < partsOf(r.size()); ++part) {
-        requests.push_back(comm_.startSend(grad + r.begin + part * kPartFloats,
-                                           partSize(r.size(), part) * sizeof(float), server, kGradTag, context));
-      }
+      requests.push_back(comm_.startSend(payloads_[k].data(), payloads_[k].size(), static_cast<int>(k), kGradTag,
+                                         context));
     }
-    const std::size_t n = static_cast<std::size_t>(messages_.grad.numel());
-    requests.push_back(comm_.startSend(messages_.up.data() + n, (messages_.up.size() - n) * sizeof(float), 0, kTailTag,
-                                       context));
     for (std::size_t request : requests) comm_.wait(request);
+    sendTail(context);
   }
+
+  bool coded() const { return !encoders_.empty(); }
 
  private:
   comm::Communicator& comm_;
   StepMessages& messages_;
+  void sendTail(const std::string& context) {
+    const std::size_t n = static_cast<std::size_t>(messages_.grad.numel());
+    comm_.wait(comm_.startSend(messages_.up.data() + n, (messages_.up.size() - n) * sizeof(float), 0, kTailTag,
+                               context));
+  }
+
+  void finishOldestPart() {
+    const auto& [request, part] = inFlight_.front();
+    comm_.wait(request);
+    messages_.up.release(part.begin, part.end - part.begin);
+    inFlight_.pop_front();
+  }
+
   const std::vector<KeyRange> ranges_;
   std::vector<std::unique_ptr<codec::ErrorFeedbackEncoder>> encoders_;  // by range, with a gradient codec
   std::vector<std::string> payloads_;
+  std::deque<std::pair<std::size_t, Bucket>> inFlight_;  // raw: parts out, oldest first
 };
 
 }  // namespace
@@ -102,10 +144,15 @@ class WorkerLink {
 void work(const roles::RoleArgs& args) {
   const config::TrainConfig& cfg = args.cfg;
   comm::Communicator& comm = args.comm;
-  StepMessages messages(models::parameterCount(args.model), bufferCount(args.model), comm.size(), args.device);
+  StepMessages messages(models::parameterCount(args.model), bufferCount(args.model), comm.size(), args.device,
+                        cfg.bf16Weights());
   roles::LocalTrainer trainer(cfg, args.model, *args.train, args.device, messages, comm.rank() - cfg.servers,
                               comm.size() - cfg.servers, comm.rank());
   WorkerLink link(args, messages);
+  std::string context;
+  const std::vector<Bucket> parts = link.coded() ? std::vector<Bucket>() : link.parts(args.model);
+  const bool stream = cfg.streamsGradients();
+  if (stream) trainer.streamGradients(parts, [&](const Bucket& part) { link.startPart(part, context); });
   auto receiveWeights = [&](std::int64_t step) {
     const StepHeader header = link.receiveDown(fmt::format("step {}", step));
     trainer.loadWeights();
@@ -113,8 +160,16 @@ void work(const roles::RoleArgs& args) {
   };
   for (StepHeader header = receiveWeights(0); header.control != Control::Stop;) {
     currentStep() = header.step;
+    context = fmt::format("step {}", header.step);
     trainer.computeGradient(header.step, header.step, header.lossScale);
-    link.sendUp(fmt::format("step {}", header.step));
+    if (link.coded()) {
+      link.sendUp(context);
+    } else {
+      if (!stream) {  // --overlap off: the whole gradient, then its parts in the same order
+        for (const Bucket& part : parts) link.startPart(part, context);
+      }
+      link.finishUp(context);
+    }
     header = receiveWeights(header.step + 1);
   }
 }

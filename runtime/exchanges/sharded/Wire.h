@@ -5,8 +5,9 @@
 //   down  server k -> every worker: range k of the new weights, raw floats, in place;
 //         server 0 -> every worker: the header, then the buffers and shares (downTail);
 //   up    every worker -> server k: range k of its gradient, raw in parts of kPartFloats
-//         (BytePS's partitions), or one frame of the gradient codec made for range k's
-//         tensors, with error feedback of its own;
+//         (BytePS's partitions), the last part first (backward's order: each part leaves
+//         the worker as soon as backward has made it), or one frame of the gradient codec
+//         made for range k's tensors, with error feedback of its own;
 //         every worker -> server 0: its buffers and trailer (the up message after the gradient);
 //   lead  server k -> server 0: what its range says of the step (Partial); server 0 ->
 //         server k: what every server does with it (Verdict); at a checkpoint, each

@@ -1,0 +1,173 @@
+#include "runtime/training/MemoryPlan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "runtime/config/Codecs.h"
+#include "runtime/config/Mode.h"
+#include "runtime/config/Optimizers.h"
+
+namespace pstrain::training {
+namespace {
+
+constexpr double kMib = 1 << 20;
+// A worker's gradient in flight: StepLink and the sharded worker keep at most 16 MiB out.
+constexpr double kInFlightMib = 16;
+// A sharded server's ring: two 4 MiB parts per worker (sharded/Wire.h).
+constexpr double kPartMib = 4;
+
+// Bytes per parameter of `rule`'s state (torch.optim's moments; SGD's momentum only with it).
+double stateBytes(const config::TrainConfig& rule) {
+  const config::OptimizerInfo& info = config::optimizerInfo(rule.optimizer);
+  if (info.momentum && rule.momentum == 0) return 0;
+  return 4.0 * static_cast<double>(info.state.size());
+}
+
+// Bytes per parameter that a gradient codec adds on the rank that encodes: the error
+// feedback's residual, float32.
+double codecBytes(const config::TrainConfig& cfg) {
+  if (!cfg.compressesGradients()) return 0;
+  return config::errorFeedbackOn(cfg.errorFeedback, cfg.gradientCodec()) ? 4 : 0;
+}
+
+// What the dry run did not allocate on a server, per parameter it holds: the optimizer's
+// state, and where the gradient is summed (not in a ring of buckets), and the bfloat16
+// weights it sends from a copy.
+double serverBytes(const config::TrainConfig& cfg, int servers) {
+  const config::ModeInfo& mode = cfg.modeInfo();
+  const bool rounds = mode.exchange == config::Exchange::LocalRounds;
+  const double state = stateBytes(rounds && mode.outerOptimizer() ? cfg.updateRule() : cfg);
+  const double bf16 = cfg.bf16Weights() ? 2 : 0;
+  switch (mode.exchange) {
+    case config::Exchange::PointToPoint: return state + 8 + bf16;  // a gradient received, and the sum
+    case config::Exchange::LocalRounds: return state + 4;          // the pseudo-gradients' sum
+    default: break;
+  }
+  if (servers > 1) return state + (cfg.serversUpdateEachPart() ? 0 : 4) + bf16;
+  return state + (cfg.overlapping() ? 0 : 4) + bf16;
+}
+
+// What a computing rank holds beyond its measured step, per parameter: diloco's inner
+// optimizer and global weights, a codec's residual; a peer's optimizer.
+double workerBytes(const config::TrainConfig& cfg) {
+  const config::ModeInfo& mode = cfg.modeInfo();
+  double bytes = codecBytes(cfg);
+  if (mode.exchange == config::Exchange::LocalRounds) bytes += stateBytes(cfg) + 4;  // inner state, the global copy
+  if (mode.peers()) bytes += stateBytes(cfg);
+  return bytes;
+}
+
+// The bytes per parameter of the weights as a computing rank holds them, and of the whole
+// gradient where it keeps one (no stream of buckets).
+double heldBytes(const config::TrainConfig& cfg) {
+  const double weights = cfg.bf16Weights() ? 2 : 4;
+  const config::Exchange exchange = cfg.modeInfo().exchange;
+  const bool streams = cfg.streamsGradients() && exchange == config::Exchange::Collective;
+  return weights + (streams ? 0 : 4);
+}
+
+std::string gib(double mib) { return fmt::format("{:.2f} GiB", mib / 1024); }
+
+}  // namespace
+
+std::vector<RankMemory> predictMemory(const config::TrainConfig& cfg, std::int64_t parameters,
+                                      const std::vector<RankMeasure>& ranks) {
+  const int servers = cfg.modeInfo().peers() ? 0 : cfg.servers;
+  const auto n = static_cast<double>(parameters);
+  std::vector<RankMemory> out;
+  for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
+    const RankMeasure& m = ranks[static_cast<std::size_t>(r)];
+    RankMemory p;
+    const bool server = r < servers;
+    p.role = server ? "server" : servers == 0 ? "peer" : "worker";
+    if (server) {
+      const double extra = serverBytes(cfg, servers) * static_cast<double>(m.held) / kMib +
+                           (servers > 1 ? kPartMib * 2 * static_cast<double>(ranks.size() - servers) : 0);
+      p.peakMib = std::max(m.peakMib, m.residentMib + extra);
+      p.perParameterBytes = (4 + serverBytes(cfg, servers)) * static_cast<double>(m.held) / std::max(n, 1.0);
+    } else {
+      const double extra = std::max(m.stepMib, 0.0) + kInFlightMib + workerBytes(cfg) * n / kMib;
+      p.peakMib = std::max(m.peakMib, m.residentMib + extra);
+      p.perParameterBytes = heldBytes(cfg) + workerBytes(cfg);
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+namespace {
+
+struct Host {
+  std::vector<int> ranks;
+  double memoryMib = 0, peakMib = 0, perParameterBytes = 0;
+};
+
+std::map<std::string, Host> hostsOf(const std::vector<RankMeasure>& ranks, const std::vector<RankMemory>& predicted) {
+  std::map<std::string, Host> hosts;
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    Host& h = hosts[ranks[r].host];
+    h.ranks.push_back(static_cast<int>(r));
+    h.memoryMib = ranks[r].hostMib;
+    h.peakMib += predicted[r].peakMib;
+    h.perParameterBytes += predicted[r].perParameterBytes;
+  }
+  return hosts;
+}
+
+std::string rankList(const std::vector<int>& ranks) {
+  std::string text;
+  for (int r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
+  return text;
+}
+
+}  // namespace
+
+std::string describeMemory(std::int64_t parameters, const std::vector<RankMeasure>& ranks,
+                           const std::vector<RankMemory>& predicted) {
+  std::string out;
+  bool measured = true;
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    const bool computes = predicted[r].role != "server";
+    if (computes && ranks[r].stepMib < 0) measured = false;
+    out += fmt::format("  memory    rank {:<4} {:<7} {} at its peak ({:.1f} bytes a parameter)\n", r, predicted[r].role,
+                       gib(predicted[r].peakMib), predicted[r].perParameterBytes);
+  }
+  const auto hosts = hostsOf(ranks, predicted);
+  double largest = -1;
+  std::string binding;
+  for (const auto& [name, h] : hosts) {
+    const bool fits = h.memoryMib <= 0 || h.peakMib <= h.memoryMib;
+    out += fmt::format("  memory    host {} (ranks {}): {} of its {}{}\n", name, rankList(h.ranks), gib(h.peakMib),
+                       h.memoryMib > 0 ? gib(h.memoryMib) : "unknown memory", fits ? "" : ": DOES NOT FIT");
+    if (h.memoryMib <= 0 || h.perParameterBytes <= 0) continue;
+    const double fixedMib = h.peakMib - h.perParameterBytes * static_cast<double>(parameters) / kMib;
+    const double most = (h.memoryMib - fixedMib) * kMib / h.perParameterBytes;
+    if (largest < 0 || most < largest) {
+      largest = std::max(most, 0.0);
+      binding = name;
+    }
+  }
+  if (largest >= 0) {
+    out += fmt::format("  memory    the largest model this layout could train: about {:.0f} M parameters (host {}'s "
+                       "memory binds; with this model's activations)\n", largest / 1e6, binding);
+  }
+  if (!measured) {
+    out += "  memory    the workers' activations are not counted: a worker that loads no data cannot run a step\n";
+  }
+  return out;
+}
+
+std::vector<std::string> hostsThatDoNotFit(const std::vector<RankMeasure>& ranks,
+                                           const std::vector<RankMemory>& predicted) {
+  std::vector<std::string> lines;
+  for (const auto& [name, h] : hostsOf(ranks, predicted)) {
+    if (h.memoryMib <= 0 || h.peakMib <= h.memoryMib) continue;
+    lines.push_back(fmt::format("host {}: {} predicted at its peak (ranks {}), it has {}", name, gib(h.peakMib),
+                                rankList(h.ranks), gib(h.memoryMib)));
+  }
+  return lines;
+}
+
+}  // namespace pstrain::training

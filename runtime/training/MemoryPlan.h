@@ -1,0 +1,48 @@
+#pragma once
+// What each rank and each host of a job will hold at its peak (--dry-run, --doctor), and the
+// largest model that the layout could train in the memory its hosts have. From what each
+// rank measured of itself (its process, data and model as loaded; a worker, one real step:
+// the activations and the gradient as its exchange keeps it) and, for what the dry run does
+// not allocate, from the run's settings: the model's parameters, the mode, the optimizer, the
+// precision, K and the codecs. Torch-free.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/config/TrainConfig.h"
+
+namespace pstrain::training {
+
+// What a rank measured of itself (MiB), and the parameters it holds.
+struct RankMeasure {
+  std::string host;
+  double hostMib = 0;        // the host's physical memory
+  double residentMib = 0;    // now: its process, data and model as loaded
+  double peakMib = 0;        // so far: the start-up's peak (loading the model)
+  double stepMib = -1;       // a computing rank: what one step adds above residentMib; < 0: not measured
+  std::int64_t held = 0;     // parameters whose weights it holds (a server of K > 1: its range)
+};
+
+// A rank's predicted peak: its measured part plus what grows with the model.
+struct RankMemory {
+  std::string role;                // "server", "worker" or "peer"
+  double peakMib = 0;
+  double perParameterBytes = 0;    // the bytes of peakMib that each of the model's parameters costs
+};
+
+// Every rank's predicted peak (by rank). `parameters`: the model's count.
+std::vector<RankMemory> predictMemory(const config::TrainConfig& cfg, std::int64_t parameters,
+                                      const std::vector<RankMeasure>& ranks);
+
+// The dry run's lines: each rank, each host (against its memory), and the largest model the
+// layout could train (each host's fixed part as measured, the rest per parameter). Hosts
+// that would not fit are named.
+std::string describeMemory(std::int64_t parameters, const std::vector<RankMeasure>& ranks,
+                           const std::vector<RankMemory>& predicted);
+
+// One line per host whose predicted peak exceeds its memory, naming it: "host mbp-2: 9.8 GiB
+// predicted (its ranks 1, 3), it has 8.0 GiB".
+std::vector<std::string> hostsThatDoNotFit(const std::vector<RankMeasure>& ranks,
+                                           const std::vector<RankMemory>& predicted);
+
+}  // namespace pstrain::training

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Bigger than one Mac, as a user sees it: each of 4 "Macs" (a server and a worker: ranks k
+# and 4 + k) in a memory cgroup of its own, capped below what plain PyTorch needs to train
+# the same model alone (tools/benchmarks/lm_step_python.py's loop: AdamW, clipping, one
+# thread), at 0.8 of that peak. PyTorch alone is killed under that cap; pstrain with
+# --servers 4 and --precision bf16-weights trains to the end under it, every Mac capped.
+# The model: a GPT of tools/gpt_model.py (vocabulary 50,257, 4 layers x 512, block 128: 64 M
+# parameters). Skips (exit 77), saying why, where no memory cgroup can be made (cgroup v1's
+# controller at /sys/fs/cgroup/memory, as root).
+# Usage: memory_cgroup.sh PSTRAIN PSEVAL MPIRUN SCRATCH
+set -uo pipefail
+pstrain=$1 mpirun=$3 scratch=$4
+rm -rf "$scratch" && mkdir -p "$scratch" && cd "$scratch" || exit 1
+source "$(dirname "$0")/../common/checks.sh"
+controller=/sys/fs/cgroup/memory
+group=pstrain-mac-$$
+if ! mkdir "$controller/$group-test" 2>/dev/null || ! [ -w "$controller/$group-test/memory.limit_in_bytes" ]; then
+  rmdir "$controller/$group-test" 2>/dev/null
+  echo "skipped: no memory cgroup can be made here (needs cgroup v1's memory controller at $controller, as root)"
+  exit 77
+fi
+rmdir "$controller/$group-test"
+cleanup() { for g in "$controller/$group"*; do [ -d "$g" ] && rmdir "$g" 2>/dev/null; done; return 0; }
+trap cleanup EXIT
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+
+"$PSTRAIN_PYTHON" "$(dirname "$0")/../../tools/gpt_model.py" gpt.pt --vocab 50257 --block-size 128 --layers 4 --heads 8 \
+  --embd 512 > /dev/null || exit 1
+"$PSTRAIN_PYTHON" -c "
+import numpy as np
+rng = np.random.default_rng(0)
+rng.integers(0, 50257, size=400_000, dtype=np.uint16).tofile('train.bin')
+rng.integers(0, 50257, size=40_000, dtype=np.uint16).tofile('val.bin')" || exit 1
+reference() {  # reference [CGROUP]: plain PyTorch's loop, 3 steps; its peak RSS (MiB) in pytorch.peak
+  "$PSTRAIN_PYTHON" -c '
+import os, resource, subprocess, sys
+group = sys.argv[1]
+def enter():
+    if group:
+        open(group + "/cgroup.procs", "w").write(str(os.getpid()))
+status = subprocess.call(sys.argv[2:], preexec_fn=enter)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, file=open("pytorch.peak", "w"))
+sys.exit(status if status >= 0 else 128 - status)' "${1:-}" "$PSTRAIN_PYTHON" \
+    "$(dirname "$0")/../../tools/benchmarks/lm_step_python.py" 1 4 3 train.bin 128 -- 4 8 512 50257 eager
+}
+reference > pytorch-free.log 2>&1 || { tail -3 pytorch-free.log; exit 1; }
+needs=$(cut -d. -f1 pytorch.peak)
+cap=$((needs * 8 / 10))
+echo "     plain PyTorch alone: $needs MiB at its peak; each Mac capped at $cap MiB"
+
+mkdir "$controller/$group" || exit 1
+echo $((cap << 20)) > "$controller/$group/memory.limit_in_bytes"
+reference "$controller/$group" > pytorch-capped.log 2>&1
+rc=$?
+check "plain PyTorch, capped at $cap MiB: killed (exit $rc)" bash -c "[ $rc -ne 0 ] && ! grep -q '^gpt/eager' pytorch-capped.log"
+rmdir "$controller/$group"
+
+for k in 0 1 2 3; do
+  mkdir "$controller/$group$k" && echo $((cap << 20)) > "$controller/$group$k/memory.limit_in_bytes" || exit 1
+done
+# Rank r joins Mac r mod 4 (server k = rank k, worker k = rank 4 + k), then becomes pstrain.
+with_timeout 900 "$mpirun" -np 8 bash -c 'echo $$ > "$0$((OMPI_COMM_WORLD_RANK % 4))/cgroup.procs" && exec "$@"' \
+  "$controller/$group" "$pstrain" --model gpt.pt --dataset train.bin --block-size 128 --batch-size 4 --optimizer adamw \
+  --lr 1e-4 --clip-grad-norm 1 --steps 3 --log-every 1 --checkpoint-every 0 --threads 1 --timeout 600 --doorbell off \
+  --servers 4 --precision bf16-weights --train-dir run > pstrain.log 2>&1
+rc=$?
+peaks=""
+for k in 0 1 2 3; do peaks="$peaks $(( $(cat "$controller/$group$k/memory.max_usage_in_bytes") >> 20 ))"; done
+echo "     pstrain, 4 Macs (a server and a worker each): each Mac's peak (MiB, the cgroup's):$peaks"
+[ $rc -eq 0 ] || tail -5 pstrain.log | sed 's/^/     /'
+check "pstrain --servers 4 --precision bf16-weights, every Mac capped at $cap MiB: trains to the end" \
+  bash -c "[ $rc -eq 0 ] && [ -f run/trained_model.pt ] && grep -q '\"step\": *3' run/metrics.jsonl"
+checks_done

@@ -1,0 +1,86 @@
+// The memory planner (training/MemoryPlan): each rank's predicted peak from what it measured
+// and the run's settings, each host's against its memory, the largest model a layout trains.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "runtime/config/Flags.h"
+#include "runtime/training/MemoryPlan.h"
+
+using namespace pstrain;
+
+namespace {
+
+config::TrainConfig configOf(const std::vector<std::string>& flags) { return config::parseTrainFlags(flags).cfg; }
+
+constexpr double kMib = 1 << 20;
+constexpr std::int64_t kParameters = 100'000'000;
+
+training::RankMeasure measure(const std::string& host, double residentMib, double stepMib, std::int64_t held) {
+  training::RankMeasure m;
+  m.host = host;
+  m.hostMib = 4096;
+  m.residentMib = residentMib;
+  m.peakMib = residentMib;
+  m.stepMib = stepMib;
+  m.held = held;
+  return m;
+}
+
+}  // namespace
+
+// Sync, one server, AdamW: the server adds the two moments (8 bytes a parameter) to what it
+// holds as loaded; the worker adds its measured step and the buckets in flight (16 MiB).
+TEST(MemoryPlan, OneServerAddsTheOptimizerTheWorkerItsStep) {
+  const auto cfg = configOf({"--optimizer", "adamw"});
+  const std::vector<training::RankMeasure> ranks = {measure("a", 600, -1, kParameters),
+                                                    measure("a", 700, 300, kParameters)};
+  const auto p = training::predictMemory(cfg, kParameters, ranks);
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].role, "server");
+  EXPECT_NEAR(p[0].peakMib, 600 + 8 * kParameters / kMib, 1e-6);
+  EXPECT_NEAR(p[0].perParameterBytes, 12, 1e-9);
+  EXPECT_EQ(p[1].role, "worker");
+  EXPECT_NEAR(p[1].peakMib, 700 + 300 + 16, 1e-6);
+  EXPECT_NEAR(p[1].perParameterBytes, 4, 1e-9);  // its weights: the gradient streams
+}
+
+// Clipping needs the whole gradient before any update: the server sums it (4 bytes a
+// parameter more); with --servers 2 each holds its range; bf16 weights halve the worker's
+// and cost each server a bfloat16 copy of its range.
+TEST(MemoryPlan, ServersHoldTheirRangesAndBf16WeightsHalveTheWorkers) {
+  const auto cfg = configOf({"--optimizer", "adamw", "--clip-grad-norm", "1", "--servers", "2", "--precision",
+                             "bf16-weights"});
+  const std::int64_t half = kParameters / 2;
+  const std::vector<training::RankMeasure> ranks = {measure("a", 400, -1, half), measure("b", 400, -1, half),
+                                                    measure("a", 500, 200, kParameters),
+                                                    measure("b", 500, 200, kParameters)};
+  const auto p = training::predictMemory(cfg, kParameters, ranks);
+  EXPECT_NEAR(p[0].peakMib, 400 + (8 + 4 + 2) * half / kMib + 4 * 2 * 2, 1e-6);
+  EXPECT_NEAR(p[0].perParameterBytes, (4 + 8 + 4 + 2) / 2.0, 1e-9);
+  EXPECT_NEAR(p[2].perParameterBytes, 2, 1e-9);
+  // Each host: a server and a worker; the largest model, from the fixed part and the bytes a parameter.
+  const std::string text = training::describeMemory(kParameters, ranks, p);
+  EXPECT_NE(text.find("host a (ranks 0, 2)"), std::string::npos) << text;
+  const double host = p[0].peakMib + p[2].peakMib, perParameter = p[0].perParameterBytes + p[2].perParameterBytes;
+  const double largest = (4096 - (host - perParameter * kParameters / kMib)) * kMib / perParameter;
+  EXPECT_NE(text.find(fmt::format("about {:.0f} M parameters", largest / 1e6)), std::string::npos) << text;
+  EXPECT_TRUE(training::hostsThatDoNotFit(ranks, p).empty());
+}
+
+// A host whose ranks' peaks add up to more than it has is named, with its ranks.
+TEST(MemoryPlan, AHostThatDoesNotFitIsNamed) {
+  const auto cfg = configOf({"--optimizer", "adamw"});
+  const std::vector<training::RankMeasure> ranks = {measure("small-mac", 3500, -1, kParameters),
+                                                    measure("big-mac", 700, 300, kParameters)};
+  const auto p = training::predictMemory(cfg, kParameters, ranks);
+  const auto lines = training::hostsThatDoNotFit(ranks, p);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("host small-mac: "), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("it has 4.00 GiB"), std::string::npos) << lines[0];
+  const std::string text = training::describeMemory(kParameters, ranks, p);
+  EXPECT_NE(text.find(fmt::format("host small-mac (ranks 0): {:.2f} GiB of its 4.00 GiB: DOES NOT FIT", p[0].peakMib / 1024)),
+            std::string::npos) << text;
+}
