@@ -142,7 +142,7 @@ class Evaluator {
     auto it = testSets_.find(key);
     if (it == testSets_.end()) {
       it = testSets_.emplace(key, data::loadDataset(source, data::Split::Test)).first;
-      portable::keepFreedMemoryForReuse();  // after loading, as pstrain's workers: 4x faster at batch 1000
+      portable::keepFreedMemoryForReuse(portable::kKeptBlocksForEvaluation);  // after loading, as pstrain's workers: 4x faster at batch 1000
     }
     return it->second;
   }

@@ -188,13 +188,19 @@ void trainOrProbe(comm::MpiComm& comm, const config::TrainConfig& cfg, std::futu
   auto model = models::makeModel(cfg.model, config::isModelFile(cfg.model) ? 0 : data::datasetInfo(cfg.dataset).classes,
                                  roles::weightsNeeded(cfg, comm.rank()));
   model->to(device);
+  if (computes && cfg.bf16Weights()) {
+    // --precision bf16-weights: a worker holds the weights in bfloat16 from now on, each
+    // float32 tensor going as its copy comes (the buffers stay float32).
+    torch::NoGradGuard noGrad;
+    for (auto& p : model->parameters()) p.set_data(p.to(torch::kBFloat16));
+  }
   startup.mark("model");
   std::optional<data::Dataset> train;
   if (computes) {
     // Rethrows the loading thread's error, if any (mpirun's rank numbering is MPI's, so
     // the prefetch is there exactly when this rank computes).
     train = prefetched.valid() ? prefetched.get() : data::loadDataset(data::sourceOf(cfg), data::Split::Train);
-    portable::keepFreedMemoryForReuse();  // after loading: its big temporaries go back at once
+    portable::keepFreedMemoryForReuse(portable::kKeptBlocksForTraining);  // after loading: its big temporaries go back at once
     startup.mark("data");
   }
   roles::RunInfo info{comm::MpiSession::libraryVersion(), command, comm::MpiSession::yieldWhenIdleSetting(),

@@ -194,15 +194,22 @@ void moveBytes(void* to, void* from, std::size_t bytes) {
   }
 }
 
-void keepFreedMemoryForReuse() {
+void giveBackFreedMemory() {
 #if defined(__GLIBC__)
-  // Blocks below 1 GiB come from the heap, and freed memory at its top goes back to the
-  // kernel only past 1 GiB: a step's big temporaries (im2col buffers of a conv layer, 78 MB
+  malloc_trim(0);
+#endif
+}
+
+void keepFreedMemoryForReuse(std::size_t largestKept) {
+#if defined(__GLIBC__)
+  // Blocks below `largestKept` come from the heap, and freed memory at its top goes back to
+  // the kernel only past 1 GiB: a step's temporaries (im2col buffers of a conv layer, 78 MB
   // for LeNet's first at batch 1000) are then faulted in once, not every step. (Above
   // 32 MiB glibc's default always maps and unmaps: pseval's batch of 1000 took 4x longer.)
   // A glibc that refuses so high a threshold (its manual's limit is 32 MiB) gets that limit.
   constexpr int kKeep = 1 << 30;
-  if (mallopt(M_MMAP_THRESHOLD, kKeep) == 0) mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  const int threshold = static_cast<int>(std::min<std::size_t>(largestKept, kKeep));
+  if (mallopt(M_MMAP_THRESHOLD, threshold) == 0) mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, kKeep);
 #else
   // Other C libraries (macOS's) have no such knobs: their allocators keep what they see fit.

@@ -32,14 +32,24 @@ double peakRssMib();
 // gets fsync. Returns false, with errno set, when the data may not be on disk.
 bool syncToDisk(int fd);
 
-// Makes the C library keep the memory a training step frees for the next step. glibc's
-// malloc otherwise serves many activation-sized blocks (from 128 KiB) with mmap and returns
-// them with munmap, so every step faults the same pages in again: about 10% of a ResNet-20
-// step on the CPU (tools/bench (1)). Call once in a process that computes, after loading its
-// data (whose big temporaries should go back to the kernel) and before the first step; a
-// server does not (it would only keep pages it never reuses). A no-op where the C library
-// is not glibc (macOS's allocator keeps freed regions by itself).
-void keepFreedMemoryForReuse();
+// Makes the C library keep the memory a training step frees for the next step, for blocks
+// smaller than `largestKept` bytes. glibc's malloc otherwise serves many activation-sized
+// blocks (from 128 KiB) with mmap and returns them with munmap, so every step faults the
+// same pages in again: about 10% of a ResNet-20 step on the CPU (tools/bench (1)). Larger
+// blocks go back when freed: kept in the heap, a big model's (a language model's logits, a
+// 147 MiB embedding's gradient) fragment it, and a worker of a 120 M GPT held 1710 MiB at its
+// peak instead of 1277. Call once in a process that computes, after loading its data (whose
+// big temporaries should go back to the kernel) and before the first step; a server does not
+// (it would only keep pages it never reuses). A no-op where the C library is not glibc
+// (macOS's allocator keeps freed regions by itself).
+// Gives the memory the C library holds freed back to the system (glibc: malloc_trim; a
+// no-op elsewhere): after a one-off computation (the start-up's check of the model), whose
+// freed memory a step would otherwise find fragmented.
+void giveBackFreedMemory();
+
+constexpr std::size_t kKeptBlocksForTraining = std::size_t(32) << 20;
+constexpr std::size_t kKeptBlocksForEvaluation = std::size_t(1) << 30;  // pseval's big batches, one model
+void keepFreedMemoryForReuse(std::size_t largestKept);
 
 // `bytes` (at least one) of fresh private pages, given back when it goes: they read as zeros
 // and take memory only once written (what a buffer that is mostly never written needs).

@@ -99,50 +99,67 @@ void LocalTrainer::streamGradients(std::vector<Bucket> buckets, std::function<vo
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     for (int p : buckets_[b].parameters) bucketsOf_[p].push_back(static_cast<int>(b));
   }
-  slots_ = parameterViews(model_, messages_.grad);
   parameters_ = model_.parameters();
+  offsets_.assign(1, 0);
+  for (const auto& p : parameters_) offsets_.push_back(offsets_.back() + p.numel());
   for (std::size_t i = 0; i < parameters.size(); ++i) {
-    // Called by autograd with this parameter's gradient, before it is accumulated: it is
-    // written (times the sample count) into messages.grad here, and .grad is left to
-    // autograd (undefined at each backward, so it only steals the tensor, no copy).
-    parameters[i].register_hook([this, i](const at::Tensor& gradient) { onGradient(static_cast<int>(i), gradient); });
+    // Called by autograd with this parameter's gradient, before it accumulates it into
+    // .grad (undefined at each backward, so it steals the tensor: no copy), whence each
+    // bucket takes its part of it once the bucket is complete.
+    parameters[i].register_hook([this, i](const at::Tensor&) { onGradient(static_cast<int>(i)); });
   }
 }
 
-void LocalTrainer::onGradient(int parameter, const at::Tensor& gradient) {
+void LocalTrainer::onGradient(int parameter) {
   // Before the last micro-batch autograd sums the gradients into .grad by itself.
   if (!lastMicroBatch_) return;
-  // The gradients handed over before this one: autograd has stored them in .grad by now,
-  // where they are no longer needed.
-  for (int earlier : withGrad_) parameters_[earlier].mutable_grad() = at::Tensor();
-  withGrad_.clear();
-  const at::Tensor& earlier = parameters_[parameter].grad();
-  deliver(parameter, earlier.defined() ? earlier + gradient : gradient);
-  withGrad_.push_back(parameter);
+  takeArrived();  // the one before: autograd has stored its gradient in .grad by now
+  arriving_ = parameter;
+}
+
+void LocalTrainer::takeArrived() {
+  if (arriving_ < 0) return;
+  arrived(arriving_);
+  arriving_ = -1;
   handOverReadyBuckets();
 }
 
-void LocalTrainer::deliver(int parameter, const at::Tensor& gradient) {
-  at::Tensor& slot = slots_[parameter];
-  if (injectedValue_ != 0) {
-    slot.fill_(injectedValue_);  // --inject-overflow, --inject-nan
-  } else if (!gradient.defined()) {
-    slot.zero_();  // a parameter the loss did not reach
-  } else if (device_.is_cpu()) {
-    at::mul_out(slot, gradient, at::scalar_tensor(scale_));  // one pass over the gradient, not a copy and a multiply
-  } else {
-    slot.copy_(gradient * scale_, /*non_blocking=*/true);  // final once handOverReadyBuckets() waited
-  }
-  handedOver_[parameter] = true;
+void LocalTrainer::arrived(int parameter) {
+  arrived_[parameter] = true;
   for (int b : bucketsOf_[parameter]) --missing_[b];
 }
 
+void LocalTrainer::fill(const Bucket& bucket) {
+  for (int p : bucket.parameters) {
+    const std::int64_t from = std::max(bucket.begin, offsets_[p]), to = std::min(bucket.end, offsets_[p + 1]);
+    at::Tensor part = messages_.grad.narrow(0, from, to - from);
+    const at::Tensor& gradient = parameters_[p].grad();
+    if (injectedValue_ != 0) {
+      part.fill_(injectedValue_);  // --inject-overflow, --inject-nan
+    } else if (!gradient.defined()) {
+      part.zero_();  // a parameter the loss did not reach
+    } else {
+      const at::Tensor source = gradient.reshape({-1}).narrow(0, from - offsets_[p], to - from);
+      if (device_.is_cpu()) {
+        at::mul_out(part, source, at::scalar_tensor(scale_));  // one pass, not a copy and a multiply
+      } else {
+        part.copy_(source * scale_, /*non_blocking=*/true);  // final once handOverReadyBuckets() waited
+      }
+    }
+  }
+}
+
 void LocalTrainer::handOverReadyBuckets() {
-  bool waited = false;
-  while (nextReady_ < buckets_.size() && missing_[nextReady_] == 0) {
-    if (!waited) synchronize(device_);  // the copies into these buckets have run
-    waited = true;
-    ready_(buckets_[nextReady_++]);
+  const std::size_t first = nextReady_;
+  for (; nextReady_ < buckets_.size() && missing_[nextReady_] == 0; ++nextReady_) fill(buckets_[nextReady_]);
+  if (nextReady_ == first) return;
+  synchronize(device_);  // the copies into these buckets have run
+  for (std::size_t b = first; b < nextReady_; ++b) {
+    ready_(buckets_[b]);
+    // A parameter whose every bucket went: its gradient is no longer needed.
+    for (int p : buckets_[b].parameters) {
+      if (--bucketsLeft_[p] == 0) parameters_[p].mutable_grad() = at::Tensor();
+    }
   }
 }
 
@@ -185,9 +202,14 @@ float LocalTrainer::forwardBackward(std::int64_t batch, const data::Prefetcher::
     scale_ = multiplier;
     injectedValue_ = batch == overflowBatch_ ? INFINITY : batch == nanBatch_ ? NAN : 0.0f;
     nextReady_ = 0;
+    arriving_ = -1;
     missing_.clear();
     for (const auto& b : buckets_) missing_.push_back(static_cast<int>(b.parameters.size()));
-    handedOver_.assign(slots_.size(), false);
+    arrived_.assign(parameters_.size(), false);
+    bucketsLeft_.assign(parameters_.size(), 0);
+    for (const auto& b : buckets_) {
+      for (int p : b.parameters) ++bucketsLeft_[p];
+    }
     for (auto& p : model_.parameters()) p.mutable_grad() = at::Tensor();
   } else {
     grad_.zero_();
@@ -231,16 +253,15 @@ float LocalTrainer::forwardBackward(std::int64_t batch, const data::Prefetcher::
   if (streaming) {
     // A parameter whose gradient did not come with the last micro-batch: what earlier ones
     // left in .grad, or zero if the loss never reached it.
-    auto parameters = model_.parameters();
-    for (std::size_t i = 0; i < parameters.size(); ++i) {
-      if (!handedOver_[i]) deliver(static_cast<int>(i), parameters[i].grad());
+    takeArrived();
+    for (std::size_t i = 0; i < parameters_.size(); ++i) {
+      if (!arrived_[i]) arrived(static_cast<int>(i));
     }
     handOverReadyBuckets();
-    for (auto& p : parameters) p.mutable_grad() = at::Tensor();
-    withGrad_.clear();
+    for (auto& p : parameters_) p.mutable_grad() = at::Tensor();
   } else {  // streamed: the hooks already wrote gradient x count into messages.grad
-    if (batch == nanBatch_) grad_.fill_(NAN);  // --inject-nan (streaming: in deliver())
-    if (batch == overflowBatch_) grad_.fill_(INFINITY);  // --inject-overflow (streaming: in deliver())
+    if (batch == nanBatch_) grad_.fill_(NAN);  // --inject-nan (streaming: in fill())
+    if (batch == overflowBatch_) grad_.fill_(INFINITY);  // --inject-overflow (streaming: in fill())
     grad_.mul_(multiplier);
     if (!device_.is_cpu()) messages_.grad.copy_(grad_, /*non_blocking=*/true);
   }

@@ -104,20 +104,25 @@ class LocalTrainer {
   // still missing per bucket in this backward pass, the next bucket to hand over.
   std::vector<protocol::Bucket> buckets_;
   std::vector<std::vector<int>> bucketsOf_;
-  std::vector<at::Tensor> slots_;  // each parameter's view of messages.grad
+  std::vector<std::int64_t> offsets_;  // where each parameter starts in the flat gradient, and its end last
   std::vector<at::Tensor> parameters_;  // the model's, in order (handles to the same tensors)
   std::vector<int> missing_;
-  std::vector<bool> handedOver_;  // by parameter, in this step
-  std::vector<int> withGrad_;  // handed over in this backward, their .grad still autograd's
+  std::vector<bool> arrived_;     // by parameter, in this step: its gradient is in .grad
+  std::vector<int> bucketsLeft_;  // by parameter: its buckets not handed over yet in this step
+  int arriving_ = -1;             // the parameter whose hook ran last: its gradient reaches .grad next
   std::size_t nextReady_ = 0;
   float scale_ = 1;  // a virtual shard's batch's sample count over the loss scale, for gradient x count
   bool lastMicroBatch_ = true;  // the step's last: the hooks hand gradients over in it only
   std::function<void(const protocol::Bucket&)> ready_;
-  void onGradient(int parameter, const at::Tensor& gradient);
-  // Writes `gradient` (undefined: zero) x scale_ into the parameter's slot, final once the
-  // device has run what was queued: its buckets miss one parameter less.
-  void deliver(int parameter, const at::Tensor& gradient);
-  void handOverReadyBuckets();    // waits for the device first when there are any
+  void onGradient(int parameter);
+  void takeArrived();             // the arriving parameter's gradient is in .grad: hand over what is ready
+  void arrived(int parameter);    // its buckets miss one parameter less
+  // Writes each of the bucket's parameters' part of its .grad (undefined: zero) x scale_ into
+  // messages.grad, final once the device has run what was queued.
+  void fill(const protocol::Bucket& bucket);
+  // Fills the buckets complete in order and hands them over (waiting for the device first),
+  // and lets go of each gradient whose every bucket went.
+  void handOverReadyBuckets();
 };
 
 }  // namespace pstrain::roles

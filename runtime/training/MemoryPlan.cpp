@@ -39,7 +39,8 @@ double serverBytes(const config::TrainConfig& cfg, int servers) {
   const config::ModeInfo& mode = cfg.modeInfo();
   const bool rounds = mode.exchange == config::Exchange::LocalRounds;
   const double state = stateBytes(rounds && mode.outerOptimizer() ? cfg.updateRule() : cfg);
-  const double bf16 = cfg.bf16Weights() ? 2 : 0;
+  // One server converts the whole weights to bfloat16 as it sends them; K servers a few parts.
+  const double bf16 = cfg.bf16Weights() && servers == 1 ? 2 : 0;
   switch (mode.exchange) {
     case config::Exchange::PointToPoint: return state + 8 + bf16;  // a gradient received, and the sum
     case config::Exchange::LocalRounds: return state + 4;          // the pseudo-gradients' sum
@@ -87,10 +88,13 @@ std::vector<RankMemory> predictMemory(const config::TrainConfig& cfg, std::int64
                            (servers > 1 ? kPartMib * 2 * static_cast<double>(ranks.size() - servers) : 0);
       p.peakMib = std::max(m.peakMib, m.residentMib + extra);
       p.perParameterBytes = (4 + serverBytes(cfg, servers)) * static_cast<double>(m.held) / std::max(n, 1.0);
+      p.parts = fmt::format("{} as loaded + {} of optimizer state and sums", gib(m.residentMib), gib(extra));
     } else {
       const double extra = std::max(m.stepMib, 0.0) + kInFlightMib + workerBytes(cfg) * n / kMib;
       p.peakMib = std::max(m.peakMib, m.residentMib + extra);
       p.perParameterBytes = heldBytes(cfg) + workerBytes(cfg);
+      p.parts = m.stepMib < 0 ? fmt::format("{} as loaded, a step not measured", gib(m.residentMib))
+                              : fmt::format("{} as loaded + {} a step", gib(m.residentMib), gib(extra));
     }
     out.push_back(p);
   }
@@ -131,8 +135,9 @@ std::string describeMemory(std::int64_t parameters, const std::vector<RankMeasur
   for (std::size_t r = 0; r < ranks.size(); ++r) {
     const bool computes = predicted[r].role != "server";
     if (computes && ranks[r].stepMib < 0) measured = false;
-    out += fmt::format("  memory    rank {:<4} {:<7} {} at its peak ({:.1f} bytes a parameter)\n", r, predicted[r].role,
-                       gib(predicted[r].peakMib), predicted[r].perParameterBytes);
+    out += fmt::format("  memory    rank {:<4} {:<7} {} at its peak ({:.1f} bytes a parameter; {}{})\n", r,
+                       predicted[r].role, gib(predicted[r].peakMib), predicted[r].perParameterBytes, predicted[r].parts,
+                       predicted[r].peakMib == ranks[r].peakMib ? ": the start-up's" : "");
   }
   const auto hosts = hostsOf(ranks, predicted);
   double largest = -1;

@@ -27,6 +27,7 @@ struct RankMeasure {
 struct RankMemory {
   std::string role;                // "server", "worker" or "peer"
   double peakMib = 0;
+  std::string parts;               // what the peak is made of: "1.02 GiB as loaded + 0.65 GiB a step"
   double perParameterBytes = 0;    // the bytes of peakMib that each of the model's parameters costs
 };
 

@@ -31,6 +31,7 @@
 #include "runtime/protocol/StepProtocol.h"
 #include "runtime/loss/Loss.h"
 #include "runtime/Portable.h"
+#include "runtime/roles/Autocast.h"
 #include "runtime/roles/RoleArgs.h"
 #include "runtime/roles/StepMemory.h"
 #include "runtime/training/Exchanges.h"
@@ -508,7 +509,11 @@ StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, mo
     models::loadStateDict(model, started.resume->modelState, fmt::format("step {} checkpoint", started.resume->step));
   }
   // A model of the user's must fit the data before anything is waited for (--dry-run too).
-  if (train) loss::checkModelFitsData(model, cfg.model, *train, cfg.lossFunction(), device);
+  if (train) {  // in the precision the worker computes in (its weights may be bfloat16)
+    const roles::AutocastScope autocast(device, config::precisionInfo(cfg.precision).kind);
+    loss::checkModelFitsData(model, cfg.model, *train, cfg.lossFunction(), device);
+    portable::giveBackFreedMemory();  // the check's activations: a step finds its own
+  }
   started.facts = handshake(comm, factsOf(comm, cfg, started.run, model, train, device, info));
   metrics::Startup::process().mark("handshake");
   checkServerHosts(cfg, started.facts);

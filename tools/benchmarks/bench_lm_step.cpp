@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   pstrain::launcher::setComputeThreads(std::atoi(argv[1]));  // as pstrain: libtorch and the BLAS
-  portable::keepFreedMemoryForReuse();  // as pstrain's workers do
+  portable::keepFreedMemoryForReuse(portable::kKeptBlocksForTraining);  // as pstrain's workers do
   const std::int64_t batch = std::atoll(argv[2]), block = std::atoll(argv[6]);
   const int steps = std::atoi(argv[3]);
   config::TrainConfig cfg;

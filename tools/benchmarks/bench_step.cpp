@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
   }
   const c10::Device device = launcher::chooseDevice(deviceName, 0);
   pstrain::launcher::setComputeThreads(std::atoi(argv[1]));  // as pstrain: libtorch and the BLAS
-  portable::keepFreedMemoryForReuse();  // as pstrain's workers do
+  portable::keepFreedMemoryForReuse(portable::kKeptBlocksForTraining);  // as pstrain's workers do
   const std::int64_t batch = std::atoll(argv[2]);
   const int steps = std::atoi(argv[3]);
   for (int i = 4; i < argc; ++i) {

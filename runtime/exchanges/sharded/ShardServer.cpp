@@ -48,21 +48,41 @@ class Shard {
 
   RangeUpdate& update() { return update_; }
 
-  // Starts sending this range of the weights to every worker (the caller waits): float32,
-  // or converted to bfloat16 for workers that hold such (--precision bf16-weights).
+  // Starts sending this range of the weights to every worker part by part (Wire.h; the
+  // caller waits): float32 from where they are, or, to workers that hold bfloat16 ones
+  // (--precision bf16-weights), converted into a few staging parts, each reused once its
+  // sends are done (those are then done when this returns).
   void startWeightsDown(std::vector<std::size_t>& requests, const std::string& context) {
-    const char* weights = reinterpret_cast<const char*>(update_.weights().data_ptr<float>());
-    std::size_t bytes = bytesOf(range_);
-    if (cfg_.bf16Weights()) {
-      if (bf16_.numel() == 0) bf16_ = at::empty({range_.size()}, at::kBFloat16);
-      bf16_.copy_(update_.weights());
-      weights = static_cast<const char*>(bf16_.data_ptr());
-      bytes = static_cast<std::size_t>(range_.size()) * 2;
+    const std::int64_t parts = partsOf(range_.size());
+    const float* weights = update_.weights().data_ptr<float>();
+    if (!cfg_.bf16Weights()) {
+      for (std::int64_t p = 0; p < parts; ++p) {
+        for (int w = cfg_.servers; w < comm_.size(); ++w) {
+          requests.push_back(comm_.startSend(weights + p * kPartFloats, partSize(range_.size(), p) * sizeof(float), w,
+                                             kWeightsTag, context));
+        }
+      }
+      bytesOut_ = static_cast<double>(bytesOf(range_));
+      return;
     }
-    for (int w = cfg_.servers; w < comm_.size(); ++w) {
-      requests.push_back(comm_.startSend(weights, bytes, w, kWeightsTag, context));
+    constexpr std::int64_t kStagedParts = 4;
+    if (bf16_.numel() == 0) bf16_ = at::empty({kStagedParts, kPartFloats}, at::kBFloat16);
+    std::vector<std::vector<std::size_t>> sending(kStagedParts);
+    for (std::int64_t p = 0; p < parts; ++p) {
+      auto& slot = sending[static_cast<std::size_t>(p % kStagedParts)];
+      for (std::size_t request : slot) comm_.wait(request);
+      slot.clear();
+      const std::int64_t n = partSize(range_.size(), p);
+      at::Tensor staged = bf16_[p % kStagedParts].narrow(0, 0, n);
+      staged.copy_(update_.weights().narrow(0, p * kPartFloats, n));
+      for (int w = cfg_.servers; w < comm_.size(); ++w) {
+        slot.push_back(comm_.startSend(staged.data_ptr(), static_cast<std::size_t>(n) * 2, w, kWeightsTag, context));
+      }
     }
-    bytesOut_ = static_cast<double>(bytes);
+    for (auto& slot : sending) {
+      for (std::size_t request : slot) comm_.wait(request);
+    }
+    bytesOut_ = static_cast<double>(range_.size()) * 2;
   }
 
   // The workers' gradients of this range, summed in worker order (as one server sums them:
@@ -140,7 +160,7 @@ class Shard {
   std::vector<float> decoded_;
   std::vector<std::vector<char>> slots_;  // raw: two parts per worker; coded: two frames
   std::vector<float> partSum_;            // updating each part: the part's sum
-  at::Tensor bf16_;                       // --precision bf16-weights: the range as the workers hold it
+  at::Tensor bf16_;                       // --precision bf16-weights: parts staged as the workers hold them
   double bytesOut_ = 0, bytesIn_ = 0;
 };
 

@@ -42,22 +42,34 @@ class WorkerLink {
   // Every range of the weights from its server, and the header and the rest from server 0.
   StepHeader receiveDown(const std::string& context) {
     const int servers = static_cast<int>(ranges_.size());
-    std::vector<std::size_t> got(ranges_.size() + 2), requests;
+    std::vector<std::size_t> requests;
+    std::vector<std::size_t> got(2), parts;  // the header's and the buffers', then each part's; its size
     auto* weights = static_cast<char*>(messages_.weights.data_ptr());  // float32 or bfloat16, as this worker holds them
     const std::size_t size = messages_.weights.element_size();
     for (int k = 0; k < servers; ++k) {
-      requests.push_back(comm_.startReceive(weights + ranges_[k].begin * size, ranges_[k].size() * size, k, kWeightsTag,
-                                            &got[k], context));
+      for (std::int64_t p = 0; p < partsOf(ranges_[k].size()); ++p) parts.push_back(partSize(ranges_[k].size(), p) * size);
+    }
+    got.resize(2 + parts.size());
+    std::size_t part = 0;
+    for (int k = 0; k < servers; ++k) {
+      for (std::int64_t p = 0; p < partsOf(ranges_[k].size()); ++p, ++part) {
+        requests.push_back(comm_.startReceive(weights + (ranges_[k].begin + p * kPartFloats) * size, parts[part], k,
+                                              kWeightsTag, &got[2 + part], context));
+      }
     }
     const std::size_t tailBytes = static_cast<std::size_t>(messages_.downTail.numel()) * sizeof(float);
-    requests.push_back(comm_.startReceive(messages_.down.data(), sizeof(StepHeader), 0, kHeadTag, &got[servers], context));
-    requests.push_back(comm_.startReceive(messages_.downTail.data_ptr<float>(), tailBytes, 0, kHeadTag,
-                                          &got[servers + 1], context));
+    requests.push_back(comm_.startReceive(messages_.down.data(), sizeof(StepHeader), 0, kHeadTag, &got[0], context));
+    requests.push_back(comm_.startReceive(messages_.downTail.data_ptr<float>(), tailBytes, 0, kHeadTag, &got[1], context));
     comm_.expectLongWait();
     for (std::size_t request : requests) comm_.wait(request);
-    for (int k = 0; k < servers; ++k) expectBytes(got[k], ranges_[k].size() * size, k, "range of the weights", context);
-    expectBytes(got[servers], sizeof(StepHeader), 0, "step header", context);
-    expectBytes(got[servers + 1], tailBytes, 0, "buffers message", context);
+    part = 0;
+    for (int k = 0; k < servers; ++k) {
+      for (std::int64_t p = 0; p < partsOf(ranges_[k].size()); ++p, ++part) {
+        expectBytes(got[2 + part], parts[part], k, "part of the weights", context);
+      }
+    }
+    expectBytes(got[0], sizeof(StepHeader), 0, "step header", context);
+    expectBytes(got[1], tailBytes, 0, "buffers message", context);
     return messages_.header();
   }
 
