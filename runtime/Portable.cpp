@@ -197,6 +197,8 @@ void moveBytes(void* to, void* from, std::size_t bytes) {
 void giveBackFreedMemory() {
 #if defined(__GLIBC__)
   malloc_trim(0);
+#else
+  // Other C libraries (macOS's) give back what they see fit.
 #endif
 }
 

@@ -112,7 +112,7 @@ with_timeout 60 "$mpirun" -np 4 "$pstrain" --device cpu --threads 1 --model mlp 
 sed -n '/world/,/exchange/p' "$scratch/plan.log" | sed 's/^/     /'
 check "dry run: 2 parameter servers + 2 workers" grep -q "2 parameter servers + 2 worker(s)" "$scratch/plan.log"
 check "dry run: rank 1 owns the second range" grep -qE "rank 1 owns parameters \[[0-9]+, 203530\)" "$scratch/plan.log"
-check "dry run: ranks 0 and 1 are servers" bash -c "[ \$(grep -cE 'rank [0-9]+ +server' '$scratch/plan.log') = 2 ]"
+check "dry run: ranks 0 and 1 are servers" bash -c "[ \$(grep -cE 'rank [0-9]+ +server +host' '$scratch/plan.log') = 2 ]"
 check "dry run: the exchange line says it is sharded" grep -q "exchange  sharded over 2 servers" "$scratch/plan.log"
 with_timeout 60 "$mpirun" -np 4 "$pstrain" --device cpu --threads 1 --model mlp --dataset synthetic --servers 2 --dry-run \
   --compress int8 --train-dir "$scratch/plan-int8" > "$scratch/plan-int8.log" 2>&1
