@@ -8,6 +8,7 @@
 #include "runtime/config/Codecs.h"
 #include "runtime/config/Mode.h"
 #include "runtime/config/Optimizers.h"
+#include "runtime/exchanges/rounds/RoundsMemory.h"
 
 namespace pstrain::training {
 namespace {
@@ -25,6 +26,11 @@ double stateBytes(const config::TrainConfig& rule) {
   return 4.0 * static_cast<double>(info.state.size());
 }
 
+// The outer optimizer's state a parameter, where the local-rounds exchange has one.
+double outerStateBytes(const config::TrainConfig& cfg) {
+  return cfg.modeInfo().outerOptimizer() ? stateBytes(cfg.updateRule()) : 0;
+}
+
 // Bytes per parameter that a gradient codec adds on the rank that encodes: the error
 // feedback's residual, float32.
 double codecBytes(const config::TrainConfig& cfg) {
@@ -38,26 +44,33 @@ double codecBytes(const config::TrainConfig& cfg) {
 double serverBytes(const config::TrainConfig& cfg, int servers) {
   const config::ModeInfo& mode = cfg.modeInfo();
   const bool rounds = mode.exchange == config::Exchange::LocalRounds;
-  const double state = stateBytes(rounds && mode.outerOptimizer() ? cfg.updateRule() : cfg);
+  const double state = rounds ? outerStateBytes(cfg) : stateBytes(cfg);
   // One server converts the whole weights to bfloat16 as it sends them; K servers a few parts.
   const double bf16 = cfg.bf16Weights() && servers == 1 ? 2 : 0;
   switch (mode.exchange) {
     case config::Exchange::PointToPoint: return state + 8 + bf16;  // a gradient received, and the sum
-    case config::Exchange::LocalRounds: return state + 4;          // the pseudo-gradients' sum
+    case config::Exchange::LocalRounds: return roles::roundsMemory(cfg, stateBytes(cfg), state).server;
     default: break;
   }
   if (servers > 1) return state + (cfg.serversUpdateEachPart() ? 0 : 4) + bf16;
   return state + (cfg.overlapping() ? 0 : 4) + bf16;
 }
 
-// What a computing rank holds beyond its measured step, per parameter: diloco's inner
-// optimizer and global weights, a codec's residual; a peer's optimizer.
+// What a computing rank holds beyond its measured step, per parameter: the rounds' worker's
+// (roles::roundsMemory), a codec's residual; a peer's optimizer.
 double workerBytes(const config::TrainConfig& cfg) {
   const config::ModeInfo& mode = cfg.modeInfo();
+  if (mode.exchange == config::Exchange::LocalRounds) return roles::roundsMemory(cfg, stateBytes(cfg), outerStateBytes(cfg)).worker;
   double bytes = codecBytes(cfg);
-  if (mode.exchange == config::Exchange::LocalRounds) bytes += stateBytes(cfg) + 4;  // inner state, the global copy
   if (mode.peers()) bytes += stateBytes(cfg);
   return bytes;
+}
+
+// What a computing rank would hold on top of that if its rounds overlap their exchanges
+// (--overlap-rounds auto: the run decides), per parameter.
+double ifOverlappedBytes(const config::TrainConfig& cfg) {
+  if (cfg.modeInfo().exchange != config::Exchange::LocalRounds) return 0;
+  return roles::roundsMemory(cfg, stateBytes(cfg), outerStateBytes(cfg)).ifOverlapped;
 }
 
 // The bytes per parameter of the weights as a computing rank holds them, and of the whole
@@ -95,6 +108,7 @@ std::vector<RankMemory> predictMemory(const config::TrainConfig& cfg, std::int64
       p.perParameterBytes = heldBytes(cfg) + workerBytes(cfg);
       p.parts = m.stepMib < 0 ? fmt::format("{} as loaded, a step not measured", gib(m.residentMib))
                               : fmt::format("{} as loaded + {} a step", gib(m.residentMib), gib(extra));
+      if (ifOverlappedBytes(cfg) > 0) p.parts += fmt::format("; {} more if its rounds overlap", gib(ifOverlappedBytes(cfg) * n / kMib));
     }
     out.push_back(p);
   }

@@ -145,12 +145,15 @@ struct RoundChain::Impl {
     messages.resize(count);
     for (Message& m : messages) m.posted = m.done = false;
   }
+  // A message's buffer holds what this exchange's message may take, no more: the first
+  // round's whole weights (4 bytes a float) are not kept through the rounds of coded updates.
   void receiveInto(Message& m, std::size_t capacity, int peer, int tag) {
-    if (m.bytes.size() < capacity) m.bytes.resize(capacity);
+    if (m.bytes.size() != capacity) std::vector<char>(capacity).swap(m.bytes);
     post(m, peer, tag, /*send=*/false);  // counted as it arrives
   }
   // Sends `bytes` as message `m` (its bytes now owned by m).
   void sendOf(Message& m, std::string_view bytes, int peer, int tag) {
+    if (bytes.size() < m.bytes.capacity() / 2) std::vector<char>().swap(m.bytes);
     m.bytes.assign(bytes.begin(), bytes.end());
     m.size = bytes.size();
     post(m, peer, tag, /*send=*/true);
@@ -243,13 +246,13 @@ struct RoundChain::Impl {
   }
 
   // --- down -------------------------------------------------------------------------------
-  void postDownReceives() {
+  // `whole`: the down message holds the weights whole (startWorker's contract), else updates.
+  void postDownReceives(bool whole) {
     resize(downIn, static_cast<std::size_t>(chunks) + 1);
     resize(downOut, static_cast<std::size_t>(chunks) + 1);
     receiveInto(downIn[0], static_cast<std::size_t>(downFixed + 1) * sizeof(float), towardServers(chunks), kDownTag);
     for (std::int64_t i = 0; i < chunks; ++i) {
-      const std::size_t capacity = std::max(wholeCodecs[i]->maxFrameBytes(),
-                                            lossyDown ? updateCodecs[i]->maxFrameBytes() : std::size_t(0));
+      const std::size_t capacity = whole ? wholeCodecs[i]->maxFrameBytes() : updateCodecs[i]->maxFrameBytes();
       receiveInto(downIn[i + 1], capacity, towardServers(i), kDownTag);
     }
     nextDown = 0;
@@ -356,7 +359,7 @@ void RoundChain::startWorker(const float* delta, const float* fixed, float* glob
   s.upActive = delta != nullptr;
   Impl::resize(s.upOut, s.upActive ? static_cast<std::size_t>(s.chunks) + 1 : 0);
   if (s.upActive && s.rank < s.last) s.postUpReceives();
-  s.postDownReceives();
+  s.postDownReceives(/*whole=*/!s.upActive || !s.lossyDown);
   if (s.upActive && s.rank == s.last) {
     for (std::int64_t i = 0; i < s.chunks; ++i) s.sendUpChunk(i, nullptr);
     s.sendUpFixed(nullptr);

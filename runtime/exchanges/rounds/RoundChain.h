@@ -57,7 +57,9 @@ class RoundChain {
   // floats) go up, summed with those of the workers after it; the down message comes into
   // `global` (weights floats: replaced, or moved by the server's update) and `downFixed`.
   // All four are the caller's and left alone until the exchange is done. With `delta` null
-  // nothing goes up (the run's first down message).
+  // nothing goes up (the run's first down message). The down message holds the weights
+  // whole in the first exchange and with a lossless down codec, else the update (the
+  // servers' startServerDown keeps to this): the worker takes in no more than that.
   void startWorker(const float* delta, const float* fixed, float* global, float* downFixed, const std::string& context);
   // A server starts receiving the sum of the workers' up messages into `delta` (its range's
   // floats) and (server 0) `fixed` (overwritten).

@@ -6,7 +6,9 @@
 #include <cmath>
 
 #include "runtime/Errors.h"
+#include "runtime/codec/Codec.h"
 #include "runtime/config/Codecs.h"
+#include "runtime/exchanges/rounds/RoundsMemory.h"
 #include "runtime/protocol/FlatParameters.h"
 
 namespace pstrain::roles {
@@ -21,6 +23,24 @@ RoundsPlan roundsPlanOf(const config::TrainConfig& cfg) {
   plan.codecs.upErrorFeedback =
       cfg.errorFeedback == "auto" ? !config::isLossless(plan.codecs.up) : cfg.errorFeedback == "on";
   return plan;
+}
+
+RoundsMemory roundsMemory(const config::TrainConfig& cfg, double innerState, double outerState) {
+  const RoundsPlan plan = roundsPlanOf(cfg);
+  // A codec's largest frame per float (RoundChain sizes its messages so), over a chunk.
+  auto frame = [](const std::string& spec) {
+    constexpr std::int64_t n = std::int64_t(1) << 20;
+    return static_cast<double>(codec::makeCodec(spec, {{n}}, 0, "compress")->maxFrameBytes()) / static_cast<double>(n);
+  };
+  const bool lossyDown = !config::isLossless(plan.codecs.down);
+  const double up = frame(plan.codecs.up), down = frame(plan.codecs.down);  // down: whole, or the updates
+  RoundsMemory m;
+  const double overlapped = 8;
+  m.worker = innerState + 4 + (plan.codecs.upErrorFeedback ? 4 : 0) + 2 * up + down +
+             (plan.overlap == Setting::On ? overlapped : 0);
+  m.ifOverlapped = plan.overlap == Setting::Auto ? overlapped : 0;
+  m.server = outerState + 4 + (lossyDown ? 4 : 0) + up + down;
+  return m;
 }
 
 std::vector<exchanges::KeyRange> roundsRanges(const models::Net& model, const config::TrainConfig& cfg) {

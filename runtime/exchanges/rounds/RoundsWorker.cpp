@@ -85,7 +85,7 @@ class RoundsWorker {
                                                              comm_.size() - cfg_.servers))) {}
 
   void run() {
-    receiveDown(/*delta=*/false, "the first round");
+    receiveDown(/*delta=*/nullptr, "the first round");
     if (header().control == Control::Stop) return;
     // The run's step at which this round starts; this worker's next batch of its shard
     // (equal rounds keep it at the run's step, so a resumed run sees the same batches).
@@ -113,8 +113,12 @@ class RoundsWorker {
       // by this round's samples, which grow with its length.
       if (lastSpan_ > 0) chain_.scaleUpResidual(static_cast<double>(span) / static_cast<double>(lastSpan_));
       lastSpan_ = span;
-      at::sub_out(global_.grad, base(), local_.weights);
-      global_.grad.mul_(round.samples > 0 ? round.samples : 0.0);
+      // The pseudo-gradient goes up from where the local weights were: they are not used
+      // again before the global weights replace them, unless the next round trains on
+      // while this exchange travels (then global_.up holds it). Same arithmetic either way.
+      at::Tensor& delta = decision_.overlap ? global_.grad : local_.weights;
+      at::sub_out(delta, base(), local_.weights);
+      delta.mul_(round.samples > 0 ? round.samples : 0.0);
       global_.workerBuffers.copy_(local_.serverBuffers);
       round.write(global_.trailer, comm_.size(), rank_, roundStart, cfg_.lossScaling());
       roundStart += span;
@@ -127,7 +131,7 @@ class RoundsWorker {
         rebased_ = false;
         continue;
       }
-      receiveDown(/*delta=*/true, context);
+      receiveDown(local_.weights.data_ptr<float>(), context);
       if (header().control == Control::Stop) return finishWithGlobal();
       steps = dealt();
       startFromGlobal();
@@ -145,12 +149,11 @@ class RoundsWorker {
   std::int64_t dealt() const { return static_cast<std::int64_t>(global_.shares.data_ptr<float>()[rank_]); }
   const at::Tensor& base() const { return overlappedBase_.defined() ? overlappedBase_ : global_.weights; }
 
-  // A whole exchange: this worker's pseudo-gradient up (`delta`: from global_.up), then
-  // the down message in.
-  void receiveDown(bool delta, const std::string& context) {
-    chain_.startWorker(delta ? global_.grad.data_ptr<float>() : nullptr,
-                       delta ? global_.up.data() + global_.weights.numel() : nullptr, global_.weights.data_ptr<float>(),
-                       downFixed_.data(), context);
+  // A whole exchange: this worker's pseudo-gradient `delta` up (null: none, the first
+  // round's), with global_.up's fixed part, then the down message in.
+  void receiveDown(const float* delta, const std::string& context) {
+    chain_.startWorker(delta, delta ? global_.up.data() + global_.weights.numel() : nullptr,
+                       global_.weights.data_ptr<float>(), downFixed_.data(), context);
     chain_.finish();
     takeDownFixed();
   }
