@@ -423,10 +423,7 @@ std::unique_ptr<Codec> makeCodec(const std::string& spec, const Shapes& shapes, 
 
 ErrorFeedbackEncoder::ErrorFeedbackEncoder(std::unique_ptr<Codec> codec, bool errorFeedback)
     : codec_(std::move(codec)), errorFeedback_(errorFeedback) {
-  if (errorFeedback_) {
-    residual_.assign(codec_->count(), 0.0f);
-    decoded_.resize(codec_->count());
-  }
+  if (errorFeedback_) residual_.assign(codec_->count(), 0.0f);
 }
 
 void ErrorFeedbackEncoder::scaleResidual(float factor) {
@@ -439,8 +436,12 @@ void ErrorFeedbackEncoder::encode(const float* values, std::string& out) {
   for (std::size_t i = 0; i < n; ++i) residual_[i] += values[i];  // what should be sent
   const std::size_t start = out.size();
   codec_->encode(residual_.data(), out);
-  codec_->decode(out.data() + start, out.size() - start, decoded_.data());
-  for (std::size_t i = 0; i < n; ++i) residual_[i] -= decoded_[i];  // what was not
+  // What the frame decodes to, in a scratch of this thread's: one for all the encoders of
+  // the thread (a diloco worker has one per 4 MiB chunk of the model), not a copy each.
+  thread_local std::vector<float> decoded;
+  if (decoded.size() < n) decoded.resize(n);
+  codec_->decode(out.data() + start, out.size() - start, decoded.data());
+  for (std::size_t i = 0; i < n; ++i) residual_[i] -= decoded[i];  // what was not
 }
 
 }  // namespace pstrain::codec

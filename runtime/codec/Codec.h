@@ -96,7 +96,6 @@ class ErrorFeedbackEncoder {
   std::unique_ptr<Codec> codec_;
   bool errorFeedback_;
   std::vector<float> residual_;
-  std::vector<float> decoded_;
 };
 
 }  // namespace pstrain::codec
