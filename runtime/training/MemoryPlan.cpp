@@ -90,25 +90,28 @@ std::vector<RankMemory> predictMemory(const config::TrainConfig& cfg, std::int64
                                       const std::vector<RankMeasure>& ranks) {
   const int servers = cfg.modeInfo().peers() ? 0 : cfg.servers;
   const auto n = static_cast<double>(parameters);
+  // Bytes a parameter, the same for every rank of a role (once: diloco's make codecs to size frames).
+  const double server = serverBytes(cfg, servers), worker = workerBytes(cfg), held = heldBytes(cfg),
+               ifOverlapped = ifOverlappedBytes(cfg);
   std::vector<RankMemory> out;
   for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
     const RankMeasure& m = ranks[static_cast<std::size_t>(r)];
     RankMemory p;
-    const bool server = r < servers;
-    p.role = server ? "server" : servers == 0 ? "peer" : "worker";
-    if (server) {
-      const double extra = serverBytes(cfg, servers) * static_cast<double>(m.held) / kMib +
+    const bool serves = r < servers;
+    p.role = serves ? "server" : servers == 0 ? "peer" : "worker";
+    if (serves) {
+      const double extra = server * static_cast<double>(m.held) / kMib +
                            (servers > 1 ? kPartMib * 2 * static_cast<double>(ranks.size() - servers) : 0);
       p.peakMib = std::max(m.peakMib, m.residentMib + extra);
-      p.perParameterBytes = (4 + serverBytes(cfg, servers)) * static_cast<double>(m.held) / std::max(n, 1.0);
+      p.perParameterBytes = (4 + server) * static_cast<double>(m.held) / std::max(n, 1.0);
       p.parts = fmt::format("{} as loaded + {} of optimizer state and sums", gib(m.residentMib), gib(extra));
     } else {
-      const double extra = std::max(m.stepMib, 0.0) + kInFlightMib + workerBytes(cfg) * n / kMib;
+      const double extra = std::max(m.stepMib, 0.0) + kInFlightMib + worker * n / kMib;
       p.peakMib = std::max(m.peakMib, m.residentMib + extra);
-      p.perParameterBytes = heldBytes(cfg) + workerBytes(cfg);
+      p.perParameterBytes = held + worker;
       p.parts = m.stepMib < 0 ? fmt::format("{} as loaded, a step not measured", gib(m.residentMib))
                               : fmt::format("{} as loaded + {} a step", gib(m.residentMib), gib(extra));
-      if (ifOverlappedBytes(cfg) > 0) p.parts += fmt::format("; {} more if its rounds overlap", gib(ifOverlappedBytes(cfg) * n / kMib));
+      if (ifOverlapped > 0) p.parts += fmt::format("; {} more if its rounds overlap", gib(ifOverlapped * n / kMib));
     }
     out.push_back(p);
   }

@@ -41,35 +41,33 @@ class WorkerLink {
 
   // Every range of the weights from its server, and the header and the rest from server 0.
   StepHeader receiveDown(const std::string& context) {
-    const int servers = static_cast<int>(ranges_.size());
-    std::vector<std::size_t> requests;
-    std::vector<std::size_t> got(2), parts;  // the header's and the buffers', then each part's; its size
+    struct Part {
+      int server;
+      std::int64_t first;  // its first float of the weights
+      std::size_t bytes, got = 0;
+    };
+    std::vector<Part> parts;
     auto* weights = static_cast<char*>(messages_.weights.data_ptr());  // float32 or bfloat16, as this worker holds them
     const std::size_t size = messages_.weights.element_size();
-    for (int k = 0; k < servers; ++k) {
-      for (std::int64_t p = 0; p < partsOf(ranges_[k].size()); ++p) parts.push_back(partSize(ranges_[k].size(), p) * size);
-    }
-    got.resize(2 + parts.size());
-    std::size_t part = 0;
-    for (int k = 0; k < servers; ++k) {
-      for (std::int64_t p = 0; p < partsOf(ranges_[k].size()); ++p, ++part) {
-        requests.push_back(comm_.startReceive(weights + (ranges_[k].begin + p * kPartFloats) * size, parts[part], k,
-                                              kWeightsTag, &got[2 + part], context));
+    for (int k = 0; k < static_cast<int>(ranges_.size()); ++k) {
+      for (std::int64_t p = 0; p < partsOf(ranges_[k].size()); ++p) {
+        parts.push_back({k, ranges_[k].begin + p * kPartFloats, partSize(ranges_[k].size(), p) * size});
       }
+    }
+    std::vector<std::size_t> requests;
+    for (Part& part : parts) {
+      requests.push_back(comm_.startReceive(weights + part.first * static_cast<std::int64_t>(size), part.bytes,
+                                            part.server, kWeightsTag, &part.got, context));
     }
     const std::size_t tailBytes = static_cast<std::size_t>(messages_.downTail.numel()) * sizeof(float);
-    requests.push_back(comm_.startReceive(messages_.down.data(), sizeof(StepHeader), 0, kHeadTag, &got[0], context));
-    requests.push_back(comm_.startReceive(messages_.downTail.data_ptr<float>(), tailBytes, 0, kHeadTag, &got[1], context));
+    std::size_t headerGot = 0, tailGot = 0;
+    requests.push_back(comm_.startReceive(messages_.down.data(), sizeof(StepHeader), 0, kHeadTag, &headerGot, context));
+    requests.push_back(comm_.startReceive(messages_.downTail.data_ptr<float>(), tailBytes, 0, kHeadTag, &tailGot, context));
     comm_.expectLongWait();
     for (std::size_t request : requests) comm_.wait(request);
-    part = 0;
-    for (int k = 0; k < servers; ++k) {
-      for (std::int64_t p = 0; p < partsOf(ranges_[k].size()); ++p, ++part) {
-        expectBytes(got[2 + part], parts[part], k, "part of the weights", context);
-      }
-    }
-    expectBytes(got[0], sizeof(StepHeader), 0, "step header", context);
-    expectBytes(got[1], tailBytes, 0, "buffers message", context);
+    for (const Part& part : parts) expectBytes(part.got, part.bytes, part.server, "part of the weights", context);
+    expectBytes(headerGot, sizeof(StepHeader), 0, "step header", context);
+    expectBytes(tailGot, tailBytes, 0, "buffers message", context);
     return messages_.header();
   }
 
