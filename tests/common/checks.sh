@@ -11,6 +11,15 @@ checks_done() {
   echo "$passed passed, $failures failed"
   [ "$failures" -eq 0 ]
 }
+# brief_ends_here: where a long script's first proof of each of its features ends. In the
+# default tier (PSTRAIN_TEST_BRIEF=1: tools/test without --all) the script stops here, with
+# its checks so far; in the full tier it goes on.
+brief_ends_here() {
+  [ -n "${PSTRAIN_TEST_BRIEF:-}" ] || return 0
+  echo "     (the default tier stops here: tools/test --all runs the rest)"
+  checks_done
+  exit
+}
 # run_logged DIR COMMAND...: runs COMMAND with its output in DIR.log; on failure prints the
 # exit status and the log's last lines. Returns COMMAND's status.
 run_logged() {

@@ -68,6 +68,8 @@ PY
 check "walk-through: torch.load reads the AdamW state (step, exp_avg, exp_avg_sq by parameter)" test $? -eq 0
 sed 's/^/     /' optimizer.log
 
+brief_ends_here
+
 # --- 2. equivalence with torch.optim.AdamW + clip_grad_norm_ ----------------------------
 "$python" "$tools/gpt_model.py" tiny.pt --meta text/meta.json --block-size 16 --layers 1 --heads 2 --embd 32 --seed 3 > /dev/null
 # shellcheck disable=SC2054 # --betas takes B1,B2

@@ -60,6 +60,8 @@ rc=$?
 sed 's/^/     /' python.log
 check "walk-through: the nn.Module and the TorchScript file predict what pseval predicts" test $rc -eq 0
 
+brief_ends_here
+
 # --- 2. the zoo's LeNet against the same network scripted from Python --------------------
 "$(dirname "$pseval")/tests/export_models" zoo > /dev/null || exit 1
 "$python" - "$tools" <<'PY' || exit 1

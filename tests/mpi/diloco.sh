@@ -71,6 +71,8 @@ check "checkpoints at the rounds that pass each 20 steps, and the final one" \
 check "pseval evaluates every checkpoint of the global weights" \
   bash -c "[ \$(tail -n +2 '$scratch/reference/eval.csv' | wc -l) -eq 6 ]"
 
+brief_ends_here
+
 # --- 2. a killed worker, then --resume ----------------------------------------------------
 train "$scratch/killed" --straggle 1:40,2:40 > killed.log 2>&1 &
 pid=$!

@@ -64,6 +64,8 @@ echo "     6 virtual shards, 2 -> 1 -> 3 workers vs 2 throughout: max abs diff $
 check "virtual shards: the run that changed workers ends with the uninterrupted run's weights (<= 1e-5)" ge 1e-5 "$diff"
 check "virtual shards: every step logged once (none lost, none repeated)" steps_once elastic
 
+brief_ends_here
+
 # --- 2. pstrain-run: a worker killed, one slot fewer offered -----------------------------
 echo 3 > slots
 printf '#!/bin/sh\necho "localhost:$(cat %s/slots)"\n' "$scratch" > discover.sh && chmod +x discover.sh

@@ -52,6 +52,8 @@ last=$(find "$scratch/killed/ckpt" -name '*.ok' | wc -l | tr -d ' ')
 check "killed worker: every published checkpoint is whole ($last evaluated)" \
   bash -c "! grep -q skipping '$scratch/killed-eval.log' && [ \$(tail -n +2 '$scratch/killed/eval.csv' | wc -l) -eq $last ]"
 
+brief_ends_here
+
 # 2. Corrupt the newest checkpoint, then resume: the previous one is used, and the result
 #    equals the uninterrupted run.
 newest=$(ls "$scratch/killed/ckpt"/*.pt | tail -1)

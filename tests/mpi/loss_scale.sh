@@ -48,6 +48,8 @@ with_timeout 120 "$mpirun" -np 3 "$pstrain" --device cpu --model mlp --dataset s
   --loss-scale dynamic --loss-scale-window 3 --dry-run > "$scratch/plan.log" 2>&1
 check "the dry run's plan names the loss scale" grep -q "dynamic loss scale from 65536 (doubled after 3 good updates" "$scratch/plan.log"
 
+brief_ends_here
+
 # 2. Without an overflow a scaled fp32 run ends where an unscaled one does: the scales are
 #    powers of two, so scaling and unscaling are exact.
 train "$scratch/scaled" --loss-scale dynamic --loss-scale-window 3

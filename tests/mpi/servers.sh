@@ -93,6 +93,8 @@ check "model file, resumed at step 6 with 4 servers: one server's weights" \
 norm=$(metric "$scratch/adamw-k2" "min(l['grad_norm'] for l in lines)")
 check "adamw: every step's gradient norm ($norm) is above the clip (0.01): clipped by the combined norm" ge "$norm" 0.01
 
+brief_ends_here
+
 # --- metrics and run.json: per-server traffic, balanced by bytes; the roles.
 mib0=$(metric "$scratch/sgd-k2" "last['server0_mib_per_step']")
 mib1=$(metric "$scratch/sgd-k2" "last['server1_mib_per_step']")
