@@ -103,6 +103,7 @@ class HalfPrecision : public Codec {
     wrap(out, count()).copy_(half);
   }
   std::size_t maxBodyBytes() const override { return count() * 2; }
+  bool rounds() const override { return true; }
 
  private:
   c10::ScalarType type_;
@@ -137,6 +138,7 @@ class Int8 : public Codec {
     if (in.at != size) throw CodecError("int8 payload has trailing bytes");
   }
   std::size_t maxBodyBytes() const override { return count() + shapes().size() * sizeof(float); }
+  bool rounds() const override { return true; }
 };
 
 // int4: each block of kBlock values as one float scale (the block's largest magnitude / 7)
@@ -181,6 +183,7 @@ class Int4 : public Codec {
     }
   }
   std::size_t maxBodyBytes() const override { return blocks() * sizeof(float) + (count() + 1) / 2; }
+  bool rounds() const override { return true; }
 
  private:
   std::size_t blocks() const { return (count() + kBlock - 1) / kBlock; }
@@ -423,25 +426,56 @@ std::unique_ptr<Codec> makeCodec(const std::string& spec, const Shapes& shapes, 
 
 ErrorFeedbackEncoder::ErrorFeedbackEncoder(std::unique_ptr<Codec> codec, bool errorFeedback)
     : codec_(std::move(codec)), errorFeedback_(errorFeedback) {
-  if (errorFeedback_) residual_.assign(codec_->count(), 0.0f);
+  if (!errorFeedback_) return;
+  if (codec_->rounds()) {
+    compact_.assign(codec_->count(), c10::BFloat16(0.0f).x);
+  } else {
+    residual_.assign(codec_->count(), 0.0f);
+  }
 }
+
+namespace {
+float widen(std::uint16_t bits) { return static_cast<float>(c10::BFloat16(bits, c10::BFloat16::from_bits())); }
+std::uint16_t narrow(float value) { return c10::BFloat16(value).x; }  // rounded to nearest even
+}  // namespace
+
+float ErrorFeedbackEncoder::residual(std::size_t i) const {
+  if (!compact_.empty()) return widen(compact_[i]);
+  return residual_.empty() ? 0.0f : residual_[i];
+}
+
+std::size_t ErrorFeedbackEncoder::residualBytes() const { return !errorFeedback_ ? 0 : compact_.empty() ? 4 : 2; }
+
+std::size_t residualBytes(const std::string& spec) { return makeCodec(spec, {{64}}, 0)->rounds() ? 2 : 4; }
 
 void ErrorFeedbackEncoder::scaleResidual(float factor) {
   for (float& r : residual_) r *= factor;
+  for (std::uint16_t& r : compact_) r = narrow(widen(r) * factor);
 }
 
 void ErrorFeedbackEncoder::encode(const float* values, std::string& out) {
   if (!errorFeedback_) return codec_->encode(values, out);
   const std::size_t n = codec_->count();
-  for (std::size_t i = 0; i < n; ++i) residual_[i] += values[i];  // what should be sent
-  const std::size_t start = out.size();
-  codec_->encode(residual_.data(), out);
-  // What the frame decodes to, in a scratch of this thread's: one for all the encoders of
-  // the thread (a diloco worker has one per 4 MiB chunk of the model), not a copy each.
-  thread_local std::vector<float> decoded;
+  // What should be sent, and what the frame decodes to, in scratches of this thread's: one
+  // for all the encoders of the thread (a diloco worker has one per chunk of the model).
+  thread_local std::vector<float> due, decoded;
   if (decoded.size() < n) decoded.resize(n);
+  float* sum = residual_.data();
+  if (!compact_.empty()) {
+    if (due.size() < n) due.resize(n);
+    sum = due.data();
+    for (std::size_t i = 0; i < n; ++i) sum[i] = widen(compact_[i]) + values[i];
+  } else {
+    for (std::size_t i = 0; i < n; ++i) sum[i] += values[i];
+  }
+  const std::size_t start = out.size();
+  codec_->encode(sum, out);
   codec_->decode(out.data() + start, out.size() - start, decoded.data());
-  for (std::size_t i = 0; i < n; ++i) residual_[i] -= decoded[i];  // what was not
+  if (!compact_.empty()) {
+    for (std::size_t i = 0; i < n; ++i) compact_[i] = narrow(sum[i] - decoded[i]);  // what was not
+  } else {
+    for (std::size_t i = 0; i < n; ++i) sum[i] -= decoded[i];
+  }
 }
 
 }  // namespace pstrain::codec

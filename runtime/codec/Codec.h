@@ -58,6 +58,11 @@ class Codec {
   // The largest frame encode() can produce.
   std::size_t maxFrameBytes() const;
 
+  // Whether what it leaves out of each value is under one rounding step of that value's
+  // scale (fp16, bf16, int8, int4), so that error feedback's residual, that small beside what
+  // it is added to, keeps what matters of itself in bfloat16.
+  virtual bool rounds() const { return false; }
+
  protected:
   explicit Codec(const CodecArgs& args);
   virtual void encodeBody(const float* values, std::string& body) = 0;
@@ -81,13 +86,24 @@ std::unique_ptr<Codec> makeCodec(const std::string& spec, const Shapes& shapes, 
 // Encodes gradients with error feedback (Seide et al. 2014; Karimireddy et al. 2019): the
 // part of (gradient + residual) that the payload does not carry is kept and added to the
 // next gradient, so over many steps the sum of what was sent tracks the sum of gradients.
+// Bytes a value of error feedback's residual under the codec of `spec` (see below): 2 where
+// it rounds(), else 4. For the memory plan.
+std::size_t residualBytes(const std::string& spec);
+
+// The residual is kept in float32, or in bfloat16 (2 bytes a value, not 4) under a codec
+// that rounds(): there it is at most a rounding step, and bfloat16's relative 2^-9 of it is
+// noise far below the step, while a sparsifier's residual grows to many steps' sum, whose
+// small increments bfloat16 would lose.
 class ErrorFeedbackEncoder {
  public:
   ErrorFeedbackEncoder(std::unique_ptr<Codec> codec, bool errorFeedback);
   // Appends the frame of `values` (+ residual) to `out`.
   void encode(const float* values, std::string& out);
   const Codec& codec() const { return *codec_; }
-  const std::vector<float>& residual() const { return residual_; }
+  // What is held back of value i for the next payload.
+  float residual(std::size_t i) const;
+  // Bytes a value of its residual: 0 (no error feedback), 2 or 4.
+  std::size_t residualBytes() const;
   // Multiplies what is kept for the next payload by `factor`: when the values it was left
   // from are weighted differently from the next ones (a diloco round of other length).
   void scaleResidual(float factor);
@@ -95,7 +111,8 @@ class ErrorFeedbackEncoder {
  private:
   std::unique_ptr<Codec> codec_;
   bool errorFeedback_;
-  std::vector<float> residual_;
+  std::vector<float> residual_;           // float32, or empty
+  std::vector<std::uint16_t> compact_;    // bfloat16's bits (a codec that rounds()), or empty
 };
 
 }  // namespace pstrain::codec

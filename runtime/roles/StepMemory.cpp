@@ -18,8 +18,11 @@ StepMemory measureStep(const config::TrainConfig& cfg, models::Net& model, const
   protocol::StepMessages messages(models::parameterCount(model), protocol::bufferCount(model), ranks, device,
                                   cfg.bf16Weights());
   LocalTrainer trainer(cfg, model, train, device, messages, worker, workers, rank);
-  const bool streams = cfg.streamsGradients() && cfg.modeInfo().exchange == config::Exchange::Collective;
-  if (streams || cfg.bf16Weights()) {  // as the exchange streams them: each bucket's pages go back at once
+  const config::Exchange exchange = cfg.modeInfo().exchange;
+  const bool streams = cfg.streamsGradients() && exchange == config::Exchange::Collective;
+  // As the exchange streams them: each bucket's pages go back at once; the local rounds'
+  // worker writes them by buckets and gives them back after the step (RoundsWorker).
+  if (streams || cfg.bf16Weights() || exchange == config::Exchange::LocalRounds) {
     trainer.streamGradients(protocol::gradientBuckets(model, cfg.bucketKb * 1024), [&](const protocol::Bucket& b) {
       if (streams) messages.up.release(b.begin, b.end - b.begin);
     });

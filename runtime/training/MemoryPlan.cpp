@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 
+#include "runtime/codec/Codec.h"
 #include "runtime/config/Codecs.h"
 #include "runtime/config/Mode.h"
 #include "runtime/config/Optimizers.h"
@@ -32,10 +33,11 @@ double outerStateBytes(const config::TrainConfig& cfg) {
 }
 
 // Bytes per parameter that a gradient codec adds on the rank that encodes: the error
-// feedback's residual, float32.
+// feedback's residual (bfloat16 under a codec that rounds, else float32).
 double codecBytes(const config::TrainConfig& cfg) {
   if (!cfg.compressesGradients()) return 0;
-  return config::errorFeedbackOn(cfg.errorFeedback, cfg.gradientCodec()) ? 4 : 0;
+  const std::string spec = cfg.gradientCodec();
+  return config::errorFeedbackOn(cfg.errorFeedback, spec) ? static_cast<double>(codec::residualBytes(spec)) : 0;
 }
 
 // What the dry run did not allocate on a server, per parameter it holds: the optimizer's
@@ -74,12 +76,13 @@ double ifOverlappedBytes(const config::TrainConfig& cfg) {
 }
 
 // The bytes per parameter of the weights as a computing rank holds them, and of the whole
-// gradient where it keeps one (no stream of buckets).
+// gradient where it keeps one through the step (no stream of buckets; the local rounds'
+// gradient lives from backward to the step only: in the measured step).
 double heldBytes(const config::TrainConfig& cfg) {
   const double weights = cfg.bf16Weights() ? 2 : 4;
   const config::Exchange exchange = cfg.modeInfo().exchange;
   const bool streams = cfg.streamsGradients() && exchange == config::Exchange::Collective;
-  return weights + (streams ? 0 : 4);
+  return weights + (streams || exchange == config::Exchange::LocalRounds ? 0 : 4);
 }
 
 std::string gib(double mib) { return fmt::format("{:.2f} GiB", mib / 1024); }

@@ -192,6 +192,35 @@ TEST(Codec, SpecsAreChecked) {
   EXPECT_NO_THROW(config::checkedCodec("int8", true, "compress-weights"));
 }
 
+// Under a codec that rounds (int4, int8) the residual is kept in bfloat16: half the bytes,
+// and what was sent still sums to the sum of the values (diloco's pseudo-gradients: the
+// residual is under a rounding step of each block), up to the residual held back and
+// bfloat16's rounding of it, far under one step.
+TEST(Codec, ErrorFeedbackOfARoundingCodecKeepsItsResidualInBfloat16) {
+  const std::size_t n = total();
+  for (const char* spec : {"int4", "int8"}) {
+    codec::ErrorFeedbackEncoder encoder(codec::makeCodec(spec, kShapes, 1), true);
+    EXPECT_EQ(encoder.residualBytes(), 2u) << spec;
+    std::vector<double> values(n, 0.0), sent(n, 0.0);
+    std::vector<float> decoded(n);
+    double step = 0;  // the largest magnitude a payload had to carry, over its rounding range
+    for (int round = 0; round < 100; ++round) {
+      auto g = gradientLike(500 + round);
+      for (std::size_t i = 0; i < n; ++i) values[i] += g[i];
+      for (float x : g) step = std::max(step, std::fabs(static_cast<double>(x)) / 7);
+      std::string frame;
+      encoder.encode(g.data(), frame);
+      encoder.codec().decode(frame.data(), frame.size(), decoded.data());
+      for (std::size_t i = 0; i < n; ++i) sent[i] += decoded[i];
+    }
+    double worst = 0;
+    for (std::size_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(values[i] - sent[i] - encoder.residual(i)));
+    EXPECT_LT(worst, 0.05 * step) << spec;  // 100 rounds' bfloat16 roundings of a residual under a step
+  }
+  codec::ErrorFeedbackEncoder sparse(codec::makeCodec("topk:0.01", kShapes, 1), true);
+  EXPECT_EQ(sparse.residualBytes(), 4u);  // a sparsifier's residual sums many values: float32
+}
+
 // Over many steps, what error feedback sent sums to the sum of the gradients, up to the
 // one residual still held back; without feedback top-k loses most of it.
 TEST(Codec, ErrorFeedbackTracksTheSumOfGradients) {
@@ -217,7 +246,7 @@ TEST(Codec, ErrorFeedbackTracksTheSumOfGradients) {
     errorWith += std::pow(gradients[i] - sentWith[i], 2);
     errorWithout += std::pow(gradients[i] - sentWithout[i], 2);
     norm += gradients[i] * gradients[i];
-    heldBack += std::pow(with.residual()[i], 2);
+    heldBack += std::pow(with.residual(i), 2);
   }
   // sum(sent) + residual == sum(gradients), to float rounding.
   EXPECT_NEAR(std::sqrt(errorWith), std::sqrt(heldBack), 1e-3 * std::sqrt(norm));

@@ -1,11 +1,13 @@
 #include "runtime/exchanges/rounds/RoundChain.h"
 
+#include <c10/util/BFloat16.h>
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
 
 #include "runtime/Errors.h"
+#include "runtime/Portable.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/metrics/Clock.h"
 
@@ -73,7 +75,7 @@ struct RoundChain::Impl {
   const float* fixed = nullptr;
   float* deltaOut = nullptr;  // the server's up sum
   float* fixedOut = nullptr;
-  float* global = nullptr;  // a worker's copy of the weights
+  GlobalCopy global;  // a worker's copy of the weights
   std::vector<Message> upIn, upOut, downIn, downOut;  // chunks, then (up) the fixed part last / (down) first
   std::vector<std::int64_t> upOrder;     // the up messages this rank takes in, in order
   std::size_t nextUp = 0, nextDown = 0;  // the next of upOrder, and of the down message, to take in
@@ -271,22 +273,32 @@ struct RoundChain::Impl {
     Message& m = downIn[i + 1];
     traffic.received += static_cast<double>(m.size);
     traffic.rawReceived += static_cast<double>(length(i)) * sizeof(float);
-    float* out = global + offset(i);
+    const std::int64_t n = length(i);
+    const bool inPlace = global.f32 && !updates;  // else into scratch, then added or rounded in
     try {
-      if (!updates) {
-        wholeCodecs[i]->decode(m.bytes.data(), m.size, out);
-      } else {
-        updateCodecs[i]->decode(m.bytes.data(), m.size, scratch.data());
-        addUpdate(out, length(i));
-      }
+      downCodec(i).decode(m.bytes.data(), m.size, inPlace ? global.f32 + offset(i) : scratch.data());
     } catch (const CodecError& e) {
       throw CommError(fmt::format("{}: the server's weights: {}", context, e.what()));
     }
+    if (global.f32) {
+      if (updates) addUpdate(global.f32 + offset(i), n);
+    } else {  // bfloat16: the whole weights (as the servers' copy holds them), or moved
+      std::uint16_t* out = global.bf16 + offset(i);
+      for (std::int64_t j = 0; j < n; ++j) {
+        const float weight = updates ? roundedUpdate(c10::BFloat16(out[j], c10::BFloat16::from_bits()), scratch[j]) : scratch[j];
+        out[j] = c10::BFloat16(weight).x;
+      }
+    }
     traffic.codecSeconds += secondsSince(start);
   }
-  // `weights` += the decoded update in scratch: one addition per float, as on every rank.
+  // `weights` += the decoded update in scratch: one addition per float, as on every rank
+  // (rounded to bfloat16 under a lossy down codec: roundedUpdate).
   void addUpdate(float* out, std::int64_t n) {
-    for (std::int64_t j = 0; j < n; ++j) out[j] += scratch[j];
+    if (lossyDown) {
+      for (std::int64_t j = 0; j < n; ++j) out[j] = roundedUpdate(out[j], scratch[j]);
+    } else {
+      for (std::int64_t j = 0; j < n; ++j) out[j] += scratch[j];
+    }
   }
   bool advanceDown() {
     while (nextDown <= static_cast<std::size_t>(chunks) && ready(downIn[nextDown])) {
@@ -348,9 +360,18 @@ void RoundChain::scaleUpResidual(double factor) {
   }
 }
 
-void RoundChain::startWorker(const float* delta, const float* fixed, float* global, float* downFixed,
+float roundedUpdate(float weight, float update) { return static_cast<float>(c10::BFloat16(weight + update)); }
+
+void roundToCopy(float* weights, std::int64_t n) {
+  for (std::int64_t j = 0; j < n; ++j) weights[j] = static_cast<float>(c10::BFloat16(weights[j]));
+}
+
+void RoundChain::startWorker(const float* delta, const float* fixed, GlobalCopy global, float* downFixed,
                              const std::string& context) {
   Impl& s = *impl_;
+  if ((global.bf16 != nullptr) != s.lossyDown || (global.f32 != nullptr) == s.lossyDown) {
+    throw InternalError("RoundChain: a worker's copy is bfloat16 exactly when the down codec is lossy");
+  }
   s.begin(Impl::Role::Worker, context);
   s.delta = delta;
   s.fixed = fixed;
@@ -409,8 +430,15 @@ void RoundChain::startServerDown(const float* fixed, float* weights, const float
 }
 
 bool RoundChain::advance() {
-  const bool done = impl_->advance();
-  if (done) impl_->role = Impl::Role::None;
+  Impl& s = *impl_;
+  const bool done = s.advance();
+  if (done && s.role != Impl::Role::None) {
+    s.role = Impl::Role::None;
+    // The messages' bytes go between exchanges (a worker trains meanwhile, at its peak of
+    // memory): each exchange allocates what it takes in and sends.
+    for (auto* messages : {&s.upIn, &s.upOut, &s.downIn, &s.downOut}) std::vector<Message>().swap(*messages);
+    portable::giveBackFreedMemory();
+  }
   return done;
 }
 

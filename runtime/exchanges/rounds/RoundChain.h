@@ -18,7 +18,11 @@
 // moves the workers' copy of the weights toward its own: encoded, and applied by the server
 // to its copy exactly as every worker applies it to theirs (decoded, then added), so that
 // all copies stay equal bit for bit and what the coding left out is sent with the next
-// round's update (error feedback by construction).
+// round's update (error feedback by construction). Under a lossy down codec every copy
+// holds its weights rounded to bfloat16 (roundedUpdate): a worker keeps its copy in 2 bytes
+// a weight, not 4, and the rounding is far below what the codec leaves out of an update.
+// The rounds start from that copy, so that each pseudo-gradient measures a round's progress
+// exactly; the server's own weights, which the outer step moves, stay float32.
 //
 // Nothing blocks but finish(): a worker calls advance() between its local steps, so that a
 // round's exchange can travel while it trains on. One exchange at a time per rank.
@@ -31,6 +35,20 @@
 #include "runtime/comm/Communicator.h"
 
 namespace pstrain::roles {
+
+// A worker's copy of the global weights: float32, or under a lossy down codec (sendsUpdates)
+// bfloat16's bits.
+struct GlobalCopy {
+  float* f32 = nullptr;
+  std::uint16_t* bf16 = nullptr;
+};
+
+// A weight of a copy plus its decoded update, as every copy holds it under a lossy down
+// codec: rounded to the nearest bfloat16 (ties to even), the same on every rank.
+float roundedUpdate(float weight, float update);
+// The servers' copy of the weights made from their own `n` weights at `weights` (in place):
+// each rounded to bfloat16, as every worker holds them under a lossy down codec.
+void roundToCopy(float* weights, std::int64_t n);
 
 class RoundChain {
  public:
@@ -55,19 +73,21 @@ class RoundChain {
 
   // A worker starts a round's exchange: `delta` (weights floats) and `fixed` (upFixed
   // floats) go up, summed with those of the workers after it; the down message comes into
-  // `global` (weights floats: replaced, or moved by the server's update) and `downFixed`.
-  // All four are the caller's and left alone until the exchange is done. With `delta` null
-  // nothing goes up (the run's first down message). The down message holds the weights
-  // whole in the first exchange and with a lossless down codec, else the update (the
-  // servers' startServerDown keeps to this): the worker takes in no more than that.
-  void startWorker(const float* delta, const float* fixed, float* global, float* downFixed, const std::string& context);
+  // `global` (weights values, float32 or under a lossy down codec bfloat16: replaced, or
+  // moved by the server's update) and `downFixed`. All four are the caller's and left alone
+  // until the exchange is done. With `delta` null nothing goes up (the run's first down
+  // message). The down message holds the weights whole in the first exchange and with a
+  // lossless down codec, else the update (the servers' startServerDown keeps to this): the
+  // worker takes in no more than that.
+  void startWorker(const float* delta, const float* fixed, GlobalCopy global, float* downFixed, const std::string& context);
   // A server starts receiving the sum of the workers' up messages into `delta` (its range's
   // floats) and (server 0) `fixed` (overwritten).
   void startServerUp(float* delta, float* fixed, const std::string& context);
   // A server sends `fixed` (server 0: downFixed floats; the others': unused), then `weights`
   // (its range's floats) whole (`target` null) or the update that moves them toward `target`
-  // (as many), which it applies to `weights` here. The buffers are left alone until the
-  // exchange is done; every server sends updates, or none does.
+  // (as many), which it applies to `weights` here (roundedUpdate: `weights` is a copy made by
+  // roundToCopy). The buffers are left alone until the exchange is done; every server sends
+  // updates, or none does.
   void startServerDown(const float* fixed, float* weights, const float* target, const std::string& context);
 
   // Moves on what arrived (sums, relays, decodes) without waiting; whether this rank's part

@@ -7,9 +7,11 @@
 namespace pstrain::roles {
 
 struct RoundsMemory {
-  // A worker, beyond its model's weights and one local step (both measured): the inner
-  // optimizer's state, the global weights, the up codec's error feedback, the chain's frames
-  // (its own up, the next worker's, the down message's).
+  // A worker, beyond its model's weights and one local step (both measured; the step's
+  // gradient is given back after it): the inner optimizer's state, the global weights
+  // (bfloat16 under a lossy down codec), the up codec's error feedback (bfloat16 under int4
+  // and int8). Not the chain's frames: they
+  // live through an exchange only, when the worker does not compute.
   double worker = 0;
   // A worker whose rounds overlap their exchanges: the round's base and the pseudo-gradient
   // travelling beside the local weights. In `worker` with --overlap-rounds on; with auto,

@@ -36,8 +36,11 @@ RoundsMemory roundsMemory(const config::TrainConfig& cfg, double innerState, dou
   const double up = frame(plan.codecs.up), down = frame(plan.codecs.down);  // down: whole, or the updates
   RoundsMemory m;
   const double overlapped = 8;
-  m.worker = innerState + 4 + (plan.codecs.upErrorFeedback ? 4 : 0) + 2 * up + down +
-             (plan.overlap == Setting::On ? overlapped : 0);
+  // The chain's frames are freed between exchanges (RoundChain::advance): an exchange holds
+  // them while the worker does not compute, below its peak in a step.
+  const double residual = plan.codecs.upErrorFeedback ? static_cast<double>(codec::residualBytes(plan.codecs.up)) : 0;
+  const double copy = lossyDown ? 2 : 4;  // the global weights: bfloat16 under a lossy down codec (RoundChain.h)
+  m.worker = innerState + copy + residual + (plan.overlap == Setting::On ? overlapped : 0);
   m.ifOverlapped = plan.overlap == Setting::Auto ? overlapped : 0;
   m.server = outerState + 4 + (lossyDown ? 4 : 0) + up + down;
   return m;

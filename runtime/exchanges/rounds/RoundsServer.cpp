@@ -57,13 +57,15 @@ struct RoundCounts {
 
 // The global weights as the server keeps them. The outer optimizer steps messages.weights;
 // with a lossy down codec the model (what checkpoints hold, and what every worker holds bit
-// for bit) is a copy of them that each round's coded update moves toward them.
+// for bit, in bfloat16) is a copy of them, rounded to bfloat16, that each round's coded
+// update moves toward them.
 struct GlobalWeights {
   explicit GlobalWeights(Server& s, bool updates) : s(s) {
     if (!updates) return;
     copy = std::make_unique<FloatBuffer>(static_cast<std::size_t>(s.messages.weights.numel()));
     std::copy(s.messages.weights.data_ptr<float>(), s.messages.weights.data_ptr<float>() + copy->size(), copy->data());
-    bindParameters(s.model, copy->view(0, static_cast<std::int64_t>(copy->size())));
+    bindParameters(s.model, copy->view(0, static_cast<std::int64_t>(copy->size())));  // (copies the model's values in)
+    roundToCopy(copy->data(), static_cast<std::int64_t>(copy->size()));  // bfloat16's values, as the workers hold them
   }
   float* sent() { return copy ? copy->data() : s.messages.weights.data_ptr<float>(); }
   const float* target() const { return copy ? s.messages.weights.data_ptr<float>() : nullptr; }

@@ -60,6 +60,7 @@ void followRounds(const RoleArgs& args) {
   if (chain.sendsUpdates()) {
     copy = std::make_unique<protocol::FloatBuffer>(floats);
     std::copy_n(weights.data(), floats, copy->data());
+    roundToCopy(copy->data(), range.size());
   }
   float* held = copy ? copy->data() : weights.data();
   chain.startServerDown(nullptr, held, nullptr, "the first round");

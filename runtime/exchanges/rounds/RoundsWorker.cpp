@@ -57,8 +57,8 @@ struct RoundTotals {
 // A worker's state across rounds. Two sets of messages: `local` is this worker's own
 // training (the model computes from its weights, --optimizer steps them, its state kept
 // across rounds as in DiLoCo), `global` the exchange with rank 0: its weights are this
-// worker's copy of the global weights (equal bit for bit to the server's), its gradient the
-// pseudo-gradient going up. A round's progress is measured from `base`: the global weights
+// worker's copy of the global weights (equal bit for bit to the server's; bfloat16 under a
+// lossy down codec), its gradient the pseudo-gradient going up when rounds overlap. A round's progress is measured from `base`: the global weights
 // it started from; in an overlapped round, the local weights it started from (where the last
 // round ended, while that round's exchange travelled) until the new global weights are in,
 // when its progress moves onto them (rebase()).
@@ -70,7 +70,9 @@ class RoundsWorker {
         rank_(comm_.rank()),
         plan_(roundsPlanOf(cfg_)),
         local_(models::parameterCount(args.model), bufferCount(args.model), comm_.size(), args.device),
-        global_(models::parameterCount(args.model), bufferCount(args.model), comm_.size()),
+        // Under a lossy down codec the copy of the global weights is bfloat16 (RoundChain.h).
+        global_(models::parameterCount(args.model), bufferCount(args.model), comm_.size(), c10::kCPU,
+                /*bf16Weights=*/!config::isLossless(plan_.codecs.down)),
         trainer_(cfg_, args.model, *args.train, args.device, local_, rank_ - cfg_.servers, comm_.size() - cfg_.servers,
                  rank_),
         inner_(optim::makeOptimizer(cfg_)),
@@ -82,7 +84,13 @@ class RoundsWorker {
                static_cast<std::int64_t>(downFixed_.size()), plan_.codecs,
                cfg_.seed * 7919u + static_cast<std::uint64_t>(rank_ - cfg_.servers + 1)),
         total_(config::totalSteps(cfg_, cfg_.updatesPerEpoch(trainer_.sampler().stepsPerEpoch(),
-                                                             comm_.size() - cfg_.servers))) {}
+                                                             comm_.size() - cfg_.servers))) {
+    // Backward writes the gradient into local_.grad bucket by bucket, dropping autograd's own
+    // copies as it goes; after each local step local_.grad's pages are given back
+    // (releaseGradient), so that the gradient takes memory only from backward to the step,
+    // when the activations are mostly gone, not beside them through the forward pass.
+    trainer_.streamGradients(gradientBuckets(args.model, cfg_.bucketKb * 1024), [](const Bucket&) {});
+  }
 
   void run() {
     receiveDown(/*delta=*/nullptr, "the first round");
@@ -125,8 +133,8 @@ class RoundsWorker {
       if (decision_.overlap) {
         if (!overlappedBase_.defined()) overlappedBase_ = torch::empty_like(local_.weights);
         overlappedBase_.copy_(local_.weights);
-        chain_.startWorker(global_.grad.data_ptr<float>(), global_.up.data() + global_.weights.numel(),
-                           global_.weights.data_ptr<float>(), downFixed_.data(), context);
+        chain_.startWorker(global_.grad.data_ptr<float>(), global_.up.data() + global_.weights.numel(), globalCopy(),
+                           downFixed_.data(), context);
         inFlight_ = true;
         rebased_ = false;
         continue;
@@ -148,12 +156,16 @@ class RoundsWorker {
   // The local steps rank 0 dealt this worker.
   std::int64_t dealt() const { return static_cast<std::int64_t>(global_.shares.data_ptr<float>()[rank_]); }
   const at::Tensor& base() const { return overlappedBase_.defined() ? overlappedBase_ : global_.weights; }
+  GlobalCopy globalCopy() {
+    if (global_.weights.scalar_type() == at::kBFloat16) return {nullptr, reinterpret_cast<std::uint16_t*>(global_.weights.data_ptr())};
+    return {global_.weights.data_ptr<float>(), nullptr};
+  }
 
   // A whole exchange: this worker's pseudo-gradient `delta` up (null: none, the first
   // round's), with global_.up's fixed part, then the down message in.
   void receiveDown(const float* delta, const std::string& context) {
-    chain_.startWorker(delta, delta ? global_.up.data() + global_.weights.numel() : nullptr,
-                       global_.weights.data_ptr<float>(), downFixed_.data(), context);
+    chain_.startWorker(delta, delta ? global_.up.data() + global_.weights.numel() : nullptr, globalCopy(),
+                       downFixed_.data(), context);
     chain_.finish();
     takeDownFixed();
   }
@@ -192,6 +204,7 @@ class RoundsWorker {
       const std::int64_t at = roundStart + h * span / steps;
       trainer_.computeGradient(batch++, at, update_.lossScale());
       const bool applied = update_.apply(optim::learningRate(cfg_, 1, at, total_), 1, at);
+      local_.up.release(0, local_.grad.numel());  // the next backward writes every float of it
       round.add(local_.trailer, rank_, applied);
       trainer_.loadWeights();  // on a device: the weights the update changed on the host
       if (inFlight_ && !rebased_) {
