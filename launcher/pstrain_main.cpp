@@ -63,11 +63,11 @@ void printDatasets() {
 
 // One line per mode, in the table's columns (the benches read it).
 void printModes() {
-  fmt::print("{:<10} {:<7} {:<15} {:<11} {:<8} {:<8} {}\n", "mode", "ranks", "exchange", "quorum", "sharded",
+  fmt::print("{:<10} {:<7} {:<15} {:<11} {:<8} {:<8} {}\n", "mode", "ranks", "exchange", "quorum", "vshards",
              "updates", "description");
   for (const auto& mode : config::modes()) {
     fmt::print("{:<10} {:<7} {:<15} {:<11} {:<8} {:<8} {}\n", mode.name, mode.peers() ? "peers" : "server",
-               config::nameOf(mode.exchange), config::nameOf(mode.quorum), mode.sharded ? "yes" : "no",
+               config::nameOf(mode.exchange), config::nameOf(mode.quorum), mode.dealsVirtualShards ? "yes" : "no",
                mode.updatePerBatch ? "per-batch" : "per-step", mode.help);
   }
 }

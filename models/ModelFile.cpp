@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "runtime/Errors.h"
+#include "runtime/Parts.h"
 #include "runtime/Text.h"
 #include "runtime/rundir/ReadFile.h"
 #include "runtime/zip/ZipDirectory.h"
@@ -17,7 +18,7 @@
 namespace pstrain::models {
 namespace {
 
-constexpr std::size_t kChunkBytes = std::size_t(4) << 20;
+constexpr std::size_t kChunkBytes = kPartBytes;
 // The most that a zip reader reads at the file's end in search of the end record (its
 // comment may be 64 KiB long).
 constexpr std::size_t kEndSearchBytes = zip::kEndBytes + 65535;

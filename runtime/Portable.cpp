@@ -45,6 +45,8 @@
 #include <mach-o/dyld.h>
 #endif
 
+#include "runtime/Parts.h"
+
 namespace pstrain::portable {
 
 #if defined(__linux__)
@@ -179,7 +181,7 @@ std::size_t releasePages(void* begin, std::size_t bytes) {
 }
 
 void moveBytes(void* to, void* from, std::size_t bytes) {
-  constexpr std::size_t kChunk = std::size_t(4) << 20;
+  constexpr std::size_t kChunk = kPartBytes;
   const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
   char* source = static_cast<char*>(from);
   char* given = source;  // what lies below went back (but a partial first page)

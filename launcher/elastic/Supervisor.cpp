@@ -100,7 +100,7 @@ class Supervisor {
         return lastFailure;
       }
       const int workers = workersFor(hosts);
-      if (first && job_.modeInfo().sharded && maxWorkers_ == 0) maxWorkers_ = workers;
+      if (first && job_.modeInfo().dealsVirtualShards && maxWorkers_ == 0) maxWorkers_ = workers;
       const int ranks = job_.modeInfo().peers() ? workers : workers + job_.servers;
       event("launch", ranks, hosts, "", failedAt != Clock::time_point{} ? secondsSince(failedAt) : -1);
       // A relaunch continues the job with --resume, but under --overwrite only once the job

@@ -61,7 +61,7 @@ std::optional<std::string> whenGossiping(const TrainConfig& c, const std::string
 // diloco's flags: in the fingerprint of diloco runs only (older runs' stay what they were);
 // the outer step's, "-" where the rounds are plainly averaged (localsgd).
 std::optional<std::string> whenDiloco(const TrainConfig& c, const std::string& v) {
-  return c.modeInfo().outerOptimizer() ? std::optional<std::string>(v) : std::nullopt;
+  return c.modeInfo().runsLocalRounds() ? std::optional<std::string>(v) : std::nullopt;
 }
 std::optional<std::string> whenOuterStep(const TrainConfig& c, const std::string& v) {
   return c.modeInfo().averages ? std::optional<std::string>("-") : whenDiloco(c, v);
@@ -145,8 +145,8 @@ const std::vector<Flag> kFlags = {
      "exchange would take over 10% of a round even at --local-steps 500 (bare --overlap-rounds: on)",
      &TrainConfig::overlapRoundsFlag, A::Fingerprint, whenDiloco, [](const TrainConfig& c) {
        requireOneOf("overlap-rounds", c.overlapRoundsFlag, {"on", "off", "auto"});
-       require(c.overlapRoundsFlag != "on" || c.modeInfo().outerOptimizer(),
-               "--overlap-rounds overlaps diloco's rounds: --mode diloco only"); }, "on"},
+       require(c.overlapRoundsFlag != "on" || c.modeInfo().runsLocalRounds(),
+               "--overlap-rounds overlaps the rounds of local steps: --mode diloco or localsgd only"); }, "on"},
     {"outer-optimizer", "Modes", "diloco: " + outerOptimizerNames() + " (rank 0's rule on the averaged pseudo-gradient)",
      &TrainConfig::outerOptimizer, A::Fingerprint, whenOuterStep, [](const TrainConfig& c) {
        requireOuterStep(c, "outer-optimizer", c.outerOptimizer == TrainConfig().outerOptimizer);
@@ -207,7 +207,7 @@ const std::vector<Flag> kFlags = {
      "traffic: put one server per host (mpirun --map-by node; docs/modes.md)",
      &TrainConfig::servers, A::Compared, nullptr, [](const TrainConfig& c) {
        require(c.servers >= 1 && c.servers <= 1024, fmt::format("--servers must be in [1, 1024] (got {})", c.servers));
-       if (c.servers == 1 || c.modeInfo().outerOptimizer()) return;
+       if (c.servers == 1 || c.modeInfo().runsLocalRounds()) return;
        require(c.mode == Mode::Sync, fmt::format("--servers {} shards the server of sync, diloco and localsgd; --mode {} "
                                                  "has one server (use one of those modes, or --servers 1)", c.servers,
                                                  c.modeInfo().name));
@@ -263,9 +263,9 @@ const std::vector<Flag> kFlags = {
      "in proportion to the workers' speed (a fast host does more of them instead of waiting); bare --balance: on",
      &TrainConfig::balanceFlag, A::Fingerprint, resolvedBalance, [](const TrainConfig& c) {
        requireOneOf("balance", c.balanceFlag, {"on", "off", "auto"});
-       require(c.balanceFlag != "on" || c.modeInfo().exchange == Exchange::Collective || c.modeInfo().outerOptimizer(),
-               "--balance deals a sync step's virtual shards, or a diloco round's local steps, by speed: --mode sync or "
-               "diloco only"); }, "on"},
+       require(c.balanceFlag != "on" || c.modeInfo().exchange == Exchange::Collective || c.modeInfo().runsLocalRounds(),
+               "--balance deals a sync step's virtual shards, or a round's local steps, by speed: --mode sync, diloco "
+               "or localsgd only"); }, "on"},
     {"lr", "Optimization", "base learning rate (one worker)",
      &TrainConfig::lr, A::Fingerprint, nullptr, [](const TrainConfig& c) {
        require(std::isfinite(c.lr) && c.lr > 0, fmt::format("--lr must be a positive number (got {})", c.lr)); }},

@@ -4,10 +4,10 @@
 // Torch-free: the config, the roles, the probe's cost model, pstrain-run and the benches
 // (pstrain --list-modes) read it.
 //
-// A mode is a combination of an exchange (how the gradients meet the weights: the loop that
-// runs it, in roles/, and the formula that predicts it, in probe/CostModel) and its
-// parameters (quorum, stale gradients, virtual shards). A new mode built from an existing
-// exchange is one row; a new exchange is one loop and one cost formula more.
+// A mode is a combination of an exchange (how the gradients meet the weights: its folder in
+// exchanges/, one row of training/Exchanges.cpp's list, which also holds the formula that
+// predicts it for the probe) and its parameters (quorum, stale gradients, virtual shards). A
+// new mode built from an existing exchange is one row; a new exchange is a folder and a row.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -46,7 +46,7 @@ struct ModeInfo {
   Exchange exchange;
   Quorum quorum;
   StalePolicy stale;
-  bool sharded;         // a step's global batch is dealt to --virtual-shards, whoever computes them
+  bool dealsVirtualShards;  // a step's global batch is dealt to --virtual-shards, whoever computes them
   bool updatePerBatch;  // every worker batch is an update: an epoch has workers x batches updates
   const char* plan;     // the dry run's "exchange" line
   const char* help;     // one line of --list-modes
@@ -54,9 +54,10 @@ struct ModeInfo {
 
   // No server: every rank computes and rank 0 also writes the run's files.
   bool peers() const { return exchange == Exchange::AllReduce || exchange == Exchange::Gossip; }
-  // Rank 0 steps the weights with a rule of its own (the outer optimizer), the workers with
-  // --optimizer.
-  bool outerOptimizer() const { return exchange == Exchange::LocalRounds; }
+  // The workers run rounds of local steps with --optimizer between exchanges (diloco,
+  // localsgd); rank 0 steps the global weights with the outer rule (TrainConfig::updateRule:
+  // diloco's --outer-optimizer, localsgd's plain average).
+  bool runsLocalRounds() const { return exchange == Exchange::LocalRounds; }
 };
 
 // Every mode, in --list-modes order.

@@ -109,7 +109,7 @@ TrainConfig::Interpolation TrainConfig::gossipInterpolation() const {
 
 TrainConfig TrainConfig::updateRule() const {
   TrainConfig rule = *this;
-  if (!modeInfo().outerOptimizer()) return rule;
+  if (!modeInfo().runsLocalRounds()) return rule;
   rule.optimizer = "sgd";
   rule.momentum = modeInfo().averages ? 0 : outerMomentum;
   rule.nesterov = outerOptimizerInfo(outerOptimizer).nesterov && rule.momentum > 0;
@@ -125,12 +125,12 @@ TrainConfig TrainConfig::updateRule() const {
 
 std::string TrainConfig::gradientCodec() const {
   if (compress != kAuto) return compress;
-  return modeInfo().outerOptimizer() ? kFrugalCodec : kRawCodec;
+  return modeInfo().runsLocalRounds() ? kFrugalCodec : kRawCodec;
 }
 
 std::string TrainConfig::weightCodec() const {
   if (compressWeights != kAuto) return compressWeights;
-  return modeInfo().outerOptimizer() && compress != kRawCodec ? kFrugalCodec : kRawCodec;
+  return modeInfo().runsLocalRounds() && compress != kRawCodec ? kFrugalCodec : kRawCodec;
 }
 
 std::int64_t TrainConfig::fixedLocalSteps() const {
@@ -147,7 +147,7 @@ std::int64_t TrainConfig::fixedLocalSteps() const {
 }
 
 std::string TrainConfig::updateRuleName() const {
-  return fmt::format("{} {}", modeInfo().outerOptimizer() ? "outer" : "update", updateRule().optimizer);
+  return fmt::format("{} {}", modeInfo().runsLocalRounds() ? "outer" : "update", updateRule().optimizer);
 }
 
 bool TrainConfig::overlapping() const {

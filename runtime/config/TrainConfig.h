@@ -123,8 +123,9 @@ struct TrainConfig {
   bool compressesWeights() const { return weightCodec() != kRawCodec; }
   // Whether --balance deals work by speed: on, or auto in diloco (workers of unequal speed
   // then do local steps in proportion to it instead of waiting for the slowest).
-  bool balance() const { return balanceFlag == "on" || (balanceFlag == kAuto && modeInfo().outerOptimizer()); }
-  // --local-steps as a number; 0 for auto (measured in the first round: roles/rounds).
+  bool balance() const { return balanceFlag == "on" || (balanceFlag == kAuto && modeInfo().runsLocalRounds()); }
+  // --local-steps as a number; 0 for auto (measured in round kMeasuredRound, the second:
+  // exchanges/rounds/RoundsPlan.h).
   std::int64_t fixedLocalSteps() const;
 
   // Whether the workers scale the loss and rank 0 skips overflowed updates

@@ -13,12 +13,6 @@
 
 namespace pstrain::exchanges {
 
-void expectBytes(std::size_t got, std::size_t expected, int rank, const char* what, const std::string& context) {
-  if (got != expected) {
-    throw CommError(fmt::format("{}: rank {} sent a {} of {} bytes, where one is {}", context, rank, what, got, expected));
-  }
-}
-
 RangeUpdate::RangeUpdate(const config::TrainConfig& cfg, KeyRange range, at::Tensor weights, bool eachPart)
     : rule_(cfg.updateRule()),
       range_(std::move(range)),

@@ -14,8 +14,10 @@
 #include <vector>
 
 #include "models/Registry.h"
+#include "runtime/Parts.h"
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/comm/Communicator.h"
+#include "runtime/comm/Values.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/exchanges/Ranges.h"
 #include "runtime/metrics/Json.h"
@@ -99,20 +101,9 @@ class RangeUpdate {
 
 // --- the lead messages: small, blocking, one at a time -----------------------------------------
 
-template <typename T>
-void sendValue(comm::Communicator& comm, const T& value, int to, const std::string& context) {
-  comm.send(&value, sizeof value, to, context);
-}
-
-// Throws CommError unless a message of `got` bytes from `rank` is the `expected` size.
-void expectBytes(std::size_t got, std::size_t expected, int rank, const char* what, const std::string& context);
-
-template <typename T>
-T receiveValue(comm::Communicator& comm, int from, const std::string& context) {
-  T value;
-  expectBytes(comm.receive(&value, sizeof value, from, context).bytes, sizeof value, from, "lead message", context);
-  return value;
-}
+using comm::expectBytes;  // comm/Values.h
+using comm::receiveValue;
+using comm::sendValue;
 
 // Server 0's first word to the others: the first step, whether the run trains, and whether
 // their ranges of the weights follow (startSendsWeights; else each takes its own from its
@@ -180,7 +171,7 @@ class CheckpointGather {
   RangeUpdate& own_;
   float* model_ = nullptr;                // the last gather()'s
   std::vector<at::Tensor> placeholders_;  // by state, of the whole model's size
-  static constexpr std::int64_t kChunkFloats = std::int64_t(1) << 20;  // 4 MiB a request
+  static constexpr std::int64_t kChunkFloats = kPartFloats;  // a request
   std::vector<float> chunk_;              // recordSource()'s, while serving
   bool serving_ = false;
 };

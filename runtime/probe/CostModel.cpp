@@ -96,7 +96,7 @@ const Prediction& best(const std::vector<Prediction>& predictions, int workers) 
   for (const auto& p : predictions) {
     // diloco trades some quality per sample for speed: it has a line of its own
     // (predictLocalSteps), never the recommendation among the modes that train alike.
-    if (config::info(p.mode).outerOptimizer()) continue;
+    if (config::info(p.mode).runsLocalRounds()) continue;
     if (p.workers == workers && (!top || p.samplesPerSecond > top->samplesPerSecond)) top = &p;
   }
   if (!top) throw std::invalid_argument(fmt::format("cost model: no prediction for {} workers", workers));

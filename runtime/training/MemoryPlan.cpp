@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 
+#include "runtime/Parts.h"
 #include "runtime/codec/Codec.h"
 #include "runtime/config/Codecs.h"
 #include "runtime/config/Mode.h"
@@ -17,8 +18,8 @@ namespace {
 constexpr double kMib = 1 << 20;
 // A worker's gradient in flight: StepLink and the sharded worker keep at most 16 MiB out.
 constexpr double kInFlightMib = 16;
-// A sharded server's ring: two 4 MiB parts per worker (sharded/Wire.h).
-constexpr double kPartMib = 4;
+// A sharded server's ring: two parts per worker (sharded/Wire.h).
+constexpr double kPartMib = static_cast<double>(kPartBytes) / kMib;
 
 // Bytes per parameter of `rule`'s state (torch.optim's moments; SGD's momentum only with it).
 double stateBytes(const config::TrainConfig& rule) {
@@ -29,7 +30,7 @@ double stateBytes(const config::TrainConfig& rule) {
 
 // The outer optimizer's state a parameter, where the local-rounds exchange has one.
 double outerStateBytes(const config::TrainConfig& cfg) {
-  return cfg.modeInfo().outerOptimizer() ? stateBytes(cfg.updateRule()) : 0;
+  return cfg.modeInfo().runsLocalRounds() ? stateBytes(cfg.updateRule()) : 0;
 }
 
 // Bytes per parameter that a gradient codec adds on the rank that encodes: the error

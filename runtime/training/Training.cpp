@@ -99,7 +99,7 @@ std::string configurationChange(const std::string& before, const config::TrainCo
 // workers: one shard each, re-dealt when their number changed.
 int resolveVirtualShards(const config::TrainConfig& cfg, int computing, const checkpoint::Checkpoint* resume) {
   const int before = resume ? static_cast<int>(resume->virtualShards) : 0;
-  if (!cfg.modeInfo().sharded) {
+  if (!cfg.modeInfo().dealsVirtualShards) {
     if (cfg.virtualShards > 0 && cfg.virtualShards != computing) {
       throw ConfigError(fmt::format("--mode {} deals the data to its {} computing ranks: --virtual-shards applies to "
                                     "sync and allreduce only", cfg.modeInfo().name, computing));

@@ -137,7 +137,7 @@ check "resume with 3 servers: the uninterrupted 1-server run's weights" same "re
 "$pseval" --train-dir "$scratch/killed" > "$scratch/eval.log" 2>&1
 check "pseval reads the sharded run's checkpoints as any" test "$(tail -n +2 "$scratch/killed/eval.csv" | wc -l)" -ge 2
 
-# --- diloco: the outer step over K servers (exchanges/rounds/RoundsServers.h). Raw floats
+# --- diloco: the outer step over K servers (exchanges/rounds/OuterRanges.h). Raw floats
 # both ways, no overlap, no balance (as mpi.diloco's exact sections): K = 2 and 4 give one
 # server's weights; a worker killed mid-run, resumed with 3 servers, gives the uninterrupted
 # 1-server run's weights (outer momentum gathered into each checkpoint, split again at start).

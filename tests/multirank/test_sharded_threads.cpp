@@ -97,7 +97,7 @@ TEST(ShardedThreads, ServersGiveOneServersWeightsWithRangesOfManyParts) {
   expectServersAgree(cfg, "resnet18, parts");
 }
 
-// diloco's outer step (exchanges/rounds/RoundsServers.h): raw floats both ways, rounds of 5
+// diloco's outer step (exchanges/rounds/OuterRanges.h): raw floats both ways, rounds of 5
 // local steps neither overlapped nor dealt by speed, so that only the servers differ.
 TEST(ShardedThreads, ServersGiveOneServersWeightsInDilocosOuterStep) {
   torch::set_num_threads(1);

@@ -7,7 +7,7 @@
 // update toward them, back down. With overlapped rounds a worker trains on while the
 // exchange travels, and moves its progress onto the new global weights as soon as they are
 // in. What the rounds are (H, overlap, codecs): RoundsPlan.h. With --servers K, ranks
-// 0..K-1 each hold a range of the global weights and of the outer state (RoundsServers.h).
+// 0..K-1 each hold a range of the global weights and of the outer state (OuterRanges.h).
 #include "runtime/exchanges/Exchange.h"
 
 namespace pstrain::exchanges {
@@ -24,7 +24,7 @@ double roundExchangeSeconds(const CodecCost& grad, const CodecCost& weights, con
 namespace pstrain::roles {
 
 // Rank 0's part (RoundsServer.cpp), every other rank's (RoundsServer.cpp: servers 1..K-1
-// follow, RoundsServers.h), and a worker's (RoundsWorker.cpp).
+// follow, OuterRanges.h), and a worker's (RoundsWorker.cpp).
 void serveRounds(const RoleArgs& args);
 void runRoundsOthers(const RoleArgs& args);
 void runRoundsWorker(const RoleArgs& args);

@@ -13,7 +13,7 @@
 #include "runtime/exchanges/rounds/RoundChain.h"
 #include "runtime/exchanges/rounds/Rounds.h"
 #include "runtime/exchanges/rounds/RoundsPlan.h"
-#include "runtime/exchanges/rounds/RoundsServers.h"
+#include "runtime/exchanges/rounds/OuterRanges.h"
 #include "runtime/optim/LrSchedule.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/roles/Balance.h"

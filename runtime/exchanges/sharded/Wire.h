@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "runtime/Parts.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/exchanges/Servers.h"
 
@@ -30,7 +31,8 @@ constexpr int kWeightsTag = comm::Communicator::kFirstFreeTag;
 constexpr int kHeadTag = comm::Communicator::kFirstFreeTag + 1;
 constexpr int kGradTag = comm::Communicator::kFirstFreeTag + 2;
 constexpr int kTailTag = comm::Communicator::kFirstFreeTag + 3;
-constexpr std::int64_t kPartFloats = std::int64_t(1) << 20;  // 4 MiB: a server holds a few per worker, not a range
+// Parts of kPartFloats (runtime/Parts.h): a server holds a few per worker, not a range.
+using pstrain::kPartFloats;
 // The parts of a range of `floats`: [p * kPartFloats, min((p + 1) * kPartFloats, floats)).
 inline std::int64_t partsOf(std::int64_t floats) { return (floats + kPartFloats - 1) / kPartFloats; }
 inline std::int64_t partSize(std::int64_t floats, std::int64_t part) {

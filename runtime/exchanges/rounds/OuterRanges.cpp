@@ -1,4 +1,4 @@
-#include "runtime/exchanges/rounds/RoundsServers.h"
+#include "runtime/exchanges/rounds/OuterRanges.h"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
