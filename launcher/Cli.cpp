@@ -81,7 +81,7 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     }
     // --loss auto is mse for float targets: a file says which it holds in its labels. (An
     // unreadable one is reported where it is loaded, with the rank that failed.)
-    if (c.loss == "auto" && modelFile && dataFile && format.yields == data::Yields::Labelled) {
+    if (c.lossByTargets() && modelFile && dataFile && format.yields == data::Yields::Labelled) {
       try {
         if (data::datasetInfo(c.dataset, c.ignoreIndex).classes == 0) command.cfg.loss = "mse";
       } catch (const DataError&) {
@@ -187,11 +187,7 @@ EvalCommand parseEvalCommand(int argc, char** argv) {
     command.predictionsPath = r["predictions"].as<std::string>();
     command.plot = r.count("plot") > 0;
     command.trustModel = r.count("trust-model") > 0;
-    const std::string tensorboard = r["tensorboard"].as<std::string>();
-    if (tensorboard != "on" && tensorboard != "off") {
-      throw ConfigError(fmt::format("--tensorboard must be on or off (got '{}')", tensorboard));
-    }
-    command.tensorboard = tensorboard == "on";
+    command.tensorboard = config::parseOnOff("tensorboard", r["tensorboard"].as<std::string>()) == config::OnOff::On;
   } catch (const cxxopts::exceptions::exception& e) {
     throw ConfigError(e.what());
   }

@@ -164,7 +164,7 @@ void printRequested(const launcher::TrainCommand& cli) {
 void trainOrProbe(comm::MpiComm& comm, const config::TrainConfig& cfg, std::future<data::Dataset>& prefetched,
                   const std::string& command) {
   metrics::Startup& startup = metrics::Startup::process();
-  comm.connect(cfg.doorbell == "on");
+  comm.connect(cfg.doorbell == config::OnOff::On);
   startup.mark("command_line");
   const bool computes = config::computesGradients(cfg.mode, comm.rank(), cfg.servers);
   // A worker's forward and backward, rank 0's optimizer update (in ranges of the flat weights).
@@ -256,7 +256,7 @@ int main(int argc, char** argv) {
   setSignalPrefix(launcher::linePrefix());
   try {
     if (cli.doctor) {
-      comm.connect(cfg.doorbell == "on");
+      comm.connect(cfg.doorbell == config::OnOff::On);
       return launcher::runDoctor(comm, cfg);
     }
     trainOrProbe(comm, cfg, prefetched, command);

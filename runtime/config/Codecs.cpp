@@ -69,8 +69,8 @@ bool isLossless(const std::string& spec) {
   return row && row->lossless;
 }
 
-bool errorFeedbackOn(const std::string& setting, const std::string& spec) {
-  if (setting != "auto") return setting == "on";
+bool errorFeedbackOn(Switch setting, const std::string& spec) {
+  if (setting != Switch::Auto) return setting == Switch::On;
   const CodecInfo* row = codecRow(spec);
   return row && row->errorFeedbackByDefault;
 }

@@ -8,6 +8,8 @@
 #include <iterator>
 #include <string>
 
+#include "runtime/config/Switch.h"
+
 namespace pstrain::config {
 
 // What a codec's spec may say after its name.
@@ -63,7 +65,7 @@ std::string codecSpecs(bool weights);
 bool isLossless(const std::string& spec);
 // Whether error feedback runs for gradient codec `spec` under --error-feedback `setting`:
 // on, off, or auto (on for the rows that drop information on purpose: topk, randomk, powersgd).
-bool errorFeedbackOn(const std::string& setting, const std::string& spec);
+bool errorFeedbackOn(Switch setting, const std::string& spec);
 // "topk, randomk, powersgd": the rows whose error feedback is on by default.
 std::string errorFeedbackDefaults();
 

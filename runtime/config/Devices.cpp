@@ -17,6 +17,14 @@ const std::vector<DeviceInfo>& devices() {
   return table;
 }
 
+DeviceKind deviceKindOf(const std::string& torchDevice) {
+  const std::string name = torchDevice.substr(0, torchDevice.find(':'));
+  for (const auto& row : devices()) {
+    if (row.kind != DeviceKind::Auto && name == row.name) return row.kind;
+  }
+  throw InternalError(fmt::format("a device '{}' that no row of config/Devices names", torchDevice));
+}
+
 std::string deviceNames() { return namesOf(devices()); }
 
 const DeviceInfo& deviceInfo(const std::string& name, const std::string& flag) {

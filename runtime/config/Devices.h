@@ -21,6 +21,9 @@ const std::vector<DeviceInfo>& devices();
 const DeviceInfo& deviceInfo(const std::string& name, const std::string& flag = "device");
 // "auto | cpu | mps | cuda".
 std::string deviceNames();
+// The kind of a device as libtorch writes it (c10::Device::str(): "cpu", "mps", "cuda:1"):
+// the row its name before any ":" names; throws InternalError for another.
+DeviceKind deviceKindOf(const std::string& torchDevice);
 
 // What a worker computes its forward pass in (--precision), one row each. The weights, the
 // gradients and every optimizer state stay float32: bf16 autocasts the forward pass (and

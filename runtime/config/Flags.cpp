@@ -24,7 +24,7 @@ namespace {
 
 using Member = std::variant<std::string TrainConfig::*, std::int64_t TrainConfig::*, int TrainConfig::*,
                             double TrainConfig::*, bool TrainConfig::*, std::uint64_t TrainConfig::*,
-                            Mode TrainConfig::*>;
+                            Mode TrainConfig::*, Switch TrainConfig::*, OnOff TrainConfig::*>;
 
 // How an agreed flag reads for `cfg`: its canonical value, "-" where cfg's mode does not use
 // it, or nothing (left out, so that fingerprints from before the flag stay what they were).
@@ -144,8 +144,7 @@ const std::vector<Flag> kFlags = {
      "and move the round's progress onto the new global weights as soon as they are in; auto: on when even the "
      "exchange would take over 10% of a round even at --local-steps 500 (bare --overlap-rounds: on)",
      &TrainConfig::overlapRoundsFlag, A::Fingerprint, whenDiloco, [](const TrainConfig& c) {
-       requireOneOf("overlap-rounds", c.overlapRoundsFlag, {"on", "off", "auto"});
-       require(c.overlapRoundsFlag != "on" || c.modeInfo().runsLocalRounds(),
+       require(c.overlapRoundsFlag != Switch::On || c.modeInfo().runsLocalRounds(),
                "--overlap-rounds overlaps the rounds of local steps: --mode diloco or localsgd only"); }, "on"},
     {"outer-optimizer", "Modes", "diloco: " + outerOptimizerNames() + " (rank 0's rule on the averaged pseudo-gradient)",
      &TrainConfig::outerOptimizer, A::Fingerprint, whenOuterStep, [](const TrainConfig& c) {
@@ -169,8 +168,7 @@ const std::vector<Flag> kFlags = {
                fmt::format("--mode {} sends no weights: --compress-weights does not apply (--compress does)",
                            c.modeInfo().name)); }},
     {"error-feedback", "Compression", "auto (on for " + errorFeedbackDefaults() + ") | on | off: add what was not sent to the next gradient",
-     &TrainConfig::errorFeedback, A::Fingerprint, nullptr, [](const TrainConfig& c) {
-       requireOneOf("error-feedback", c.errorFeedback, {"auto", "on", "off"}); }},
+     &TrainConfig::errorFeedback, A::Fingerprint, nullptr, nullptr},
 
     {"train-dir", "Run", "where run.json, metrics.jsonl, ckpt/ and trained_model.pt go",
      &TrainConfig::trainDir, A::HostLocal, nullptr, [](const TrainConfig& c) {
@@ -199,8 +197,7 @@ const std::vector<Flag> kFlags = {
     {"overlap", "Run",
      "sync: on | off: reduce gradient buckets while backward still runs, update each as it arrives (with --servers "
      "above 1: each server updates each 4 MiB part of its range as it arrives, holding no sum of its range)",
-     &TrainConfig::overlap, A::Fingerprint, nullptr, [](const TrainConfig& c) {
-       requireOneOf("overlap", c.overlap, {"on", "off"}); }},
+     &TrainConfig::overlap, A::Fingerprint, nullptr, nullptr},
     {"servers", "Run",
      "sync, diloco, localsgd: K parameter servers, ranks 0..K-1, each owning 1/K of the weights (by bytes) and of the "
      "(outer) optimizer state; the other ranks are workers. In sync each server's link then carries 1/K of the "
@@ -262,8 +259,7 @@ const std::vector<Flag> kFlags = {
      "measured speed (same weights; hosts of different speeds finish together); diloco: deal each round's local steps "
      "in proportion to the workers' speed (a fast host does more of them instead of waiting); bare --balance: on",
      &TrainConfig::balanceFlag, A::Fingerprint, resolvedBalance, [](const TrainConfig& c) {
-       requireOneOf("balance", c.balanceFlag, {"on", "off", "auto"});
-       require(c.balanceFlag != "on" || c.modeInfo().exchange == Exchange::Collective || c.modeInfo().runsLocalRounds(),
+       require(c.balanceFlag != Switch::On || c.modeInfo().exchange == Exchange::Collective || c.modeInfo().runsLocalRounds(),
                "--balance deals a sync step's virtual shards, or a round's local steps, by speed: --mode sync, diloco "
                "or localsgd only"); }, "on"},
     {"lr", "Optimization", "base learning rate (one worker)",
@@ -322,11 +318,9 @@ const std::vector<Flag> kFlags = {
                fmt::format("--timeout must be a positive number of seconds up to {} (30 days; got {})", kMaxSeconds,
                            c.timeoutSeconds)); }},
     {"doorbell", "Run", "on | off: UDP wake-up datagrams between ranks (a hint that shortens waits; trusted networks only)",
-     &TrainConfig::doorbell, A::HostLocal, nullptr, [](const TrainConfig& c) {
-       requireOneOf("doorbell", c.doorbell, {"on", "off"}); }},
+     &TrainConfig::doorbell, A::HostLocal, nullptr, nullptr},
     {"tensorboard", "Run", "on | off: rank 0 writes metrics.jsonl's scalars to a TensorBoard event file in the train dir",
-     &TrainConfig::tensorboard, A::HostLocal, nullptr, [](const TrainConfig& c) {
-       requireOneOf("tensorboard", c.tensorboard, {"on", "off"}); }},
+     &TrainConfig::tensorboard, A::HostLocal, nullptr, nullptr},
     {"stall-warning", "Run",
      "a rank that waits this many seconds for the others names those that have not arrived, and again every "
      "interval (capped by --timeout; 0: never)",
@@ -429,7 +423,9 @@ std::string canonical(const TrainConfig& cfg, const Member& member) {
         if constexpr (std::is_same_v<T, std::string>) return value;
         else if constexpr (std::is_same_v<T, bool>) return value ? "true" : "false";
         else if constexpr (std::is_same_v<T, double>) return canonicalNumber(value);
-        else if constexpr (std::is_same_v<T, Mode>) return nameOf(value);
+        else if constexpr (std::is_same_v<T, Mode> || std::is_same_v<T, Switch> || std::is_same_v<T, OnOff>) {
+          return nameOf(value);
+        }
         else return std::to_string(value);
       },
       member);
@@ -442,7 +438,9 @@ std::shared_ptr<cxxopts::Value> optionValue(const Member& member) {
   return std::visit(
       [&](auto field) -> std::shared_ptr<cxxopts::Value> {
         using T = std::decay_t<decltype(defaults.*field)>;
-        if constexpr (std::is_same_v<T, Mode>) return cxxopts::value<std::string>()->default_value(text);
+        if constexpr (std::is_same_v<T, Mode> || std::is_same_v<T, Switch> || std::is_same_v<T, OnOff>) {
+          return cxxopts::value<std::string>()->default_value(text);
+        }
         else return cxxopts::value<T>()->default_value(text);
       },
       member);
@@ -453,6 +451,10 @@ void readBack(const cxxopts::ParseResult& r, const Flag& flag, TrainConfig& cfg)
       [&](auto field) {
         using T = std::decay_t<decltype(cfg.*field)>;
         if constexpr (std::is_same_v<T, Mode>) cfg.*field = parseMode(r[flag.name].as<std::string>());
+        else if constexpr (std::is_same_v<T, Switch> || std::is_same_v<T, OnOff>) {
+          if constexpr (std::is_same_v<T, Switch>) cfg.*field = parseSwitch(flag.name, r[flag.name].as<std::string>());
+          else cfg.*field = parseOnOff(flag.name, r[flag.name].as<std::string>());
+        }
         else cfg.*field = r[flag.name].as<T>();
       },
       flag.member);

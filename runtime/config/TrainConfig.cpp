@@ -14,6 +14,23 @@
 // validate() and sharedFields() are made from the flag table, in Flags.cpp.
 
 namespace pstrain::config {
+
+const char* nameOf(Switch value) { return value == Switch::On ? "on" : value == Switch::Off ? "off" : kAuto; }
+const char* nameOf(OnOff value) { return value == OnOff::On ? "on" : "off"; }
+
+Switch parseSwitch(const char* flag, const std::string& text) {
+  for (Switch value : {Switch::Off, Switch::On, Switch::Auto}) {
+    if (text == nameOf(value)) return value;
+  }
+  throw ConfigError(fmt::format("--{} '{}' is not one of: auto, off, on", flag, text));
+}
+
+OnOff parseOnOff(const char* flag, const std::string& text) {
+  for (OnOff value : {OnOff::Off, OnOff::On}) {
+    if (text == nameOf(value)) return value;
+  }
+  throw ConfigError(fmt::format("--{} '{}' is not one of: off, on", flag, text));
+}
 namespace {
 
 // "RANK:NUMBER" with RANK >= minRank and NUMBER >= 0, for the testing flags.
@@ -154,7 +171,7 @@ bool TrainConfig::overlapping() const {
   return updatesOnArrival() && modeInfo().exchange == Exchange::Collective && servers == 1;
 }
 
-bool TrainConfig::streamsGradients() const { return overlap == "on" && !compressesGradients(); }
+bool TrainConfig::streamsGradients() const { return overlap == OnOff::On && !compressesGradients(); }
 
 bool TrainConfig::bf16Weights() const { return precisionInfo(precision).bf16Weights; }
 
@@ -163,7 +180,7 @@ bool TrainConfig::serversUpdateEachPart() const {
 }
 
 bool TrainConfig::updatesOnArrival() const {
-  return overlap == "on" && !compressesGradients() && !compressesWeights() && !skipNonfinite && clipGradNorm == 0 &&
+  return overlap == OnOff::On && !compressesGradients() && !compressesWeights() && !skipNonfinite && clipGradNorm == 0 &&
          !lossScaling();
 }
 

@@ -10,6 +10,7 @@
 
 #include "runtime/config/Codecs.h"
 #include "runtime/config/Mode.h"
+#include "runtime/config/Switch.h"
 
 namespace pstrain::config {
 
@@ -37,7 +38,7 @@ struct TrainConfig {
   // --resume keeps the checkpoint's. Modes that are not sharded keep one per worker.
   int virtualShards = 0;
   bool reshard = false;
-  std::string balanceFlag = kAuto;       // on | off | auto (see balance())
+  Switch balanceFlag = Switch::Auto;     // see balance()
   double lr = 0.01;
   std::string lrScaling = "linear";
   std::int64_t warmupSteps = 0;
@@ -71,10 +72,10 @@ struct TrainConfig {
   std::string device = "auto";
   double timeoutSeconds = 300;
   double maxSeconds = 0;
-  std::string doorbell = "on";
-  std::string tensorboard = "on";         // rank 0's event file in the train dir
+  OnOff doorbell = OnOff::On;
+  OnOff tensorboard = OnOff::On;          // rank 0's event file in the train dir
   double stallWarningSeconds = 60;        // a wait this long names who has not arrived (0: never)
-  std::string overlap = "on";
+  OnOff overlap = OnOff::On;
   std::int64_t bucketKb = 256;
   // Parameter servers (ranks 0..servers-1, each owning a range of the weights: sync's
   // sharded exchange, exchanges/sharded); the other ranks are workers.
@@ -93,13 +94,13 @@ struct TrainConfig {
   double outerLr = 0.7;                   // diloco
   double outerMomentum = 0.6;             // diloco
   std::string outerOptimizer = "nesterov";  // diloco: a row of outerOptimizers()
-  std::string overlapRoundsFlag = kAuto;  // diloco: on | off | auto (exchanges/rounds)
+  Switch overlapRoundsFlag = Switch::Auto;  // diloco, localsgd (exchanges/rounds)
   double simulateComputeMs = 0;           // benchmarks
 
   // Compression (runtime/codec): codec specs, or auto (see gradientCodec()).
   std::string compress = kAuto;
   std::string compressWeights = kAuto;
-  std::string errorFeedback = "auto";
+  Switch errorFeedback = Switch::Auto;  // see errorFeedbackOn()
 
   // Throws ConfigError naming the flag when a value is out of range or flags contradict
   // each other (every flag's check, Flags.cpp). Model, dataset and codec names are checked
@@ -123,7 +124,9 @@ struct TrainConfig {
   bool compressesWeights() const { return weightCodec() != kRawCodec; }
   // Whether --balance deals work by speed: on, or auto in diloco (workers of unequal speed
   // then do local steps in proportion to it instead of waiting for the slowest).
-  bool balance() const { return balanceFlag == "on" || (balanceFlag == kAuto && modeInfo().runsLocalRounds()); }
+  bool balance() const {
+    return balanceFlag == Switch::On || (balanceFlag == Switch::Auto && modeInfo().runsLocalRounds());
+  }
   // --local-steps as a number; 0 for auto (measured in round kMeasuredRound, the second:
   // exchanges/rounds/RoundsPlan.h).
   std::int64_t fixedLocalSteps() const;
@@ -190,6 +193,8 @@ struct TrainConfig {
   // The loss, --loss auto resolved: nll for the zoo's models (their outputs are
   // log-probabilities), cross-entropy on the outputs (logits) of a model file.
   std::string lossFunction() const;
+  // --loss auto: lossFunction() picks the loss by the targets (a file's float targets: mse).
+  bool lossByTargets() const { return loss == kAuto; }
 
   // Worker batches behind one optimizer update, given `workers` computing ranks (or virtual
   // shards): what --lr-scaling linear multiplies the lr by (Mode.h, Quorum).

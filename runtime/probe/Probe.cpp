@@ -53,7 +53,7 @@ CodecCost costOf(const std::string& spec, const models::Net& model, const at::Te
     cost.bytes = static_cast<double>(values.numel() * sizeof(float));
     return cost;
   }
-  const bool feedback = !weights && config::errorFeedbackOn("auto", spec);
+  const bool feedback = !weights && config::errorFeedbackOn(config::Switch::Auto, spec);
   auto c = codec::makeCodec(spec, protocol::parameterShapes(model), 1, weights ? "compress-weights" : "compress", feedback);
   const at::Tensor input = values.contiguous().cpu();
   std::string frame;

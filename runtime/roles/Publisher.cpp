@@ -131,7 +131,7 @@ Publisher::Publisher(const config::TrainConfig& cfg, const models::Net& model, c
       total_(totalSteps),
       firstStep_(firstStep),
       log_(rundir::pathOf(cfg.trainDir, rundir::kMetrics)),
-      events_(cfg.tensorboard == "on" ? std::make_unique<metrics::EventFile>(cfg.trainDir) : nullptr),
+      events_(cfg.tensorboard == config::OnOff::On ? std::make_unique<metrics::EventFile>(cfg.trainDir) : nullptr),
       start_(metrics::steadySeconds()),
       windowStart_(start_),
       windowCpuStart_(metrics::processCpuSeconds()) {}

@@ -97,6 +97,8 @@ std::vector<RankMemory> predictMemory(const config::TrainConfig& cfg, std::int64
   // Bytes a parameter, the same for every rank of a role (once: diloco's make codecs to size frames).
   const double server = serverBytes(cfg, servers), worker = workerBytes(cfg), held = heldBytes(cfg),
                ifOverlapped = ifOverlappedBytes(cfg);
+  const bool rounds = cfg.modeInfo().exchange == config::Exchange::LocalRounds;
+  const double lead = rounds ? roles::roundsMemory(cfg, stateBytes(cfg), outerStateBytes(cfg)).leadCopy : 0;
   std::vector<RankMemory> out;
   for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
     const RankMeasure& m = ranks[static_cast<std::size_t>(r)];
@@ -104,10 +106,17 @@ std::vector<RankMemory> predictMemory(const config::TrainConfig& cfg, std::int64
     const bool serves = r < servers;
     p.role = serves ? "server" : servers == 0 ? "peer" : "worker";
     if (serves) {
-      const double extra = server * static_cast<double>(m.held) / kMib +
-                           (servers > 1 ? kPartMib * 2 * static_cast<double>(ranks.size() - servers) : 0);
+      // Its state and sums are of the parameters it holds; server 0 of the rounds with K > 1
+      // holds the whole model (it runs the rounds), but state for its range only (about 1/K).
+      double range = static_cast<double>(m.held), beyond = 0;
+      if (rounds && servers > 1 && r == 0) {
+        range = n / servers;
+        beyond = lead * (n - range);
+      }
+      const double extra = (server * range + beyond) / kMib +
+                           (servers > 1 && !rounds ? kPartMib * 2 * static_cast<double>(ranks.size() - servers) : 0);
       p.peakMib = std::max(m.peakMib, m.residentMib + extra);
-      p.perParameterBytes = (4 + server) * static_cast<double>(m.held) / std::max(n, 1.0);
+      p.perParameterBytes = (4 * static_cast<double>(m.held) + server * range + beyond) / std::max(n, 1.0);
       p.parts = fmt::format("{} as loaded + {} of optimizer state and sums", gib(m.residentMib), gib(extra));
     } else {
       const double extra = std::max(m.stepMib, 0.0) + kInFlightMib + worker * n / kMib;

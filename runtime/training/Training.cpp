@@ -161,7 +161,7 @@ void warnOfReferenceBlas(const config::TrainConfig& cfg, const std::vector<std::
   std::vector<std::string> slow;
   for (std::size_t r = 0; r < facts.size(); ++r) {
     const bool computes = config::computesGradients(cfg.mode, static_cast<int>(r), cfg.servers);
-    if (computes && facts[r].at("info.blas-reference") == "1" && facts[r].at("info.device") == "cpu") {
+    if (computes && facts[r].at("info.blas-reference") == "1" && config::deviceKindOf(facts[r].at("info.device")) == config::DeviceKind::Cpu) {
       slow.push_back(fmt::format("{} ({})", r, facts[r].at("info.host")));
     }
   }

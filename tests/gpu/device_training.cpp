@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
       auto cfg = testsupport::smallSyntheticConfig(argv[1]);
       cfg.model = c.model;
       cfg.compress = c.compress;
-      cfg.overlap = c.overlap;
+      cfg.overlap = std::string(c.overlap) == "on" ? config::OnOff::On : config::OnOff::Off;
       cfg.steps = c.steps;
       cfg.checkpointEvery = 0;
       if (models::modelInfo(cfg.model).inputShape[0] == 3) cfg.dataset = "synthetic-cifar";

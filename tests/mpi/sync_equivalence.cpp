@@ -45,7 +45,7 @@ int main(int argc, char** argv) {
     if (comm.rank() == 0) testsupport::trainReference(*reference, train, cfg, comm.size() - 1, cfg.steps);
     int failed = 0;
     for (const std::string overlap : {"on", "off"}) {
-      cfg.overlap = overlap;
+      cfg.overlap = overlap == "on" ? config::OnOff::On : config::OnOff::Off;
       cfg.trainDir = std::string(argv[1]) + "/overlap-" + overlap;
       torch::manual_seed(cfg.seed);
       auto model = models::makeModel(cfg.model);

@@ -41,10 +41,10 @@ TEST(ModesThreads, OverlappedBucketsGiveTheWeightsOfOneExchange) {
   torch::set_num_threads(1);
   testsupport::ScratchDir scratch("overlap");
   auto cfg = testsupport::smallSyntheticConfig(scratch.str() + "/off");
-  cfg.overlap = "off";
+  cfg.overlap = config::OnOff::Off;
   data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
   auto whole = trainOnThreads(cfg, 3, train);
-  cfg.overlap = "on";
+  cfg.overlap = config::OnOff::On;
   cfg.bucketKb = 16;  // lenet: 106 buckets; fc1's weight spans 99 of them
   cfg.trainDir = scratch.str() + "/on";
   auto buckets = trainOnThreads(cfg, 3, train);
@@ -106,8 +106,8 @@ TEST(ModesThreads, DilocoWithOneLocalSgdStepAndAPlainOuterStepIsSync) {
   cfg.mode = config::Mode::Diloco;
   cfg.localStepsFlag = "1";
   cfg.compress = config::kRawCodec;  // exact: raw floats both ways, no overlap
-  cfg.overlapRoundsFlag = "off";
-  cfg.balanceFlag = "off";
+  cfg.overlapRoundsFlag = config::Switch::Off;
+  cfg.balanceFlag = config::Switch::Off;
   cfg.outerLr = 1;
   cfg.outerMomentum = 0;
   cfg.trainDir = scratch.str() + "/diloco";
@@ -132,8 +132,8 @@ TEST(ModesThreads, LocalSgdWithOneLocalSgdStepIsSync) {
   cfg.mode = config::Mode::LocalSgd;
   cfg.localStepsFlag = "1";
   cfg.compress = config::kRawCodec;
-  cfg.overlapRoundsFlag = "off";
-  cfg.balanceFlag = "off";
+  cfg.overlapRoundsFlag = config::Switch::Off;
+  cfg.balanceFlag = config::Switch::Off;
   cfg.trainDir = scratch.str() + "/localsgd";
   cfg.validate();
   auto averaged = trainOnThreads(cfg, 3, train);
@@ -155,8 +155,8 @@ TEST(ModesThreads, DilocoOnOneWorkerKeepsItsInnerStateAcrossRounds) {
   cfg.mode = config::Mode::Diloco;
   cfg.localStepsFlag = "3";
   cfg.compress = config::kRawCodec;
-  cfg.overlapRoundsFlag = "off";
-  cfg.balanceFlag = "off";
+  cfg.overlapRoundsFlag = config::Switch::Off;
+  cfg.balanceFlag = config::Switch::Off;
   cfg.outerLr = 1;
   cfg.outerMomentum = 0;
   data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
@@ -184,7 +184,7 @@ TEST(ModesThreads, DilocoOverlappedRoundsOnOneWorkerAreTheWorkerAlone) {
   cfg.compress = config::kRawCodec;
   cfg.outerLr = 1;
   cfg.outerMomentum = 0;
-  cfg.overlapRoundsFlag = "on";
+  cfg.overlapRoundsFlag = config::Switch::On;
   data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
   auto diloco = trainOnThreads(cfg, 2, train);
   torch::manual_seed(cfg.seed);
@@ -206,7 +206,7 @@ TEST(ModesThreads, DilocoQuantizedRoundsKeepEveryCopyOfTheWeightsEqual) {
   auto cfg = testsupport::smallSyntheticConfig(scratch.str());
   cfg.mode = config::Mode::Diloco;
   cfg.localStepsFlag = "2";
-  cfg.overlapRoundsFlag = "on";
+  cfg.overlapRoundsFlag = config::Switch::On;
   cfg.steps = 40;
   ASSERT_EQ(cfg.gradientCodec(), "int4");
   ASSERT_EQ(cfg.weightCodec(), "int4");

@@ -67,7 +67,7 @@ TEST(ShardedThreads, ServersGiveOneServersWeightsWithOverlapOff) {
   torch::set_num_threads(1);
   testsupport::ScratchDir scratch("sharded-overlap-off");
   auto cfg = testsupport::smallSyntheticConfig(scratch.str());
-  cfg.overlap = "off";
+  cfg.overlap = config::OnOff::Off;
   expectServersAgree(cfg, "sgd momentum, overlap off");
 }
 
@@ -76,7 +76,7 @@ TEST(ShardedThreads, ServersGiveOneServersWeightsWithInt8AndErrorFeedback) {
   testsupport::ScratchDir scratch("sharded-int8");
   auto cfg = testsupport::smallSyntheticConfig(scratch.str());
   cfg.compress = "int8";
-  cfg.errorFeedback = "on";
+  cfg.errorFeedback = config::Switch::On;
   expectServersAgree(cfg, "int8 + error feedback");
 }
 
@@ -105,8 +105,8 @@ TEST(ShardedThreads, ServersGiveOneServersWeightsInDilocosOuterStep) {
   auto cfg = testsupport::smallSyntheticConfig(scratch.str());
   cfg.mode = config::Mode::Diloco;
   cfg.localStepsFlag = "5";
-  cfg.overlapRoundsFlag = "off";
-  cfg.balanceFlag = "off";
+  cfg.overlapRoundsFlag = config::Switch::Off;
+  cfg.balanceFlag = config::Switch::Off;
   cfg.compress = "none";
   cfg.compressWeights = "none";
   cfg.outerMomentum = 0.9;

@@ -137,11 +137,11 @@ TEST(Config, FlagTableFields) {
 // A flag that may stand alone takes its value after a space too; bare, it is "on".
 TEST(Config, FlagsThatStandAloneTakeAValueAfterASpace) {
   auto cfg = config::parseTrainFlags({"--mode", "diloco", "--balance", "off", "--overlap-rounds", "on"}).cfg;
-  EXPECT_EQ(cfg.balanceFlag, "off");
-  EXPECT_EQ(cfg.overlapRoundsFlag, "on");
+  EXPECT_EQ(cfg.balanceFlag, config::Switch::Off);
+  EXPECT_EQ(cfg.overlapRoundsFlag, config::Switch::On);
   cfg = config::parseTrainFlags({"--mode", "diloco", "--balance", "--overlap-rounds=off"}).cfg;
-  EXPECT_EQ(cfg.balanceFlag, "on");
-  EXPECT_EQ(cfg.overlapRoundsFlag, "off");
+  EXPECT_EQ(cfg.balanceFlag, config::Switch::On);
+  EXPECT_EQ(cfg.overlapRoundsFlag, config::Switch::Off);
   EXPECT_THROW(config::parseTrainFlags({"--mode", "diloco", "--balance", "sometimes"}), ConfigError);
 }
 

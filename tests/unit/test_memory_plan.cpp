@@ -103,3 +103,18 @@ TEST(MemoryPlan, DilocoWorkersHoldTheirInnerOptimizerTheGlobalWeightsAndTheResid
   EXPECT_NEAR(defaults[1].peakMib, 700 + 300 + 16 + 12 * kParameters / kMib, 1);
   EXPECT_NEAR(p[0].peakMib, 600 + 16 * kParameters / kMib, 1);
 }
+
+// diloco over 2 servers, raw floats both ways: server 0 runs the rounds and so holds the
+// whole model as loaded, but the outer momentum (4), the summed pseudo-gradient (4) and the
+// frames (4 + 4) of its range only (half); with a lossy down codec (the defaults) it also
+// keeps the whole copy the workers hold (4 bytes a parameter beyond its range).
+TEST(MemoryPlan, DilocoServerZeroOfTwoKeepsStateForItsRangeOnly) {
+  const std::vector<training::RankMeasure> ranks = {measure("a", 600, -1, kParameters), measure("b", 400, -1, kParameters / 2),
+                                                    measure("a", 700, 300, kParameters), measure("b", 700, 300, kParameters)};
+  const auto raw = training::predictMemory(
+      configOf({"--mode", "diloco", "--servers", "2", "--compress", "none", "--compress-weights", "none"}), kParameters, ranks);
+  EXPECT_NEAR(raw[0].peakMib, 600 + 16 * (kParameters / 2) / kMib, 1);
+  EXPECT_NEAR(raw[1].peakMib, 400 + 16 * (kParameters / 2) / kMib, 1);
+  const auto defaults = training::predictMemory(configOf({"--mode", "diloco", "--servers", "2"}), kParameters, ranks);
+  EXPECT_GT(defaults[0].peakMib, defaults[1].peakMib - 400 + 600 + 4 * (kParameters / 2) / kMib - 1);
+}

@@ -21,6 +21,9 @@ struct RoundsMemory {
   // state, the summed pseudo-gradient, the copy the workers hold (a lossy down codec), the
   // frames of its range.
   double server = 0;
+  // Server 0 with K > 1 servers, per parameter beyond its range: the copy the workers hold
+  // (a lossy down codec), which it keeps whole (RoundsServer's GlobalWeights).
+  double leadCopy = 0;
 };
 
 // `innerState`, `outerState`: the bytes a parameter of the optimizers' state.

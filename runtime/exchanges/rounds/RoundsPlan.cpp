@@ -16,12 +16,12 @@ namespace pstrain::roles {
 RoundsPlan roundsPlanOf(const config::TrainConfig& cfg) {
   RoundsPlan plan;
   plan.localSteps = cfg.fixedLocalSteps();
-  plan.overlap = cfg.overlapRoundsFlag == "on" ? Setting::On : cfg.overlapRoundsFlag == "off" ? Setting::Off : Setting::Auto;
+  plan.overlap = cfg.overlapRoundsFlag;
   plan.codecs.up = cfg.gradientCodec();
   plan.codecs.down = cfg.weightCodec();
   // A lossy pseudo-gradient carries what it left out into the next round's, unless told off.
   plan.codecs.upErrorFeedback =
-      cfg.errorFeedback == "auto" ? !config::isLossless(plan.codecs.up) : cfg.errorFeedback == "on";
+      cfg.errorFeedback == config::Switch::Auto ? !config::isLossless(plan.codecs.up) : cfg.errorFeedback == config::Switch::On;
   return plan;
 }
 
@@ -40,9 +40,10 @@ RoundsMemory roundsMemory(const config::TrainConfig& cfg, double innerState, dou
   // them while the worker does not compute, below its peak in a step.
   const double residual = plan.codecs.upErrorFeedback ? static_cast<double>(codec::residualBytes(plan.codecs.up)) : 0;
   const double copy = lossyDown ? 2 : 4;  // the global weights: bfloat16 under a lossy down codec (RoundChain.h)
-  m.worker = innerState + copy + residual + (plan.overlap == Setting::On ? overlapped : 0);
-  m.ifOverlapped = plan.overlap == Setting::Auto ? overlapped : 0;
+  m.worker = innerState + copy + residual + (plan.overlap == config::Switch::On ? overlapped : 0);
+  m.ifOverlapped = plan.overlap == config::Switch::Auto ? overlapped : 0;
   m.server = outerState + 4 + (lossyDown ? 4 : 0) + up + down;
+  m.leadCopy = lossyDown ? 4 : 0;
   return m;
 }
 
@@ -65,11 +66,11 @@ RoundsDecision chooseRounds(const RoundsPlan& plan, double stepSeconds, double e
   auto under = [&](double share) { return exchange * (1 - share) / (share * step); };
   const double needed = under(kShortShare) <= kShortRound ? under(kShortShare) : under(kLongShare);
   RoundsDecision d;
-  if (plan.overlap == Setting::Auto) {
+  if (plan.overlap == config::Switch::Auto) {
     d.overlap = plan.localSteps > 0 ? exchange > kLongShare * (plan.localSteps * step + exchange)
                                     : needed > kMaxAutoLocalSteps;
   } else {
-    d.overlap = plan.overlap == Setting::On;
+    d.overlap = plan.overlap == config::Switch::On;
   }
   d.localSteps = plan.localSteps > 0 ? plan.localSteps : d.overlap ? bounded(1.25 * exchange / step) : bounded(needed);
   return d;
@@ -102,8 +103,8 @@ std::string localStepsOf(const RoundsPlan& plan) {
                              : fmt::format("local steps auto (measured in rounds of {} first)", kFirstRoundSteps);
 }
 
-const char* overlapOf(Setting overlap) {
-  return overlap == Setting::On ? ", exchanged during the next" : overlap == Setting::Auto ? ", overlap auto" : "";
+const char* overlapOf(config::Switch overlap) {
+  return overlap == config::Switch::On ? ", exchanged during the next" : overlap == config::Switch::Auto ? ", overlap auto" : "";
 }
 
 // "outer nesterov, lr 0.7, momentum 0.6", or localsgd's plain average.
@@ -141,10 +142,10 @@ std::string roundsDryRun(const config::TrainConfig& cfg, std::int64_t total, std
   }
   out += fmt::format("  coding    {}\n", codingOf(plan));
   std::string overlap;
-  if (plan.overlap == Setting::On) {
+  if (plan.overlap == config::Switch::On) {
     overlap = "; each round's exchange travels during the next round, whose progress then moves onto the new global "
               "weights as soon as they are in (--overlap-rounds)";
-  } else if (plan.overlap == Setting::Auto) {
+  } else if (plan.overlap == config::Switch::Auto) {
     overlap = fmt::format("; rounds overlap their exchange (--overlap-rounds) if the first rounds show that it {}",
                           plan.localSteps > 0 ? fmt::format("takes over {:.0f}% of a round", 100 * kLongShare)
                                               : fmt::format("would take over {:.0f}% of a round even at {} local steps",

@@ -19,11 +19,9 @@
 
 namespace pstrain::roles {
 
-enum class Setting { Off, On, Auto };
-
 struct RoundsPlan {
   std::int64_t localSteps = 0;  // H; 0: auto
-  Setting overlap = Setting::Auto;
+  config::Switch overlap = config::Switch::Auto;
   RoundChain::Codecs codecs;
 };
 

@@ -1,0 +1,18 @@
+#pragma once
+// The values of an on | off | auto flag and of an on | off one, typed: the flag table
+// (Flags.cpp) reads and writes them as that text, and code compares them as values.
+// Torch-free.
+#include <string>
+
+namespace pstrain::config {
+
+enum class Switch { Off, On, Auto };
+enum class OnOff { Off, On };
+
+const char* nameOf(Switch value);  // "off", "on", "auto"
+const char* nameOf(OnOff value);   // "off", "on"
+// The value of --`flag` from its text; throws ConfigError listing the values otherwise.
+Switch parseSwitch(const char* flag, const std::string& text);
+OnOff parseOnOff(const char* flag, const std::string& text);
+
+}  // namespace pstrain::config
