@@ -174,86 +174,124 @@ bool applyRound(Server& s, OuterLead* lead, std::int64_t first, bool skip, bool 
 // A round of H local steps on each of W workers is H steps of the run: as many samples as H
 // sync steps. The last round may be shorter; it is dealt evenly. A round of the first
 // measures what --local-steps auto and --overlap-rounds auto decide for the rest.
-void runRounds(Server& s) {
-  const RoundsPlan plan = roundsPlanOf(s.cfg);
-  RoundsDecision decision{plan.localSteps > 0 ? plan.localSteps : kFirstRoundSteps, false};
-  const int workers = s.computing;
-  const std::int64_t weightCount = s.messages.weights.numel();
-  RoundChain chain(s.comm, endsOf(roundsRanges(s.model, s.cfg)),
-                   static_cast<std::int64_t>(s.messages.up.size()) - weightCount, downFixedFloats(s), plan.codecs,
-                   s.cfg.seed * 7919u);
-  GlobalWeights global(s, chain.sendsUpdates());
-  // With K servers (--servers): the others' ranges, and range 0's outer step.
-  std::unique_ptr<OuterLead> lead = s.cfg.servers > 1 ? std::make_unique<OuterLead>(s) : nullptr;
-  // The shares are by rank, the workers' from rank K on: the balancer's "rank 0" is K - 1.
-  const std::size_t firstShare = static_cast<std::size_t>(s.cfg.servers) - 1;
-  auto balancerOf = [&](std::int64_t H) {
-    return ShareBalancer(workers + 1, static_cast<int>(std::min<std::int64_t>(H * workers, 1 << 30)), s.cfg.balance(),
-                         /*rebalanceEvery=*/1);
-  };
-  ShareBalancer balancer = balancerOf(decision.localSteps);
-  RoundCounts counts;
-  counts.outerLr = s.lr(0);
-  tellPublisher(s, counts, lead.get());
-  std::int64_t step = s.firstStep;
-  auto innerLr = [&](std::int64_t at) {
-    return optim::learningRate(s.cfg, s.cfg.batchesPerUpdate(s.shards), std::min(at, s.total - 1), s.total);
-  };
-  // Whether the next round trains; then its header and shares (or the stop): its first
-  // step, its inner lr, each worker's local steps; `length`: its steps.
-  auto trains = [&] { return step < s.total && !s.publisher->timeToStop(); };
-  std::int64_t length = 0;
-  auto announce = [&](bool train) {
-    const std::int64_t H = decision.localSteps;
-    s.setHeader(step, train ? Control::Train : Control::Stop, train ? innerLr(step) : 0);
-    length = std::min(H, s.total - step);
-    float* shares = s.messages.shares.data_ptr<float>() + firstShare;
-    balancer.write(shares);
-    if (length > 0 && length < H) std::fill_n(shares + 1, workers, static_cast<float>(length));
-    counts.localSteps.assign(shares + 1, shares + 1 + workers);
-    return train;
-  };
-  auto contextOf = [&](bool train) { return train ? fmt::format("round at step {}", step) : s.stopContext; };
-  auto sendDown = [&](bool train, bool whole) { sendDownMessage(s, chain, decision, global, whole, contextOf(train)); };
-  bool training = announce(trains());
-  if (lead) lead->start(training);
-  sendDown(training, /*whole=*/true);
-  Period period;
-  bool warnedOfTimeout = false;
-  int rounds = 0;
-  while (training) {
-    currentStep() = step;
-    const std::int64_t steps = length, H = decision.localSteps;
-    chain.startServerUp(lead ? lead->sum() : s.messages.up.data(), s.messages.up.data() + weightCount, contextOf(true));
-    s.comm.expectLongWait();  // the workers train first
-    chain.finish();
-    const std::int64_t first = step;
-    const bool skip = overflowedRound(s, first, steps);
-    step += steps;
-    if (steps == H) balancer.record(s.messages.trailer + kComputeSeconds + firstShare);
-    const bool train = trains(), gather = lead && (!train || s.publisher->checkpointsAt(step - 1, steps));
-    UpdateTime update;
-    const bool applied = applyRound(s, lead.get(), first, skip, gather, train, update);
-    training = announce(train);
-    sendDown(training, /*whole=*/false);
-    if (gather) lead->gather(global.sent(), contextOf(training));
-    StepStats stats = period.close(s, workers, update, /*updateWithin=*/false, applied);
-    addTraffic(stats, chain.take(), lead.get());
-    counts.add(stats, s.update.gradNorm());
-    if (!warnedOfTimeout) warnedOfTimeout = warnIfNearTimeout(s.cfg, stats, steps);
-    s.publisher->record(step - 1, innerLr(first), stats, steps);
-    if (lead && training) lead->checkpoints().release();
-    // The second round is the first whose workers all started together (the first's down
-    // message, the whole weights, reached them one after another along the chain): it
-    // decides. After the first record, which rewrites run.json with the start-up's times.
-    if (++rounds == kMeasuredRound) {
-      decision = decide(s, plan, steps, stats);
-      balancer = balancerOf(decision.localSteps);
-    }
+class RoundsLoop {
+ public:
+  explicit RoundsLoop(Server& s)
+      : s_(s),
+        plan_(roundsPlanOf(s.cfg)),
+        decision_{plan_.localSteps > 0 ? plan_.localSteps : kFirstRoundSteps, false},
+        workers_(s.computing),
+        weightCount_(s.messages.weights.numel()),
+        chain_(s.comm, endsOf(roundsRanges(s.model, s.cfg)),
+               static_cast<std::int64_t>(s.messages.up.size()) - weightCount_, downFixedFloats(s), plan_.codecs,
+               s.cfg.seed * 7919u),
+        global_(s, chain_.sendsUpdates()),
+        lead_(s.cfg.servers > 1 ? std::make_unique<OuterLead>(s) : nullptr),
+        firstShare_(static_cast<std::size_t>(s.cfg.servers) - 1),
+        balancer_(balancerOf(decision_.localSteps)),
+        step_(s.firstStep) {
+    counts_.outerLr = s.lr(0);
+    tellPublisher(s, counts_, lead_.get());
   }
-  s.publisher->finish(step);
-  if (lead) lead->checkpoints().release();
-}
+
+  void run() {
+    bool training = announce(trains());
+    if (lead_) lead_->start(training);
+    sendDown(training, /*whole=*/true);
+    int rounds = 0;
+    while (training) {
+      const std::int64_t steps = length_;
+      training = round(steps);
+      // The second round is the first whose workers all started together (the first's down
+      // message, the whole weights, reached them one after another along the chain): it
+      // decides. After the first record, which rewrites run.json with the start-up's times.
+      if (++rounds == kMeasuredRound) {
+        decision_ = decide(s_, plan_, steps, lastStats_);
+        balancer_ = balancerOf(decision_.localSteps);
+      }
+    }
+    s_.publisher->finish(step_);
+    if (lead_) lead_->checkpoints().release();
+  }
+
+ private:
+  // The shares are by rank, the workers' from rank K on: the balancer's "rank 0" is K - 1.
+  ShareBalancer balancerOf(std::int64_t H) const {
+    return ShareBalancer(workers_ + 1, static_cast<int>(std::min<std::int64_t>(H * workers_, 1 << 30)), s_.cfg.balance(),
+                         /*rebalanceEvery=*/1);
+  }
+  double innerLr(std::int64_t at) const {
+    return optim::learningRate(s_.cfg, s_.cfg.batchesPerUpdate(s_.shards), std::min(at, s_.total - 1), s_.total);
+  }
+  // Whether the next round trains.
+  bool trains() const { return step_ < s_.total && !s_.publisher->timeToStop(); }
+  // The next round's header and shares (or the stop): its first step, its inner lr, each
+  // worker's local steps; length_: its steps. Returns `train`.
+  bool announce(bool train) {
+    const std::int64_t H = decision_.localSteps;
+    s_.setHeader(step_, train ? Control::Train : Control::Stop, train ? innerLr(step_) : 0);
+    length_ = std::min(H, s_.total - step_);
+    float* shares = s_.messages.shares.data_ptr<float>() + firstShare_;
+    balancer_.write(shares);
+    if (length_ > 0 && length_ < H) std::fill_n(shares + 1, workers_, static_cast<float>(length_));
+    counts_.localSteps.assign(shares + 1, shares + 1 + workers_);
+    return train;
+  }
+  std::string contextOf(bool train) const { return train ? fmt::format("round at step {}", step_) : s_.stopContext; }
+  void sendDown(bool train, bool whole) { sendDownMessage(s_, chain_, decision_, global_, whole, contextOf(train)); }
+
+  // The round of `steps` local steps from step_: the pseudo-gradients in, the outer step,
+  // the next round's down message (or the stop's), its record. Returns whether the run
+  // trains on.
+  bool round(std::int64_t steps) {
+    currentStep() = step_;
+    const std::int64_t H = decision_.localSteps;
+    chain_.startServerUp(lead_ ? lead_->sum() : s_.messages.up.data(), s_.messages.up.data() + weightCount_,
+                         contextOf(true));
+    s_.comm.expectLongWait();  // the workers train first
+    chain_.finish();
+    const std::int64_t first = step_;
+    const bool skip = overflowedRound(s_, first, steps);
+    step_ += steps;
+    if (steps == H) balancer_.record(s_.messages.trailer + kComputeSeconds + firstShare_);
+    const bool train = trains(), gather = lead_ && (!train || s_.publisher->checkpointsAt(step_ - 1, steps));
+    UpdateTime update;
+    const bool applied = applyRound(s_, lead_.get(), first, skip, gather, train, update);
+    const bool training = announce(train);
+    sendDown(training, /*whole=*/false);
+    if (gather) lead_->gather(global_.sent(), contextOf(training));
+    record(first, steps, update, applied, training);
+    return training;
+  }
+  // The round's figures, from `first` over `steps` steps, into the metrics; `training`: the
+  // run trains on (the checkpoint's ranges gathered for it can go).
+  void record(std::int64_t first, std::int64_t steps, UpdateTime& update, bool applied, bool training) {
+    lastStats_ = period_.close(s_, workers_, update, /*updateWithin=*/false, applied);
+    addTraffic(lastStats_, chain_.take(), lead_.get());
+    counts_.add(lastStats_, s_.update.gradNorm());
+    if (!warnedOfTimeout_) warnedOfTimeout_ = warnIfNearTimeout(s_.cfg, lastStats_, steps);
+    s_.publisher->record(step_ - 1, innerLr(first), lastStats_, steps);
+    if (lead_ && training) lead_->checkpoints().release();
+  }
+
+  Server& s_;
+  const RoundsPlan plan_;
+  RoundsDecision decision_;
+  const int workers_;
+  const std::int64_t weightCount_;
+  RoundChain chain_;
+  GlobalWeights global_;
+  std::unique_ptr<OuterLead> lead_;  // with K servers (--servers): the others' ranges, and range 0's outer step
+  const std::size_t firstShare_;
+  ShareBalancer balancer_;
+  RoundCounts counts_;
+  std::int64_t step_, length_ = 0;
+  Period period_;
+  StepStats lastStats_;
+  bool warnedOfTimeout_ = false;
+};
+
+void runRounds(Server& s) { RoundsLoop(s).run(); }
 
 }  // namespace
 
