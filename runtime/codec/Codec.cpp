@@ -424,33 +424,70 @@ std::unique_ptr<Codec> makeCodec(const std::string& spec, const Shapes& shapes, 
   throw InternalError(fmt::format("codec '{}' has a row and no maker", row.name));
 }
 
+namespace {
+constexpr std::size_t kResidualBlock = 64;  // values a scale of a compact residual
+}  // namespace
+
+template <typename F>
+void ErrorFeedbackEncoder::forEachBlock(F&& block) const {
+  std::size_t at = 0, b = 0;
+  for (const auto& shape : codec_->shapes()) {
+    const auto count = static_cast<std::size_t>(numel(shape));
+    for (std::size_t begin = at; begin < at + count; begin += kResidualBlock) block(begin, std::min(at + count, begin + kResidualBlock), b++);
+    at += count;
+  }
+}
+
 ErrorFeedbackEncoder::ErrorFeedbackEncoder(std::unique_ptr<Codec> codec, bool errorFeedback)
     : codec_(std::move(codec)), errorFeedback_(errorFeedback) {
   if (!errorFeedback_) return;
   if (codec_->rounds()) {
-    compact_.assign(codec_->count(), c10::BFloat16(0.0f).x);
+    codes_.assign(codec_->count(), 0);
+    std::size_t blocks = 0;
+    forEachBlock([&](std::size_t, std::size_t, std::size_t) { ++blocks; });
+    scales_.assign(blocks, 0.0f);
   } else {
     residual_.assign(codec_->count(), 0.0f);
   }
 }
 
-namespace {
-float widen(std::uint16_t bits) { return static_cast<float>(c10::BFloat16(bits, c10::BFloat16::from_bits())); }
-std::uint16_t narrow(float value) { return c10::BFloat16(value).x; }  // rounded to nearest even
-}  // namespace
-
 float ErrorFeedbackEncoder::residual(std::size_t i) const {
-  if (!compact_.empty()) return widen(compact_[i]);
-  return residual_.empty() ? 0.0f : residual_[i];
+  if (!residual_.empty()) return residual_[i];
+  float value = 0;  // (no error feedback: none held back)
+  forEachBlock([&](std::size_t begin, std::size_t end, std::size_t b) {
+    if (i >= begin && i < end) value = static_cast<float>(codes_[i]) * scales_[b];
+  });
+  return value;
 }
 
-std::size_t ErrorFeedbackEncoder::residualBytes() const { return !errorFeedback_ ? 0 : compact_.empty() ? 4 : 2; }
+double ErrorFeedbackEncoder::residualBytes() const {
+  if (!errorFeedback_) return 0;
+  return codes_.empty() ? 4 : 1 + static_cast<double>(sizeof(float)) / kResidualBlock;
+}
 
-std::size_t residualBytes(const std::string& spec) { return makeCodec(spec, {{64}}, 0)->rounds() ? 2 : 4; }
+double residualBytes(const std::string& spec) {
+  return makeCodec(spec, {{64}}, 0)->rounds() ? 1 + static_cast<double>(sizeof(float)) / kResidualBlock : 4;
+}
 
 void ErrorFeedbackEncoder::scaleResidual(float factor) {
   for (float& r : residual_) r *= factor;
-  for (std::uint16_t& r : compact_) r = narrow(widen(r) * factor);
+  for (float& s : scales_) s *= factor;  // every code's value, scaled alike
+}
+
+void ErrorFeedbackEncoder::keepCompactly(const float* values) {
+  forEachBlock([&](std::size_t begin, std::size_t end, std::size_t b) {
+    float largest = 0;
+    for (std::size_t i = begin; i < end; ++i) largest = std::max(largest, std::fabs(values[i]));
+    if (!std::isfinite(largest) || largest == 0) {  // NaN goes on (the next payload refuses it); zeros stay zeros
+      scales_[b] = std::isfinite(largest) ? 0.0f : NAN;
+      std::fill(codes_.begin() + static_cast<std::ptrdiff_t>(begin), codes_.begin() + static_cast<std::ptrdiff_t>(end), 0);
+      return;
+    }
+    scales_[b] = largest / 127.0f;
+    for (std::size_t i = begin; i < end; ++i) {
+      codes_[i] = static_cast<std::int8_t>(std::clamp(std::nearbyint(values[i] / scales_[b]), -127.0f, 127.0f));
+    }
+  });
 }
 
 void ErrorFeedbackEncoder::encode(const float* values, std::string& out) {
@@ -461,21 +498,20 @@ void ErrorFeedbackEncoder::encode(const float* values, std::string& out) {
   thread_local std::vector<float> due, decoded;
   if (decoded.size() < n) decoded.resize(n);
   float* sum = residual_.data();
-  if (!compact_.empty()) {
+  if (!codes_.empty()) {
     if (due.size() < n) due.resize(n);
     sum = due.data();
-    for (std::size_t i = 0; i < n; ++i) sum[i] = widen(compact_[i]) + values[i];
+    forEachBlock([&](std::size_t begin, std::size_t end, std::size_t b) {
+      for (std::size_t i = begin; i < end; ++i) sum[i] = static_cast<float>(codes_[i]) * scales_[b] + values[i];
+    });
   } else {
     for (std::size_t i = 0; i < n; ++i) sum[i] += values[i];
   }
   const std::size_t start = out.size();
   codec_->encode(sum, out);
   codec_->decode(out.data() + start, out.size() - start, decoded.data());
-  if (!compact_.empty()) {
-    for (std::size_t i = 0; i < n; ++i) compact_[i] = narrow(sum[i] - decoded[i]);  // what was not
-  } else {
-    for (std::size_t i = 0; i < n; ++i) sum[i] -= decoded[i];
-  }
+  for (std::size_t i = 0; i < n; ++i) sum[i] -= decoded[i];  // what was not
+  if (!codes_.empty()) keepCompactly(sum);
 }
 
 }  // namespace pstrain::codec

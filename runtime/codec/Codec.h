@@ -57,6 +57,8 @@ class Codec {
 
   // The largest frame encode() can produce.
   std::size_t maxFrameBytes() const;
+  // The tensors of the buffers it codes.
+  const Shapes& shapes() const { return shapes_; }
 
   // Whether what it leaves out of each value is under one rounding step of that value's
   // scale (fp16, bf16, int8, int4), so that error feedback's residual, that small beside what
@@ -68,7 +70,6 @@ class Codec {
   virtual void encodeBody(const float* values, std::string& body) = 0;
   virtual void decodeBody(const char* body, std::size_t size, float* out) const = 0;
   virtual std::size_t maxBodyBytes() const = 0;
-  const Shapes& shapes() const { return shapes_; }
 
  private:
   std::string spec_;
@@ -86,14 +87,17 @@ std::unique_ptr<Codec> makeCodec(const std::string& spec, const Shapes& shapes, 
 // Encodes gradients with error feedback (Seide et al. 2014; Karimireddy et al. 2019): the
 // part of (gradient + residual) that the payload does not carry is kept and added to the
 // next gradient, so over many steps the sum of what was sent tracks the sum of gradients.
-// Bytes a value of error feedback's residual under the codec of `spec` (see below): 2 where
-// it rounds(), else 4. For the memory plan.
-std::size_t residualBytes(const std::string& spec);
+// Bytes a value of error feedback's residual under the codec of `spec` (see below): 1.0625
+// where it rounds(), else 4. For the memory plan.
+double residualBytes(const std::string& spec);
 
-// The residual is kept in float32, or in bfloat16 (2 bytes a value, not 4) under a codec
-// that rounds(): there it is at most a rounding step, and bfloat16's relative 2^-9 of it is
-// noise far below the step, while a sparsifier's residual grows to many steps' sum, whose
-// small increments bfloat16 would lose.
+// The residual is kept in float32, or under a codec that rounds() in int8 codes by blocks of
+// 64 values of a tensor (a tensor's last block may be shorter, so that a buffer cut between
+// tensors keeps the same blocks), each block with its scale (its largest magnitude / 127):
+// about 1.0625 bytes a value,
+// not 4. There it is at most a rounding step, and the codes' 1/254 of the block's largest is
+// noise far below the step; a sparsifier's residual grows to many steps' sum, whose small
+// increments such codes would lose.
 class ErrorFeedbackEncoder {
  public:
   ErrorFeedbackEncoder(std::unique_ptr<Codec> codec, bool errorFeedback);
@@ -102,17 +106,24 @@ class ErrorFeedbackEncoder {
   const Codec& codec() const { return *codec_; }
   // What is held back of value i for the next payload.
   float residual(std::size_t i) const;
-  // Bytes a value of its residual: 0 (no error feedback), 2 or 4.
-  std::size_t residualBytes() const;
+  // Bytes a value of its residual: 0 (no error feedback), 1.0625 or 4.
+  double residualBytes() const;
   // Multiplies what is kept for the next payload by `factor`: when the values it was left
   // from are weighted differently from the next ones (a diloco round of other length).
   void scaleResidual(float factor);
 
  private:
+  // Calls `block(begin, end, b)` for each block of the compact residual, in order.
+  template <typename F>
+  void forEachBlock(F&& block) const;
+  // Keeps `values` (count() floats) as the residual, in codes and scales.
+  void keepCompactly(const float* values);
+
   std::unique_ptr<Codec> codec_;
   bool errorFeedback_;
-  std::vector<float> residual_;           // float32, or empty
-  std::vector<std::uint16_t> compact_;    // bfloat16's bits (a codec that rounds()), or empty
+  std::vector<float> residual_;      // float32, or empty
+  std::vector<std::int8_t> codes_;   // a codec that rounds(): the residual's codes, by block
+  std::vector<float> scales_;        // and each block's scale
 };
 
 }  // namespace pstrain::codec

@@ -34,11 +34,11 @@ double outerStateBytes(const config::TrainConfig& cfg) {
 }
 
 // Bytes per parameter that a gradient codec adds on the rank that encodes: the error
-// feedback's residual (bfloat16 under a codec that rounds, else float32).
+// feedback's residual (int8 codes under a codec that rounds, else float32).
 double codecBytes(const config::TrainConfig& cfg) {
   if (!cfg.compressesGradients()) return 0;
   const std::string spec = cfg.gradientCodec();
-  return config::errorFeedbackOn(cfg.errorFeedback, spec) ? static_cast<double>(codec::residualBytes(spec)) : 0;
+  return config::errorFeedbackOn(cfg.errorFeedback, spec) ? codec::residualBytes(spec) : 0;
 }
 
 // What the dry run did not allocate on a server, per parameter it holds: the optimizer's

@@ -192,15 +192,15 @@ TEST(Codec, SpecsAreChecked) {
   EXPECT_NO_THROW(config::checkedCodec("int8", true, "compress-weights"));
 }
 
-// Under a codec that rounds (int4, int8) the residual is kept in bfloat16: half the bytes,
-// and what was sent still sums to the sum of the values (diloco's pseudo-gradients: the
-// residual is under a rounding step of each block), up to the residual held back and
-// bfloat16's rounding of it, far under one step.
-TEST(Codec, ErrorFeedbackOfARoundingCodecKeepsItsResidualInBfloat16) {
+// Under a codec that rounds (int4, int8) the residual is kept in int8 codes by blocks of 64
+// (1.0625 bytes a value): what was sent still sums to the sum of the values (diloco's
+// pseudo-gradients: the residual is under a rounding step of each block), up to the
+// residual held back and the codes' rounding of it, far under one step.
+TEST(Codec, ErrorFeedbackOfARoundingCodecKeepsItsResidualInInt8Codes) {
   const std::size_t n = total();
   for (const char* spec : {"int4", "int8"}) {
     codec::ErrorFeedbackEncoder encoder(codec::makeCodec(spec, kShapes, 1), true);
-    EXPECT_EQ(encoder.residualBytes(), 2u) << spec;
+    EXPECT_EQ(encoder.residualBytes(), 1.0625) << spec;
     std::vector<double> values(n, 0.0), sent(n, 0.0);
     std::vector<float> decoded(n);
     double step = 0;  // the largest magnitude a payload had to carry, over its rounding range
@@ -215,10 +215,10 @@ TEST(Codec, ErrorFeedbackOfARoundingCodecKeepsItsResidualInBfloat16) {
     }
     double worst = 0;
     for (std::size_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(values[i] - sent[i] - encoder.residual(i)));
-    EXPECT_LT(worst, 0.05 * step) << spec;  // 100 rounds' bfloat16 roundings of a residual under a step
+    EXPECT_LT(worst, 0.05 * step) << spec;  // 100 rounds' roundings of a residual under a step
   }
   codec::ErrorFeedbackEncoder sparse(codec::makeCodec("topk:0.01", kShapes, 1), true);
-  EXPECT_EQ(sparse.residualBytes(), 4u);  // a sparsifier's residual sums many values: float32
+  EXPECT_EQ(sparse.residualBytes(), 4.0);  // a sparsifier's residual sums many values: float32
 }
 
 // Over many steps, what error feedback sent sums to the sum of the gradients, up to the

@@ -9,9 +9,9 @@ namespace pstrain::roles {
 struct RoundsMemory {
   // A worker, beyond its model's weights and one local step (both measured; the step's
   // gradient is given back after it): the inner optimizer's state, the global weights
-  // (bfloat16 under a lossy down codec), the up codec's error feedback (bfloat16 under int4
-  // and int8). Not the chain's frames: they
-  // live through an exchange only, when the worker does not compute.
+  // (bfloat16 under a lossy down codec), the up codec's error feedback (int8 codes under
+  // int4 and int8: 1.0625 bytes). Not the chain's frames: they live through an exchange
+  // only, when the worker does not compute.
   double worker = 0;
   // A worker whose rounds overlap their exchanges: the round's base and the pseudo-gradient
   // travelling beside the local weights. In `worker` with --overlap-rounds on; with auto,

@@ -38,7 +38,7 @@ RoundsMemory roundsMemory(const config::TrainConfig& cfg, double innerState, dou
   const double overlapped = 8;
   // The chain's frames are freed between exchanges (RoundChain::advance): an exchange holds
   // them while the worker does not compute, below its peak in a step.
-  const double residual = plan.codecs.upErrorFeedback ? static_cast<double>(codec::residualBytes(plan.codecs.up)) : 0;
+  const double residual = plan.codecs.upErrorFeedback ? codec::residualBytes(plan.codecs.up) : 0;
   const double copy = lossyDown ? 2 : 4;  // the global weights: bfloat16 under a lossy down codec (RoundChain.h)
   m.worker = innerState + copy + residual + (plan.overlap == config::Switch::On ? overlapped : 0);
   m.ifOverlapped = plan.overlap == config::Switch::Auto ? overlapped : 0;
