@@ -426,6 +426,8 @@ std::unique_ptr<Codec> makeCodec(const std::string& spec, const Shapes& shapes, 
 
 namespace {
 constexpr std::size_t kResidualBlock = 64;  // values a scale of a compact residual
+// Bytes a value of a compact residual: its code, and its share of its block's scale.
+constexpr double kCompactResidualBytes = 1 + static_cast<double>(sizeof(float)) / kResidualBlock;
 }  // namespace
 
 template <typename F>
@@ -462,11 +464,11 @@ float ErrorFeedbackEncoder::residual(std::size_t i) const {
 
 double ErrorFeedbackEncoder::residualBytes() const {
   if (!errorFeedback_) return 0;
-  return codes_.empty() ? 4 : 1 + static_cast<double>(sizeof(float)) / kResidualBlock;
+  return codes_.empty() ? 4 : kCompactResidualBytes;
 }
 
 double residualBytes(const std::string& spec) {
-  return makeCodec(spec, {{64}}, 0)->rounds() ? 1 + static_cast<double>(sizeof(float)) / kResidualBlock : 4;
+  return makeCodec(spec, {{kResidualBlock}}, 0)->rounds() ? kCompactResidualBytes : 4;
 }
 
 void ErrorFeedbackEncoder::scaleResidual(float factor) {

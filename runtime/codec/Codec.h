@@ -62,7 +62,7 @@ class Codec {
 
   // Whether what it leaves out of each value is under one rounding step of that value's
   // scale (fp16, bf16, int8, int4), so that error feedback's residual, that small beside what
-  // it is added to, keeps what matters of itself in bfloat16.
+  // it is added to, keeps what matters of itself in int8 codes (ErrorFeedbackEncoder).
   virtual bool rounds() const { return false; }
 
  protected:
@@ -84,20 +84,19 @@ class Codec {
 std::unique_ptr<Codec> makeCodec(const std::string& spec, const Shapes& shapes, std::uint64_t seed,
                                  const std::string& flag = "compress", bool errorFeedback = false);
 
+// Bytes a value of error feedback's residual under the codec of `spec`
+// (ErrorFeedbackEncoder::residualBytes() of an encoder of it). For the memory plan.
+double residualBytes(const std::string& spec);
+
 // Encodes gradients with error feedback (Seide et al. 2014; Karimireddy et al. 2019): the
 // part of (gradient + residual) that the payload does not carry is kept and added to the
 // next gradient, so over many steps the sum of what was sent tracks the sum of gradients.
-// Bytes a value of error feedback's residual under the codec of `spec` (see below): 1.0625
-// where it rounds(), else 4. For the memory plan.
-double residualBytes(const std::string& spec);
-
 // The residual is kept in float32, or under a codec that rounds() in int8 codes by blocks of
 // 64 values of a tensor (a tensor's last block may be shorter, so that a buffer cut between
 // tensors keeps the same blocks), each block with its scale (its largest magnitude / 127):
-// about 1.0625 bytes a value,
-// not 4. There it is at most a rounding step, and the codes' 1/254 of the block's largest is
-// noise far below the step; a sparsifier's residual grows to many steps' sum, whose small
-// increments such codes would lose.
+// about 1.0625 bytes a value, not 4. There it is at most a rounding step, and the codes'
+// 1/254 of the block's largest is noise far below the step; a sparsifier's residual grows
+// to many steps' sum, whose small increments such codes would lose.
 class ErrorFeedbackEncoder {
  public:
   ErrorFeedbackEncoder(std::unique_ptr<Codec> codec, bool errorFeedback);

@@ -451,10 +451,8 @@ void readBack(const cxxopts::ParseResult& r, const Flag& flag, TrainConfig& cfg)
       [&](auto field) {
         using T = std::decay_t<decltype(cfg.*field)>;
         if constexpr (std::is_same_v<T, Mode>) cfg.*field = parseMode(r[flag.name].as<std::string>());
-        else if constexpr (std::is_same_v<T, Switch> || std::is_same_v<T, OnOff>) {
-          if constexpr (std::is_same_v<T, Switch>) cfg.*field = parseSwitch(flag.name, r[flag.name].as<std::string>());
-          else cfg.*field = parseOnOff(flag.name, r[flag.name].as<std::string>());
-        }
+        else if constexpr (std::is_same_v<T, Switch>) cfg.*field = parseSwitch(flag.name, r[flag.name].as<std::string>());
+        else if constexpr (std::is_same_v<T, OnOff>) cfg.*field = parseOnOff(flag.name, r[flag.name].as<std::string>());
         else cfg.*field = r[flag.name].as<T>();
       },
       flag.member);

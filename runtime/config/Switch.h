@@ -6,6 +6,10 @@
 
 namespace pstrain::config {
 
+// The word of a setting the run decides (here, and in flags whose other values are numbers
+// or names: --local-steps, --compress).
+constexpr const char* kAuto = "auto";
+
 enum class Switch { Off, On, Auto };
 enum class OnOff { Off, On };
 

@@ -15,22 +15,6 @@
 
 namespace pstrain::config {
 
-const char* nameOf(Switch value) { return value == Switch::On ? "on" : value == Switch::Off ? "off" : kAuto; }
-const char* nameOf(OnOff value) { return value == OnOff::On ? "on" : "off"; }
-
-Switch parseSwitch(const char* flag, const std::string& text) {
-  for (Switch value : {Switch::Off, Switch::On, Switch::Auto}) {
-    if (text == nameOf(value)) return value;
-  }
-  throw ConfigError(fmt::format("--{} '{}' is not one of: auto, off, on", flag, text));
-}
-
-OnOff parseOnOff(const char* flag, const std::string& text) {
-  for (OnOff value : {OnOff::Off, OnOff::On}) {
-    if (text == nameOf(value)) return value;
-  }
-  throw ConfigError(fmt::format("--{} '{}' is not one of: off, on", flag, text));
-}
 namespace {
 
 // "RANK:NUMBER" with RANK >= minRank and NUMBER >= 0, for the testing flags.

@@ -14,8 +14,6 @@
 
 namespace pstrain::config {
 
-constexpr const char* kAuto = "auto";
-
 // Bounds of the numbers a run takes (checked by the flags, so that no product or cast of
 // them overflows): steps and step counts, and seconds of any wait or limit (30 days).
 constexpr std::int64_t kMaxSteps = std::int64_t(1) << 40;

@@ -43,37 +43,23 @@ double codecBytes(const config::TrainConfig& cfg) {
 
 // What the dry run did not allocate on a server, per parameter it holds: the optimizer's
 // state, and where the gradient is summed (not in a ring of buckets), and the bfloat16
-// weights it sends from a copy.
+// weights it sends from a copy. (The local rounds' servers: roles::roundsMemory.)
 double serverBytes(const config::TrainConfig& cfg, int servers) {
-  const config::ModeInfo& mode = cfg.modeInfo();
-  const bool rounds = mode.exchange == config::Exchange::LocalRounds;
-  const double state = rounds ? outerStateBytes(cfg) : stateBytes(cfg);
+  const double state = stateBytes(cfg);
   // One server converts the whole weights to bfloat16 as it sends them; K servers a few parts.
   const double bf16 = cfg.bf16Weights() && servers == 1 ? 2 : 0;
-  switch (mode.exchange) {
-    case config::Exchange::PointToPoint: return state + 8 + bf16;  // a gradient received, and the sum
-    case config::Exchange::LocalRounds: return roles::roundsMemory(cfg, stateBytes(cfg), state).server;
-    default: break;
-  }
+  // Point to point: a gradient received, and the sum.
+  if (cfg.modeInfo().exchange == config::Exchange::PointToPoint) return state + 8 + bf16;
   if (servers > 1) return state + (cfg.serversUpdateEachPart() ? 0 : 4) + bf16;
   return state + (cfg.overlapping() ? 0 : 4) + bf16;
 }
 
-// What a computing rank holds beyond its measured step, per parameter: the rounds' worker's
-// (roles::roundsMemory), a codec's residual; a peer's optimizer.
+// What a computing rank holds beyond its measured step, per parameter: a codec's residual;
+// a peer's optimizer. (The local rounds' workers: roles::roundsMemory.)
 double workerBytes(const config::TrainConfig& cfg) {
-  const config::ModeInfo& mode = cfg.modeInfo();
-  if (mode.exchange == config::Exchange::LocalRounds) return roles::roundsMemory(cfg, stateBytes(cfg), outerStateBytes(cfg)).worker;
   double bytes = codecBytes(cfg);
-  if (mode.peers()) bytes += stateBytes(cfg);
+  if (cfg.modeInfo().peers()) bytes += stateBytes(cfg);
   return bytes;
-}
-
-// What a computing rank would hold on top of that if its rounds overlap their exchanges
-// (--overlap-rounds auto: the run decides), per parameter.
-double ifOverlappedBytes(const config::TrainConfig& cfg) {
-  if (cfg.modeInfo().exchange != config::Exchange::LocalRounds) return 0;
-  return roles::roundsMemory(cfg, stateBytes(cfg), outerStateBytes(cfg)).ifOverlapped;
 }
 
 // The bytes per parameter of the weights as a computing rank holds them, and of the whole
@@ -94,11 +80,14 @@ std::vector<RankMemory> predictMemory(const config::TrainConfig& cfg, std::int64
                                       const std::vector<RankMeasure>& ranks) {
   const int servers = cfg.modeInfo().peers() ? 0 : cfg.servers;
   const auto n = static_cast<double>(parameters);
-  // Bytes a parameter, the same for every rank of a role (once: diloco's make codecs to size frames).
-  const double server = serverBytes(cfg, servers), worker = workerBytes(cfg), held = heldBytes(cfg),
-               ifOverlapped = ifOverlappedBytes(cfg);
+  // Bytes a parameter, the same for every rank of a role (once: the rounds' make codecs to
+  // size their frames).
   const bool rounds = cfg.modeInfo().exchange == config::Exchange::LocalRounds;
-  const double lead = rounds ? roles::roundsMemory(cfg, stateBytes(cfg), outerStateBytes(cfg)).leadCopy : 0;
+  const roles::RoundsMemory local =
+      rounds ? roles::roundsMemory(cfg, stateBytes(cfg), outerStateBytes(cfg)) : roles::RoundsMemory{};
+  const double server = rounds ? local.server : serverBytes(cfg, servers),
+               worker = rounds ? local.worker : workerBytes(cfg), held = heldBytes(cfg),
+               ifOverlapped = local.ifOverlapped, lead = local.leadCopy;
   std::vector<RankMemory> out;
   for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
     const RankMeasure& m = ranks[static_cast<std::size_t>(r)];

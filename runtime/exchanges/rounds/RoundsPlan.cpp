@@ -36,10 +36,10 @@ RoundsMemory roundsMemory(const config::TrainConfig& cfg, double innerState, dou
   const double up = frame(plan.codecs.up), down = frame(plan.codecs.down);  // down: whole, or the updates
   RoundsMemory m;
   const double overlapped = 8;
-  // The chain's frames are freed between exchanges (RoundChain::advance): an exchange holds
-  // them while the worker does not compute, below its peak in a step.
   const double residual = plan.codecs.upErrorFeedback ? codec::residualBytes(plan.codecs.up) : 0;
   const double copy = lossyDown ? 2 : 4;  // the global weights: bfloat16 under a lossy down codec (RoundChain.h)
+  // Not the chain's frames: they are freed between exchanges (RoundChain::advance), and an
+  // exchange holds them while the worker does not compute, below its peak in a step.
   m.worker = innerState + copy + residual + (plan.overlap == config::Switch::On ? overlapped : 0);
   m.ifOverlapped = plan.overlap == config::Switch::Auto ? overlapped : 0;
   m.server = outerState + 4 + (lossyDown ? 4 : 0) + up + down;

@@ -58,10 +58,11 @@ struct RoundTotals {
 // training (the model computes from its weights, --optimizer steps them, its state kept
 // across rounds as in DiLoCo), `global` the exchange with rank 0: its weights are this
 // worker's copy of the global weights (equal bit for bit to the server's; bfloat16 under a
-// lossy down codec), its gradient the pseudo-gradient going up when rounds overlap. A round's progress is measured from `base`: the global weights
-// it started from; in an overlapped round, the local weights it started from (where the last
-// round ended, while that round's exchange travelled) until the new global weights are in,
-// when its progress moves onto them (rebase()).
+// lossy down codec), its gradient the pseudo-gradient going up when rounds overlap. A
+// round's progress is measured from `base`: the global weights it started from; in an
+// overlapped round, the local weights it started from (where the last round ended, while
+// that round's exchange travelled) until the new global weights are in, when its progress
+// moves onto them (rebase()).
 class RoundsWorker {
  public:
   explicit RoundsWorker(const RoleArgs& args)
@@ -87,8 +88,8 @@ class RoundsWorker {
                                                              comm_.size() - cfg_.servers))) {
     // Backward writes the gradient into local_.grad bucket by bucket, dropping autograd's own
     // copies as it goes; after each local step local_.grad's pages are given back
-    // (releaseGradient), so that the gradient takes memory only from backward to the step,
-    // when the activations are mostly gone, not beside them through the forward pass.
+    // (trainLocally), so that the gradient takes memory only from backward to the step, when
+    // the activations are mostly gone, not beside them through the forward pass.
     trainer_.streamGradients(gradientBuckets(args.model, cfg_.bucketKb * 1024), [](const Bucket&) {});
   }
 
