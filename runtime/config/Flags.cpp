@@ -208,8 +208,6 @@ const std::vector<Flag> kFlags = {
        require(c.mode == Mode::Sync, fmt::format("--servers {} shards the server of sync, diloco and localsgd; --mode {} "
                                                  "has one server (use one of those modes, or --servers 1)", c.servers,
                                                  c.modeInfo().name));
-       require(!c.balance(), "--balance deals shards by speed with one sync server: with --servers above 1 use "
-                             "--balance off");
        require(!c.compressesWeights(), fmt::format("--compress-weights {} is for one sync server: with --servers {} the "
                                                    "weights travel as raw floats", c.weightCodec(), c.servers)); }},
     {"stack-servers", "Run",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # --servers K under mpirun (exchanges/sharded): K servers give one server's weights (SGD
 # momentum, AdamW with clipping, int8 with error feedback; diloco's outer step, and its
-# resume with another K); each server's traffic and memory
+# resume with another K; --balance); each server's traffic and memory
 # in the metrics; the dry run and run.json say who serves what; a worker killed mid-run,
 # then --resume with another K gives the uninterrupted run's weights; bad layouts refused.
 # Usage: servers.sh PSTRAIN PSEVAL MPIRUN SCRATCH
@@ -120,6 +120,17 @@ with_timeout 60 "$mpirun" -np 4 "$pstrain" --device cpu --threads 1 --model mlp 
   --compress int8 --train-dir "$scratch/plan-int8" > "$scratch/plan-int8.log" 2>&1
 check "dry run: whole tensors for int8 leave mlp's ranges uneven, and it says so" \
   grep -qE "uneven: the gradient codec keeps tensors whole, and the largest range is [0-9.]+x an even share" "$scratch/plan-int8.log"
+
+# --- --balance over 2 servers: server 0 deals the virtual shards by speed, as one server does.
+balanced=(--steps 30 --batch-size 8 --virtual-shards 12 --momentum 0.9 --balance)
+train 4 "$scratch/balance-k1" "${balanced[@]}" --straggle 3:15
+train 5 "$scratch/balance-k2" "${balanced[@]}" --servers 2 --straggle 4:15
+shares=$(metric "$scratch/balance-k2" "last['virtual_shards_by_worker']")
+echo "     --balance, 2 servers, the last worker slowed by 15 ms a shard: shares $shares"
+check "--balance, 2 servers: the slow worker computes fewer shards than the others" \
+  python3 -c "import sys; s = $shares; sys.exit(0 if s[2] < min(s[0], s[1]) and sum(s) == 12 else 1)"
+check "--balance, 2 servers: one server's weights (the summation order aside)" same "--balance" \
+  "$scratch/balance-k1/trained_model.pt" "$scratch/balance-k2/trained_model.pt"
 
 # --- a worker killed mid-run, resumed with 3 servers instead of 2 (and the reference with 1).
 resume=(--steps 60 --checkpoint-every 20 --lr-decay cosine --warmup-steps 10)

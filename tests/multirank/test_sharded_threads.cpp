@@ -80,6 +80,19 @@ TEST(ShardedThreads, ServersGiveOneServersWeightsWithInt8AndErrorFeedback) {
   expectServersAgree(cfg, "int8 + error feedback");
 }
 
+// --balance: server 0 deals each step's virtual shards by the workers' measured speed, as
+// sync's one server does (the same counts give the same sums; threads of one machine run at
+// about one speed, and counts that moved would change only the summation order).
+TEST(ShardedThreads, ServersGiveOneServersWeightsWithBalance) {
+  torch::set_num_threads(1);
+  testsupport::ScratchDir scratch("sharded-balance");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
+  cfg.balanceFlag = config::Switch::On;
+  cfg.virtualShards = 12;  // 4 a worker, which the speeds may move
+  ASSERT_TRUE(cfg.balance());
+  expectServersAgree(cfg, "sgd momentum, --balance");
+}
+
 // ResNet-18's ranges are millions of floats: raw gradients travel in several parts of
 // kPartFloats each (sharded/Wire.h), summed part by part; a checkpoint mid-run is written as
 // server 0 gathers the optimizer state one parameter at a time.

@@ -15,6 +15,7 @@
 #include "runtime/exchanges/sharded/Wire.h"
 #include "runtime/optim/Optimizer.h"
 #include "runtime/protocol/FlatParameters.h"
+#include "runtime/roles/Balance.h"
 #include "runtime/roles/ServerLoop.h"
 #include "runtime/roles/SummedUpdate.h"
 
@@ -206,9 +207,12 @@ class Lead {
         ranges_(rangesOf(s.model, s.cfg)),
         shard_(s.comm, s.cfg, ranges_[0], s.messages.weights.narrow(0, ranges_[0].begin, ranges_[0].size())),
         partials_(ranges_.size()),
-        gather_(comm_, ranges_, *s.optimizer, shard_.update()) {
+        gather_(comm_, ranges_, *s.optimizer, shard_.update()),
+        firstShare_(static_cast<std::size_t>(s.cfg.servers) - 1),
+        balancer_(comm_.size() - s.cfg.servers + 1, s.shards, s.cfg.balance()) {
     const std::int64_t workers = comm_.size() - s.cfg.servers;
     tails_.resize(static_cast<std::size_t>(workers) * tailFloats());
+    balancer_.write(s_.messages.shares.data_ptr<float>() + firstShare_);
   }
 
   // Every server's range of the (resumed) model and optimizer state; whether the run trains.
@@ -251,6 +255,9 @@ class Lead {
     if (train) v.next = planOf(step + 1);
     v = decide(comm_, s_.update, partials_, step, v, gradNorm);
     if (eachPart()) s_.update.expectSamples(plan.samples, step);
+    // --balance: the next step's shares, from this step's compute seconds (as sync's).
+    balancer_.record(s_.messages.trailer + kComputeSeconds + firstShare_);
+    balancer_.write(s_.messages.shares.data_ptr<float>() + firstShare_);
     return v;
   }
 
@@ -283,9 +290,11 @@ class Lead {
     stats.rawBytesUp = static_cast<double>(s_.messages.upBytes());
   }
 
-  // Each server's traffic, update time and peak memory, for every metrics line.
+  // Each server's traffic, update time and peak memory, and with --balance each worker's
+  // virtual shards, for every metrics line.
   void addServers(metrics::JsonObject& line) const {
     exchanges::addServers(line, partials_, comm_.size() - s_.cfg.servers);
+    if (s_.cfg.balance()) line.addRaw("virtual_shards_by_worker", metrics::jsonArray(balancer_.counts()));
   }
 
  private:
@@ -324,6 +333,9 @@ class Lead {
   std::vector<Partial> partials_;   // by server, of the last step
   std::vector<float> tails_;        // by worker: its buffers and trailer
   CheckpointGather gather_;
+  // The shares are by rank, the workers' from rank K on: the balancer's "rank 0" is K - 1.
+  const std::size_t firstShare_;
+  roles::ShareBalancer balancer_;
 };
 
 // Server 0's loop: sync's, range 0 of it, with the other servers told what to do.

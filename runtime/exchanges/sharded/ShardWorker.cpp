@@ -16,6 +16,7 @@
 #include "runtime/metrics/Clock.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/protocol/StepMessages.h"
+#include "runtime/roles/Balance.h"
 #include "runtime/roles/LocalTrainer.h"
 
 namespace pstrain::exchanges::sharded {
@@ -166,6 +167,7 @@ void work(const roles::RoleArgs& args) {
   auto receiveWeights = [&](std::int64_t step) {
     const StepHeader header = link.receiveDown(fmt::format("step {}", step));
     trainer.loadWeights();
+    if (cfg.balance()) trainer.assign(roles::shardsOfRank(messages.shares.data_ptr<float>(), comm.size(), comm.rank()));
     return header;
   };
   for (StepHeader header = receiveWeights(0); header.control != Control::Stop;) {
