@@ -46,6 +46,19 @@ std::int64_t numel(const std::vector<std::int64_t>& shape) {
   return std::accumulate(shape.begin(), shape.end(), std::int64_t(1), std::multiplies<>());
 }
 
+// Calls block(begin, end, b) for each block of at most `size` values of `shapes`' buffer, in
+// order (b counts them from 0): blocks restart at each tensor, so that a key range of whole
+// tensors (exchanges/Ranges.h) has the blocks one buffer of every tensor has.
+template <typename F>
+void forEachBlockOf(const Shapes& shapes, std::size_t size, F&& block) {
+  std::size_t at = 0, b = 0;
+  for (const auto& shape : shapes) {
+    const auto count = static_cast<std::size_t>(numel(shape));
+    for (std::size_t begin = at; begin < at + count; begin += size) block(begin, std::min(at + count, begin + size), b++);
+    at += count;
+  }
+}
+
 at::Tensor wrap(const float* values, std::int64_t count) {
   return torch::from_blob(const_cast<float*>(values), {count}, torch::kFloat32);
 }
@@ -141,22 +154,24 @@ class Int8 : public Codec {
   bool rounds() const override { return true; }
 };
 
-// int4: each block of kBlock values as one float scale (the block's largest magnitude / 7)
-// and the values rounded to [-7, 7], two to a byte (biased by 8): 0.5625 bytes a value, 14%
-// of float32. Blocks run over the whole buffer, across tensors. Decoding is one multiply
-// per value, so every rank that decodes a payload gets the same floats bit for bit.
+// int4: each block of kBlock values of a tensor as one float scale (the block's largest
+// magnitude / 7) and the values rounded to [-7, 7], two to a byte (biased by 8): about 0.5625
+// bytes a value, 14% of float32. Blocks restart at each tensor (forEachBlockOf), so that K
+// servers' ranges of whole tensors code as one server's buffer does. Decoding is one
+// multiply per value, so every rank that decodes a payload gets the same floats bit for bit.
 class Int4 : public Codec {
  public:
   static constexpr std::size_t kBlock = 64;
-  explicit Int4(const CodecArgs& a) : Codec(a) {}
+  explicit Int4(const CodecArgs& a) : Codec(a) {
+    forEachBlockOf(shapes(), kBlock, [&](std::size_t, std::size_t, std::size_t) { ++blocks_; });
+  }
   void encodeBody(const float* v, std::string& body) override {
     const std::size_t start = body.size();
     body.resize(start + maxBodyBytes());
     char* out = body.data() + start;
-    unsigned char* packed = reinterpret_cast<unsigned char*>(out + blocks() * sizeof(float));
+    unsigned char* packed = reinterpret_cast<unsigned char*>(out + blocks_ * sizeof(float));
     std::memset(packed, 0, (count() + 1) / 2);
-    for (std::size_t b = 0; b < blocks(); ++b) {
-      const std::size_t begin = b * kBlock, end = std::min(count(), begin + kBlock);
+    forEachBlockOf(shapes(), kBlock, [&](std::size_t begin, std::size_t end, std::size_t b) {
       float maxAbs = 0;
       for (std::size_t i = begin; i < end; ++i) maxAbs = std::max(maxAbs, std::fabs(v[i]));
       if (std::isnan(v[begin]) || !std::isfinite(maxAbs)) maxAbs = NAN;  // decodes to NaN: the update refuses it
@@ -167,26 +182,25 @@ class Int4 : public Codec {
         const unsigned nibble = static_cast<unsigned>(static_cast<int>(q) + 8) & 0xF;
         packed[i / 2] |= static_cast<unsigned char>(i % 2 ? nibble << 4 : nibble);
       }
-    }
+    });
   }
   void decodeBody(const char* body, std::size_t size, float* out) const override {
     if (size != maxBodyBytes()) throw CodecError(fmt::format("int4 payload of {} bytes for {} values", size, count()));
-    const unsigned char* packed = reinterpret_cast<const unsigned char*>(body + blocks() * sizeof(float));
-    for (std::size_t b = 0; b < blocks(); ++b) {
+    const unsigned char* packed = reinterpret_cast<const unsigned char*>(body + blocks_ * sizeof(float));
+    forEachBlockOf(shapes(), kBlock, [&](std::size_t begin, std::size_t end, std::size_t b) {
       float scale;
       std::memcpy(&scale, body + b * sizeof(float), sizeof scale);
-      const std::size_t end = std::min(count(), (b + 1) * kBlock);
-      for (std::size_t i = b * kBlock; i < end; ++i) {
+      for (std::size_t i = begin; i < end; ++i) {
         const int nibble = (i % 2 ? packed[i / 2] >> 4 : packed[i / 2]) & 0xF;
         out[i] = static_cast<float>(nibble - 8) * scale;
       }
-    }
+    });
   }
-  std::size_t maxBodyBytes() const override { return blocks() * sizeof(float) + (count() + 1) / 2; }
+  std::size_t maxBodyBytes() const override { return blocks_ * sizeof(float) + (count() + 1) / 2; }
   bool rounds() const override { return true; }
 
  private:
-  std::size_t blocks() const { return (count() + kBlock - 1) / kBlock; }
+  std::size_t blocks_ = 0;
 };
 
 std::uint64_t getVarint(Reader& in) {
@@ -432,12 +446,7 @@ constexpr double kCompactResidualBytes = 1 + static_cast<double>(sizeof(float)) 
 
 template <typename F>
 void ErrorFeedbackEncoder::forEachBlock(F&& block) const {
-  std::size_t at = 0, b = 0;
-  for (const auto& shape : codec_->shapes()) {
-    const auto count = static_cast<std::size_t>(numel(shape));
-    for (std::size_t begin = at; begin < at + count; begin += kResidualBlock) block(begin, std::min(at + count, begin + kResidualBlock), b++);
-    at += count;
-  }
+  forEachBlockOf(codec_->shapes(), kResidualBlock, std::forward<F>(block));
 }
 
 ErrorFeedbackEncoder::ErrorFeedbackEncoder(std::unique_ptr<Codec> codec, bool errorFeedback)

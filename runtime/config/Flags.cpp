@@ -207,9 +207,7 @@ const std::vector<Flag> kFlags = {
        if (c.servers == 1 || c.modeInfo().runsLocalRounds()) return;
        require(c.mode == Mode::Sync, fmt::format("--servers {} shards the server of sync, diloco and localsgd; --mode {} "
                                                  "has one server (use one of those modes, or --servers 1)", c.servers,
-                                                 c.modeInfo().name));
-       require(!c.compressesWeights(), fmt::format("--compress-weights {} is for one sync server: with --servers {} the "
-                                                   "weights travel as raw floats", c.weightCodec(), c.servers)); }},
+                                                 c.modeInfo().name)); }},
     {"stack-servers", "Run",
      "--servers: allow two servers on one host while another host has none (refused otherwise: they would share one link)",
      &TrainConfig::stackServers, A::Compared, nullptr, nullptr},

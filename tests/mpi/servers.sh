@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # --servers K under mpirun (exchanges/sharded): K servers give one server's weights (SGD
-# momentum, AdamW with clipping, int8 with error feedback; diloco's outer step, and its
+# momentum, AdamW with clipping, int8 with error feedback, int4 weights; diloco's outer step, and its
 # resume with another K; --balance); each server's traffic and memory
 # in the metrics; the dry run and run.json say who serves what; a worker killed mid-run,
 # then --resume with another K gives the uninterrupted run's weights; bad layouts refused.
@@ -27,13 +27,14 @@ same() {  # same NAME A.pt B.pt: max |a - b| <= 1e-6
 # bit apart, which SGD keeps (7e-8 here) and Adam's normalisation of tiny second moments
 # grows to 8e-7 in 20 steps; 2 addends sum alike in any order.
 for case in "sgd:3:--momentum 0.9" "adamw:2:--optimizer adamw --lr 0.002 --weight-decay 0.01 --clip-grad-norm 0.01" \
-            "int8:3:--compress int8 --error-feedback on"; do
+            "int8:3:--compress int8 --error-feedback on" "int4-weights:3:--compress-weights int4"; do
   name=${case%%:*} rest=${case#*:}
   workers=${rest%%:*}
   read -r -a flags <<< "${rest#*:}"
   train $((workers + 1)) "$scratch/$name-k1" --steps 20 "${flags[@]}"
   for k in 2 4; do
-    [ "$name" = int8 ] && [ $k = 4 ] && continue  # whole tensors: mlp's 4 are one per server, shown by k = 2 too
+    # whole tensors (a codec's): mlp's 4 are one per server, shown by k = 2 too
+    case $name in int*) [ $k = 4 ] && continue ;; esac
     train $((k + workers)) "$scratch/$name-k$k" --steps 20 --servers $k "${flags[@]}"
     check "$name: $k servers give 1 server's weights" same "$name, $k servers" "$scratch/$name-k1/trained_model.pt" \
       "$scratch/$name-k$k/trained_model.pt"

@@ -93,6 +93,19 @@ TEST(ShardedThreads, ServersGiveOneServersWeightsWithBalance) {
   expectServersAgree(cfg, "sgd momentum, --balance");
 }
 
+// --compress-weights: each server codes its range of the weights with a codec of its own,
+// made for its whole tensors, so that every worker decodes what one server's codec gives.
+TEST(ShardedThreads, ServersGiveOneServersWeightsWithAWeightCodec) {
+  torch::set_num_threads(1);
+  for (const char* codec : {"int4", "fp16"}) {
+    testsupport::ScratchDir scratch(std::string("sharded-weights-") + codec);
+    auto cfg = testsupport::smallSyntheticConfig(scratch.str());
+    cfg.compressWeights = codec;
+    ASSERT_TRUE(cfg.compressesWeights());
+    expectServersAgree(cfg, std::string("--compress-weights ") + codec);
+  }
+}
+
 // ResNet-18's ranges are millions of floats: raw gradients travel in several parts of
 // kPartFloats each (sharded/Wire.h), summed part by part; a checkpoint mid-run is written as
 // server 0 gathers the optimizer state one parameter at a time.

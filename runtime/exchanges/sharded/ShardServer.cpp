@@ -42,6 +42,9 @@ class Shard {
       codec_ = codec::makeCodec(cfg.gradientCodec(), range_.shapes, 0, "compress", feedback);
       decoded_.resize(static_cast<std::size_t>(range_.size()));
     }
+    if (cfg.compressesWeights()) {  // deterministic codecs (Codecs.h: no sparsifier codes weights): no seed
+      weightCodec_ = codec::makeCodec(cfg.weightCodec(), range_.shapes, 0, "compress-weights");
+    }
     const int workers = comm.size() - cfg.servers;
     slots_.resize(codec_ ? 2 : 2 * static_cast<std::size_t>(workers));
     for (auto& slot : slots_) slot.resize(codec_ ? codec_->maxFrameBytes() : kPartFloats * sizeof(float));
@@ -49,13 +52,23 @@ class Shard {
 
   RangeUpdate& update() { return update_; }
 
-  // Starts sending this range of the weights to every worker part by part (Wire.h; the
-  // caller waits): float32 from where they are, or, to workers that hold bfloat16 ones
-  // (--precision bf16-weights), converted into a few staging parts, each reused once its
-  // sends are done (those are then done when this returns).
+  // Starts sending this range of the weights to every worker (Wire.h; the caller waits):
+  // with --compress-weights one frame of this range's codec; else part by part, float32
+  // from where they are, or, to workers that hold bfloat16 ones (--precision
+  // bf16-weights), converted into a few staging parts, each reused once its sends are done
+  // (those are then done when this returns).
   void startWeightsDown(std::vector<std::size_t>& requests, const std::string& context) {
     const std::int64_t parts = partsOf(range_.size());
     const float* weights = update_.weights().data_ptr<float>();
+    if (weightCodec_) {
+      weightFrame_.clear();
+      weightCodec_->encode(weights, weightFrame_);
+      for (int w = cfg_.servers; w < comm_.size(); ++w) {
+        requests.push_back(comm_.startSend(weightFrame_.data(), weightFrame_.size(), w, kWeightsTag, context));
+      }
+      bytesOut_ = static_cast<double>(weightFrame_.size());
+      return;
+    }
     if (!cfg_.bf16Weights()) {
       for (std::int64_t p = 0; p < parts; ++p) {
         for (int w = cfg_.servers; w < comm_.size(); ++w) {
@@ -158,6 +171,8 @@ class Shard {
   const KeyRange range_;
   RangeUpdate update_;
   std::unique_ptr<codec::Codec> codec_;  // with a gradient codec: decodes the workers' frames of this range
+  std::unique_ptr<codec::Codec> weightCodec_;  // with a weight codec: codes this range of the weights
+  std::string weightFrame_;                    // its frame of the step, sent to every worker
   std::vector<float> decoded_;
   std::vector<std::vector<char>> slots_;  // raw: two parts per worker; coded: two frames
   std::vector<float> partSum_;            // updating each part: the part's sum

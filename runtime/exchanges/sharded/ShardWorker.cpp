@@ -4,6 +4,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "runtime/Errors.h"
@@ -30,6 +31,12 @@ class WorkerLink {
  public:
   WorkerLink(const roles::RoleArgs& a, StepMessages& messages)
       : comm_(a.comm), messages_(messages), ranges_(rangesOf(a.model, a.cfg)) {
+    if (a.cfg.compressesWeights()) {  // a decoder and a frame's room per range (each server codes its own)
+      for (const KeyRange& range : ranges_) {
+        weightDecoders_.push_back(codec::makeCodec(a.cfg.weightCodec(), range.shapes, 0, "compress-weights"));
+        weightFrames_.emplace_back(weightDecoders_.back()->maxFrameBytes());
+      }
+    }
     if (!a.cfg.compressesGradients()) return;
     const bool feedback = config::errorFeedbackOn(a.cfg.errorFeedback, a.cfg.gradientCodec());
     for (std::size_t k = 0; k < ranges_.size(); ++k) {
@@ -40,8 +47,10 @@ class WorkerLink {
     payloads_.resize(ranges_.size());
   }
 
-  // Every range of the weights from its server, and the header and the rest from server 0.
+  // Every range of the weights from its server (decoded, with a weight codec), and the
+  // header and the rest from server 0.
   StepHeader receiveDown(const std::string& context) {
+    if (!weightDecoders_.empty()) return receiveCodedDown(context);
     struct Part {
       int server;
       std::int64_t first;  // its first float of the weights
@@ -60,16 +69,30 @@ class WorkerLink {
       requests.push_back(comm_.startReceive(weights + part.first * static_cast<std::int64_t>(size), part.bytes,
                                             part.server, kWeightsTag, &part.got, context));
     }
-    const std::size_t tailBytes = static_cast<std::size_t>(messages_.downTail.numel()) * sizeof(float);
-    std::size_t headerGot = 0, tailGot = 0;
-    requests.push_back(comm_.startReceive(messages_.down.data(), sizeof(StepHeader), 0, kHeadTag, &headerGot, context));
-    requests.push_back(comm_.startReceive(messages_.downTail.data_ptr<float>(), tailBytes, 0, kHeadTag, &tailGot, context));
-    comm_.expectLongWait();
-    for (std::size_t request : requests) comm_.wait(request);
-    for (const Part& part : parts) expectBytes(part.got, part.bytes, part.server, "part of the weights", context);
-    expectBytes(headerGot, sizeof(StepHeader), 0, "step header", context);
-    expectBytes(tailGot, tailBytes, 0, "buffers message", context);
-    return messages_.header();
+    return finishDown(requests, [&] {
+      for (const Part& part : parts) expectBytes(part.got, part.bytes, part.server, "part of the weights", context);
+    }, context);
+  }
+
+  // With a weight codec: one frame of each range, decoded into the weights once all are in.
+  StepHeader receiveCodedDown(const std::string& context) {
+    std::vector<std::size_t> requests, got(ranges_.size());
+    for (std::size_t k = 0; k < ranges_.size(); ++k) {
+      requests.push_back(comm_.startReceive(weightFrames_[k].data(), weightFrames_[k].size(), static_cast<int>(k),
+                                            kWeightsTag, &got[k], context));
+    }
+    return finishDown(requests, [&] {
+      const auto start = metrics::Clock::now();
+      float* weights = messages_.weights.data_ptr<float>();
+      for (std::size_t k = 0; k < ranges_.size(); ++k) {
+        try {
+          weightDecoders_[k]->decode(weightFrames_[k].data(), got[k], weights + ranges_[k].begin);
+        } catch (const CodecError& e) {
+          throw CodecError(fmt::format("{}: the weights from server {}: {}", context, k, e.what()));
+        }
+      }
+      codecSeconds_ += metrics::secondsSince(start);
+    }, context);
   }
 
   // Raw: the gradient's parts as they travel (Wire.h), in the order backward makes them:
@@ -115,7 +138,7 @@ class WorkerLink {
         payloads_[k].clear();
         encoders_[k]->encode(grad + ranges_[k].begin, payloads_[k]);
       }
-      messages_.trailer[kCodecSeconds] = static_cast<float>(metrics::secondsSince(start));
+      codecSeconds_ += metrics::secondsSince(start);
     }
     std::vector<std::size_t> requests;
     for (std::size_t k = 0; k < ranges_.size(); ++k) {
@@ -131,7 +154,27 @@ class WorkerLink {
  private:
   comm::Communicator& comm_;
   StepMessages& messages_;
+
+  // The header, buffers and shares from server 0 beside the weights' `requests`; once all are
+  // in, `weightsIn` checks (and decodes) the weights.
+  template <typename WeightsIn>
+  StepHeader finishDown(std::vector<std::size_t>& requests, WeightsIn weightsIn, const std::string& context) {
+    const std::size_t tailBytes = static_cast<std::size_t>(messages_.downTail.numel()) * sizeof(float);
+    std::size_t headerGot = 0, tailGot = 0;
+    requests.push_back(comm_.startReceive(messages_.down.data(), sizeof(StepHeader), 0, kHeadTag, &headerGot, context));
+    requests.push_back(comm_.startReceive(messages_.downTail.data_ptr<float>(), tailBytes, 0, kHeadTag, &tailGot, context));
+    comm_.expectLongWait();
+    for (std::size_t request : requests) comm_.wait(request);
+    expectBytes(headerGot, sizeof(StepHeader), 0, "step header", context);
+    expectBytes(tailGot, tailBytes, 0, "buffers message", context);
+    weightsIn();
+    return messages_.header();
+  }
+
+  // The trailer's codec seconds (encoding the gradient, decoding the weights), then the
+  // buffers and trailer to server 0.
   void sendTail(const std::string& context) {
+    messages_.trailer[kCodecSeconds] = static_cast<float>(std::exchange(codecSeconds_, 0.0));
     const std::size_t n = static_cast<std::size_t>(messages_.grad.numel());
     comm_.wait(comm_.startSend(messages_.up.data() + n, (messages_.up.size() - n) * sizeof(float), 0, kTailTag,
                                context));
@@ -148,6 +191,9 @@ class WorkerLink {
   std::vector<std::unique_ptr<codec::ErrorFeedbackEncoder>> encoders_;  // by range, with a gradient codec
   std::vector<std::string> payloads_;
   std::deque<std::pair<std::size_t, Bucket>> inFlight_;  // raw: parts out, oldest first
+  std::vector<std::unique_ptr<codec::Codec>> weightDecoders_;  // by range, with a weight codec
+  std::vector<std::vector<char>> weightFrames_;               // by range: its frame's room
+  double codecSeconds_ = 0;  // since the last trailer
 };
 
 }  // namespace

@@ -12,7 +12,7 @@
 namespace pstrain::exchanges {
 
 std::vector<KeyRange> sharded::rangesOf(const models::Net& model, const config::TrainConfig& cfg) {
-  return keyRanges(protocol::parameterShapes(model), cfg.servers, cfg.compressesGradients());
+  return keyRanges(protocol::parameterShapes(model), cfg.servers, cfg.compressesGradients() || cfg.compressesWeights());
 }
 
 namespace {
@@ -29,9 +29,11 @@ PlanText plan(const PlanFacts& f) {
   std::int64_t largest = 0;
   for (const KeyRange& r : ranges) largest = std::max(largest, r.size());
   const double even = static_cast<double>(ranges.back().end) / f.cfg.servers;
-  if (f.cfg.compressesGradients() && largest > 1.5 * even) {
-    lines += fmt::format("  {:<9} uneven: the gradient codec keeps tensors whole, and the largest range is {:.1f}x an "
-                         "even share (--compress none cuts inside tensors)\n", "", largest / even);
+  if ((f.cfg.compressesGradients() || f.cfg.compressesWeights()) && largest > 1.5 * even) {
+    const bool gradients = f.cfg.compressesGradients();
+    lines += fmt::format("  {:<9} uneven: the {} codec keeps tensors whole, and the largest range is {:.1f}x an even "
+                         "share (--compress{} none cuts inside tensors)\n", "", gradients ? "gradient" : "weight",
+                         largest / even, gradients ? "" : "-weights");
   }
   PlanText text;
   text.modeWords = fmt::format("sharded over {} servers: each sends its range of the weights to every worker and sums "

@@ -14,7 +14,8 @@ namespace pstrain::exchanges::sharded {
 void serve(const roles::RoleArgs& args);
 void work(const roles::RoleArgs& args);
 
-// The run's key ranges of `model`'s parameters (Ranges.h): whole tensors with a gradient codec.
+// The run's key ranges of `model`'s parameters (Ranges.h): whole tensors with a gradient or a
+// weight codec (its frames and scales are per tensor, and so stay one server's).
 std::vector<KeyRange> rangesOf(const models::Net& model, const config::TrainConfig& cfg);
 
 inline std::size_t bytesOf(const KeyRange& range) { return static_cast<std::size_t>(range.size()) * sizeof(float); }

@@ -3,7 +3,8 @@
 // 0..K-1 are the servers, server k owning key range k (Ranges.h); the others are workers.
 // Each step, on channels of their own:
 //   down  server k -> every worker: range k of the new weights in parts of kPartFloats, raw
-//         floats in place (bfloat16 to workers that hold such, --precision bf16-weights);
+//         floats in place (bfloat16 to workers that hold such, --precision bf16-weights),
+//         or one frame of the weight codec made for range k's tensors (--compress-weights);
 //         server 0 -> every worker: the header, then the buffers and shares (downTail);
 //   up    every worker -> server k: range k of its gradient, raw in parts of kPartFloats
 //         (BytePS's partitions), the last part first (backward's order: each part leaves
