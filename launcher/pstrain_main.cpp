@@ -186,7 +186,7 @@ void trainOrProbe(comm::MpiComm& comm, const config::TrainConfig& cfg, std::futu
   torch::manual_seed(cfg.seed);
   // A zoo model is made for the dataset's classes; a model file is what it is.
   auto model = models::makeModel(cfg.model, config::isModelFile(cfg.model) ? 0 : data::datasetInfo(cfg.dataset).classes,
-                                 roles::weightsNeeded(cfg, comm.rank()));
+                                 training::weightsNeeded(cfg, comm.rank()));
   model->to(device);
   if (computes && cfg.bf16Weights()) {
     // --precision bf16-weights: a worker holds the weights in bfloat16 from now on, each
@@ -203,12 +203,12 @@ void trainOrProbe(comm::MpiComm& comm, const config::TrainConfig& cfg, std::futu
     portable::keepFreedMemoryForReuse(portable::kKeptBlocksForTraining);  // after loading: its big temporaries go back at once
     startup.mark("data");
   }
-  roles::RunInfo info{comm::MpiSession::libraryVersion(), command, comm::MpiSession::yieldWhenIdleSetting(),
+  training::RunInfo info{comm::MpiSession::libraryVersion(), command, comm::MpiSession::yieldWhenIdleSetting(),
                       launcher::processBlas()};
   if (cfg.probe) {
     probe::runProbe(comm, cfg, *model, train ? &*train : nullptr, device, info);
   } else {
-    roles::runTraining(comm, cfg, *model, train ? &*train : nullptr, device, info);
+    training::runTraining(comm, cfg, *model, train ? &*train : nullptr, device, info);
   }
 }
 

@@ -212,13 +212,13 @@ const std::vector<std::int64_t> kLocalSteps = {1, 2, 5, 10, 20, 50, 100, 200, 50
 // `workers` workers (exchanges/rounds/RoundsPlan.h, as the run decides it from its first rounds),
 // with the configured codings (diloco's by default); its exchange's seconds too.
 struct AutoRounds {
-  roles::RoundsDecision decision;
+  exchanges::rounds::RoundsDecision decision;
   double stepSeconds = 0, exchangeSeconds = 0;
 };
 AutoRounds autoRounds(const config::TrainConfig& cfg, const ProbeMeasurements& m, int workers) {
   config::TrainConfig diloco = cfg;
   diloco.mode = config::Mode::Diloco;
-  const roles::RoundsPlan plan = roles::roundsPlanOf(diloco);
+  const exchanges::rounds::RoundsPlan plan = exchanges::rounds::roundsPlanOf(diloco);
   AutoRounds a;
   a.stepSeconds = slowestBatchSeconds(m, workers);
   try {
@@ -226,7 +226,7 @@ AutoRounds autoRounds(const config::TrainConfig& cfg, const ProbeMeasurements& m
   } catch (const std::invalid_argument&) {  // codecs the probe does not time: uncompressed
     a.exchangeSeconds = roundExchangeSeconds(m, workers, config::kRawCodec, config::kRawCodec);
   }
-  a.decision = roles::chooseRounds(plan, a.stepSeconds, a.exchangeSeconds);
+  a.decision = exchanges::rounds::chooseRounds(plan, a.stepSeconds, a.exchangeSeconds);
   return a;
 }
 
@@ -463,8 +463,8 @@ void report(const config::TrainConfig& cfg, c10::Device device, const std::vecto
 }  // namespace
 
 void runProbe(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
-              const data::Dataset* train, c10::Device device, const roles::RunInfo& info) {
-  const roles::StartedRun started = roles::startRun(comm, cfg, model, train, device, info);
+              const data::Dataset* train, c10::Device device, const training::RunInfo& info) {
+  const training::StartedRun started = training::startRun(comm, cfg, model, train, device, info);
   const config::TrainConfig& run = started.run;
   if (comm.rank() == 0) {
     std::cout << fmt::format("pstrain --probe: timing {} computing rank(s), links and codecs ...",

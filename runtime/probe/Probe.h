@@ -15,9 +15,9 @@
 
 namespace pstrain::probe {
 
-// The real run's start-up checks (roles::startRun), then the probe. Collective over every
+// The real run's start-up checks (training::startRun), then the probe. Collective over every
 // rank of `comm`; `train` is null where the rank does not compute.
 void runProbe(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
-              const data::Dataset* train, c10::Device device, const roles::RunInfo& info);
+              const data::Dataset* train, c10::Device device, const training::RunInfo& info);
 
 }  // namespace pstrain::probe

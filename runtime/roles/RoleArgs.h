@@ -14,7 +14,7 @@ namespace pstrain::roles {
 
 struct RoleArgs {
   comm::Communicator& comm;
-  const config::TrainConfig& cfg;  // the run's, its virtual shards resolved (roles::startRun)
+  const config::TrainConfig& cfg;  // the run's, its virtual shards resolved (training::startRun)
   // Initialised from cfg.seed on every rank, on `device`; rank 0's holds the resumed
   // checkpoint's weights. A server's stays on the CPU.
   models::Net& model;

@@ -43,7 +43,7 @@ double codecBytes(const config::TrainConfig& cfg) {
 
 // What the dry run did not allocate on a server, per parameter it holds: the optimizer's
 // state, and where the gradient is summed (not in a ring of buckets), and the bfloat16
-// weights it sends from a copy. (The local rounds' servers: roles::roundsMemory.)
+// weights it sends from a copy. (The local rounds' servers: exchanges::rounds::roundsMemory.)
 double serverBytes(const config::TrainConfig& cfg, int servers) {
   const double state = stateBytes(cfg);
   // One server converts the whole weights to bfloat16 as it sends them; K servers a few parts.
@@ -55,7 +55,7 @@ double serverBytes(const config::TrainConfig& cfg, int servers) {
 }
 
 // What a computing rank holds beyond its measured step, per parameter: a codec's residual;
-// a peer's optimizer. (The local rounds' workers: roles::roundsMemory.)
+// a peer's optimizer. (The local rounds' workers: exchanges::rounds::roundsMemory.)
 double workerBytes(const config::TrainConfig& cfg) {
   double bytes = codecBytes(cfg);
   if (cfg.modeInfo().peers()) bytes += stateBytes(cfg);
@@ -83,8 +83,8 @@ std::vector<RankMemory> predictMemory(const config::TrainConfig& cfg, std::int64
   // Bytes a parameter, the same for every rank of a role (once: the rounds' make codecs to
   // size their frames).
   const bool rounds = cfg.modeInfo().exchange == config::Exchange::LocalRounds;
-  const roles::RoundsMemory local =
-      rounds ? roles::roundsMemory(cfg, stateBytes(cfg), outerStateBytes(cfg)) : roles::RoundsMemory{};
+  const exchanges::rounds::RoundsMemory local =
+      rounds ? exchanges::rounds::roundsMemory(cfg, stateBytes(cfg), outerStateBytes(cfg)) : exchanges::rounds::RoundsMemory{};
   const double server = rounds ? local.server : serverBytes(cfg, servers),
                worker = rounds ? local.worker : workerBytes(cfg), held = heldBytes(cfg),
                ifOverlapped = local.ifOverlapped, lead = local.leadCopy;

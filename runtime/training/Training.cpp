@@ -39,7 +39,9 @@
 #include "runtime/rundir/AtomicFile.h"
 #include "runtime/rundir/RunFiles.h"
 
-namespace pstrain::roles {
+namespace pstrain::training {
+
+using namespace roles;
 
 using namespace protocol;
 
@@ -559,4 +561,4 @@ models::WeightsNeeded weightsNeeded(const config::TrainConfig& cfg, int rank) {
   };
 }
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::training

@@ -18,7 +18,7 @@
 #include "runtime/config/TrainConfig.h"
 #include "runtime/rundir/TrainDir.h"
 
-namespace pstrain::roles {
+namespace pstrain::training {
 
 struct RunInfo {
   std::string mpiLibrary = "none";  // recorded in run.json
@@ -58,4 +58,4 @@ models::WeightsNeeded weightsNeeded(const config::TrainConfig& cfg, int rank);
 void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
                  const data::Dataset* train, c10::Device device, const RunInfo& info);
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::training

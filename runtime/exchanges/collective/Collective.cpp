@@ -12,9 +12,10 @@
 #include "runtime/roles/ServerLoop.h"
 #include "runtime/roles/WorkerLoop.h"
 
-namespace pstrain::roles {
+namespace pstrain::exchanges::collective {
 namespace {
 
+using namespace roles;
 using namespace protocol;
 
 // A sync step's gradients up and its update: the whole up message, then the update; or,
@@ -117,10 +118,10 @@ exchanges::PlanText plan(const exchanges::PlanFacts& f) {
 }
 
 }  // namespace
-}  // namespace pstrain::roles
+}  // namespace pstrain::exchanges::collective
 
 namespace pstrain::exchanges {
 
-const Exchange kCollective = {config::Exchange::Collective, roles::serve, roles::work, roles::cost, roles::plan};
+const Exchange kCollective = {config::Exchange::Collective, collective::serve, collective::work, collective::cost, collective::plan};
 
 }  // namespace pstrain::exchanges

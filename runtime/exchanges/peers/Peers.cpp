@@ -16,9 +16,10 @@
 #include "runtime/roles/RoleArgs.h"
 #include "runtime/roles/UpdateState.h"
 
-namespace pstrain::roles {
+namespace pstrain::exchanges::peers {
 namespace {
 
+using namespace roles;
 using namespace protocol;
 using metrics::Clock;
 using metrics::secondsSince;
@@ -316,12 +317,12 @@ exchanges::StepEstimate allreduceCost(const exchanges::StepCost& c) {
 }
 
 }  // namespace
-}  // namespace pstrain::roles
+}  // namespace pstrain::exchanges::peers
 
 namespace pstrain::exchanges {
 
-const Exchange kAllReduce = {config::Exchange::AllReduce, roles::allreducePeer, roles::allreducePeer, roles::allreduceCost,
+const Exchange kAllReduce = {config::Exchange::AllReduce, peers::allreducePeer, peers::allreducePeer, peers::allreduceCost,
                              nullptr};
-const Exchange kGossip = {config::Exchange::Gossip, roles::gossipPeer, roles::gossipPeer, nullptr, nullptr};
+const Exchange kGossip = {config::Exchange::Gossip, peers::gossipPeer, peers::gossipPeer, nullptr, nullptr};
 
 }  // namespace pstrain::exchanges

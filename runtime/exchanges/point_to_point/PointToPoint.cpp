@@ -15,9 +15,10 @@
 #include "runtime/roles/ServerLoop.h"
 #include "runtime/roles/WorkerLoop.h"
 
-namespace pstrain::roles {
+namespace pstrain::exchanges::point_to_point {
 namespace {
 
+using namespace roles;
 using namespace protocol;
 using metrics::Clock;
 using metrics::secondsSince;
@@ -172,10 +173,10 @@ exchanges::StepEstimate cost(const exchanges::StepCost& c) {
 }
 
 }  // namespace
-}  // namespace pstrain::roles
+}  // namespace pstrain::exchanges::point_to_point
 
 namespace pstrain::exchanges {
 
-const Exchange kPointToPoint = {config::Exchange::PointToPoint, roles::serve, roles::work, roles::cost, nullptr};
+const Exchange kPointToPoint = {config::Exchange::PointToPoint, point_to_point::serve, point_to_point::work, point_to_point::cost, nullptr};
 
 }  // namespace pstrain::exchanges

@@ -11,7 +11,9 @@
 #include "runtime/exchanges/rounds/RoundsPlan.h"
 #include "runtime/protocol/StepMessages.h"
 
-namespace pstrain::roles {
+namespace pstrain::exchanges::rounds {
+
+using namespace roles;
 
 using namespace exchanges;
 
@@ -85,4 +87,4 @@ void followRounds(const RoleArgs& args) {
   }
 }
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::exchanges::rounds

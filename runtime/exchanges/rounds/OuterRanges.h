@@ -12,12 +12,12 @@
 #include "runtime/roles/RoleArgs.h"
 #include "runtime/roles/ServerLoop.h"
 
-namespace pstrain::roles {
+namespace pstrain::exchanges::rounds {
 
 // Server 0's part of the outer step. `weights`: messages.weights, which the outer step steps.
 class OuterLead {
  public:
-  explicit OuterLead(Server& s);
+  explicit OuterLead(roles::Server& s);
 
   // Every server's range of the (resumed) model and outer state; whether the run trains.
   void start(bool training);
@@ -27,7 +27,7 @@ class OuterLead {
   // each (`skip`: the round carries no samples; `gather`: a checkpoint's ranges follow the
   // down message; `train`: whether it trains), and range 0's step. Returns whether the outer
   // step was applied.
-  bool apply(std::int64_t step, double lr, bool skip, bool gather, bool train, UpdateTime& time);
+  bool apply(std::int64_t step, double lr, bool skip, bool gather, bool train, roles::UpdateTime& time);
   // After the down message: every range of `model` (the weights as the workers hold them,
   // whole) and of the outer state, into what the Publisher reads (CheckpointGather: release
   // it after the round's record, or after finish at the end).
@@ -39,7 +39,7 @@ class OuterLead {
   void countTraffic(double sent, double received) { sent_ = sent, received_ = received; }
 
  private:
-  Server& s_;
+  roles::Server& s_;
   const std::vector<exchanges::KeyRange> ranges_;
   exchanges::RangeUpdate own_;
   std::vector<exchanges::Partial> partials_;
@@ -48,6 +48,6 @@ class OuterLead {
 };
 
 // Servers 1..K-1: their range, round by round as server 0 says.
-void followRounds(const RoleArgs& args);
+void followRounds(const roles::RoleArgs& args);
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::exchanges::rounds

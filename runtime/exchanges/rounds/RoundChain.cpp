@@ -11,7 +11,8 @@
 #include "runtime/config/TrainConfig.h"
 #include "runtime/metrics/Clock.h"
 
-namespace pstrain::roles {
+namespace pstrain::exchanges::rounds {
+
 namespace {
 
 using metrics::Clock;
@@ -495,4 +496,4 @@ void RoundChain::finish() {
 
 RoundChain::Traffic RoundChain::take() { return std::exchange(impl_->traffic, Traffic()); }
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::exchanges::rounds

@@ -34,7 +34,7 @@
 #include "runtime/codec/Codec.h"
 #include "runtime/comm/Communicator.h"
 
-namespace pstrain::roles {
+namespace pstrain::exchanges::rounds {
 
 // A worker's copy of the global weights: float32, or under a lossy down codec (sendsUpdates)
 // bfloat16's bits.
@@ -111,4 +111,4 @@ class RoundChain {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::exchanges::rounds

@@ -32,19 +32,19 @@ StepEstimate cost(const StepCost& c) {
 // once the first rounds are measured: the plan names the multiples of --checkpoint-every.
 PlanText plan(const PlanFacts& f) {
   PlanText text;
-  text.lines = roles::roundsDryRun(f.cfg, f.total, f.down, f.up);
-  if (f.cfg.servers > 1) text.lines += describeRanges(roles::roundsRanges(f.model, f.cfg));
+  text.lines = rounds::roundsDryRun(f.cfg, f.total, f.down, f.up);
+  if (f.cfg.servers > 1) text.lines += describeRanges(rounds::roundsRanges(f.model, f.cfg));
   text.checkpointRound = std::max<std::int64_t>(f.cfg.fixedLocalSteps(), 1);
   return text;
 }
 
 // A model whose parameters cannot give every server a range is refused (Ranges.h).
-void check(const config::TrainConfig& cfg, const models::Net& model) { roles::roundsRanges(model, cfg); }
+void check(const config::TrainConfig& cfg, const models::Net& model) { rounds::roundsRanges(model, cfg); }
 
 // Server k > 0 updates its range of the outer step and takes it from its own model
 // (receiveStart); server 0 holds the global weights whole (its chain sends them).
 KeyRange serverWeights(const config::TrainConfig& cfg, const models::Net& model, int rank) {
-  const auto ranges = roles::roundsRanges(model, cfg);
+  const auto ranges = rounds::roundsRanges(model, cfg);
   return rank == 0 ? KeyRange{0, ranges.back().end, {}} : ranges[static_cast<std::size_t>(rank)];
 }
 
@@ -57,7 +57,7 @@ double roundExchangeSeconds(const CodecCost& grad, const CodecCost& weights, con
          weights.encodeSeconds + chained(weights.bytes, values, n, l) + weights.decodeSeconds;
 }
 
-const Exchange kLocalRounds = {config::Exchange::LocalRounds, roles::serveRounds, roles::runRoundsOthers, cost, plan,
+const Exchange kLocalRounds = {config::Exchange::LocalRounds, rounds::serveRounds, rounds::runRoundsOthers, cost, plan,
                                check, serverWeights};
 
 }  // namespace pstrain::exchanges

@@ -21,12 +21,12 @@ double roundExchangeSeconds(const CodecCost& grad, const CodecCost& weights, con
 
 }  // namespace pstrain::exchanges
 
-namespace pstrain::roles {
+namespace pstrain::exchanges::rounds {
 
 // Rank 0's part (RoundsServer.cpp), every other rank's (RoundsServer.cpp: servers 1..K-1
 // follow, OuterRanges.h), and a worker's (RoundsWorker.cpp).
-void serveRounds(const RoleArgs& args);
-void runRoundsOthers(const RoleArgs& args);
-void runRoundsWorker(const RoleArgs& args);
+void serveRounds(const roles::RoleArgs& args);
+void runRoundsOthers(const roles::RoleArgs& args);
+void runRoundsWorker(const roles::RoleArgs& args);
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::exchanges::rounds

@@ -4,7 +4,7 @@
 // what RoundsWorker, RoundsServer(s) and RoundChain keep; change it with them. Torch-free.
 #include "runtime/config/TrainConfig.h"
 
-namespace pstrain::roles {
+namespace pstrain::exchanges::rounds {
 
 struct RoundsMemory {
   // A worker, beyond its model's weights and one local step (both measured; the step's
@@ -29,4 +29,4 @@ struct RoundsMemory {
 // `innerState`, `outerState`: the bytes a parameter of the optimizers' state.
 RoundsMemory roundsMemory(const config::TrainConfig& cfg, double innerState, double outerState);
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::exchanges::rounds

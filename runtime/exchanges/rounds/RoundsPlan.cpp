@@ -11,7 +11,8 @@
 #include "runtime/exchanges/rounds/RoundsMemory.h"
 #include "runtime/protocol/FlatParameters.h"
 
-namespace pstrain::roles {
+namespace pstrain::exchanges::rounds {
+
 
 RoundsPlan roundsPlanOf(const config::TrainConfig& cfg) {
   RoundsPlan plan;
@@ -161,4 +162,4 @@ std::string roundsDryRun(const config::TrainConfig& cfg, std::int64_t total, std
   return out;
 }
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::exchanges::rounds

@@ -17,7 +17,7 @@
 #include "runtime/exchanges/rounds/RoundChain.h"
 #include "runtime/exchanges/Ranges.h"
 
-namespace pstrain::roles {
+namespace pstrain::exchanges::rounds {
 
 struct RoundsPlan {
   std::int64_t localSteps = 0;  // H; 0: auto
@@ -72,4 +72,4 @@ std::string describeRounds(const RoundsPlan& plan, const config::TrainConfig& cf
 // `down`, `up`: the raw bytes of one down and one up message.
 std::string roundsDryRun(const config::TrainConfig& cfg, std::int64_t total, std::size_t down, std::size_t up);
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::exchanges::rounds

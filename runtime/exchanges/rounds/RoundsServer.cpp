@@ -19,7 +19,9 @@
 #include "runtime/roles/Balance.h"
 #include "runtime/roles/ServerLoop.h"
 
-namespace pstrain::roles {
+namespace pstrain::exchanges::rounds {
+
+using namespace roles;
 namespace {
 
 using namespace protocol;
@@ -304,4 +306,4 @@ void serveRounds(const RoleArgs& args) {
   runServer(args, runRounds, describe, /*stepLink=*/false);
 }
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::exchanges::rounds

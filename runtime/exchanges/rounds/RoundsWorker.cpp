@@ -19,7 +19,9 @@
 #include "runtime/roles/RoleArgs.h"
 #include "runtime/roles/SummedUpdate.h"
 
-namespace pstrain::roles {
+namespace pstrain::exchanges::rounds {
+
+using namespace roles;
 
 using namespace protocol;
 
@@ -238,4 +240,4 @@ class RoundsWorker {
 
 void runRoundsWorker(const RoleArgs& args) { RoundsWorker(args).run(); }
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::exchanges::rounds
