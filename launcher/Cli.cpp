@@ -58,6 +58,8 @@ int localRank() { return envInt("OMPI_COMM_WORLD_LOCAL_RANK", 0); }
 
 int launchedRank() { return envInt("OMPI_COMM_WORLD_RANK", 0); }
 
+int launchedSize() { return envInt("OMPI_COMM_WORLD_SIZE", 1); }
+
 int autoThreads() {
   int cores = static_cast<int>(std::thread::hardware_concurrency());
   const int local = portable::ranksOnThisHost();

@@ -53,7 +53,9 @@ int autoThreads();
 
 // This rank's index among the ranks on its host (0 outside mpirun).
 int localRank();
-// This process's rank as mpirun tells it before MPI_Init (0 without mpirun).
+// This process's rank, and the world's size, as mpirun tells them before MPI_Init (0 and 1
+// without mpirun).
 int launchedRank();
+int launchedSize();
 
 }  // namespace pstrain::launcher

@@ -27,6 +27,7 @@
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
 #include "runtime/Process.h"
+#include "runtime/config/Layout.h"
 #include "runtime/metrics/Clock.h"
 #include "runtime/protocol/Handshake.h"
 #include "runtime/training/MemoryPlan.h"
@@ -163,7 +164,7 @@ class Watchdog {
 // This rank's facts: "data:PATH" and "model:PATH" samples, and the rest by name.
 protocol::Facts factsOf(const config::TrainConfig& cfg, comm::MpiComm& comm) {
   protocol::Facts facts;
-  const bool computes = config::computesGradients(cfg.mode, comm.rank(), cfg.servers);
+  const bool computes = config::Layout(cfg, comm.size()).computes(comm.rank());
   const std::string self = portable::executablePath();
   facts.emplace_back("host", comm.hostName());
   facts.emplace_back("build", "pstrain 0.1, " + (self.empty() ? std::string("its file unknown") : sampleOf(self)));
@@ -201,7 +202,7 @@ std::vector<std::string> memoryProblems(const config::TrainConfig& cfg, std::vec
   } catch (const Error&) {  // the model or data set: reported by its own check
     return {};
   }
-  const int servers = cfg.modeInfo().peers() ? 0 : cfg.servers;
+  const config::Layout layout(cfg, static_cast<int>(all.size()));
   const double weightBytes = cfg.bf16Weights() ? 2 : 4;
   std::vector<training::RankMeasure> ranks;
   for (int r = 0; r < static_cast<int>(all.size()); ++r) {
@@ -209,9 +210,9 @@ std::vector<std::string> memoryProblems(const config::TrainConfig& cfg, std::vec
     training::RankMeasure m;
     m.host = f["host"];
     m.hostMib = std::stod(f["host-mib"]);
-    m.held = r < servers ? (parameters + servers - 1) / servers : parameters;
+    m.held = layout.heldBy(r, parameters);
     m.residentMib = std::stod(f["resident-mib"]) +
-                    (r < servers ? 4.0 : weightBytes) * static_cast<double>(m.held) / (1 << 20);
+                    (layout.serves(r) ? 4.0 : weightBytes) * static_cast<double>(m.held) / (1 << 20);
     ranks.push_back(m);
   }
   std::vector<std::string> problems;

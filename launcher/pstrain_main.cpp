@@ -28,6 +28,7 @@
 #include "runtime/Portable.h"
 #include "runtime/Stop.h"
 #include "runtime/comm/mpi/MpiComm.h"
+#include "runtime/config/Layout.h"
 #include "runtime/metrics/Startup.h"
 #include "runtime/probe/Probe.h"
 #include "runtime/roles/Autocast.h"
@@ -166,15 +167,15 @@ void trainOrProbe(comm::MpiComm& comm, const config::TrainConfig& cfg, std::futu
   metrics::Startup& startup = metrics::Startup::process();
   comm.connect(cfg.doorbell == config::OnOff::On);
   startup.mark("command_line");
-  const bool computes = config::computesGradients(cfg.mode, comm.rank(), cfg.servers);
+  const bool computes = config::Layout(cfg, comm.size()).computes(comm.rank());
   // A worker's forward and backward, rank 0's optimizer update (in ranges of the flat weights).
   const int threads = !computes && cfg.serverThreads > 0 ? cfg.serverThreads : cfg.threads;
   launcher::setComputeThreads(threads > 0 ? threads : launcher::autoThreads());
   // A server never computes: it keeps the weights on the CPU next to the network.
   c10::Device device = computes ? launcher::chooseDevice(cfg.device, launcher::localRank()) : c10::Device(c10::kCPU);
-  if (!device.is_cpu() && cfg.overlapping() && !comm::MpiSession::callableFromAnyThread()) {
+  if (!device.is_cpu() && cfg.streamsGradients() && !comm::MpiSession::callableFromAnyThread()) {
     throw ConfigError(fmt::format(
-        "--overlap on with a worker on {}: autograd runs its gradient hooks, which start the MPI reductions, "
+        "--overlap on with a worker on {}: autograd runs its gradient hooks, which start sending the gradient, "
         "on its own device thread, and this MPI library does not allow MPI calls from another thread "
         "(MPI_THREAD_SERIALIZED); use --overlap off", device.str()));
   }
@@ -241,7 +242,7 @@ int main(int argc, char** argv) {
   // getenvs on that thread are out of our hands, so no thread runs during those calls.
   // (std::async's future waits for its thread when destroyed: an early return does too.)
   std::future<data::Dataset> prefetched;
-  if (training && !cli.doctor && config::computesGradients(cfg.mode, launcher::launchedRank(), cfg.servers)) {
+  if (training && !cli.doctor && config::Layout(cfg, launcher::launchedSize()).computes(launcher::launchedRank())) {
     prefetched = std::async(std::launch::async, [&cfg] {
       return data::loadDataset(data::sourceOf(cfg), data::Split::Train);
     });

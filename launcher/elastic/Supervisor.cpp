@@ -22,6 +22,7 @@
 #include "runtime/Process.h"
 #include "runtime/Stop.h"
 #include "runtime/config/Flags.h"
+#include "runtime/config/Layout.h"
 #include "runtime/metrics/Clock.h"
 #include "runtime/metrics/Json.h"
 #include "runtime/metrics/JsonLines.h"
@@ -291,7 +292,7 @@ class Supervisor {
       // --servers K: ranks 0..K-1, one per host while hosts last (pstrain refuses two servers
       // on a host while another has none), unless the user maps the ranks.
       const bool userMaps = std::find(user.begin(), user.end(), "--map-by") != user.end();
-      if (flags.servers > 1 && !userMaps) argv.insert(argv.end(), {"--map-by", "node"});
+      if (config::Layout(flags, ranks).cutsWeights() && !userMaps) argv.insert(argv.end(), {"--map-by", "node"});
       argv.push_back(o_.pstrain);
       for (auto& a : config::commandLineOf(flags)) argv.push_back(std::move(a));
       return argv;

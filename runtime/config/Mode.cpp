@@ -69,8 +69,4 @@ std::string modeNames() { return namesOf(modes(), ", "); }
 
 Mode parseMode(const std::string& name) { return rowNamed(modes(), name, "mode", ", ").mode; }
 
-int computeRanks(Mode mode, int worldSize, int servers) { return info(mode).peers() ? worldSize : worldSize - servers; }
-
-bool computesGradients(Mode mode, int rank, int servers) { return rank >= servers || info(mode).peers(); }
-
 }  // namespace pstrain::config

@@ -71,11 +71,6 @@ const char* nameOf(Quorum quorum);
 // The mode called `name`; throws ConfigError listing the names for any other.
 Mode parseMode(const std::string& name);
 
-// Ranks that compute gradients in a world of `worldSize`: all of them among peers, all but
-// the `servers` (ranks 0..servers-1, --servers) otherwise; and whether `rank` is one.
-int computeRanks(Mode mode, int worldSize, int servers);
-bool computesGradients(Mode mode, int rank, int servers);
-
 // "sync, backup, async, allreduce, gossip, diloco".
 std::string modeNames();
 

@@ -151,21 +151,14 @@ std::string TrainConfig::updateRuleName() const {
   return fmt::format("{} {}", modeInfo().runsLocalRounds() ? "outer" : "update", updateRule().optimizer);
 }
 
-bool TrainConfig::overlapping() const {
-  return updatesOnArrival() && modeInfo().exchange == Exchange::Collective && servers == 1;
+bool TrainConfig::streamsGradients() const {
+  return overlap == OnOff::On && !compressesGradients() && modeInfo().exchange == Exchange::Collective;
 }
-
-bool TrainConfig::streamsGradients() const { return overlap == OnOff::On && !compressesGradients(); }
 
 bool TrainConfig::bf16Weights() const { return precisionInfo(precision).bf16Weights; }
 
-bool TrainConfig::serversUpdateEachPart() const {
-  return updatesOnArrival() && mode == Mode::Sync && servers > 1;
-}
-
 bool TrainConfig::updatesOnArrival() const {
-  return overlap == OnOff::On && !compressesGradients() && !compressesWeights() && !skipNonfinite && clipGradNorm == 0 &&
-         !lossScaling();
+  return streamsGradients() && !compressesWeights() && !skipNonfinite && clipGradNorm == 0 && !lossScaling();
 }
 
 int TrainConfig::batchesPerUpdate(int workers) const {

@@ -170,22 +170,18 @@ struct TrainConfig {
   // gradients' update; "outer": diloco's outer step) and its optimizer ("update adamw").
   std::string updateRuleName() const;
 
-  // Whether the sync exchange overlaps backward: updatesOnArrival(), a collective exchange
-  // and one server. A function of shared fields only, so every rank decides the same.
-  bool overlapping() const;
   // Whether a worker's gradient leaves it bucket by bucket as backward makes it (sync, with
   // one server or K): --overlap on and raw gradients. The worker then holds the buckets in
   // flight, never a whole gradient; where updates cannot start on arrival (clipping, loss
   // scaling, --skip-nonfinite), the server sums the buckets and updates once all are in.
+  // These predicates read shared fields only, so every rank decides the same.
   bool streamsGradients() const;
   // --precision bf16-weights: the workers hold the weights in bfloat16, the servers float32.
   bool bf16Weights() const;
-  // Whether, with --servers above 1, each server updates each part of its range as soon as
-  // every worker's part is in (no sum of its whole range): updatesOnArrival() in sync.
-  bool serversUpdateEachPart() const;
-  // Whether an update may start before the whole gradient is in: --overlap on, raw messages,
-  // and neither --skip-nonfinite, --clip-grad-norm nor loss scaling (which must see the whole
-  // gradient before any of it is applied).
+  // Whether sync's server updates each bucket (K servers: each part of its range) as soon as
+  // every worker's is in, holding no sum of the whole gradient: streamsGradients(), raw
+  // weights, and neither --skip-nonfinite, --clip-grad-norm nor loss scaling (which must see
+  // the whole gradient before any of it is applied).
   bool updatesOnArrival() const;
 
   // The loss, --loss auto resolved: nll for the zoo's models (their outputs are

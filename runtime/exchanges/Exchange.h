@@ -47,6 +47,9 @@ struct PlanText {
 
 struct Exchange {
   config::Exchange id;
+  // Whether it runs a run of its mode's exchange `id` with `servers` (--servers); null: every
+  // such run. The list (training/Exchanges.cpp) takes the first row that says so.
+  bool (*takes)(int servers);
   // Rank 0's part and every other rank's, collective with each other; they throw on any error.
   void (*rank0)(const roles::RoleArgs&);
   void (*others)(const roles::RoleArgs&);
@@ -58,8 +61,8 @@ struct Exchange {
   // Its refusals of a run that only it knows (throws CollectiveConfigError), run on every
   // rank after the handshake, before anything trains or is planned; null: none.
   void (*check)(const config::TrainConfig&, const models::Net&) = nullptr;
-  // With --servers K > 1: the flat weights that server `rank` (< K) uses of its initial
-  // model, from the model's shapes (what is loaded of a model file); null: all of them.
+  // The flat weights that server `rank` uses of its initial model, from the model's shapes
+  // (what is loaded of a model file); null: all of them.
   KeyRange (*serverWeights)(const config::TrainConfig&, const models::Net&, int rank) = nullptr;
 };
 

@@ -41,7 +41,7 @@ struct Partial {
   double peakRssMib = 0;
 };
 
-// What a server that updates each part on arrival (cfg.serversUpdateEachPart()) must know
+// What a server that updates each part on arrival (cfg.updatesOnArrival()) must know
 // before a step's gradients come: its lr and its sample count (the gradient's divisor).
 struct StepPlan {
   double lr = 0, samples = 0;
@@ -59,7 +59,7 @@ struct Verdict {
 
 // One server's key range: its weights, the workers' summed gradient of it, and the update
 // rule (cfg.updateRule(): the optimizer, or diloco's outer one) with its slice of the state.
-// With `eachPart` (cfg.serversUpdateEachPart()) there is no sum of the whole range: the
+// With `eachPart` (cfg.updatesOnArrival()) there is no sum of the whole range: the
 // caller sums each part and applyPart() updates it at once; apply() then does nothing.
 class RangeUpdate {
  public:

@@ -13,7 +13,7 @@ namespace pstrain::probe {
 
 using exchanges::kthFastest;
 
-bool predictable(config::Mode mode) { return training::exchangeOf(config::info(mode).exchange).cost != nullptr; }
+bool predictable(config::Mode mode) { return training::exchangeFor(mode).cost != nullptr; }
 
 double roundExchangeSeconds(const ProbeMeasurements& m, int workers, const std::string& gradientCodec,
                             const std::string& weightCodec) {
@@ -63,7 +63,7 @@ std::vector<Prediction> predict(const ProbeMeasurements& m) {
         for (const auto& [weightSpec, weights] : m.weightCodecs) {
           if (mode.peers() && weightSpec != config::kRawCodec) continue;
           const CodecCost none;  // peers send no weights
-          const exchanges::StepEstimate step = training::exchangeOf(mode.exchange)
+          const exchanges::StepEstimate step = training::exchangeFor(mode.mode)
                                                    .cost({mode, grad, mode.peers() ? none : weights,
                                                           gradSpec == config::kRawCodec, m, n});
           Prediction p{mode.mode, gradSpec, mode.peers() ? kNoWeights : weightSpec, n, 1, step.seconds,

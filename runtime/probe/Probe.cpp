@@ -1,3 +1,4 @@
+#include "runtime/config/Layout.h"
 #include "runtime/probe/Probe.h"
 
 #include <fmt/format.h>
@@ -107,8 +108,9 @@ static_assert(std::is_trivially_copyable_v<Measured>, "gathered as bytes");
 // The computing ranks, as the real run would have them.
 std::vector<int> computingRanks(const config::TrainConfig& cfg, int size) {
   std::vector<int> computing;
+  const config::Layout layout(cfg, size);
   for (int r = 0; r < size; ++r) {
-    if (config::computesGradients(cfg.mode, r, cfg.servers)) computing.push_back(r);
+    if (layout.computes(r)) computing.push_back(r);
   }
   return computing;
 }
@@ -468,7 +470,7 @@ void runProbe(comm::Communicator& comm, const config::TrainConfig& cfg, models::
   const config::TrainConfig& run = started.run;
   if (comm.rank() == 0) {
     std::cout << fmt::format("pstrain --probe: timing {} computing rank(s), links and codecs ...",
-                             config::computeRanks(run.mode, comm.size(), run.servers)) << std::endl;
+                             config::Layout(run, comm.size()).workers()) << std::endl;
   }
   const auto all = gather(comm, measure(comm, run, model, train, device));
   // The map's transfers: a model's message, at least 8 MiB (TCP's slow start) and at most

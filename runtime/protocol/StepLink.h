@@ -54,7 +54,7 @@ class StepLink {
                          const std::string& context);
   void finishDown(const std::string& context);
   // Sync with gradients streamed but updates after the whole gradient (streamsGradients()
-  // without overlapping()): the worker's startBucket() calls as above, then finishUp() sends
+  // without updatesOnArrival()): the worker's startBucket() calls as above, then finishUp() sends
   // the rest of the up message; the server's reduceUpBuckets() sums every bucket and the
   // rest into its messages.up, as reduceUp() would. The down message then goes whole.
   void finishUp(const std::string& context);

@@ -19,7 +19,7 @@ StepMemory measureStep(const config::TrainConfig& cfg, models::Net& model, const
                                   cfg.bf16Weights());
   LocalTrainer trainer(cfg, model, train, device, messages, worker, workers, rank);
   const config::Exchange exchange = cfg.modeInfo().exchange;
-  const bool streams = cfg.streamsGradients() && exchange == config::Exchange::Collective;
+  const bool streams = cfg.streamsGradients();
   // As the exchange streams them: each bucket's pages go back at once; the local rounds'
   // worker writes them by buckets and gives them back after the step (RoundsWorker).
   if (streams || cfg.bf16Weights() || exchange == config::Exchange::LocalRounds) {

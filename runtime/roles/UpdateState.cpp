@@ -1,3 +1,4 @@
+#include "runtime/config/Layout.h"
 #include "runtime/roles/UpdateState.h"
 
 #include <fmt/format.h>
@@ -21,7 +22,7 @@ UpdateState::UpdateState(comm::Communicator& comm, const config::TrainConfig& cf
     : comm(comm),
       cfg(cfg),
       model(model),
-      computing(config::computeRanks(cfg.mode, comm.size(), cfg.servers)),
+      computing(config::Layout(cfg, comm.size()).workers()),
       shards(cfg.virtualShards > 0 ? cfg.virtualShards : computing),
       sampler(trainSamples, shards, cfg.shardBatch(), cfg.seed, cfg.blockSize),
       updatesPerEpoch(cfg.updatesPerEpoch(sampler.stepsPerEpoch(), computing)),

@@ -31,7 +31,9 @@ void runWorker(const RoleArgs& args, const WorkerExchange& exchange) {
     return useWeights();
   };
   std::string context;
-  const bool overlap = cfg.overlapping(), stream = exchange.streams && cfg.streamsGradients();
+  // The collective exchange's worker streams its gradient where the run does (a
+  // point-to-point run never does), and with updates on arrival takes the weights as they come.
+  const bool stream = cfg.streamsGradients(), overlap = cfg.updatesOnArrival();
   if (stream) {
     trainer.streamGradients(gradientBuckets(args.model, cfg.bucketKb * 1024),
                             [&](const Bucket& bucket) { link.startBucket(bucket, context); });

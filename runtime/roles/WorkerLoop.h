@@ -17,9 +17,6 @@ struct WorkerExchange {
   void (protocol::StepLink::*down)(const std::string& context);
   void (protocol::StepLink::*up)(const std::string& context);
   bool lockstep;
-  // Whether the gradient may leave in buckets during backward (the collective exchange:
-  // StepLink::startBucket, TrainConfig::streamsGradients()).
-  bool streams;
 };
 
 // args.model must already be on args.device; the worker's virtual shards are those of

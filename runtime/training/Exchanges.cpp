@@ -13,20 +13,24 @@
 
 namespace pstrain::training {
 
-const exchanges::Exchange& exchangeOf(config::Exchange exchange) {
-  static const exchanges::Exchange* const kExchanges[] = {
-      &exchanges::kCollective, &exchanges::kPointToPoint, &exchanges::kAllReduce, &exchanges::kGossip,
-      &exchanges::kLocalRounds,
-  };
-  for (const auto* row : kExchanges) {
-    if (row->id == exchange) return *row;
-  }
-  throw InternalError(fmt::format("exchange {} has no row in training/Exchanges.cpp", config::nameOf(exchange)));
-}
+namespace {
+
+// In the order they are asked: a row that takes some runs of its id before the one that
+// takes the rest.
+const exchanges::Exchange* const kExchanges[] = {
+    &exchanges::kSharded, &exchanges::kCollective, &exchanges::kPointToPoint, &exchanges::kAllReduce,
+    &exchanges::kGossip,  &exchanges::kLocalRounds,
+};
+
+}  // namespace
 
 const exchanges::Exchange& exchangeFor(config::Mode mode, int servers) {
   const config::Exchange exchange = config::info(mode).exchange;
-  return servers > 1 && exchange == config::Exchange::Collective ? exchanges::kSharded : exchangeOf(exchange);
+  for (const auto* row : kExchanges) {
+    if (row->id == exchange && (!row->takes || row->takes(servers))) return *row;
+  }
+  throw InternalError(fmt::format("exchange {} with {} servers has no row in training/Exchanges.cpp",
+                                  config::nameOf(exchange), servers));
 }
 
 const exchanges::Exchange& exchangeFor(const config::TrainConfig& cfg) { return exchangeFor(cfg.mode, cfg.servers); }

@@ -5,11 +5,9 @@
 
 namespace pstrain::training {
 
-// The row of `exchange`; throws InternalError if it has none.
-const exchanges::Exchange& exchangeOf(config::Exchange exchange);
-// The row a run of `mode` with `servers` (--servers) takes: its mode's, or with more than one
-// server the sharded one (sync's only).
-const exchanges::Exchange& exchangeFor(config::Mode mode, int servers);
+// The row that runs `mode` with `servers` (--servers): the first of its mode's exchange that
+// takes that many servers (Exchange::takes); throws InternalError if none does.
+const exchanges::Exchange& exchangeFor(config::Mode mode, int servers = 1);
 const exchanges::Exchange& exchangeFor(const config::TrainConfig& cfg);
 
 // This rank's part of args.cfg's mode. Collective over every rank of args.comm; throws on

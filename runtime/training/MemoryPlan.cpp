@@ -50,8 +50,7 @@ double serverBytes(const config::TrainConfig& cfg, int servers) {
   const double bf16 = cfg.bf16Weights() && servers == 1 ? 2 : 0;
   // Point to point: a gradient received, and the sum.
   if (cfg.modeInfo().exchange == config::Exchange::PointToPoint) return state + 8 + bf16;
-  if (servers > 1) return state + (cfg.serversUpdateEachPart() ? 0 : 4) + bf16;
-  return state + (cfg.overlapping() ? 0 : 4) + bf16;
+  return state + (cfg.updatesOnArrival() ? 0 : 4) + bf16;
 }
 
 // What a computing rank holds beyond its measured step, per parameter: a codec's residual;
@@ -68,8 +67,7 @@ double workerBytes(const config::TrainConfig& cfg) {
 double heldBytes(const config::TrainConfig& cfg) {
   const double weights = cfg.bf16Weights() ? 2 : 4;
   const config::Exchange exchange = cfg.modeInfo().exchange;
-  const bool streams = cfg.streamsGradients() && exchange == config::Exchange::Collective;
-  return weights + (streams || exchange == config::Exchange::LocalRounds ? 0 : 4);
+  return weights + (cfg.streamsGradients() || exchange == config::Exchange::LocalRounds ? 0 : 4);
 }
 
 std::string gib(double mib) { return fmt::format("{:.2f} GiB", mib / 1024); }

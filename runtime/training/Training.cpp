@@ -19,6 +19,7 @@
 #include "runtime/codec/Codec.h"
 #include "runtime/config/Devices.h"
 #include "runtime/config/Flags.h"
+#include "runtime/config/Layout.h"
 #include "runtime/config/Optimizers.h"
 #include "runtime/metrics/Clock.h"
 #include "runtime/metrics/Json.h"
@@ -161,8 +162,9 @@ const std::string& tokenIdsOf(const config::TrainConfig& cfg, const std::vector<
 // Rank 0's one warning when a rank that computes on the CPU runs on the reference BLAS.
 void warnOfReferenceBlas(const config::TrainConfig& cfg, const std::vector<std::map<std::string, std::string>>& facts) {
   std::vector<std::string> slow;
+  const config::Layout layout(cfg, static_cast<int>(facts.size()));
   for (std::size_t r = 0; r < facts.size(); ++r) {
-    const bool computes = config::computesGradients(cfg.mode, static_cast<int>(r), cfg.servers);
+    const bool computes = layout.computes(static_cast<int>(r));
     if (computes && facts[r].at("info.blas-reference") == "1" && config::deviceKindOf(facts[r].at("info.device")) == config::DeviceKind::Cpu) {
       slow.push_back(fmt::format("{} ({})", r, facts[r].at("info.host")));
     }
@@ -201,7 +203,8 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
   const std::int64_t buffers = bufferCount(model);
   const int ranks = static_cast<int>(facts.size());
   const config::ModeInfo& mode = cfg.modeInfo();
-  const int workers = config::computeRanks(cfg.mode, ranks, cfg.servers);
+  const config::Layout layout(cfg, ranks);
+  const int workers = layout.workers();
   const bool peers = mode.peers();
   const int shards = cfg.virtualShards;  // resolved
   const data::ShardSampler sampler(trainSamples, shards, cfg.shardBatch(), cfg.seed, cfg.blockSize);
@@ -210,12 +213,12 @@ void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::s
   std::string out = "pstrain dry run: every rank checked its config, data, model and device; nothing trained.\n";
   out += peers ? fmt::format("  world     {} ranks, all computing ({} mode; rank 0 also writes the run's files)\n",
                              ranks, mode.name)
-               : fmt::format("  world     {} ranks: {} parameter server{} + {} worker(s) ({} mode)\n", ranks, cfg.servers,
-                             cfg.servers > 1 ? "s" : "", workers, mode.name);
+               : fmt::format("  world     {} ranks: {} + {} worker(s) ({} mode)\n", ranks, layout.serverWords(), workers,
+                             mode.name);
   const bool tokens = cfg.blockSize > 0;
   for (int r = 0; r < ranks; ++r) {
-    const bool computes = config::computesGradients(cfg.mode, r, cfg.servers);
-    const int index = peers ? r : r - cfg.servers;
+    const bool computes = layout.computes(r);
+    const int index = layout.workerIndex(r);
     const std::size_t mine = computes ? data::virtualShardsOf(index, workers, shards).size() : 0;
     const std::string unit = tokens ? "windows per epoch" : "samples";
     out += fmt::format("  rank {:<4} {:<7} host {:<16} device {:<8} threads {:<3}{}\n", r,
@@ -283,9 +286,10 @@ void writeRunJson(const config::TrainConfig& cfg, const RunInfo& info,
   for (const auto& [key, value] : config::allFields(cfg)) config.add(key, value);
   const bool peers = cfg.modeInfo().peers();
   std::vector<std::string> ranks;
+  const config::Layout layout(cfg, static_cast<int>(facts.size()));
   for (std::size_t r = 0; r < facts.size(); ++r) {
     metrics::JsonObject rank;
-    const bool computes = config::computesGradients(cfg.mode, static_cast<int>(r), cfg.servers);
+    const bool computes = layout.computes(static_cast<int>(r));
     rank.add("rank", static_cast<std::int64_t>(r)).add("role", peers ? "peer" : computes ? "worker" : "server");
     rank.add("host", facts[r].at("info.host")).add("pid", static_cast<std::int64_t>(std::stoll(facts[r].at("info.pid"))));
     rank.add("device", facts[r].at("info.device"));
@@ -298,8 +302,8 @@ void writeRunJson(const config::TrainConfig& cfg, const RunInfo& info,
   metrics::JsonObject run;
   run.add("fingerprint", cfg.fingerprint()).add("start_time", metrics::isoTime());
   run.add("world_size", static_cast<std::int64_t>(facts.size()));
-  if (!cfg.modeInfo().peers()) run.add("servers", cfg.servers);
-  run.add("workers", config::computeRanks(cfg.mode, static_cast<int>(facts.size()), cfg.servers));
+  if (!peers) run.add("servers", layout.servers());
+  run.add("workers", layout.workers());
   run.add("train_samples", trainSamples).add("parameters", parameters).add("first_step", firstStep);
   const std::string& ids = tokenIdsOf(cfg, facts);
   if (!ids.empty()) run.add("token_ids", ids);
@@ -326,20 +330,17 @@ void checkWorld(const config::TrainConfig& cfg, int size) {
         "--mode {} needs a parameter server and at least one worker: start 2 or more ranks "
         "(mpirun -np 3 ... for 2 workers), or use --mode allreduce on one rank", mode.name));
   }
-  if (cfg.servers > 1 && cfg.servers >= size) {
-    throw CollectiveConfigError(fmt::format("--servers {} leaves no worker among {} rank(s): ranks 0..{} are the servers; "
-                                            "start at least {} ranks (mpirun -np {} for 2 workers), or lower --servers",
-                                            cfg.servers, size, cfg.servers - 1, cfg.servers + 1, cfg.servers + 2));
-  }
+  const config::Layout layout(cfg, size);
+  layout.check();
   if (mode.quorum == config::Quorum::Aggregate && cfg.aggregate > size - 1) {
     throw CollectiveConfigError(fmt::format("--aggregate {} is more than the {} worker(s)", cfg.aggregate, size - 1));
   }
   // The testing flags name a rank that computes, or they would do nothing without a word.
   for (const auto& [flag, text, injection] : {std::tuple{"inject-nan", cfg.injectNan, cfg.nanInjection()},
                                                std::tuple{"inject-overflow", cfg.injectOverflow, cfg.overflowInjection()}}) {
-    if (!text.empty() && (injection.rank >= size || !config::computesGradients(cfg.mode, injection.rank, cfg.servers))) {
+    if (!text.empty() && (injection.rank >= size || !layout.computes(injection.rank))) {
       throw CollectiveConfigError(fmt::format("--{} {}: rank {} computes no gradients here (ranks {}..{} do)", flag, text,
-                                              injection.rank, mode.peers() ? 0 : cfg.servers, size - 1));
+                                              injection.rank, layout.servers(), size - 1));
     }
   }
 }
@@ -365,10 +366,11 @@ std::string hostOf(const std::map<std::string, std::string>& facts) {
 // host's link while another host has none, unless --stack-servers: each server's traffic is
 // what sharding spreads.
 void checkServerHosts(const config::TrainConfig& cfg, const std::vector<std::map<std::string, std::string>>& facts) {
-  if (cfg.servers < 2 || cfg.stackServers) return;
+  const config::Layout layout(cfg, static_cast<int>(facts.size()));
+  if (!layout.cutsWeights() || cfg.stackServers) return;
   std::map<std::string, std::vector<int>> serversOn;
   for (const auto& rank : facts) serversOn[hostOf(rank)];
-  for (int r = 0; r < cfg.servers; ++r) serversOn[hostOf(facts[r])].push_back(r);
+  for (int r = 0; r < layout.servers(); ++r) serversOn[hostOf(facts[r])].push_back(r);
   std::string crowded, empty;
   for (const auto& [host, ranks] : serversOn) {
     if (ranks.size() > 1 && crowded.empty()) crowded = fmt::format("ranks {} on {}", fmt::join(ranks, ", "), host);
@@ -377,7 +379,7 @@ void checkServerHosts(const config::TrainConfig& cfg, const std::vector<std::map
   if (crowded.empty() || empty.empty()) return;
   throw CollectiveConfigError(fmt::format(
       "--servers {}: servers {} share one link while host {} has no server; place one rank per host first "
-      "(mpirun --map-by node), or allow it with --stack-servers", cfg.servers, crowded, empty));
+      "(mpirun --map-by node), or allow it with --stack-servers", layout.servers(), crowded, empty));
 }
 
 // Refuses a batch that a virtual shard cannot fill without taking a sample twice, the same
@@ -461,9 +463,9 @@ protocol::Facts measureMemory(comm::Communicator& comm, const config::TrainConfi
     const models::FlatSpan span = needed(model);
     held = std::min(span.end, n) - std::max<std::int64_t>(span.begin, 0);
   }
-  const bool computes = config::computesGradients(cfg.mode, comm.rank(), cfg.servers);
-  const int workers = config::computeRanks(cfg.mode, comm.size(), cfg.servers);
-  const int worker = cfg.modeInfo().peers() ? comm.rank() : comm.rank() - cfg.servers;
+  const config::Layout layout(cfg, comm.size());
+  const bool computes = layout.computes(comm.rank());
+  const int workers = layout.workers(), worker = layout.workerIndex(comm.rank());
   const double peak = portable::peakRssMib();  // the start-up's, loading the model
   roles::StepMemory step{portable::residentMib(), -1};
   if (computes && train) step = roles::measureStep(cfg, model, *train, device, worker, workers, comm.rank(), comm.size());
@@ -499,7 +501,7 @@ StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, mo
     started.trainDir = std::make_unique<rundir::TrainDir>(cfg);
     if (cfg.resume) started.resume = resumePoint(cfg);
     const checkpoint::Checkpoint* resume = started.resume ? &*started.resume : nullptr;
-    started.run.virtualShards = resolveVirtualShards(cfg, config::computeRanks(cfg.mode, comm.size(), cfg.servers), resume);
+    started.run.virtualShards = resolveVirtualShards(cfg, config::Layout(cfg, comm.size()).workers(), resume);
   }
   if (started.resume) {
     if (started.resume->fingerprint != started.run.fingerprint()) {
@@ -550,7 +552,8 @@ void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, model
 
 models::WeightsNeeded weightsNeeded(const config::TrainConfig& cfg, int rank) {
   const auto part = training::exchangeFor(cfg).serverWeights;
-  if (!part || cfg.probe || cfg.servers < 2 || rank >= cfg.servers) return {};
+  const config::Layout layout(cfg, rank + 1);  // (the ranks beyond do not matter here)
+  if (!part || cfg.probe || !layout.cutsWeights() || !layout.serves(rank)) return {};
   return [&cfg, part, rank](const models::Net& model) -> models::FlatSpan {
     try {
       const exchanges::KeyRange range = part(cfg, model, rank);

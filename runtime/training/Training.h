@@ -42,7 +42,7 @@ struct StartedRun {
 // The start-up on every rank of `comm`: the world's size for the mode, rank 0's train dir
 // and resume point (whose weights `model` then holds), a model of the user's against its
 // data, then the handshake (every rank's configuration and facts compared). `train` is null
-// on a rank that does not compute (config::computesGradients); `model` is freshly
+// on a rank that does not compute (config::Layout::computes); `model` is freshly
 // initialised from cfg.seed on every rank and lives on `device` (the CPU on a server).
 // Collective; throws CollectiveConfigError (the same on every rank) or another error.
 StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,

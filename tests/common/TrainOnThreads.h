@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/comm/InProcessComm.h"
+#include "runtime/config/Layout.h"
 #include "runtime/training/Training.h"
 #include "tests/common/Ranks.h"
 
@@ -23,7 +24,7 @@ inline checkpoint::TensorList trainOnThreads(const config::TrainConfig& cfg, int
   }
   comm::InProcessWorld world(size);
   auto errors = runRanks(world, [&](int r) {
-    const bool data = config::computesGradients(cfg.mode, r, cfg.servers);
+    const bool data = config::Layout(cfg, size).computes(r);
     training::runTraining(world.rank(r), cfg, *nets[r], data ? &train : nullptr, c10::Device(c10::kCPU), {});
   });
   for (int r = 0; r < size; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;

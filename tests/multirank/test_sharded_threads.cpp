@@ -48,7 +48,7 @@ TEST(ShardedThreads, ServersGiveOneServersWeightsWithAdamWAndClipping) {
 }
 
 // --overlap on (the default) without clipping: each server updates each part of its range as
-// it arrives (TrainConfig::serversUpdateEachPart), AdamW's bias correction counted once a step.
+// it arrives (TrainConfig::updatesOnArrival), AdamW's bias correction counted once a step.
 TEST(ShardedThreads, ServersGiveOneServersWeightsWithAdamWUpdatingEachPartOnArrival) {
   torch::set_num_threads(1);
   testsupport::ScratchDir scratch("sharded-adamw-parts");
@@ -57,7 +57,7 @@ TEST(ShardedThreads, ServersGiveOneServersWeightsWithAdamWUpdatingEachPartOnArri
   cfg.lr = 0.002;
   cfg.weightDecay = 0.01;
   cfg.servers = 2;
-  ASSERT_TRUE(cfg.serversUpdateEachPart());
+  ASSERT_TRUE(cfg.updatesOnArrival());
   cfg.servers = 1;
   expectServersAgree(cfg, "adamw, each part on arrival");
 }

@@ -11,6 +11,7 @@
 
 #include "runtime/Errors.h"
 #include "runtime/config/Flags.h"
+#include "runtime/config/Layout.h"
 #include "runtime/config/Mode.h"
 #include "runtime/config/TrainConfig.h"
 
@@ -60,12 +61,27 @@ TEST(Config, UnknownModeIsAnError) {
 // What the roles, the cost model and pstrain-run read of each mode.
 TEST(Config, ModeTableColumns) {
   using config::Mode;
-  EXPECT_EQ(config::computeRanks(Mode::Sync, 3, 1), 2);
-  EXPECT_EQ(config::computeRanks(Mode::Sync, 6, 2), 4);
-  EXPECT_EQ(config::computeRanks(Mode::Gossip, 3, 1), 3);
-  EXPECT_FALSE(config::computesGradients(Mode::Backup, 0, 1));
-  EXPECT_TRUE(config::computesGradients(Mode::Allreduce, 0, 1));
-  EXPECT_FALSE(config::computesGradients(Mode::Sync, 1, 2));
+  auto layout = [](Mode mode, int ranks, int servers) {
+    config::TrainConfig c;
+    c.mode = mode;
+    c.servers = servers;
+    return config::Layout(c, ranks);
+  };
+  EXPECT_EQ(layout(Mode::Sync, 3, 1).workers(), 2);
+  EXPECT_EQ(layout(Mode::Sync, 6, 2).workers(), 4);
+  EXPECT_EQ(layout(Mode::Gossip, 3, 1).workers(), 3);
+  EXPECT_FALSE(layout(Mode::Backup, 3, 1).computes(0));
+  EXPECT_TRUE(layout(Mode::Allreduce, 3, 1).computes(0));
+  EXPECT_FALSE(layout(Mode::Sync, 4, 2).computes(1));
+  EXPECT_EQ(layout(Mode::Sync, 6, 2).workerIndex(2), 0);
+  EXPECT_EQ(layout(Mode::Sync, 6, 2).heldBy(1, 101), 51);
+  EXPECT_EQ(layout(Mode::Sync, 6, 2).heldBy(2, 101), 101);
+  EXPECT_EQ(layout(Mode::Sync, 6, 2).serverWords(), "2 parameter servers");
+  EXPECT_EQ(layout(Mode::Sync, 3, 1).serverWords(), "1 parameter server");
+  EXPECT_TRUE(layout(Mode::Sync, 6, 2).cutsWeights());
+  EXPECT_FALSE(layout(Mode::Sync, 3, 1).cutsWeights());
+  EXPECT_THROW(layout(Mode::Sync, 2, 2).check(), CollectiveConfigError);
+  EXPECT_NO_THROW(layout(Mode::Sync, 3, 2).check());
   config::TrainConfig cfg;
   cfg.mode = Mode::Backup;
   EXPECT_EQ(cfg.batchesPerUpdate(4), 3);  // --aggregate 0: workers - 1
@@ -79,7 +95,7 @@ TEST(Config, ModeTableColumns) {
   EXPECT_EQ(cfg.updatesPerEpoch(10, 4), 10);
   for (const auto& mode : config::modes()) {
     EXPECT_STRNE(mode.plan, "") << mode.name;
-    EXPECT_EQ(mode.peers(), config::computeRanks(mode.mode, 5, 1) == 5) << mode.name;
+    EXPECT_EQ(mode.peers(), layout(mode.mode, 5, 1).workers() == 5) << mode.name;
   }
 }
 

@@ -23,7 +23,7 @@ using namespace protocol;
 // while later buckets still travel up). Returns whether the update was applied.
 bool reduceAndUpdate(Server& s, const std::vector<Bucket>& buckets, std::int64_t step, double lr, UpdateTime& time) {
   const std::string context = fmt::format("step {}", step);
-  if (!s.cfg.overlapping()) {
+  if (!s.cfg.updatesOnArrival()) {
     if (s.cfg.streamsGradients()) {
       s.link->reduceUpBuckets(buckets, context);
     } else {
@@ -45,7 +45,7 @@ bool reduceAndUpdate(Server& s, const std::vector<Bucket>& buckets, std::int64_t
 // Collective exchange: each step the workers' gradients up, the update, the next step's
 // weights down.
 void runCollective(Server& s) {
-  const bool overlap = s.cfg.overlapping();
+  const bool overlap = s.cfg.updatesOnArrival();
   const auto buckets = gradientBuckets(s.model, s.cfg.bucketKb * 1024);
   std::int64_t step = s.firstStep;
   // The header of the next down message: train `step`, or stop.
@@ -89,7 +89,7 @@ void runCollective(Server& s) {
 
 void serve(const RoleArgs& args) { runServer(args, runCollective); }
 
-void work(const RoleArgs& args) { runWorker(args, {&StepLink::broadcastDown, &StepLink::reduceUp, true, true}); }
+void work(const RoleArgs& args) { runWorker(args, {&StepLink::broadcastDown, &StepLink::reduceUp, true}); }
 
 // A binomial-tree reduce of the gradient and broadcast of the weights (ceil(log2(n + 1))
 // rounds each, over the slowest link) after the slowest batch, and the server's update; with
@@ -112,7 +112,7 @@ exchanges::PlanText plan(const exchanges::PlanFacts& f) {
   if (!f.cfg.streamsGradients()) return text;
   text.sameLine = fmt::format("; in {} buckets of {} KiB, gradients reduced during backward, {}",
                               gradientBuckets(f.model, f.cfg.bucketKb * 1024).size(), f.cfg.bucketKb,
-                              f.cfg.overlapping() ? "weights broadcast as each bucket is updated"
+                              f.cfg.updatesOnArrival() ? "weights broadcast as each bucket is updated"
                                                   : "the update once all are in");
   return text;
 }
@@ -122,6 +122,6 @@ exchanges::PlanText plan(const exchanges::PlanFacts& f) {
 
 namespace pstrain::exchanges {
 
-const Exchange kCollective = {config::Exchange::Collective, collective::serve, collective::work, collective::cost, collective::plan};
+const Exchange kCollective = {config::Exchange::Collective, nullptr, collective::serve, collective::work, collective::cost, collective::plan};
 
 }  // namespace pstrain::exchanges

@@ -321,8 +321,8 @@ exchanges::StepEstimate allreduceCost(const exchanges::StepCost& c) {
 
 namespace pstrain::exchanges {
 
-const Exchange kAllReduce = {config::Exchange::AllReduce, peers::allreducePeer, peers::allreducePeer, peers::allreduceCost,
+const Exchange kAllReduce = {config::Exchange::AllReduce, nullptr, peers::allreducePeer, peers::allreducePeer, peers::allreduceCost,
                              nullptr};
-const Exchange kGossip = {config::Exchange::Gossip, peers::gossipPeer, peers::gossipPeer, nullptr, nullptr};
+const Exchange kGossip = {config::Exchange::Gossip, nullptr, peers::gossipPeer, peers::gossipPeer, nullptr, nullptr};
 
 }  // namespace pstrain::exchanges

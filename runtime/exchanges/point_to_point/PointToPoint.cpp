@@ -139,7 +139,7 @@ std::string describe(const Server& s) {
 
 void serve(const RoleArgs& args) { runServer(args, runPointToPoint, describe); }
 
-void work(const RoleArgs& args) { runWorker(args, {&StepLink::receiveDown, &StepLink::sendUp, false, false}); }
+void work(const RoleArgs& args) { runWorker(args, {&StepLink::receiveDown, &StepLink::sendUp, false}); }
 
 // The quorum's gradients in and its weights out through the server's link, one message after
 // the other, and the update:
@@ -177,6 +177,6 @@ exchanges::StepEstimate cost(const exchanges::StepCost& c) {
 
 namespace pstrain::exchanges {
 
-const Exchange kPointToPoint = {config::Exchange::PointToPoint, point_to_point::serve, point_to_point::work, point_to_point::cost, nullptr};
+const Exchange kPointToPoint = {config::Exchange::PointToPoint, nullptr, point_to_point::serve, point_to_point::work, point_to_point::cost, nullptr};
 
 }  // namespace pstrain::exchanges

@@ -57,7 +57,7 @@ double roundExchangeSeconds(const CodecCost& grad, const CodecCost& weights, con
          weights.encodeSeconds + chained(weights.bytes, values, n, l) + weights.decodeSeconds;
 }
 
-const Exchange kLocalRounds = {config::Exchange::LocalRounds, rounds::serveRounds, rounds::runRoundsOthers, cost, plan,
+const Exchange kLocalRounds = {config::Exchange::LocalRounds, nullptr, rounds::serveRounds, rounds::runRoundsOthers, cost, plan,
                                check, serverWeights};
 
 }  // namespace pstrain::exchanges

@@ -34,7 +34,7 @@ class Shard {
       : comm_(comm),
         cfg_(cfg),
         range_(std::move(range)),
-        update_(cfg, range_, std::move(weights), cfg.serversUpdateEachPart()) {
+        update_(cfg, range_, std::move(weights), cfg.updatesOnArrival()) {
     if (update_.eachPart()) partSum_.resize(static_cast<std::size_t>(std::min(kPartFloats, range_.size())));
     if (cfg.compressesGradients()) {
       const bool feedback = config::errorFeedbackOn(cfg.errorFeedback, cfg.gradientCodec());
@@ -286,7 +286,7 @@ class Lead {
     if (eachPart()) time.seconds += partials_[0].updateSeconds;
   }
 
-  bool eachPart() const { return s_.cfg.serversUpdateEachPart(); }
+  bool eachPart() const { return s_.cfg.updatesOnArrival(); }
 
   // The whole model's weights and optimizer state, from every server's range, into what the
   // Publisher reads (CheckpointGather).

@@ -38,7 +38,7 @@ PlanText plan(const PlanFacts& f) {
   PlanText text;
   text.modeWords = fmt::format("sharded over {} servers: each sends its range of the weights to every worker and sums "
                                "that range of their gradients{}", f.cfg.servers,
-                               f.cfg.serversUpdateEachPart() ? ", updating each 4 MiB part as it arrives (--overlap)"
+                               f.cfg.updatesOnArrival() ? ", updating each 4 MiB part as it arrives (--overlap)"
                                                              : "");
   text.lines = lines;
   return text;
@@ -61,6 +61,9 @@ StepEstimate cost(const StepCost& c) {
 // A model whose parameters cannot give every server a range is refused (Ranges.h).
 void check(const config::TrainConfig& cfg, const models::Net& model) { sharded::rangesOf(model, cfg); }
 
+// Sync's runs with more than one server (one server: the collective exchange).
+bool takes(int servers) { return servers > 1; }
+
 // Server k updates its range and takes it from its own model (receiveStart); server 0's
 // checkpoints gather the others' ranges.
 KeyRange serverWeights(const config::TrainConfig& cfg, const models::Net& model, int rank) {
@@ -69,6 +72,6 @@ KeyRange serverWeights(const config::TrainConfig& cfg, const models::Net& model,
 
 }  // namespace
 
-const Exchange kSharded = {config::Exchange::Collective, sharded::serve, others, cost, plan, check, serverWeights};
+const Exchange kSharded = {config::Exchange::Collective, takes, sharded::serve, others, cost, plan, check, serverWeights};
 
 }  // namespace pstrain::exchanges

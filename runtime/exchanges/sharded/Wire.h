@@ -16,7 +16,7 @@
 //         server's weights and optimizer state to server 0, which publishes them.
 // Server 0 decides alone what needs the whole gradient (skip, clip, stop) from the servers'
 // partial sums: one scalar each for the norm, one flag for finiteness. Where nothing needs
-// it (TrainConfig::serversUpdateEachPart), each server applies each part of its range as soon
+// it (TrainConfig::updatesOnArrival), each server applies each part of its range as soon
 // as every worker's is in, by the lr and sample count that the Start or the last Verdict
 // told it beforehand (StepPlan).
 #include <algorithm>
