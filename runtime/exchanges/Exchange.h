@@ -12,6 +12,7 @@
 
 #include "runtime/config/Mode.h"
 #include "runtime/exchanges/Cost.h"
+#include "runtime/exchanges/Memory.h"
 #include "runtime/exchanges/Ranges.h"
 
 namespace pstrain::config {
@@ -58,6 +59,8 @@ struct Exchange {
   StepEstimate (*cost)(const StepCost&);
   // The dry run's text of its own; null where it has none.
   PlanText (*plan)(const PlanFacts&);
+  // What its ranks hold beyond what the dry run allocates (the memory plan's figures).
+  Memory (*memory)(const config::TrainConfig&, const config::Layout&);
   // Its refusals of a run that only it knows (throws CollectiveConfigError), run on every
   // rank after the handshake, before anything trains or is planned; null: none.
   void (*check)(const config::TrainConfig&, const models::Net&) = nullptr;

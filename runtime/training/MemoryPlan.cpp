@@ -5,12 +5,8 @@
 #include <algorithm>
 #include <map>
 
-#include "runtime/Parts.h"
-#include "runtime/codec/Codec.h"
-#include "runtime/config/Codecs.h"
-#include "runtime/config/Mode.h"
-#include "runtime/config/Optimizers.h"
-#include "runtime/exchanges/rounds/RoundsMemory.h"
+#include "runtime/config/Layout.h"
+#include "runtime/training/Exchanges.h"
 
 namespace pstrain::training {
 namespace {
@@ -18,57 +14,6 @@ namespace {
 constexpr double kMib = 1 << 20;
 // A worker's gradient in flight: StepLink and the sharded worker keep at most 16 MiB out.
 constexpr double kInFlightMib = 16;
-// A sharded server's ring: two parts per worker (sharded/Wire.h).
-constexpr double kPartMib = static_cast<double>(kPartBytes) / kMib;
-
-// Bytes per parameter of `rule`'s state (torch.optim's moments; SGD's momentum only with it).
-double stateBytes(const config::TrainConfig& rule) {
-  const config::OptimizerInfo& info = config::optimizerInfo(rule.optimizer);
-  if (info.momentum && rule.momentum == 0) return 0;
-  return 4.0 * static_cast<double>(info.state.size());
-}
-
-// The outer optimizer's state a parameter, where the local-rounds exchange has one.
-double outerStateBytes(const config::TrainConfig& cfg) {
-  return cfg.modeInfo().runsLocalRounds() ? stateBytes(cfg.updateRule()) : 0;
-}
-
-// Bytes per parameter that a gradient codec adds on the rank that encodes: the error
-// feedback's residual (int8 codes under a codec that rounds, else float32).
-double codecBytes(const config::TrainConfig& cfg) {
-  if (!cfg.compressesGradients()) return 0;
-  const std::string spec = cfg.gradientCodec();
-  return config::errorFeedbackOn(cfg.errorFeedback, spec) ? codec::residualBytes(spec) : 0;
-}
-
-// What the dry run did not allocate on a server, per parameter it holds: the optimizer's
-// state, and where the gradient is summed (not in a ring of buckets), and the bfloat16
-// weights it sends from a copy. (The local rounds' servers: exchanges::rounds::roundsMemory.)
-double serverBytes(const config::TrainConfig& cfg, int servers) {
-  const double state = stateBytes(cfg);
-  // One server converts the whole weights to bfloat16 as it sends them; K servers a few parts.
-  const double bf16 = cfg.bf16Weights() && servers == 1 ? 2 : 0;
-  // Point to point: a gradient received, and the sum.
-  if (cfg.modeInfo().exchange == config::Exchange::PointToPoint) return state + 8 + bf16;
-  return state + (cfg.updatesOnArrival() ? 0 : 4) + bf16;
-}
-
-// What a computing rank holds beyond its measured step, per parameter: a codec's residual;
-// a peer's optimizer. (The local rounds' workers: exchanges::rounds::roundsMemory.)
-double workerBytes(const config::TrainConfig& cfg) {
-  double bytes = codecBytes(cfg);
-  if (cfg.modeInfo().peers()) bytes += stateBytes(cfg);
-  return bytes;
-}
-
-// The bytes per parameter of the weights as a computing rank holds them, and of the whole
-// gradient where it keeps one through the step (no stream of buckets; the local rounds'
-// gradient lives from backward to the step only: in the measured step).
-double heldBytes(const config::TrainConfig& cfg) {
-  const double weights = cfg.bf16Weights() ? 2 : 4;
-  const config::Exchange exchange = cfg.modeInfo().exchange;
-  return weights + (cfg.streamsGradients() || exchange == config::Exchange::LocalRounds ? 0 : 4);
-}
 
 std::string gib(double mib) { return fmt::format("{:.2f} GiB", mib / 1024); }
 
@@ -76,42 +21,34 @@ std::string gib(double mib) { return fmt::format("{:.2f} GiB", mib / 1024); }
 
 std::vector<RankMemory> predictMemory(const config::TrainConfig& cfg, std::int64_t parameters,
                                       const std::vector<RankMeasure>& ranks) {
-  const int servers = cfg.modeInfo().peers() ? 0 : cfg.servers;
+  const config::Layout layout(cfg, static_cast<int>(ranks.size()));
   const auto n = static_cast<double>(parameters);
-  // Bytes a parameter, the same for every rank of a role (once: the rounds' make codecs to
-  // size their frames).
-  const bool rounds = cfg.modeInfo().exchange == config::Exchange::LocalRounds;
-  const exchanges::rounds::RoundsMemory local =
-      rounds ? exchanges::rounds::roundsMemory(cfg, stateBytes(cfg), outerStateBytes(cfg)) : exchanges::rounds::RoundsMemory{};
-  const double server = rounds ? local.server : serverBytes(cfg, servers),
-               worker = rounds ? local.worker : workerBytes(cfg), held = heldBytes(cfg),
-               ifOverlapped = local.ifOverlapped, lead = local.leadCopy;
+  // Bytes a parameter, the same for every rank of a role: the exchange's own figures.
+  const exchanges::Memory held = exchangeFor(cfg).memory(cfg, layout);
   std::vector<RankMemory> out;
   for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
     const RankMeasure& m = ranks[static_cast<std::size_t>(r)];
     RankMemory p;
-    const bool serves = r < servers;
-    p.role = serves ? "server" : servers == 0 ? "peer" : "worker";
-    if (serves) {
-      // Its state and sums are of the parameters it holds; server 0 of the rounds with K > 1
-      // holds the whole model (it runs the rounds), but state for its range only (about 1/K).
+    p.role = layout.serves(r) ? "server" : cfg.modeInfo().peers() ? "peer" : "worker";
+    if (layout.serves(r)) {
+      // Its state and sums are of the parameters it holds; a server 0 that holds the whole
+      // model has state for its range only (about 1/K).
       double range = static_cast<double>(m.held), beyond = 0;
-      if (rounds && servers > 1 && r == 0) {
-        range = n / servers;
-        beyond = lead * (n - range);
+      if (r == 0 && held.leadHoldsAll) {
+        range = static_cast<double>(layout.heldBy(0, parameters));
+        beyond = held.leadCopy * (n - range);
       }
-      const double extra = (server * range + beyond) / kMib +
-                           (servers > 1 && !rounds ? kPartMib * 2 * static_cast<double>(ranks.size() - servers) : 0);
+      const double extra = (held.server * range + beyond) / kMib + held.serverMib;
       p.peakMib = std::max(m.peakMib, m.residentMib + extra);
-      p.perParameterBytes = (4 * static_cast<double>(m.held) + server * range + beyond) / std::max(n, 1.0);
+      p.perParameterBytes = (4 * static_cast<double>(m.held) + held.server * range + beyond) / std::max(n, 1.0);
       p.parts = fmt::format("{} as loaded + {} of optimizer state and sums", gib(m.residentMib), gib(extra));
     } else {
-      const double extra = std::max(m.stepMib, 0.0) + kInFlightMib + worker * n / kMib;
+      const double extra = std::max(m.stepMib, 0.0) + kInFlightMib + held.worker * n / kMib;
       p.peakMib = std::max(m.peakMib, m.residentMib + extra);
-      p.perParameterBytes = held + worker;
+      p.perParameterBytes = held.held + held.worker;
       p.parts = m.stepMib < 0 ? fmt::format("{} as loaded, a step not measured", gib(m.residentMib))
                               : fmt::format("{} as loaded + {} a step", gib(m.residentMib), gib(extra));
-      if (ifOverlapped > 0) p.parts += fmt::format("; {} more if its rounds overlap", gib(ifOverlapped * n / kMib));
+      if (held.ifOverlapped > 0) p.parts += fmt::format("; {} more if its rounds overlap", gib(held.ifOverlapped * n / kMib));
     }
     out.push_back(p);
   }

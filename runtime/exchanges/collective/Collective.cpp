@@ -107,6 +107,16 @@ exchanges::StepEstimate cost(const exchanges::StepCost& c) {
   return {exchanges::kthFastest(c.m, c.n, c.n) + up + c.m.updateSeconds + down, c.n * c.m.batchSamples};
 }
 
+// The server: the optimizer's state, the sum unless it updates each bucket on arrival, the
+// bfloat16 weights it sends (converted whole). A worker: the whole gradient unless it streams.
+exchanges::Memory memory(const config::TrainConfig& cfg, const config::Layout&) {
+  exchanges::Memory m;
+  m.held = exchanges::weightBytes(cfg) + (cfg.streamsGradients() ? 0 : 4);
+  m.worker = exchanges::residualBytes(cfg);
+  m.server = exchanges::stateBytes(cfg) + (cfg.updatesOnArrival() ? 0 : 4) + (cfg.bf16Weights() ? 2 : 0);
+  return m;
+}
+
 exchanges::PlanText plan(const exchanges::PlanFacts& f) {
   exchanges::PlanText text;
   if (!f.cfg.streamsGradients()) return text;
@@ -122,6 +132,7 @@ exchanges::PlanText plan(const exchanges::PlanFacts& f) {
 
 namespace pstrain::exchanges {
 
-const Exchange kCollective = {config::Exchange::Collective, nullptr, collective::serve, collective::work, collective::cost, collective::plan};
+const Exchange kCollective = {config::Exchange::Collective, nullptr, collective::serve, collective::work, collective::cost, collective::plan,
+                               collective::memory};
 
 }  // namespace pstrain::exchanges

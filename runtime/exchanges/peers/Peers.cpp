@@ -316,13 +316,21 @@ exchanges::StepEstimate allreduceCost(const exchanges::StepCost& c) {
   return {exchanges::kthFastest(c.m, n, n) + exchange + c.m.updateSeconds, n * c.m.batchSamples};
 }
 
+// A peer: its whole gradient, its optimizer's state and a codec's residual; no server.
+exchanges::Memory memory(const config::TrainConfig& cfg, const config::Layout&) {
+  exchanges::Memory m;
+  m.held = exchanges::weightBytes(cfg) + 4;
+  m.worker = exchanges::residualBytes(cfg) + exchanges::stateBytes(cfg);
+  return m;
+}
+
 }  // namespace
 }  // namespace pstrain::exchanges::peers
 
 namespace pstrain::exchanges {
 
 const Exchange kAllReduce = {config::Exchange::AllReduce, nullptr, peers::allreducePeer, peers::allreducePeer, peers::allreduceCost,
-                             nullptr};
-const Exchange kGossip = {config::Exchange::Gossip, nullptr, peers::gossipPeer, peers::gossipPeer, nullptr, nullptr};
+                             nullptr, peers::memory};
+const Exchange kGossip = {config::Exchange::Gossip, nullptr, peers::gossipPeer, peers::gossipPeer, nullptr, nullptr, peers::memory};
 
 }  // namespace pstrain::exchanges

@@ -172,11 +172,22 @@ exchanges::StepEstimate cost(const exchanges::StepCost& c) {
   return {m.batchSamples / rate, m.batchSamples};  // one gradient per update
 }
 
+// The server: the optimizer's state, a gradient received and the sum, the bfloat16 weights it
+// sends (converted whole). A worker: its whole gradient, sent after backward.
+exchanges::Memory memory(const config::TrainConfig& cfg, const config::Layout&) {
+  exchanges::Memory m;
+  m.held = exchanges::weightBytes(cfg) + 4;
+  m.worker = exchanges::residualBytes(cfg);
+  m.server = exchanges::stateBytes(cfg) + 8 + (cfg.bf16Weights() ? 2 : 0);
+  return m;
+}
+
 }  // namespace
 }  // namespace pstrain::exchanges::point_to_point
 
 namespace pstrain::exchanges {
 
-const Exchange kPointToPoint = {config::Exchange::PointToPoint, nullptr, point_to_point::serve, point_to_point::work, point_to_point::cost, nullptr};
+const Exchange kPointToPoint = {config::Exchange::PointToPoint, nullptr, point_to_point::serve, point_to_point::work, point_to_point::cost, nullptr,
+                                 point_to_point::memory};
 
 }  // namespace pstrain::exchanges

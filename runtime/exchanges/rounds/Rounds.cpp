@@ -5,6 +5,7 @@
 
 #include "runtime/config/Codecs.h"
 #include "runtime/config/TrainConfig.h"
+#include "runtime/exchanges/rounds/RoundsMemory.h"
 #include "runtime/exchanges/rounds/RoundsPlan.h"
 #include "runtime/exchanges/Servers.h"
 
@@ -41,6 +42,9 @@ PlanText plan(const PlanFacts& f) {
 // A model whose parameters cannot give every server a range is refused (Ranges.h).
 void check(const config::TrainConfig& cfg, const models::Net& model) { rounds::roundsRanges(model, cfg); }
 
+// The figures of roundsMemory (RoundsMemory.h).
+Memory memory(const config::TrainConfig& cfg, const config::Layout& layout) { return rounds::roundsMemory(cfg, layout); }
+
 // Server k > 0 updates its range of the outer step and takes it from its own model
 // (receiveStart); server 0 holds the global weights whole (its chain sends them).
 KeyRange serverWeights(const config::TrainConfig& cfg, const models::Net& model, int rank) {
@@ -58,6 +62,6 @@ double roundExchangeSeconds(const CodecCost& grad, const CodecCost& weights, con
 }
 
 const Exchange kLocalRounds = {config::Exchange::LocalRounds, nullptr, rounds::serveRounds, rounds::runRoundsOthers, cost, plan,
-                               check, serverWeights};
+                               memory, check, serverWeights};
 
 }  // namespace pstrain::exchanges

@@ -26,7 +26,8 @@ RoundsPlan roundsPlanOf(const config::TrainConfig& cfg) {
   return plan;
 }
 
-RoundsMemory roundsMemory(const config::TrainConfig& cfg, double innerState, double outerState) {
+Memory roundsMemory(const config::TrainConfig& cfg, const config::Layout& layout) {
+  const double innerState = stateBytes(cfg), outerState = stateBytes(cfg.updateRule());
   const RoundsPlan plan = roundsPlanOf(cfg);
   // A codec's largest frame per float (RoundChain sizes its messages so), over a chunk.
   auto frame = [](const std::string& spec) {
@@ -35,16 +36,18 @@ RoundsMemory roundsMemory(const config::TrainConfig& cfg, double innerState, dou
   };
   const bool lossyDown = !config::isLossless(plan.codecs.down);
   const double up = frame(plan.codecs.up), down = frame(plan.codecs.down);  // down: whole, or the updates
-  RoundsMemory m;
+  Memory m;
   const double overlapped = 8;
   const double residual = plan.codecs.upErrorFeedback ? codec::residualBytes(plan.codecs.up) : 0;
+  m.held = weightBytes(cfg);
   const double copy = lossyDown ? 2 : 4;  // the global weights: bfloat16 under a lossy down codec (RoundChain.h)
   // Not the chain's frames: they are freed between exchanges (RoundChain::advance), and an
   // exchange holds them while the worker does not compute, below its peak in a step.
   m.worker = innerState + copy + residual + (plan.overlap == config::Switch::On ? overlapped : 0);
   m.ifOverlapped = plan.overlap == config::Switch::Auto ? overlapped : 0;
   m.server = outerState + 4 + (lossyDown ? 4 : 0) + up + down;
-  m.leadCopy = lossyDown ? 4 : 0;
+  m.leadHoldsAll = layout.cutsWeights();
+  m.leadCopy = m.leadHoldsAll && lossyDown ? 4 : 0;
   return m;
 }
 

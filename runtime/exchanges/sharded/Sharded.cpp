@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "runtime/Parts.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/exchanges/sharded/Shards.h"
 #include "runtime/protocol/FlatParameters.h"
@@ -58,6 +59,18 @@ StepEstimate cost(const StepCost& c) {
   return {kthFastest(c.m, c.n, c.n) + up + c.m.updateSeconds / k + way(c.weights.bytes), c.n * c.m.batchSamples};
 }
 
+// A server: its range's optimizer state, and the range's sum unless it updates each part on
+// arrival, beside a ring of two parts per worker (Wire.h; bfloat16 weights go through a few
+// staged parts). A worker: the parts in flight, or its whole gradient where it does not stream.
+Memory memory(const config::TrainConfig& cfg, const config::Layout& layout) {
+  Memory m;
+  m.held = weightBytes(cfg) + (cfg.streamsGradients() ? 0 : 4);
+  m.worker = residualBytes(cfg);
+  m.server = stateBytes(cfg) + (cfg.updatesOnArrival() ? 0 : 4);
+  m.serverMib = static_cast<double>(kPartBytes) / (1 << 20) * 2 * layout.workers();
+  return m;
+}
+
 // A model whose parameters cannot give every server a range is refused (Ranges.h).
 void check(const config::TrainConfig& cfg, const models::Net& model) { sharded::rangesOf(model, cfg); }
 
@@ -72,6 +85,7 @@ KeyRange serverWeights(const config::TrainConfig& cfg, const models::Net& model,
 
 }  // namespace
 
-const Exchange kSharded = {config::Exchange::Collective, takes, sharded::serve, others, cost, plan, check, serverWeights};
+const Exchange kSharded = {config::Exchange::Collective, takes, sharded::serve, others, cost, plan, memory, check,
+                           serverWeights};
 
 }  // namespace pstrain::exchanges
