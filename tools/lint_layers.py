@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """The layering of runtime/ (DESIGN.md, "Layout"): a folder may include its own headers and
-those of the folders below it, never one above. Prints FILE:LINE for each include that runs
-backwards and exits 1 if there is any; run as ctest lint.layers.
+those of the folders below it, never one above. And names match folders: a file of
+runtime/X/Y/ opens namespace pstrain::X (or pstrain::X::Y...), and a namespace block of
+another folder in it only declares that folder's types. Prints FILE:LINE for each include
+that runs backwards and each file in another folder's namespace, and exits 1 if there is
+any; run as ctest lint.layers.
 
   lint_layers.py ROOT
 """
@@ -38,6 +41,30 @@ def layer_of(path):
     return LAYERS.index(folder) if folder in LAYERS else None
 
 
+# A block of only forward declarations ("struct Server;") may name another folder's namespace.
+DECLARATION = re.compile(r"^((struct|class) \w+;|enum class \w+( : \w+)?;|//.*)?$")
+
+
+def namespace_findings(path, text):
+    """A file of runtime/X/Y/ must open pstrain::X (or deeper, along its path), and may open
+    another folder's namespace only to declare its types."""
+    parts = os.path.dirname(path).split("/")[1:]  # below runtime/
+    if not parts:
+        return []  # runtime/'s own files name their own small namespaces
+    own = {"::".join(parts[:i]) for i in range(1, len(parts) + 1)}
+    found, findings = False, []
+    for m in re.finditer(r"^namespace pstrain(?:::([\w:]+))? \{\n(.*?)^\}", text, re.M | re.S):
+        name = m.group(1) or ""
+        if name in own or name.startswith(parts[0] + "::"):
+            found = True
+        elif not all(DECLARATION.match(line.strip()) for line in m.group(2).split("\n")):
+            line = text.count("\n", 0, m.start()) + 1
+            findings.append(f"{path}:{line}: defines things in namespace pstrain::{name}, not its folder's")
+    if not found:
+        findings.append(f"{path}: opens no namespace of its folder (pstrain::{'::'.join(parts)})")
+    return findings
+
+
 def main():
     root = sys.argv[1] if len(sys.argv) > 1 else "."
     findings = []
@@ -52,18 +79,21 @@ def main():
                     findings.append(f"{path}: a folder that LAYERS does not place (tools/lint_layers.py)")
                     continue
                 with open(os.path.join(root, path), encoding="utf-8") as f:
-                    for number, line in enumerate(f, 1):
-                        m = re.match(r'#include "([^"]+)"', line)
-                        if not m:
-                            continue
-                        target = layer_of(m.group(1))
-                        if target is not None and (target > mine or siblings(os.path.dirname(path),
-                                                                             os.path.dirname(m.group(1)))):
-                            findings.append(f"{path}:{number}: includes {m.group(1)}, a layer above "
-                                            f"{os.path.dirname(path)}/")
+                    text = f.read()
+                if top == "runtime":
+                    findings += namespace_findings(path, text)
+                for number, line in enumerate(text.split("\n"), 1):
+                    m = re.match(r'#include "([^"]+)"', line)
+                    if not m:
+                        continue
+                    target = layer_of(m.group(1))
+                    if target is not None and (target > mine or siblings(os.path.dirname(path),
+                                                                         os.path.dirname(m.group(1)))):
+                        findings.append(f"{path}:{number}: includes {m.group(1)}, a layer above "
+                                        f"{os.path.dirname(path)}/")
     for finding in findings:
         print(finding)
-    print(f"layers: {len(findings)} include(s) running backwards")
+    print(f"layers: {len(findings)} include(s) running backwards or file(s) outside their folder's namespace")
     return 1 if findings else 0
 
 

@@ -74,17 +74,22 @@ std::vector<Prediction> predict(const ProbeMeasurements& m) {
       }
     }
   }
-  const CodecCost& raw = m.weightCodecs.at(config::kRawCodec);
   for (int n = 1; n <= workers; ++n) {
-    for (int servers : kShardedServers) {
-      for (const auto& [gradSpec, grad] : m.gradientCodecs) {
-        const config::ModeInfo& sync = config::info(config::Mode::Sync);
-        const exchanges::StepEstimate step = training::exchangeFor(config::Mode::Sync, servers)
-                                                 .cost({sync, grad, raw, gradSpec == config::kRawCodec, m, n, servers});
-        Prediction p{config::Mode::Sync, gradSpec, config::kRawCodec, n, servers, step.seconds,
-                     step.samples / step.seconds, 0};
-        p.efficiency = p.samplesPerSecond / (n * alone);
-        out.push_back(p);
+    for (const config::ModeInfo& mode : config::modes()) {
+      for (int servers : kShardedServers) {
+        const exchanges::Exchange& row = training::exchangeFor(mode.mode, servers);
+        if (!row.takes || !row.cost) continue;  // the row of every layout: predicted above
+        for (const auto& [gradSpec, grad] : m.gradientCodecs) {
+          for (const auto& [weightSpec, weights] : m.weightCodecs) {
+            const exchanges::StepEstimate step =
+                row.cost({mode, grad, weights, gradSpec == config::kRawCodec, m, n, servers});
+            Prediction p{mode.mode, gradSpec, weightSpec, n, servers, step.seconds, step.samples / step.seconds, 0};
+            p.serversWords = fmt::format(" and {} servers (--servers {}: one more rank on each of {} hosts)", servers,
+                                         servers, servers);
+            p.efficiency = p.samplesPerSecond / (n * alone);
+            out.push_back(p);
+          }
+        }
       }
     }
   }
@@ -110,11 +115,8 @@ std::string recommendation(const Prediction& p, const ProbeMeasurements& m) {
   std::string codecs = config::info(p.mode).peers()
                            ? named(p.gradientCodec) + " gradients"
                            : named(p.weightCodec) + " weights + " + named(p.gradientCodec) + " gradients";
-  const std::string servers =
-      p.servers > 1 ? fmt::format(" and {} servers (--servers {}: one more rank on each of {} hosts)", p.servers, p.servers,
-                                  p.servers) : "";
   return fmt::format("{} with {} workers{}, {}: {:.1f}x one worker ({:.0f} samples/s)", config::nameOf(p.mode), p.workers,
-                     servers, codecs, p.samplesPerSecond / alone, p.samplesPerSecond);
+                     p.serversWords, codecs, p.samplesPerSecond / alone, p.samplesPerSecond);
 }
 
 }  // namespace pstrain::probe

@@ -26,15 +26,17 @@ struct Prediction {
   config::Mode mode;
   std::string gradientCodec, weightCodec;
   int workers = 0;
-  int servers = 1;              // sync's --servers
+  int servers = 1;              // --servers
   double stepSeconds = 0;       // per update
   double samplesPerSecond = 0;
   double efficiency = 0;        // samplesPerSecond / (workers x the fastest worker alone)
+  std::string serversWords;     // with K servers: " and K servers (--servers K: ...)"; else empty
 };
 
 // Every mode that the model predicts (all but gossip, whose ranks average when they please)
-// x codec pair for 1..computeSeconds.size() workers (the first n measured ones), then sync
-// with kShardedServers servers (raw weights: --servers takes no weight codec). The peer
+// x codec pair for 1..computeSeconds.size() workers (the first n measured ones), then each
+// mode whose exchange has a row for kShardedServers servers (Exchange::takes: sync's
+// sharded servers) with that many. The peer
 // modes send no weights: their weight codec reads kNoWeights. "none" must be among both codec
 // maps.
 std::vector<Prediction> predict(const ProbeMeasurements& m);

@@ -273,7 +273,14 @@ std::string predictionTable(const std::vector<Prediction>& predictions, int work
   for (const config::ModeInfo& mode : config::modes()) {
     if (predictable(mode.mode)) row(mode.mode, 1, mode.name);
   }
-  for (int servers : kShardedServers) row(config::Mode::Sync, servers, fmt::format("sync, {} servers", servers));
+  for (const config::ModeInfo& mode : config::modes()) {  // the modes predicted with K servers (CostModel.h)
+    for (int servers : kShardedServers) {
+      const auto predicted = [&](const Prediction& p) { return p.mode == mode.mode && p.servers == servers; };
+      if (std::any_of(predictions.begin(), predictions.end(), predicted)) {
+        row(mode.mode, servers, fmt::format("{}, {} servers", mode.name, servers));
+      }
+    }
+  }
   return out;
 }
 

@@ -100,7 +100,7 @@ TEST(CostModel, ShardedServersTakeTheLongerOfAWorkersLinkAndAServersShare) {
   const auto all = predict(m);
   auto sharded = [&](int servers) {
     for (const auto& p : all) {
-      if (p.mode == Mode::Sync && p.servers == servers && p.gradientCodec == "none" && p.workers == 4) return p;
+      if (p.mode == Mode::Sync && p.servers == servers && p.gradientCodec == "none" && p.weightCodec == "none" && p.workers == 4) return p;
     }
     throw std::runtime_error("no such prediction");
   };
