@@ -6,36 +6,31 @@
 #include <torch/version.h>
 #include <unistd.h>
 
-#include <iostream>
 #include <algorithm>
+#include <iostream>
 #include <map>
 #include <optional>
 #include <sstream>
-#include <tuple>
 
-#include "data/ShardSampler.h"
 #include "runtime/Errors.h"
-#include "runtime/Text.h"
-#include "runtime/codec/Codec.h"
 #include "runtime/config/Devices.h"
 #include "runtime/config/Flags.h"
 #include "runtime/config/Layout.h"
-#include "runtime/config/Optimizers.h"
 #include "runtime/metrics/Clock.h"
 #include "runtime/metrics/Json.h"
 #include "runtime/metrics/Startup.h"
 #include "runtime/net/Interfaces.h"
-#include "runtime/optim/LossScale.h"
-#include "runtime/optim/LrSchedule.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/protocol/Handshake.h"
-#include "runtime/protocol/StepProtocol.h"
 #include "runtime/loss/Loss.h"
 #include "runtime/Portable.h"
 #include "runtime/roles/Autocast.h"
 #include "runtime/roles/RoleArgs.h"
 #include "runtime/roles/StepMemory.h"
+#include "runtime/training/Checks.h"
+#include "runtime/training/DryRun.h"
 #include "runtime/training/Exchanges.h"
+#include "runtime/training/Facts.h"
 #include "runtime/training/MemoryPlan.h"
 #include "runtime/rundir/AtomicFile.h"
 #include "runtime/rundir/RunFiles.h"
@@ -139,145 +134,6 @@ int resolveVirtualShards(const config::TrainConfig& cfg, int computing, const ch
   return shards;
 }
 
-// The ranks' BLASes: the one name when they share it, else "NAME on rank(s) R, R; ...".
-std::string blasOfRanks(const std::vector<std::map<std::string, std::string>>& facts) {
-  std::vector<std::string> names;
-  for (const auto& rank : facts) names.push_back(rank.at("info.blas"));
-  const auto groups = groupIndices(names);
-  if (groups.size() == 1) return groups.front().first;
-  std::string text;
-  for (const auto& [name, ranks] : groups) {
-    text += fmt::format("{}{} on rank{} {}", text.empty() ? "" : "; ", name, ranks.size() > 1 ? "s" : "",
-                        fmt::join(ranks, ", "));
-  }
-  return text;
-}
-
-// A token file's id type ("uint16", "uint32"), as the first computing rank read it; "" for
-// data that is not a token file.
-const std::string& tokenIdsOf(const config::TrainConfig& cfg, const std::vector<std::map<std::string, std::string>>& facts) {
-  return facts[cfg.modeInfo().peers() ? 0 : 1].at("info.token-ids");
-}
-
-// Rank 0's one warning when a rank that computes on the CPU runs on the reference BLAS.
-void warnOfReferenceBlas(const config::TrainConfig& cfg, const std::vector<std::map<std::string, std::string>>& facts) {
-  std::vector<std::string> slow;
-  const config::Layout layout(cfg, static_cast<int>(facts.size()));
-  for (std::size_t r = 0; r < facts.size(); ++r) {
-    const bool computes = layout.computes(static_cast<int>(r));
-    if (computes && facts[r].at("info.blas-reference") == "1" && config::deviceKindOf(facts[r].at("info.device")) == config::DeviceKind::Cpu) {
-      slow.push_back(fmt::format("{} ({})", r, facts[r].at("info.host")));
-    }
-  }
-  if (slow.empty()) return;
-  std::cout << fmt::format("pstrain: warning: rank{} {} compute{} on the reference BLAS (netlib), about 3 times slower "
-                           "than OpenBLAS on a CPU step; on {}: {}",
-                           slow.size() > 1 ? "s" : "", fmt::join(slow, ", "), slow.size() > 1 ? "" : "s",
-                           slow.size() > 1 ? "each of those hosts" : "that host", blasFixCommand())
-            << std::endl;
-}
-
-// The dry run's "ckpt" line: the periodic checkpoints (at the end of the exchange's round that
-// passes each multiple of --checkpoint-every, a round being `round` steps), the first four
-// named, and the final one.
-std::string checkpointPlan(const config::TrainConfig& cfg, std::int64_t total, std::int64_t round) {
-  const std::int64_t every = cfg.checkpointEvery;
-  std::string schedule;
-  std::int64_t count = 0, last = 0;
-  for (std::int64_t s = every; every > 0 && s < total; s += every) {
-    const std::int64_t at = (s + round - 1) / round * round;
-    if (at >= total || at == last) continue;
-    last = at;
-    if (++count <= 4) schedule += fmt::format("{} ", at);
-  }
-  if (count > 4) schedule += "... ";
-  return fmt::format("  ckpt      {} checkpoint(s) into {}/ckpt: steps {}{}final {}\n", count + 1, cfg.trainDir, schedule,
-                     schedule.empty() ? "" : "and ", total);
-}
-
-// Rank 0's account of a dry run: who does what, and what a real run would move and write.
-void printPlan(const config::TrainConfig& cfg, const std::vector<std::map<std::string, std::string>>& facts,
-               std::int64_t trainSamples, const models::Net& model, const std::string& trainDirState,
-               const std::string& memory) {
-  const std::int64_t parameters = models::parameterCount(model);
-  const std::int64_t buffers = bufferCount(model);
-  const int ranks = static_cast<int>(facts.size());
-  const config::ModeInfo& mode = cfg.modeInfo();
-  const config::Layout layout(cfg, ranks);
-  const int workers = layout.workers();
-  const bool peers = mode.peers();
-  const int shards = cfg.virtualShards;  // resolved
-  const data::ShardSampler sampler(trainSamples, shards, cfg.shardBatch(), cfg.seed, cfg.blockSize);
-  const std::int64_t updatesPerEpoch = cfg.updatesPerEpoch(sampler.stepsPerEpoch(), workers);
-  const std::int64_t total = config::totalSteps(cfg, updatesPerEpoch);
-  std::string out = "pstrain dry run: every rank checked its config, data, model and device; nothing trained.\n";
-  out += peers ? fmt::format("  world     {} ranks, all computing ({} mode; rank 0 also writes the run's files)\n",
-                             ranks, mode.name)
-               : fmt::format("  world     {} ranks: {} + {} worker(s) ({} mode)\n", ranks, layout.serverWords(), workers,
-                             mode.name);
-  const bool tokens = cfg.blockSize > 0;
-  for (int r = 0; r < ranks; ++r) {
-    const bool computes = layout.computes(r);
-    const int index = layout.workerIndex(r);
-    const std::size_t mine = computes ? data::virtualShardsOf(index, workers, shards).size() : 0;
-    const std::string unit = tokens ? "windows per epoch" : "samples";
-    out += fmt::format("  rank {:<4} {:<7} host {:<16} device {:<8} threads {:<3}{}\n", r,
-                       peers ? "peer" : (computes ? "worker" : "server"), facts[r].at("info.host"),
-                       facts[r].at("info.device"), facts[r].at("info.threads"),
-                       !computes ? std::string()
-                       : shards == workers ? fmt::format(" shard {} {}", sampler.shardSize(), unit)
-                                           : fmt::format(" {} virtual shard(s) of {} {}", mine, sampler.shardSize(), unit));
-  }
-  out += fmt::format("  blas      {}\n", blasOfRanks(facts));
-  const config::PrecisionInfo& precision = config::precisionInfo(cfg.precision);
-  out += fmt::format("  model     {}: {} parameters ({:.2f} MiB as float32){}\n", cfg.model, parameters,
-                     parameters * 4.0 / (1 << 20),
-                     precision.bf16Weights ? "; the workers hold them in bfloat16 (forward pass autocast to bf16), the "
-                                             "servers float32 master weights"
-                     : precision.autocasts ? fmt::format("; forward pass autocast to {}", cfg.precision) : "");
-  const int perUpdate = cfg.batchesPerUpdate(shards);
-  const std::string& ids = tokenIdsOf(cfg, facts);
-  out += fmt::format("  data      {}: {}{}; batch {} per worker, {} per update{}\n", cfg.dataset,
-                     cfg.describeTrainSet(trainSamples) + (ids.empty() ? "" : fmt::format(", {} ids", ids)),
-                     tokens ? ", each window at a random offset" : "",
-                     cfg.describeBatch(), cfg.shardBatch() * perUpdate,
-                     tokens ? fmt::format(" ({} tokens)", cfg.shardBatch() * perUpdate * cfg.blockSize) : "");
-  out += fmt::format("  steps     {} updates ({} per epoch{})\n", total, updatesPerEpoch,
-                     cfg.steps > 0 ? "; --steps" : fmt::format(" x {} epochs", cfg.epochs));
-  const double target = optim::learningRate(cfg, perUpdate, cfg.warmupSteps, total + cfg.warmupSteps + 1);
-  std::string rule = config::describeOptimizer(cfg);
-  rule += fmt::format(", weight decay {}{}{}", cfg.weightDecay,
-                      cfg.clipGradNorm > 0 ? fmt::format(", gradient norm clipped to {}", cfg.clipGradNorm) : "",
-                      cfg.lossScaling() ? fmt::format(", dynamic loss scale from {:g} (doubled after {} good updates, "
-                                                      "halved on an overflow, whose update is skipped)",
-                                                      optim::LossScale::kInitialScale, cfg.lossScaleWindow)
-                                        : "");
-  out += fmt::format("  lr        {:.4g}{}{}{}; {}\n", target,
-                     cfg.lrScaling == "linear" ? fmt::format(" (base {:.4g} x {} batches per update)", cfg.lr, perUpdate) : "",
-                     cfg.warmupSteps > 0 ? fmt::format(", warm-up from {:.4g} over {} steps",
-                                                       optim::learningRate(cfg, perUpdate, 0, total), cfg.warmupSteps)
-                                         : "",
-                     cfg.lrDecay == "cosine" ? ", then cosine to 0" : ", then constant", rule);
-  out += fmt::format("  per step  server -> each worker {} bytes (weights{} + header); each worker -> server {} bytes (gradient{} + accounting)\n",
-                     downBytes(parameters, buffers, ranks, precision.bf16Weights), buffers ? " + BatchNorm buffers" : "",
-                     upBytes(parameters, buffers, ranks), buffers ? " + buffers" : "");
-  const exchanges::Exchange& ours = training::exchangeFor(cfg);
-  const exchanges::PlanText own =
-      ours.plan ? ours.plan({cfg, model, total, downBytes(parameters, buffers, ranks), upBytes(parameters, buffers, ranks)})
-                : exchanges::PlanText{};
-  std::string exchange = own.modeWords.empty() ? mode.plan : own.modeWords;
-  if (cfg.compressesGradients() || cfg.compressesWeights()) {
-    const bool feedback = config::errorFeedbackOn(cfg.errorFeedback, cfg.gradientCodec());
-    exchange += fmt::format("; gradients {}{}, weights {}", cfg.gradientCodec(), feedback ? " with error feedback" : "",
-                            cfg.weightCodec());
-  }
-  out += fmt::format("  exchange  {}{}\n{}", exchange, own.sameLine, own.lines);
-  out += checkpointPlan(cfg, total, own.checkpointRound);
-  out += memory;
-  out += fmt::format("  train dir {}: {}\n", cfg.trainDir, trainDirState);
-  std::cout << out << std::flush;
-}
-
 void writeRunJson(const config::TrainConfig& cfg, const RunInfo& info,
                   const std::vector<std::map<std::string, std::string>>& facts,
                   std::int64_t trainSamples, std::int64_t parameters, std::int64_t firstStep,
@@ -319,32 +175,6 @@ void writeRunJson(const config::TrainConfig& cfg, const RunInfo& info,
 
 namespace {
 
-// Refuses a world that cfg's mode cannot run in, the same on every rank.
-void checkWorld(const config::TrainConfig& cfg, int size) {
-  const config::ModeInfo& mode = cfg.modeInfo();
-  if (mode.exchange == config::Exchange::Gossip && size < 2) {
-    throw CollectiveConfigError(fmt::format("{} averages with peers: start 2 or more ranks (mpirun -np 2 ...)", mode.name));
-  }
-  if (!mode.peers() && size < 2) {
-    throw CollectiveConfigError(fmt::format(
-        "--mode {} needs a parameter server and at least one worker: start 2 or more ranks "
-        "(mpirun -np 3 ... for 2 workers), or use --mode allreduce on one rank", mode.name));
-  }
-  const config::Layout layout(cfg, size);
-  layout.check();
-  if (mode.quorum == config::Quorum::Aggregate && cfg.aggregate > size - 1) {
-    throw CollectiveConfigError(fmt::format("--aggregate {} is more than the {} worker(s)", cfg.aggregate, size - 1));
-  }
-  // The testing flags name a rank that computes, or they would do nothing without a word.
-  for (const auto& [flag, text, injection] : {std::tuple{"inject-nan", cfg.injectNan, cfg.nanInjection()},
-                                               std::tuple{"inject-overflow", cfg.injectOverflow, cfg.overflowInjection()}}) {
-    if (!text.empty() && (injection.rank >= size || !layout.computes(injection.rank))) {
-      throw CollectiveConfigError(fmt::format("--{} {}: rank {} computes no gradients here (ranks {}..{} do)", flag, text,
-                                              injection.rank, layout.servers(), size - 1));
-    }
-  }
-}
-
 // This host's IPv4 addresses but loopback's, sorted: with its name, what tells hosts apart
 // (test hosts in network namespaces share one name; containers may too).
 std::string hostAddresses() {
@@ -354,47 +184,6 @@ std::string hostAddresses() {
   }
   std::sort(addresses.begin(), addresses.end());
   return fmt::format("{}", fmt::join(addresses, ", "));
-}
-
-// A rank's host as the layout checks tell hosts apart: "name (its addresses)".
-std::string hostOf(const std::map<std::string, std::string>& facts) {
-  const std::string& addresses = facts.at("info.addresses");
-  return facts.at("info.host") + (addresses.empty() ? "" : " (" + addresses + ")");
-}
-
-// Refuses (the same on every rank, after the handshake) servers placed so that two share one
-// host's link while another host has none, unless --stack-servers: each server's traffic is
-// what sharding spreads.
-void checkServerHosts(const config::TrainConfig& cfg, const std::vector<std::map<std::string, std::string>>& facts) {
-  const config::Layout layout(cfg, static_cast<int>(facts.size()));
-  if (!layout.cutsWeights() || cfg.stackServers) return;
-  std::map<std::string, std::vector<int>> serversOn;
-  for (const auto& rank : facts) serversOn[hostOf(rank)];
-  for (int r = 0; r < layout.servers(); ++r) serversOn[hostOf(facts[r])].push_back(r);
-  std::string crowded, empty;
-  for (const auto& [host, ranks] : serversOn) {
-    if (ranks.size() > 1 && crowded.empty()) crowded = fmt::format("ranks {} on {}", fmt::join(ranks, ", "), host);
-    if (ranks.empty() && empty.empty()) empty = host;
-  }
-  if (crowded.empty() || empty.empty()) return;
-  throw CollectiveConfigError(fmt::format(
-      "--servers {}: servers {} share one link while host {} has no server; place one rank per host first "
-      "(mpirun --map-by node), or allow it with --stack-servers", layout.servers(), crowded, empty));
-}
-
-// Refuses a batch that a virtual shard cannot fill without taking a sample twice, the same
-// on every rank (after the handshake: the training set's size and the shards are agreed).
-// A token stream's windows start anywhere: any batch is fine.
-void checkBatchFitsShards(const config::TrainConfig& run, std::int64_t trainSamples) {
-  if (run.blockSize > 0) return;
-  const data::ShardSampler sampler(trainSamples, run.virtualShards, run.shardBatch(), run.seed, run.blockSize);
-  if (sampler.shardSize() >= run.shardBatch()) return;
-  const std::string batch = run.gradAccum == 1 ? fmt::format("--batch-size {}", run.batchSize)
-                                                : fmt::format("a batch of {}", run.describeBatch());
-  throw CollectiveConfigError(fmt::format(
-      "{} is more than the {} sample(s) of each of the {} virtual shard(s) of the {} training samples: a batch would "
-      "hold samples twice; lower --batch-size{}{}", batch, sampler.shardSize(), run.virtualShards, trainSamples,
-      run.gradAccum > 1 ? " or --grad-accum" : "", run.virtualShards > 1 ? " or the shards (--virtual-shards, workers)" : ""));
 }
 
 // This rank's facts for the handshake: the flags the ranks must agree on, what must match

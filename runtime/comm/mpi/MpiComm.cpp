@@ -7,20 +7,15 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <chrono>
-#include <climits>
-#include <cmath>
-#include <iostream>
 #include <random>
-#include <thread>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "runtime/Errors.h"
-#include "runtime/Stop.h"
-#include "runtime/comm/Stall.h"
-#include "runtime/metrics/Clock.h"
+#include "runtime/comm/mpi/Arrivals.h"
+#include "runtime/comm/mpi/MpiCalls.h"
+#include "runtime/comm/mpi/Polling.h"
 
 namespace pstrain::comm {
 namespace {
@@ -52,187 +47,6 @@ std::string mcaParameter(const char* name) {
   MPI_T_finalize();
   return value;
 }
-
-void check(int rc, const std::string& what) {
-  if (rc == MPI_SUCCESS) return;
-  char text[MPI_MAX_ERROR_STRING];
-  int length = 0;
-  MPI_Error_string(rc, text, &length);
-  throw CommError(fmt::format("{} failed: {}", what, std::string(text, length)));
-}
-
-constexpr int kArrivalTag = 1;  // the step messages use tag 0
-
-}  // namespace
-
-// Every rank's last step as it told this one, and when this one last heard from it:
-// kArrivalTag messages of one int64, sent to every other rank when this rank first waits in
-// a step and, as heartbeats, every beatEvery() while a wait lasts. Read when this rank
-// changes step (so that they never pile up in MPI's queue of unexpected messages), at each
-// of its own heartbeats, and when a wait needs them. A send to a rank whose previous one is
-// still out is skipped: that rank hears the newer step at the next.
-struct MpiComm::Arrivals {
-  explicit Arrivals(const MpiComm& comm)
-      : comm(comm), last(comm.size_, -1), heard(comm.size_, -1e300), out(comm.size_, 0),
-        sends(comm.size_, MPI_REQUEST_NULL) {}
-  ~Arrivals() {
-    for (auto& request : sends) {
-      if (request != MPI_REQUEST_NULL) MPI_Request_free(&request);  // completes on its own
-    }
-  }
-
-  // --stall-warning capped by --timeout; 0: no stall reports, no heartbeats.
-  double warnEvery() const { return std::min(comm.stallWarningSeconds(), comm.timeoutSeconds()); }
-  double beatEvery() const { return std::min(1.0, warnEvery() / 4); }
-
-  void announce(std::int64_t step) {
-    if (step == announced || warnEvery() <= 0) return;
-    announced = step;
-    heartbeat();
-  }
-
-  void heartbeat() {
-    for (int r = 0; r < static_cast<int>(sends.size()); ++r) {
-      if (r == comm.rank_) continue;
-      int done = 1;
-      if (sends[r] != MPI_REQUEST_NULL) check(MPI_Test(&sends[r], &done, MPI_STATUS_IGNORE), "telling the step");
-      if (!done) continue;
-      out[r] = announced;
-      check(MPI_Isend(&out[r], 1, MPI_INT64_T, r, kArrivalTag, MPI_COMM_WORLD, &sends[r]), "telling the step");
-    }
-    drain();
-  }
-
-  // Who this rank waits for (Stall.h): silent are the ranks not heard from in three
-  // heartbeats.
-  std::string missing(int awaited) {
-    drain();
-    const double now = metrics::steadySeconds();
-    std::vector<RankNews> news(last.size());
-    for (std::size_t r = 0; r < news.size(); ++r) news[r] = {last[r], now - heard[r] > 3 * beatEvery()};
-    return describeMissing(comm.rank_, currentStep(), news, comm.hosts_, awaited);
-  }
-
- private:
-  void drain() {
-    for (;;) {
-      int found = 0;
-      MPI_Status status;
-      check(MPI_Iprobe(MPI_ANY_SOURCE, kArrivalTag, MPI_COMM_WORLD, &found, &status), "reading the others' steps");
-      if (!found) return;
-      std::int64_t step = 0;
-      check(MPI_Recv(&step, 1, MPI_INT64_T, status.MPI_SOURCE, kArrivalTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
-            "reading the others' steps");
-      last[status.MPI_SOURCE] = std::max(last[status.MPI_SOURCE], step);
-      heard[status.MPI_SOURCE] = metrics::steadySeconds();
-    }
-  }
-
-  const MpiComm& comm;
-  std::int64_t announced = -1;
-  std::vector<std::int64_t> last;  // by rank
-  std::vector<double> heard;       // by rank: steady seconds of the last message
-  std::vector<std::int64_t> out;   // by rank: the value in flight
-  std::vector<MPI_Request> sends;  // by rank
-};
-
-namespace {
-
-// Polls `done()` until it says true, sleeping between polls so that a rank that waits for
-// slower peers does not steal a core from them. Each wake-up costs CPU, and a sleep lasts
-// tens of microseconds longer than asked (timer slack, wake-up), so pauses start at 50 us
-// and double, up to 2 ms (README, "Performance").
-// A peer that posts something this rank waits for rings the doorbell (patience.bell; null:
-// plain sleeps), which ends the pause at once. Then the next 64 polls spin, as at the start,
-// and the pauses start again from 50 us: the data may still be on the way, and over TCP
-// they move only while this rank polls.
-// A wait that moves a large message (patience.bytes, 64 KiB or more; not a long wait) keeps
-// its pauses at 50 us: such a message moves only while both ranks poll where shared memory
-// has no single copy (macOS; a container without ptrace) and over TCP. With 2 ms pauses a
-// 233 MB model took 1.39 s a step to cross shared memory so, 0.11 s without them (README,
-// "Performance"; tools/bench-shm).
-// A long wait (patience.longPauses: nothing can be on the way before a peer posts and
-// rings) lets the pauses grow to 16 ms instead, until the first ring, once the doorbell has
-// heard every rank (so that a ring will come). The server waiting for a step's first
-// gradient bucket, through the workers' forward and most of backward, then wakes about
-// half as often.
-// With more ranks than cores, the spins rely on Open MPI's mpi_yield_when_idle (which
-// MpiSession sets there): each idle MPI_Test then yields the core to a rank that computes.
-// A wait that lasts patience.warnEvery prints who has not arrived, and again every interval.
-// Time this process did not run counts for neither (WaitClock).
-template <typename Done>
-void pollUntil(Done done, double timeoutSeconds, const std::string& what, MpiComm::Patience patience) {
-  using std::chrono::microseconds;
-  WaitClock clock(metrics::Clock::now());  // waits count only while this process runs
-  MpiComm::Arrivals* arrivals = patience.arrivals;
-  const double warnEvery = arrivals ? arrivals->warnEvery() : 0;
-  const double beatEvery = arrivals ? arrivals->beatEvery() : 0;
-  int beats = 0;
-  double nextWarning = warnEvery > 0 ? warnEvery : HUGE_VAL, nextBeat = warnEvery > 0 ? beatEvery : HUGE_VAL;
-  constexpr int kSpins = 64;  // a short spin first: most waits on one host end in microseconds
-  constexpr microseconds kFirstPause(50), kPollingCap(2000), kLongWaitCap(16000);
-  constexpr std::size_t kLargeMessage = std::size_t(64) << 10;
-  microseconds pause = kFirstPause;
-  Doorbell* bell = patience.bell;
-  const bool longWait = patience.longPauses && bell && bell->hearsEveryone();
-  const bool noBackOff = patience.bytes >= kLargeMessage && !patience.longPauses;
-  bool rung = false;  // in this wait
-  for (int spins = kSpins;;) {
-    if (done()) return;
-    const double waited = clock.waited(metrics::Clock::now());
-    if (waited > timeoutSeconds) {
-      throw CommError(fmt::format(
-          "{}: no answer from the other ranks within {} s (a rank died, hangs or is unreachable; "
-          "raise --timeout if steps are really this slow){}",
-          what, timeoutSeconds, warnEvery > 0 ? "; waiting for " + arrivals->missing(patience.awaited) : ""));
-    }
-    if (waited >= nextBeat) nextBeat = (arrivals->heartbeat(), beatEvery * (++beats + 1));
-    if (waited >= nextWarning) {
-      // One write, flushed: the line must show while the job hangs.
-      std::cerr << stallLine(currentStep(), waited, arrivals->missing(patience.awaited)) + "\n" << std::flush;
-      nextWarning = waited + warnEvery;
-    }
-    if (spins > 0) {
-      --spins;
-      continue;
-    }
-    if (!bell) {
-      std::this_thread::sleep_for(pause);
-    } else if (bell->sleep(pause)) {
-      rung = true;
-      spins = kSpins;
-      pause = kFirstPause;
-      continue;
-    }
-    if (noBackOff) continue;  // pause stays kFirstPause
-    pause = std::min(pause * 2, longWait && !rung ? kLongWaitCap : kPollingCap);
-  }
-}
-
-void waitFor(MPI_Request& request, double timeoutSeconds, const std::string& what, MpiComm::Patience patience,
-             MPI_Status* status = MPI_STATUS_IGNORE) {
-  pollUntil([&] {
-    int done = 0;
-    check(MPI_Test(&request, &done, status), what);
-    return done != 0;
-  }, timeoutSeconds, what, patience);
-}
-
-int intCount(std::size_t count, const std::string& what) {
-  if (count > static_cast<std::size_t>(INT_MAX)) {
-    throw CommError(fmt::format("{}: {} elements is more than one MPI message can carry", what, count));
-  }
-  return static_cast<int>(count);
-}
-
-// MPI counts are ints: move large buffers in chunks of at most 1 GiB.
-constexpr std::size_t kMaxChunk = std::size_t(1) << 30;
-// A blocking reduction moves in chunks of 64 MiB, one after the other: Open MPI's reduce
-// (libnbc) holds a temporary as large as the reduction on the root and on every rank with
-// children in its tree. In whole-gradient chunks that was one more copy of the model on
-// rank 0 (162 M parameters, AdamW and --clip-grad-norm: 5 copies instead of 4; 105 M: 2186
-// MiB of peak RSS, 1847 in 64 MiB chunks, the weights bit-identical).
-constexpr std::size_t kReduceChunk = std::size_t(1) << 26;
 
 }  // namespace
 
@@ -587,58 +401,6 @@ std::size_t MpiComm::startReceive(void* data, std::size_t capacity, int source, 
   return started_.size() - 1;
 }
 
-namespace {
-
-// MPI_Win_allocate'd floats. Readers take a shared lock on the owner's window and fetch
-// with a request-based get, so a read is bounded by the timeout like every other wait.
-class MpiWindow : public Window {
- public:
-  MpiWindow(MpiComm& comm, std::size_t count, const std::string& context) : Window(count), comm_(comm) {
-    const std::string what = "creating the one-sided window at " + context;
-    intCount(count, what);
-    check(MPI_Win_allocate(static_cast<MPI_Aint>(count * sizeof(float)), sizeof(float), MPI_INFO_NULL,
-                           MPI_COMM_WORLD, &base_, &window_), what);
-    MPI_Win_set_errhandler(window_, MPI_ERRORS_RETURN);
-    std::fill(base_, base_ + count, 0.0f);
-    comm.barrier(what);  // nobody reads a window before its owner zeroed it
-  }
-
-  ~MpiWindow() override = default;  // without close(): abandoned (see Window)
-
-  void publish(const float* data) override {
-    const int me = comm_.rank();
-    check(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, me, 0, window_), "locking this rank's window");
-    std::copy(data, data + count(), base_);
-    check(MPI_Win_unlock(me, window_), "unlocking this rank's window");
-  }
-
-  void read(int peer, float* out, const std::string& context) override {
-    const std::string what = fmt::format("reading rank {}'s window at {}", peer, context);
-    check(MPI_Win_lock(MPI_LOCK_SHARED, peer, 0, window_), what);
-    MPI_Request request;
-    const int n = static_cast<int>(count());
-    check(MPI_Rget(out, n, MPI_FLOAT, peer, 0, n, MPI_FLOAT, window_, &request), what);
-    waitFor(request, comm_.timeoutSeconds(), what, {});  // nobody rings a reader
-    check(MPI_Win_unlock(peer, window_), what);
-  }
-
-  void close(const std::string& context) override {
-    comm_.barrier("closing the window at " + context);  // bounded; MPI_Win_free is not
-    check(MPI_Win_free(&window_), "freeing the window at " + context);
-  }
-
- private:
-  MpiComm& comm_;
-  float* base_ = nullptr;
-  MPI_Win window_ = MPI_WIN_NULL;
-};
-
-}  // namespace
-
-std::unique_ptr<Window> MpiComm::exposeWindow(std::size_t count, const std::string& context) {
-  return std::make_unique<MpiWindow>(*this, count, context);
-}
-
 std::vector<std::string> MpiComm::allGather(const std::string& mine, const std::string& context) {
   const std::string what = "allgather at " + context;
   int length = intCount(mine.size(), what);
@@ -664,84 +426,6 @@ std::vector<std::string> MpiComm::allGather(const std::string& mine, const std::
   std::vector<std::string> all;
   for (int r = 0; r < size_; ++r) all.push_back(joined.substr(offsets[r], lengths[r]));
   return all;
-}
-
-MpiSession::MpiSession(int* argc, char*** argv) {
-  // Non-blocking reductions progress only inside MPI calls, and waitFor() sleeps between
-  // them. libnbc's default for large messages is a segmented chain: one MPI_Test per
-  // segment, so every segment costs a sleep (hundreds of times slower per step). A binomial
-  // tree moves a buffer in a few rounds. The environment (or an mpirun --mca) still wins:
-  // setenv does not overwrite.
-  ::setenv("OMPI_MCA_coll_libnbc_ireduce_algorithm", "2", 0);
-  // The all-reduce likewise: its default for a model-sized buffer was a binomial reduce and
-  // broadcast, log N whole-buffer hops each way; Rabenseifner's (reduce-scatter, then
-  // all-gather) moves about two buffers per rank in all (README, "Performance", and
-  // tools/bench-scale measure it).
-  ::setenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm", "3", 0);
-  // Between hosts (TCP), a message above btl_tcp_eager_limit (64 KiB) waits for the
-  // receiver's answer and then moves in fragments, each only while both ranks are inside an
-  // MPI call: with waitFor()'s sleeps every hop of a tree collective stalls for pauses. At
-  // 512 KiB a gradient bucket (256 KiB, --bucket-kb) goes out at once, as one fragment
-  // (README, "Performance"; tools/bench-scale). Larger limits slow the point-to-point
-  // modes, whose whole-model messages then all arrive at the server's link at once.
-  for (const char* name : {"OMPI_MCA_btl_tcp_eager_limit", "OMPI_MCA_btl_tcp_rndv_eager_limit",
-                           "OMPI_MCA_btl_tcp_max_send_size"}) {
-    ::setenv(name, "524288", 0);
-  }
-  yieldWhenIdle() = chooseYieldWhenIdle();
-  // SERIALIZED, not FUNNELED: with --overlap on a GPU, a worker's gradient hooks start
-  // reductions from autograd's device thread while the main thread waits inside backward()
-  // (tests/gpu proves which thread runs them). Calls never overlap, so this level suffices.
-  check(MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &threadLevel()), "MPI_Init_thread");
-}
-
-// More ranks on this host than it has cores: a rank that spins in an MPI call takes the
-// core of one that computes, so an MPI call that finds nothing to do must yield it (Open
-// MPI's mpi_yield_when_idle). Open MPI turns that on only where a host has more ranks than
-// hostfile slots, which says nothing about cores; it tells every rank its host's rank count
-// before MPI_Init, so pstrain decides here. The user's own setting (environment, or
-// mpirun --mca, which arrives as the same variable) wins.
-std::string MpiSession::chooseYieldWhenIdle() {
-  constexpr const char* kVariable = "OMPI_MCA_mpi_yield_when_idle";
-  if (const char* set = std::getenv(kVariable)) return fmt::format("{} (set by the user)", set);
-  const char* localSize = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  const unsigned cores = std::thread::hardware_concurrency();
-  const long ranks = localSize ? std::strtol(localSize, nullptr, 10) : 0;
-  if (cores == 0 || ranks <= static_cast<long>(cores)) return "default";
-  ::setenv(kVariable, "1", 1);
-  return fmt::format("1 (set by pstrain: {} ranks on {} cores)", ranks, cores);
-}
-
-std::string& MpiSession::yieldWhenIdle() {
-  static std::string choice = "default";
-  return choice;
-}
-
-int& MpiSession::threadLevel() {
-  static int provided = MPI_THREAD_SINGLE;
-  return provided;
-}
-
-bool MpiSession::callableFromAnyThread() { return threadLevel() >= MPI_THREAD_SERIALIZED; }
-
-MpiSession::~MpiSession() {
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized) MPI_Finalize();
-}
-
-void MpiSession::abortJob(int code) {
-  MPI_Abort(MPI_COMM_WORLD, code);
-  std::_Exit(code);
-}
-
-std::string MpiSession::libraryVersion() {
-  char text[MPI_MAX_LIBRARY_VERSION_STRING];
-  int length = 0;
-  MPI_Get_library_version(text, &length);
-  std::string version(text, length);
-  auto end = version.find_first_of(",\n");
-  return version.substr(0, end);
 }
 
 }  // namespace pstrain::comm
