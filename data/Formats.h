@@ -1,8 +1,9 @@
 #pragma once
-// The dataset formats, one row each (Formats.cpp): a format's name, what it reads (said when
-// a path is none of them), how it recognises a path, what it yields, and its reader. A
-// built-in dataset (Dataset.h's datasetList) names its row. A new format is its parser (a
-// torch-free file of its own, fuzzed: Idx.h, Cifar.h, Npz.h, TokenFile.h) and one row here.
+// The dataset formats, one row each: a format's name, what it reads (said when a path is none
+// of them), how it recognises a path, what it yields, and its reader. A built-in dataset
+// (Dataset.h's datasetList) names its row. A new format is its parser (a torch-free file of
+// its own, fuzzed: Idx.h, Cifar.h, Npz.h, TokenFile.h), its reader with its row (a file
+// NAMEFormat.cpp, as IdxFormat.cpp), and one entry in Formats.cpp's table.
 #include <string>
 #include <vector>
 

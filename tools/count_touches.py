@@ -20,8 +20,11 @@ import sys
 KINDS = {
     "exchange": ("rounds (diloco, localsgd)", ["runtime/exchanges/rounds/"],
                  [r"\bkLocalRounds\b", r"Exchange::LocalRounds\b", r"\bLocalRounds,", r"exchanges/rounds/"]),
+    "server-exchange": ("sharded (sync with K servers)", ["runtime/exchanges/sharded/"],
+                        [r"\bkSharded\b", r"exchanges/sharded/"]),
     "mode": ("localsgd", [], [r"Mode::LocalSgd\b", r"\bLocalSgd\b", r'"localsgd"']),
-    "format": ("npz", ["data/Npz."], [r"\bNpz\.h\b", r"data/Npz\.cpp", r'"npz"', r"\bnpz(File|Reader|Dataset)\b"]),
+    "format": ("npz", ["data/Npz"], [r"\bNpz\.h\b", r"data/Npz(Format)?\.cpp", r'"npz"', r"\bnpz(File|Reader|Dataset)\b",
+                                       r"\bkNpzFormat\b"]),
     "codec": ("int4", [], [r"\bInt4\b", r'"int4"']),
     "optimizer": ("adamw (Adam)", ["runtime/optim/Adam."], [r'"adamw"', r"optim/Adam\.(h|cpp)", r"\bAdam\(", r"\bAdamOptions\b"]),
 }

@@ -169,7 +169,7 @@ TEST_F(IdxFiles, AFolderOfIdxFilesIsADatasetByItsContents) {
   EXPECT_NEAR(x[0][0][0][0].item<float>(), -1.0, 1e-4);
   EXPECT_NEAR(x[0][0][0][1].item<float>(), 1.0, 1e-4);
   EXPECT_EQ(y[0].item<std::int64_t>(), 3);
-  EXPECT_EQ(data::filesOf(data::DataSource{dir.string()}).size(), 4u);
+  EXPECT_EQ(data::filesOf(data::DataSource{dir.string(), ""}).size(), 4u);
 }
 
 TEST_F(IdxFiles, APathNoFormatReadsIsRefusedWithWhatEachReads) {
