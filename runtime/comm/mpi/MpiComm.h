@@ -52,9 +52,9 @@ class MpiComm : public Communicator {
   std::unique_ptr<Window> exposeWindow(std::size_t count, const std::string& context) override;
   void expectLongWait() override { longWaitNext_ = true; }
 
-  // Every rank's last step and when this rank last heard of it (Stall.h), kept by MpiComm.cpp.
+  // Every rank's last step and when this rank last heard of it (Stall.h), kept in Arrivals.h.
   struct Arrivals;
-  // How a wait sleeps between polls (see pollUntil in MpiComm.cpp): woken by `bell` (null:
+  // How a wait sleeps between polls (see pollUntil in Polling.h): woken by `bell` (null:
   // plain sleeps), with long pauses until the first ring if `longPauses`, else without
   // back-off if `bytes` (what the wait moves) is large. With `arrivals` (null: no stall
   // reports), a long wait sends heartbeats and, after stallWarningSeconds(), names who has
