@@ -91,7 +91,8 @@ Dataset loadCifar(const DataSource& source, Split split) {
 
 }  // namespace
 
-const FormatRow kCifarFormat = {"cifar", "a CIFAR binary folder (CIFAR-10's data_batch_1..5.bin, test_batch.bin; CIFAR-100's train.bin, test.bin)",
-     Yields::Labelled, isCifarFolder, cifarInfo, loadCifar, filesUnder};
+const FormatRow kCifarFormat = {"cifar",
+    "a CIFAR binary folder (CIFAR-10's data_batch_1..5.bin, test_batch.bin; CIFAR-100's train.bin, test.bin)",
+    Yields::Labelled, isCifarFolder, cifarInfo, loadCifar, filesUnder};
 
 }  // namespace pstrain::data

@@ -116,7 +116,8 @@ Dataset loadIdx(const DataSource& source, Split split) {
 
 }  // namespace
 
-const FormatRow kIdxFormat = {"idx", "a folder of IDX files (train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-..., gzipped or not)",
-     Yields::Labelled, isIdxFolder, idxInfo, loadIdx, filesUnder};
+const FormatRow kIdxFormat = {"idx",
+    "a folder of IDX files (train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-..., gzipped or not)",
+    Yields::Labelled, isIdxFolder, idxInfo, loadIdx, filesUnder};
 
 }  // namespace pstrain::data

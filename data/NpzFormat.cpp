@@ -209,7 +209,8 @@ Dataset loadNpz(const DataSource& source, Split split) {
 
 }  // namespace
 
-const FormatRow kNpzFormat = {"npz", "a NumPy .npz file (x_train, y_train, x_test, y_test)", Yields::Labelled, isNpz, npzInfo, loadNpz,
-     theFileItself};
+const FormatRow kNpzFormat = {"npz",
+    "a NumPy .npz file (x_train, y_train, x_test, y_test)",
+    Yields::Labelled, isNpz, npzInfo, loadNpz, theFileItself};
 
 }  // namespace pstrain::data

@@ -66,6 +66,8 @@ std::vector<std::string> noFiles(const DataSource&) { return {}; }
 
 }  // namespace
 
-const FormatRow kSyntheticFormat = {"synthetic", "", Yields::Labelled, nullptr, syntheticInfo, loadSynthetic, noFiles};
+const FormatRow kSyntheticFormat = {"synthetic",
+    "",
+    Yields::Labelled, nullptr, syntheticInfo, loadSynthetic, noFiles};
 
 }  // namespace pstrain::data

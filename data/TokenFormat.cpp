@@ -104,7 +104,8 @@ bool isTokenFile(const std::string& path) { return config::isTokenFile(path); }
 
 }  // namespace
 
-const FormatRow kTokenFormat = {"tokens", "a token file (nanoGPT's or llm.c's .bin, NumPy's .npy of uint16 or uint32 ids)", Yields::TokenStream,
-     isTokenFile, tokenInfo, loadTokens, tokenFiles};
+const FormatRow kTokenFormat = {"tokens",
+    "a token file (nanoGPT's or llm.c's .bin, NumPy's .npy of uint16 or uint32 ids)",
+    Yields::TokenStream, isTokenFile, tokenInfo, loadTokens, tokenFiles};
 
 }  // namespace pstrain::data
