@@ -141,7 +141,7 @@ class Watchdog {
                              "that MPI's transport cannot reach (a firewall; an interface MPI should not use: --mca "
                              "btl_tcp_if_include SUBNET), or a host that hangs", rank, host, seconds, phase_.load())
               << std::endl;
-    comm::MpiSession::abortJob(2);
+    comm::mpi::MpiSession::abortJob(2);
   }) {}
   ~Watchdog() {
     {
@@ -162,14 +162,14 @@ class Watchdog {
 };
 
 // This rank's facts: "data:PATH" and "model:PATH" samples, and the rest by name.
-protocol::Facts factsOf(const config::TrainConfig& cfg, comm::MpiComm& comm) {
+protocol::Facts factsOf(const config::TrainConfig& cfg, comm::mpi::MpiComm& comm) {
   protocol::Facts facts;
   const bool computes = config::Layout(cfg, comm.size()).computes(comm.rank());
   const std::string self = portable::executablePath();
   facts.emplace_back("host", comm.hostName());
   facts.emplace_back("build", "pstrain 0.1, " + (self.empty() ? std::string("its file unknown") : sampleOf(self)));
   facts.emplace_back("torch", TORCH_VERSION);
-  facts.emplace_back("mpi", comm::MpiSession::libraryVersion());
+  facts.emplace_back("mpi", comm::mpi::MpiSession::libraryVersion());
   facts.emplace_back("blas", processBlas().name);
   facts.emplace_back("firewall", firewallBlocking(self));
   facts.emplace_back("host-mib", fmt::format("{:.1f}", portable::physicalMemoryBytes() / double(1 << 20)));
@@ -237,7 +237,7 @@ std::string majority(const std::vector<RankFacts>& all, const std::string& key) 
 
 // Round trips over MPI's transport, rank 0 to each rank in turn: their seconds, by rank, on
 // rank 0 (zeros elsewhere).
-std::vector<double> timeRoundTrips(comm::MpiComm& comm) {
+std::vector<double> timeRoundTrips(comm::mpi::MpiComm& comm) {
   std::vector<double> roundTrips(static_cast<std::size_t>(comm.size()), 0);
   for (int r = 1; r < comm.size(); ++r) {
     char byte = 0;
@@ -325,7 +325,7 @@ std::string reportOf(std::vector<RankFacts>& all, const std::vector<double>& rou
 
 }  // namespace
 
-int runDoctor(comm::MpiComm& comm, const config::TrainConfig& cfg) {
+int runDoctor(comm::mpi::MpiComm& comm, const config::TrainConfig& cfg) {
   const auto start = Clock::now();
   const int rank = comm.rank();
   Watchdog watchdog(cfg.timeoutSeconds, rank, comm.hostName());

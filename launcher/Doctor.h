@@ -12,6 +12,6 @@
 namespace pstrain::launcher {
 
 // Collective over every rank of `comm`; returns the exit status, the same on every rank.
-int runDoctor(comm::MpiComm& comm, const config::TrainConfig& cfg);
+int runDoctor(comm::mpi::MpiComm& comm, const config::TrainConfig& cfg);
 
 }  // namespace pstrain::launcher

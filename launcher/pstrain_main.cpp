@@ -132,7 +132,7 @@ std::string commandLine(int argc, char** argv) {
 // every rank (rank 0 says it once), but a --config file missing on one host fails there
 // alone, and that rank must neither leave the others waiting nor go unheard. False when
 // any rank's does not hold.
-bool commandLinesHold(comm::MpiComm& comm, const std::string& parseError) {
+bool commandLinesHold(comm::mpi::MpiComm& comm, const std::string& parseError) {
   try {
     const auto verdicts = comm.allGather(parseError, "start-up (command lines)");
     if (std::all_of(verdicts.begin(), verdicts.end(), [](const std::string& v) { return v.empty(); })) return true;
@@ -142,7 +142,7 @@ bool commandLinesHold(comm::MpiComm& comm, const std::string& parseError) {
     return false;
   } catch (const std::exception& e) {
     launcher::printErrorLine(fmt::format("pstrain: rank {}: {}", comm.rank(), e.what()));
-    comm::MpiSession::abortJob(1);
+    comm::mpi::MpiSession::abortJob(1);
   }
 }
 
@@ -152,7 +152,7 @@ void printRequested(const launcher::TrainCommand& cli) {
   for (const auto& warning : cli.warnings) std::cout << "pstrain: warning: " << warning << std::endl;
   if (!cli.helpText.empty()) std::cout << cli.helpText;
   if (cli.version) {
-    fmt::print("pstrain 0.1 (libtorch {}, {}, BLAS: {})\n", TORCH_VERSION, comm::MpiSession::libraryVersion(),
+    fmt::print("pstrain 0.1 (libtorch {}, {}, BLAS: {})\n", TORCH_VERSION, comm::mpi::MpiSession::libraryVersion(),
                launcher::processBlas().name);
   }
   if (cli.listModels) printModels();
@@ -162,7 +162,7 @@ void printRequested(const launcher::TrainCommand& cli) {
 
 // This rank's device, model and data, then its part of the training (or of the probe).
 // `prefetched` holds the training set's loading when this rank computes. Throws on any error.
-void trainOrProbe(comm::MpiComm& comm, const config::TrainConfig& cfg, std::future<data::Dataset>& prefetched,
+void trainOrProbe(comm::mpi::MpiComm& comm, const config::TrainConfig& cfg, std::future<data::Dataset>& prefetched,
                   const std::string& command) {
   metrics::Startup& startup = metrics::Startup::process();
   comm.connect(cfg.doorbell == config::OnOff::On);
@@ -173,7 +173,7 @@ void trainOrProbe(comm::MpiComm& comm, const config::TrainConfig& cfg, std::futu
   launcher::setComputeThreads(threads > 0 ? threads : launcher::autoThreads());
   // A server never computes: it keeps the weights on the CPU next to the network.
   c10::Device device = computes ? launcher::chooseDevice(cfg.device, launcher::localRank()) : c10::Device(c10::kCPU);
-  if (!device.is_cpu() && cfg.streamsGradients() && !comm::MpiSession::callableFromAnyThread()) {
+  if (!device.is_cpu() && cfg.streamsGradients() && !comm::mpi::MpiSession::callableFromAnyThread()) {
     throw ConfigError(fmt::format(
         "--overlap on with a worker on {}: autograd runs its gradient hooks, which start sending the gradient, "
         "on its own device thread, and this MPI library does not allow MPI calls from another thread "
@@ -182,7 +182,7 @@ void trainOrProbe(comm::MpiComm& comm, const config::TrainConfig& cfg, std::futu
   if (computes) roles::checkPrecision(device, config::precisionInfo(cfg.precision));
   models::modelFilePolicy() = {cfg.trustModel, cfg.timeoutSeconds, [&comm](const std::string& message) {
     launcher::printErrorLine(fmt::format("pstrain: error: rank {}: {}", comm.rank(), message));
-    comm::MpiSession::abortJob(kConfigErrorExit);
+    comm::mpi::MpiSession::abortJob(kConfigErrorExit);
   }};
   torch::manual_seed(cfg.seed);
   // A zoo model is made for the dataset's classes; a model file is what it is.
@@ -204,7 +204,7 @@ void trainOrProbe(comm::MpiComm& comm, const config::TrainConfig& cfg, std::futu
     portable::keepFreedMemoryForReuse(portable::kKeptBlocksForTraining);  // after loading: its big temporaries go back at once
     startup.mark("data");
   }
-  training::RunInfo info{comm::MpiSession::libraryVersion(), command, comm::MpiSession::yieldWhenIdleSetting(),
+  training::RunInfo info{comm::mpi::MpiSession::libraryVersion(), command, comm::mpi::MpiSession::yieldWhenIdleSetting(),
                       launcher::processBlas()};
   if (cfg.probe) {
     probe::runProbe(comm, cfg, *model, train ? &*train : nullptr, device, info);
@@ -232,7 +232,7 @@ int main(int argc, char** argv) {
   const config::TrainConfig& cfg = cli.cfg;
   const bool training = parseError.empty() && cli.helpText.empty() && !cli.version && !cli.listModels &&
                         !cli.listDatasets && !cli.listModes;
-  comm::MpiSession mpi(&argc, &argv);
+  comm::mpi::MpiSession mpi(&argc, &argv);
   startup.mark("mpi_init");
   // A rank that will train decodes its data on a thread of its own while the ranks agree on
   // the command line, build the model and shake hands. Not earlier: MPI_Init (and
@@ -247,7 +247,7 @@ int main(int argc, char** argv) {
       return data::loadDataset(data::sourceOf(cfg), data::Split::Train);
     });
   }
-  comm::MpiComm comm;
+  comm::mpi::MpiComm comm;
   const int rank = comm.rank();
   gRank = rank;
   if (!commandLinesHold(comm, parseError)) return kConfigErrorExit;
@@ -269,10 +269,10 @@ int main(int argc, char** argv) {
     // a leftover .replaced/; a device this host lacks; a data file gone bad): final, so the
     // job ends with the refusal's status, which pstrain-run does not retry.
     launcher::printErrorLine(fmt::format("pstrain: error: rank {}: {}", rank, e.what()));
-    comm::MpiSession::abortJob(kConfigErrorExit);
+    comm::mpi::MpiSession::abortJob(kConfigErrorExit);
   } catch (const std::exception& e) {
     launcher::printErrorLine(fmt::format("pstrain: rank {}: {}", rank, e.what()));
-    comm::MpiSession::abortJob(1);
+    comm::mpi::MpiSession::abortJob(1);
   }
   return stoppedOnRequest() ? kResumableExit : 0;
 }

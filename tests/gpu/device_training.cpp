@@ -33,8 +33,8 @@ struct Case {
 }  // namespace
 
 int main(int argc, char** argv) {
-  comm::MpiSession mpi(&argc, &argv);
-  comm::MpiComm comm;
+  comm::mpi::MpiSession mpi(&argc, &argv);
+  comm::mpi::MpiComm comm;
   comm.connect(true);
   if (argc < 2) {
     std::cerr << "usage: device_training SCRATCH_DIR\n";
@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
     }
   } catch (const std::exception& e) {
     std::cerr << "rank " << comm.rank() << ": " << e.what() << std::endl;
-    comm::MpiSession::abortJob(1);
+    comm::mpi::MpiSession::abortJob(1);
   }
   return failed == 0 ? 0 : 1;
 }

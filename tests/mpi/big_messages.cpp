@@ -36,8 +36,8 @@ bool holdsPattern(const std::vector<std::uint8_t>& buffer, std::size_t bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  comm::MpiSession mpi(&argc, &argv);
-  comm::MpiComm comm;
+  comm::mpi::MpiSession mpi(&argc, &argv);
+  comm::mpi::MpiComm comm;
   comm.connect(true);
   if (comm.size() != 2) {
     std::cerr << "big_messages: run it with mpirun -np 2\n";
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
     comm.barrier("the end");
   } catch (const std::exception& e) {
     std::cerr << "rank " << comm.rank() << ": " << e.what() << std::endl;
-    comm::MpiSession::abortJob(1);
+    comm::mpi::MpiSession::abortJob(1);
   }
   return failed == 0 ? 0 : 1;
 }

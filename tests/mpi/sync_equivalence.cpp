@@ -19,8 +19,8 @@
 using namespace pstrain;
 
 int main(int argc, char** argv) {
-  comm::MpiSession mpi(&argc, &argv);
-  comm::MpiComm comm;
+  comm::mpi::MpiSession mpi(&argc, &argv);
+  comm::mpi::MpiComm comm;
   comm.connect(true);
   if (argc < 2) {
     std::cerr << "usage: sync_equivalence SCRATCH_DIR [DEVICE]\n";
@@ -63,6 +63,6 @@ int main(int argc, char** argv) {
     return failed == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::cerr << "rank " << comm.rank() << ": " << e.what() << std::endl;
-    comm::MpiSession::abortJob(1);
+    comm::mpi::MpiSession::abortJob(1);
   }
 }

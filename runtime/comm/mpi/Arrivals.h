@@ -14,7 +14,7 @@
 #include "runtime/comm/mpi/MpiComm.h"
 #include "runtime/metrics/Clock.h"
 
-namespace pstrain::comm {
+namespace pstrain::comm::mpi {
 
 constexpr int kArrivalTag = 1;  // the step messages use tag 0
 
@@ -89,4 +89,4 @@ struct MpiComm::Arrivals {
   std::vector<MPI_Request> sends;  // by rank
 };
 
-}  // namespace pstrain::comm
+}  // namespace pstrain::comm::mpi

@@ -10,7 +10,7 @@
 
 #include "runtime/Errors.h"
 
-namespace pstrain::comm {
+namespace pstrain::comm::mpi {
 
 inline void check(int rc, const std::string& what) {
   if (rc == MPI_SUCCESS) return;
@@ -36,4 +36,4 @@ constexpr std::size_t kMaxChunk = std::size_t(1) << 30;
 // MiB of peak RSS, 1847 in 64 MiB chunks, the weights bit-identical).
 constexpr std::size_t kReduceChunk = std::size_t(1) << 26;
 
-}  // namespace pstrain::comm
+}  // namespace pstrain::comm::mpi

@@ -17,7 +17,7 @@
 #include "runtime/comm/mpi/MpiCalls.h"
 #include "runtime/comm/mpi/Polling.h"
 
-namespace pstrain::comm {
+namespace pstrain::comm::mpi {
 namespace {
 
 // Open MPI's value of the MCA parameter `name` as this process sees it, wherever it was set
@@ -428,4 +428,4 @@ std::vector<std::string> MpiComm::allGather(const std::string& mine, const std::
   return all;
 }
 
-}  // namespace pstrain::comm
+}  // namespace pstrain::comm::mpi

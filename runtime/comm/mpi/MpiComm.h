@@ -14,7 +14,7 @@
 #include "runtime/comm/Communicator.h"
 #include "runtime/comm/Doorbell.h"
 
-namespace pstrain::comm {
+namespace pstrain::comm::mpi {
 
 class MpiComm : public Communicator {
  public:
@@ -130,4 +130,4 @@ class MpiSession {
   static std::string& yieldWhenIdle();
 };
 
-}  // namespace pstrain::comm
+}  // namespace pstrain::comm::mpi

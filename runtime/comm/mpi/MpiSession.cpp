@@ -9,7 +9,7 @@
 #include "runtime/comm/mpi/MpiCalls.h"
 #include "runtime/comm/mpi/MpiComm.h"
 
-namespace pstrain::comm {
+namespace pstrain::comm::mpi {
 
 MpiSession::MpiSession(int* argc, char*** argv) {
   // Non-blocking reductions progress only inside MPI calls, and waitFor() sleeps between
@@ -89,4 +89,4 @@ std::string MpiSession::libraryVersion() {
   return version.substr(0, end);
 }
 
-}  // namespace pstrain::comm
+}  // namespace pstrain::comm::mpi

@@ -9,7 +9,7 @@
 #include "runtime/comm/mpi/MpiComm.h"
 #include "runtime/comm/mpi/Polling.h"
 
-namespace pstrain::comm {
+namespace pstrain::comm::mpi {
 
 namespace {
 
@@ -63,4 +63,4 @@ std::unique_ptr<Window> MpiComm::exposeWindow(std::size_t count, const std::stri
   return std::make_unique<MpiWindow>(*this, count, context);
 }
 
-}  // namespace pstrain::comm
+}  // namespace pstrain::comm::mpi

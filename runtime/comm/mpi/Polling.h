@@ -16,7 +16,7 @@
 #include "runtime/comm/mpi/MpiCalls.h"
 #include "runtime/metrics/Clock.h"
 
-namespace pstrain::comm {
+namespace pstrain::comm::mpi {
 
 // Polls `done()` until it says true, sleeping between polls so that a rank that waits for
 // slower peers does not steal a core from them. Each wake-up costs CPU, and a sleep lasts
@@ -98,4 +98,4 @@ inline void waitFor(MPI_Request& request, double timeoutSeconds, const std::stri
   }, timeoutSeconds, what, patience);
 }
 
-}  // namespace pstrain::comm
+}  // namespace pstrain::comm::mpi
