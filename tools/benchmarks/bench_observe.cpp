@@ -39,14 +39,14 @@ double microsecondsPerCall(int calls, F&& call) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  comm::MpiSession mpi(&argc, &argv);
+  comm::mpi::MpiSession mpi(&argc, &argv);
   if (argc < 4) {
     std::cerr << "usage: bench_observe STEPS ROUNDS DIR\n";
-    comm::MpiSession::abortJob(2);
+    comm::mpi::MpiSession::abortJob(2);
   }
   const int steps = std::atoi(argv[1]), rounds = std::atoi(argv[2]);
   const std::string dir = argv[3];
-  comm::MpiComm comm;
+  comm::mpi::MpiComm comm;
   comm.connect(true);
   std::int64_t step = 0;
   auto barrierStep = [&](int) {
