@@ -21,18 +21,19 @@ double stepSeconds(const std::vector<int>& counts, const std::vector<double>& se
 
 }  // namespace
 
-ShareBalancer::ShareBalancer(int ranks, int shards, bool enabled, int rebalanceEvery)
-    : shards_(shards),
+ShareBalancer::ShareBalancer(int firstWorker, int workers, int shards, bool enabled, int rebalanceEvery)
+    : firstWorker_(firstWorker),
+      shards_(shards),
       enabled_(enabled),
-      secondsPerShard_(static_cast<std::size_t>(ranks - 1), 0.0),
+      secondsPerShard_(static_cast<std::size_t>(workers), 0.0),
       rebalanceEvery_(rebalanceEvery) {
-  for (int w = 0; w < ranks - 1; ++w) counts_.push_back(static_cast<int>(data::virtualShardsOf(w, ranks - 1, shards).size()));
+  for (int w = 0; w < workers; ++w) counts_.push_back(static_cast<int>(data::virtualShardsOf(w, workers, shards).size()));
 }
 
 void ShareBalancer::record(const float* computeSeconds) {
   if (!enabled_) return;
   for (std::size_t w = 0; w < counts_.size(); ++w) {
-    const double perShard = computeSeconds[w + 1] / std::max(1, counts_[w]);
+    const double perShard = computeSeconds[firstWorker_ + w] / std::max(1, counts_[w]);
     if (!(std::isfinite(perShard) && perShard > 0)) continue;
     double& s = secondsPerShard_[w];
     s = s == 0 ? perShard : (1 - kSmoothing) * s + kSmoothing * perShard;
@@ -46,8 +47,8 @@ void ShareBalancer::record(const float* computeSeconds) {
 }
 
 void ShareBalancer::write(float* shares) const {
-  shares[0] = 0;
-  for (std::size_t w = 0; w < counts_.size(); ++w) shares[w + 1] = static_cast<float>(counts_[w]);
+  std::fill_n(shares, firstWorker_, 0.0f);
+  for (std::size_t w = 0; w < counts_.size(); ++w) shares[firstWorker_ + w] = static_cast<float>(counts_[w]);
 }
 
 std::vector<int> ShareBalancer::proportional(const std::vector<double>& speed, int shards) {

@@ -11,16 +11,17 @@ namespace pstrain::roles {
 
 class ShareBalancer {
  public:
-  // Ranks 1..ranks-1 are the workers of `shards` virtual shards (diloco: a round's local
+  // Ranks firstWorker..firstWorker+workers-1 are the workers of `shards` virtual shards
+  // (the ranks before them serve: 1, or --servers K; diloco's shards are a round's local
   // steps, each worker's counted up from the others'); without `enabled` the counts stay
   // those of data::virtualShardsOf. New counts are considered every `rebalanceEvery`
   // measurements: sync's steps are short and noisy, a diloco round is many steps long.
-  ShareBalancer(int ranks, int shards, bool enabled, int rebalanceEvery = 5);
+  ShareBalancer(int firstWorker, int workers, int shards, bool enabled, int rebalanceEvery = 5);
 
   // A step's per-rank compute seconds (the trailer's kComputeSeconds slots) for the counts
   // last written: smoothed seconds per shard, and every few steps new counts.
   void record(const float* computeSeconds);
-  // The counts, one float per rank (rank 0: 0).
+  // The counts, one float per rank (the servers': 0).
   void write(float* shares) const;
   const std::vector<int>& counts() const { return counts_; }
 
@@ -29,9 +30,10 @@ class ShareBalancer {
   static std::vector<int> proportional(const std::vector<double>& speed, int shards);
 
  private:
+  int firstWorker_;
   int shards_;
   bool enabled_;
-  std::vector<int> counts_;               // by worker (rank - 1)
+  std::vector<int> counts_;               // by worker (rank - firstWorker)
   std::vector<double> secondsPerShard_;   // by worker, smoothed; 0 until measured
   int rebalanceEvery_;
   int steps_ = 0;

@@ -18,7 +18,7 @@ TEST(Balance, SharesFollowSpeedAndCoverEveryShard) {
   EXPECT_EQ(roles::shardsOfRank(shares, 4, 2), (std::vector<int>{5, 6, 7, 8, 9}));
   EXPECT_EQ(roles::shardsOfRank(shares, 4, 3), (std::vector<int>{10, 11}));
   // A worker three times slower per shard gets fewer after a few steps; the others more.
-  roles::ShareBalancer balancer(4, 12, true);
+  roles::ShareBalancer balancer(1, 3, 12, true);
   EXPECT_EQ(balancer.counts(), (std::vector<int>{4, 4, 4}));
   for (int step = 0; step < 10; ++step) {
     const auto& c = balancer.counts();
@@ -26,4 +26,9 @@ TEST(Balance, SharesFollowSpeedAndCoverEveryShard) {
     balancer.record(compute);
   }
   EXPECT_EQ(balancer.counts(), (std::vector<int>{5, 5, 2}));
+  // With K = 2 servers the workers are ranks 2 on: the servers' shares are 0.
+  roles::ShareBalancer sharded(2, 3, 12, false);
+  float written[] = {9, 9, 9, 9, 9};
+  sharded.write(written);
+  EXPECT_EQ(std::vector<float>(written, written + 5), (std::vector<float>{0, 0, 4, 4, 4}));
 }

@@ -55,7 +55,7 @@ void runCollective(Server& s) {
     return train;
   };
   auto contextOf = [&](bool train) { return train ? fmt::format("step {}", step) : s.stopContext; };
-  ShareBalancer balancer(s.comm.size(), s.shards, s.cfg.balance());
+  ShareBalancer balancer(1, s.comm.size() - 1, s.shards, s.cfg.balance());
   balancer.write(s.messages.shares.data_ptr<float>());
   if (s.cfg.balance()) {
     s.publisher->setExtras([&](metrics::JsonObject& line) {

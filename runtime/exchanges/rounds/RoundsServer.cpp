@@ -189,7 +189,7 @@ class RoundsLoop {
                s.cfg.seed * 7919u),
         global_(s, chain_.sendsUpdates()),
         lead_(s.cfg.servers > 1 ? std::make_unique<OuterLead>(s) : nullptr),
-        firstShare_(static_cast<std::size_t>(s.cfg.servers) - 1),
+        firstWorker_(static_cast<std::size_t>(s.cfg.servers)),
         balancer_(balancerOf(decision_.localSteps)),
         step_(s.firstStep) {
     counts_.outerLr = s.lr(0);
@@ -217,9 +217,10 @@ class RoundsLoop {
   }
 
  private:
-  // The shares are by rank, the workers' from rank K on: the balancer's "rank 0" is K - 1.
+  // The shares are by rank, the workers' from rank K on.
   ShareBalancer balancerOf(std::int64_t H) const {
-    return ShareBalancer(workers_ + 1, static_cast<int>(std::min<std::int64_t>(H * workers_, 1 << 30)), s_.cfg.balance(),
+    return ShareBalancer(static_cast<int>(firstWorker_), workers_,
+                         static_cast<int>(std::min<std::int64_t>(H * workers_, 1 << 30)), s_.cfg.balance(),
                          /*rebalanceEvery=*/1);
   }
   double innerLr(std::int64_t at) const {
@@ -233,10 +234,11 @@ class RoundsLoop {
     const std::int64_t H = decision_.localSteps;
     s_.setHeader(step_, train ? Control::Train : Control::Stop, train ? innerLr(step_) : 0);
     length_ = std::min(H, s_.total - step_);
-    float* shares = s_.messages.shares.data_ptr<float>() + firstShare_;
+    float* shares = s_.messages.shares.data_ptr<float>();
     balancer_.write(shares);
-    if (length_ > 0 && length_ < H) std::fill_n(shares + 1, workers_, static_cast<float>(length_));
-    counts_.localSteps.assign(shares + 1, shares + 1 + workers_);
+    float* byWorker = shares + firstWorker_;
+    if (length_ > 0 && length_ < H) std::fill_n(byWorker, workers_, static_cast<float>(length_));
+    counts_.localSteps.assign(byWorker, byWorker + workers_);
     return train;
   }
   std::string contextOf(bool train) const { return train ? fmt::format("round at step {}", step_) : s_.stopContext; }
@@ -255,7 +257,7 @@ class RoundsLoop {
     const std::int64_t first = step_;
     const bool skip = overflowedRound(s_, first, steps);
     step_ += steps;
-    if (steps == H) balancer_.record(s_.messages.trailer + kComputeSeconds + firstShare_);
+    if (steps == H) balancer_.record(s_.messages.trailer + kComputeSeconds);
     const bool train = trains(), gather = lead_ && (!train || s_.publisher->checkpointsAt(step_ - 1, steps));
     UpdateTime update;
     const bool applied = applyRound(s_, lead_.get(), first, skip, gather, train, update);
@@ -284,7 +286,7 @@ class RoundsLoop {
   RoundChain chain_;
   GlobalWeights global_;
   std::unique_ptr<OuterLead> lead_;  // with K servers (--servers): the others' ranges, and range 0's outer step
-  const std::size_t firstShare_;
+  const std::size_t firstWorker_;  // the workers are ranks K on
   ShareBalancer balancer_;
   RoundCounts counts_;
   std::int64_t step_, length_ = 0;

@@ -223,11 +223,10 @@ class Lead {
         shard_(s.comm, s.cfg, ranges_[0], s.messages.weights.narrow(0, ranges_[0].begin, ranges_[0].size())),
         partials_(ranges_.size()),
         gather_(comm_, ranges_, *s.optimizer, shard_.update()),
-        firstShare_(static_cast<std::size_t>(s.cfg.servers) - 1),
-        balancer_(comm_.size() - s.cfg.servers + 1, s.shards, s.cfg.balance()) {
+        balancer_(s.cfg.servers, comm_.size() - s.cfg.servers, s.shards, s.cfg.balance()) {
     const std::int64_t workers = comm_.size() - s.cfg.servers;
     tails_.resize(static_cast<std::size_t>(workers) * tailFloats());
-    balancer_.write(s_.messages.shares.data_ptr<float>() + firstShare_);
+    balancer_.write(s_.messages.shares.data_ptr<float>());
   }
 
   // Every server's range of the (resumed) model and optimizer state; whether the run trains.
@@ -271,8 +270,8 @@ class Lead {
     v = decide(comm_, s_.update, partials_, step, v, gradNorm);
     if (eachPart()) s_.update.expectSamples(plan.samples, step);
     // --balance: the next step's shares, from this step's compute seconds (as sync's).
-    balancer_.record(s_.messages.trailer + kComputeSeconds + firstShare_);
-    balancer_.write(s_.messages.shares.data_ptr<float>() + firstShare_);
+    balancer_.record(s_.messages.trailer + kComputeSeconds);
+    balancer_.write(s_.messages.shares.data_ptr<float>());
     return v;
   }
 
@@ -348,9 +347,7 @@ class Lead {
   std::vector<Partial> partials_;   // by server, of the last step
   std::vector<float> tails_;        // by worker: its buffers and trailer
   CheckpointGather gather_;
-  // The shares are by rank, the workers' from rank K on: the balancer's "rank 0" is K - 1.
-  const std::size_t firstShare_;
-  roles::ShareBalancer balancer_;
+  roles::ShareBalancer balancer_;  // --balance: the workers' shares (ranks K on)
 };
 
 // Server 0's loop: sync's, range 0 of it, with the other servers told what to do.
