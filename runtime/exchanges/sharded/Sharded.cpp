@@ -12,8 +12,15 @@
 
 namespace pstrain::exchanges {
 
+namespace {
+
+// Whether the ranges keep tensors whole: a codec's frames and scales are per tensor.
+bool wholeTensors(const config::TrainConfig& cfg) { return cfg.compressesGradients() || cfg.compressesWeights(); }
+
+}  // namespace
+
 std::vector<KeyRange> sharded::rangesOf(const models::Net& model, const config::TrainConfig& cfg) {
-  return keyRanges(protocol::parameterShapes(model), cfg.servers, cfg.compressesGradients() || cfg.compressesWeights());
+  return keyRanges(protocol::parameterShapes(model), cfg.servers, wholeTensors(cfg));
 }
 
 namespace {
@@ -30,7 +37,7 @@ PlanText plan(const PlanFacts& f) {
   std::int64_t largest = 0;
   for (const KeyRange& r : ranges) largest = std::max(largest, r.size());
   const double even = static_cast<double>(ranges.back().end) / f.cfg.servers;
-  if ((f.cfg.compressesGradients() || f.cfg.compressesWeights()) && largest > 1.5 * even) {
+  if (wholeTensors(f.cfg) && largest > 1.5 * even) {
     const bool gradients = f.cfg.compressesGradients();
     lines += fmt::format("  {:<9} uneven: the {} codec keeps tensors whole, and the largest range is {:.1f}x an even "
                          "share (--compress{} none cuts inside tensors)\n", "", gradients ? "gradient" : "weight",
