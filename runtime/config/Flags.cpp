@@ -199,15 +199,14 @@ const std::vector<Flag> kFlags = {
      "above 1: each server updates each 4 MiB part of its range as it arrives, holding no sum of its range)",
      &TrainConfig::overlap, A::Fingerprint, nullptr, nullptr},
     {"servers", "Run",
-     "sync, diloco, localsgd: K parameter servers, ranks 0..K-1, each owning 1/K of the weights (by bytes) and of the "
-     "(outer) optimizer state; the other ranks are workers. In sync each server's link then carries 1/K of the "
-     "traffic: put one server per host (mpirun --map-by node; docs/modes.md)",
+     "sync, backup, async, diloco, localsgd: K parameter servers, ranks 0..K-1, each owning 1/K of the weights (by "
+     "bytes) and of the (outer) optimizer state; the other ranks are workers. Each server's link then carries 1/K of "
+     "the traffic: put one server per host (mpirun --map-by node; docs/modes.md)",
      &TrainConfig::servers, A::Compared, nullptr, [](const TrainConfig& c) {
        require(c.servers >= 1 && c.servers <= 1024, fmt::format("--servers must be in [1, 1024] (got {})", c.servers));
-       if (c.servers == 1 || c.modeInfo().runsLocalRounds()) return;
-       require(c.mode == Mode::Sync, fmt::format("--servers {} shards the server of sync, diloco and localsgd; --mode {} "
-                                                 "has one server (use one of those modes, or --servers 1)", c.servers,
-                                                 c.modeInfo().name)); }},
+       require(c.servers == 1 || !c.modeInfo().peers(),
+               fmt::format("--servers {} shards the server of sync, backup, async, diloco and localsgd; --mode {} has "
+                           "no server (use one of those modes, or --servers 1)", c.servers, c.modeInfo().name)); }},
     {"stack-servers", "Run",
      "--servers: allow two servers on one host while another host has none (refused otherwise: they would share one link)",
      &TrainConfig::stackServers, A::Compared, nullptr, nullptr},

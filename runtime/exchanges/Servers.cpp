@@ -10,8 +10,17 @@
 #include "runtime/metrics/Clock.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/roles/ServerLoop.h"
+#include "runtime/roles/StepStats.h"
 
 namespace pstrain::exchanges {
+
+bool rangesKeepTensorsWhole(const config::TrainConfig& cfg) {
+  return cfg.compressesGradients() || cfg.compressesWeights();
+}
+
+std::vector<KeyRange> serverRanges(const models::Net& model, const config::TrainConfig& cfg) {
+  return keyRanges(protocol::parameterShapes(model), cfg.servers, rangesKeepTensorsWhole(cfg));
+}
 
 RangeUpdate::RangeUpdate(const config::TrainConfig& cfg, KeyRange range, at::Tensor weights, bool eachPart)
     : rule_(cfg.updateRule()),
@@ -309,6 +318,18 @@ std::string describeRanges(const std::vector<KeyRange>& ranges) {
                          k ? "" : "; it also writes the run's files");
   }
   return lines;
+}
+
+void countTraffic(roles::StepStats& stats, const protocol::StepMessages& messages, const std::vector<Partial>& partials) {
+  const std::size_t tailFloats = messages.up.size() - static_cast<std::size_t>(messages.grad.numel());
+  stats.bytesDown = static_cast<double>(sizeof(protocol::StepHeader)) + messages.downTail.numel() * sizeof(float);
+  stats.bytesUp = static_cast<double>(tailFloats * sizeof(float));
+  for (const Partial& p : partials) {
+    stats.bytesDown += p.bytesOut;
+    stats.bytesUp += p.bytesIn;
+  }
+  stats.rawBytesDown = static_cast<double>(messages.downBytes());
+  stats.rawBytesUp = static_cast<double>(messages.upBytes());
 }
 
 void addServers(metrics::JsonObject& line, const std::vector<Partial>& partials, int workers) {

@@ -1,6 +1,6 @@
 #pragma once
-// What K servers (--servers) share whatever carries the workers' messages (the sharded
-// exchange's own channels, sharded/Wire.h, or diloco's chain, rounds/RoundChain.h): server
+// What K servers (--servers) share whatever carries the workers' messages (the K servers'
+// channels, Wire.h, or diloco's chain, rounds/RoundChain.h): the key ranges, server
 // k's update of its key range (Ranges.h), and the lead messages between server 0 and the
 // others: the start-up's ranges, each step's (or round's) Partial and Verdict, and a
 // checkpoint's ranges gathered on server 0. Server 0 decides alone what needs the whole
@@ -27,9 +27,17 @@
 
 namespace pstrain::roles {
 struct Server;
+struct StepStats;
 }
 
 namespace pstrain::exchanges {
+
+// The run's key ranges of `model`'s parameters, one per server (Ranges.h): whole tensors
+// where rangesKeepTensorsWhole(cfg).
+std::vector<KeyRange> serverRanges(const models::Net& model, const config::TrainConfig& cfg);
+// Whether the ranges keep tensors whole: a gradient or a weight codec's frames and scales are
+// per tensor, and so stay one server's.
+bool rangesKeepTensorsWhole(const config::TrainConfig& cfg);
 
 // Server k's word on a step, to server 0.
 struct Partial {
@@ -104,6 +112,20 @@ class RangeUpdate {
 using comm::expectBytes;  // comm/Values.h
 using comm::receiveValue;
 using comm::sendValue;
+
+// Point to point: server 0's word to the others on each tail it takes (Wire.h), or at the end.
+struct Arrival {
+  enum Kind : std::int64_t {
+    Accept,  // `worker`'s gradient joins the coming update (the first one of it: its sum)
+    Stale,   // `worker`'s gradient is dropped, and the worker gets the weights as they are
+    Stop,    // the run ends: the workers whose gradient is in get the last weights (and the
+             // last checkpoint is gathered)
+    Drain,   // after Stop: as Stale, with the last weights
+    End,     // nothing follows
+  };
+  std::int64_t kind = End;
+  std::int64_t worker = -1;
+};
 
 // Server 0's first word to the others: the first step, whether the run trains, and whether
 // their ranges of the weights follow (startSendsWeights; else each takes its own from its
@@ -183,6 +205,10 @@ void serveCheckpoint(comm::Communicator& comm, const float* weights, RangeUpdate
 
 // The dry run's lines: which server owns which parameters.
 std::string describeRanges(const std::vector<KeyRange>& ranges);
+
+// One worker's messages as the metrics count them (StepStats: each way, as sent and raw), summed
+// over the servers' last Partials (`messages`: server 0's).
+void countTraffic(roles::StepStats& stats, const protocol::StepMessages& messages, const std::vector<Partial>& partials);
 
 // Each server's traffic, update time and peak memory from its last Partial, for every
 // metrics line; `workers` scales its per-worker bytes.

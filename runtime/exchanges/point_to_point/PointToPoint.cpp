@@ -9,16 +9,20 @@
 #include <vector>
 
 #include "runtime/Errors.h"
+#include "runtime/Portable.h"
 #include "runtime/Stop.h"
+#include "runtime/config/Layout.h"
+#include "runtime/exchanges/RangesWorker.h"
+#include "runtime/exchanges/ServedRange.h"
+#include "runtime/exchanges/Servers.h"
+#include "runtime/exchanges/Wire.h"
 #include "runtime/metrics/Clock.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/roles/ServerLoop.h"
-#include "runtime/roles/WorkerLoop.h"
 
 namespace pstrain::exchanges::point_to_point {
 namespace {
 
-using namespace roles;
 using namespace protocol;
 using metrics::Clock;
 using metrics::secondsSince;
@@ -50,136 +54,349 @@ struct StaleCounts {
   }
 };
 
-// Point-to-point exchange, one loop for its policies (Mode.h): a gradient computed on weights
-// `behind` updates old is accepted if behind <= the limit (backup: 0, the step's own
-// weights; async: --max-staleness), and an update takes the quorum of accepted gradients
-// (backup: --aggregate K, Chen et al. 2016; async: 1). A stale gradient is dropped and its
-// worker gets the newest weights (Drop), or its worker computes the same batch again on
-// them (RetryAfter: Control::Retry). Workers whose gradient went into an update wait for
-// its weights.
-void runPointToPoint(Server& s) {
-  const config::ModeInfo& mode = s.cfg.modeInfo();
-  const int quorum = s.cfg.batchesPerUpdate(s.computing);  // <= workers: checked at start-up
-  const std::int64_t limit = mode.stale == config::StalePolicy::RetryAfter ? s.cfg.maxStaleness : 0;
-  StepMessages& messages = s.messages;
-  std::vector<float> incoming(messages.up.size());
-  const std::size_t versionAt = static_cast<std::size_t>(messages.trailer - messages.up.data()) + kVersion;
+// Every worker's rank: K on.
+std::vector<int> workersOf(const config::TrainConfig& cfg, int ranks) {
+  std::vector<int> workers;
+  for (int w = cfg.servers; w < ranks; ++w) workers.push_back(w);
+  return workers;
+}
+
+// Servers 1..K-1: their range, arrival by arrival as server 0 says (Arrival): an accepted
+// gradient's range joins the sum, and the update that a quorum completes is the Verdict's;
+// a stale one's is read and dropped, and its worker gets this range as it is.
+void follow(const roles::RoleArgs& args) {
+  comm::Communicator& comm = args.comm;
+  const int k = comm.rank();
+  KeyRange range = serverRanges(args.model, args.cfg)[static_cast<std::size_t>(k)];
+  const FloatBuffer weights(static_cast<std::size_t>(range.size()));
+  ServedRange served(comm, args.cfg, std::move(range), weights.view(0, static_cast<std::int64_t>(weights.size())));
+  const Start start = receiveStart(comm, served.update(), args.model);
+  const int quorum = args.cfg.batchesPerUpdate(config::Layout(args.cfg, comm.size()).workers());
+  std::int64_t step = start.firstStep;
   std::vector<int> waiting;  // workers whose gradient is in the coming update
-  StaleCounts counts{mode.stale};
-  s.publisher->setExtras([&](metrics::JsonObject& line) { counts.addTo(line); });
-  std::int64_t step = s.firstStep;
-  s.setHeader(step, Control::Train, s.lr(step));
-  s.link->packDown();
-  for (int w = 1; w <= s.computing; ++w) s.link->sendDown(w, "start");
-  auto exchangeStart = Clock::now();
-  while (step < s.total && !s.publisher->timeToStop()) {
-    currentStep() = step;
+  auto sendTo = [&](const std::vector<int>& workers, const std::string& context) {
+    std::vector<std::size_t> requests;
+    served.startWeightsTo(workers, step, requests, context);
+    for (std::size_t request : requests) comm.wait(request);
+  };
+  sendTo(workersOf(args.cfg, comm.size()), fmt::format("step {}", step));
+  bool gathering = false;  // Stop: the last checkpoint is served at End
+  for (;;) {
     const std::string context = fmt::format("step {}", step);
-    const int source = s.link->receiveUp(incoming.data(), context);
-    const std::int64_t behind = step - trailerVersion(incoming[versionAt], source);
-    if (behind > limit) {
-      ++counts.stale;
-      ++counts.staleTotal;
-      ++counts.staleByRank[source];
-      if (mode.stale == config::StalePolicy::RetryAfter) {
-        s.setHeader(step, Control::Retry, s.lr(step));
-        s.link->packDown();
-      }
-      s.link->sendDown(source, context);
+    const Arrival a = receiveValue<Arrival>(comm, 0, context);
+    const int worker = static_cast<int>(a.worker);
+    if (a.kind == Arrival::End) {
+      if (gathering) serveCheckpoint(comm, served.update().weights().data_ptr<float>(), served.update(), "stop");
+      return;
+    }
+    if (a.kind == Arrival::Stop) {
+      offerCheckpoint(comm, served.update(), "stop");
+      gathering = true;
+      sendTo(waiting, "stop");
+      waiting.clear();
       continue;
     }
-    if (waiting.empty()) {
-      std::copy(incoming.begin(), incoming.end(), messages.up.begin());
-    } else {
-      for (std::size_t i = 0; i < incoming.size(); ++i) messages.up[i] += incoming[i];
+    if (a.kind != Arrival::Accept) {  // Stale, Drain
+      served.receiveGradientOf(worker, ServedRange::Use::Drop, context);
+      sendTo({worker}, context);
+      continue;
     }
-    waiting.push_back(source);
-    ++counts.accepted;
-    ++counts.staleness[behind];
+    currentStep() = step;
+    served.receiveGradientOf(worker, waiting.empty() ? ServedRange::Use::First : ServedRange::Use::Add, context);
+    waiting.push_back(worker);
     if (static_cast<int>(waiting.size()) < quorum) continue;
-
-    const double lr = s.lr(step);
-    StepStats stats = s.stats(quorum);
-    stats.exchangeSeconds = secondsSince(exchangeStart);
-    const auto updateStart = Clock::now();
-    stats.applied = s.update.apply(lr, quorum, step);
-    stats.updateSeconds = secondsSince(updateStart);
-    stats.gradNorm = s.update.gradNorm();
-    s.publisher->record(step, lr, stats);
+    const Verdict v = receiveVerdict(comm, served.partial(), context);
+    served.update().apply(v, step, k);
+    if (v.gather) offerCheckpoint(comm, served.update(), context);
     ++step;
-    s.setHeader(step, Control::Train, s.lr(std::min(step, s.total - 1)));
-    s.link->packDown();
-    for (int w : waiting) s.link->sendDown(w, context);
+    sendTo(waiting, context);
     waiting.clear();
-    exchangeStart = Clock::now();
+    if (v.gather) serveCheckpoint(comm, served.update().weights().data_ptr<float>(), served.update(), context);
   }
-  // Every worker is either waiting (its gradient is in) or computing: stop both kinds.
-  s.setHeader(step, Control::Stop);
-  s.link->packDown();
-  for (int w : waiting) s.link->sendDown(w, s.stopContext);
-  for (int left = s.computing - static_cast<int>(waiting.size()); left > 0; --left) {
-    s.link->sendDown(s.link->receiveUp(incoming.data(), s.stopContext), s.stopContext);
+}
+
+// Server 0: sync's rank 0 for the point-to-point policies (Mode.h), over K servers (K = 1:
+// range 0 is the whole model). A gradient computed on weights `behind` updates old is
+// accepted if behind <= the limit (backup: 0, the step's own weights; async:
+// --max-staleness), and an update takes the quorum of accepted gradients (backup:
+// --aggregate K, Chen et al. 2016; async: 1). A stale gradient is dropped and its worker
+// gets the newest weights (Drop), or its worker computes the same batch again on them
+// (RetryAfter: Control::Retry). Workers whose gradient went into an update wait for its
+// weights. Server 0 decides each arrival from the worker's tail, which comes first (Wire.h),
+// and tells the other servers, which take that worker's range next: every server sums the
+// same gradients in the same order, and a worker gets every range at one version.
+class Lead {
+ public:
+  explicit Lead(roles::Server& s)
+      : s_(s),
+        comm_(s.comm),
+        ranges_(serverRanges(s.model, s.cfg)),
+        own_(s.comm, s.cfg, ranges_[0], s.messages.weights.narrow(0, ranges_[0].begin, ranges_[0].size())),
+        partials_(ranges_.size()),
+        gather_(comm_, ranges_, *s.optimizer, own_.update()),
+        counts_(s.cfg.modeInfo().stale),
+        tail_(tailFloats()) {}
+
+  // Every server's range of the (resumed) model and optimizer state, then the first weights
+  // to every worker. The weights outside range 0 then go (CheckpointGather).
+  void start() {
+    sendStarts(comm_, ranges_, {s_.firstStep, 1, {}, startSendsWeights(s_)}, s_.messages.weights, *s_.optimizer,
+               own_.update().optimizer());
+    float* weights = s_.messages.weights.data_ptr<float>();
+    portable::releasePages(weights + ranges_[0].end,
+                           static_cast<std::size_t>(ranges_.back().end - ranges_[0].end) * sizeof(float));
+    s_.setHeader(s_.firstStep, Control::Train, s_.lr(s_.firstStep));
+    sendDown(workersOf(s_.cfg, comm_.size()), s_.firstStep, fmt::format("step {}", s_.firstStep));
+    s_.publisher->setExtras([this](metrics::JsonObject& line) {
+      counts_.addTo(line);
+      addServers(line, partials_, s_.cfg.batchesPerUpdate(s_.computing));
+    });
+    s_.publisher->setRecordSource([this](const void* data, std::size_t bytes, const checkpoint::RecordWrite& write) {
+      return gather_.recordSource(data, bytes, write);
+    });
   }
-  std::cout << counts.summary(mode.name) << std::endl;
-  s.publisher->finish(step);
+
+  // The loop: arrivals until the run's updates are done (or it is told to stop).
+  void run() {
+    std::int64_t step = s_.firstStep;
+    const int quorum = s_.cfg.batchesPerUpdate(s_.computing);  // <= workers: checked at start-up
+    exchangeStart_ = Clock::now();
+    while (step < s_.total && !s_.publisher->timeToStop()) {
+      currentStep() = step;
+      const std::string context = fmt::format("step {}", step);
+      const int worker = takeTail(context);
+      const std::int64_t behind = step - trailerVersion(tail_[versionAt()], worker);
+      if (behind > limit()) {
+        dropStale(worker, step, context);
+        continue;
+      }
+      tell({Arrival::Accept, worker});
+      own_.receiveGradientOf(worker, waiting_.empty() ? ServedRange::Use::First : ServedRange::Use::Add, context);
+      addTail();
+      waiting_.push_back(worker);
+      ++counts_.accepted;
+      ++counts_.staleness[behind];
+      if (static_cast<int>(waiting_.size()) < quorum) continue;
+      update(step, quorum, context);
+      ++step;
+    }
+    stop(step);
+  }
+
+ private:
+  // The tail's floats: the buffers, then the trailer.
+  std::size_t tailFloats() const { return s_.messages.up.size() - static_cast<std::size_t>(s_.messages.grad.numel()); }
+  // Where the version of the weights that the tail's gradient was computed on is in it.
+  std::size_t versionAt() const {
+    return static_cast<std::size_t>(s_.messages.trailer - s_.messages.up.data() - s_.messages.grad.numel()) + kVersion;
+  }
+
+  std::int64_t limit() const {
+    return s_.cfg.modeInfo().stale == config::StalePolicy::RetryAfter ? s_.cfg.maxStaleness : 0;
+  }
+
+  // Whichever worker's tail comes first, into tail_; its rank.
+  int takeTail(const std::string& context) {
+    comm_.expectLongWait();  // the workers compute first
+    const auto got = comm_.receive(tail_.data(), tail_.size() * sizeof(float), comm::Communicator::kAnySource, context);
+    if (got.source < s_.cfg.servers) {
+      throw CommError(fmt::format("{}: server {} sent a lead message where a worker's up message was due", context,
+                                  got.source));
+    }
+    expectBytes(got.bytes, tail_.size() * sizeof(float), got.source, "buffers and trailer", context);
+    return got.source;
+  }
+
+  // The tail just taken into the sum of the coming update's (the first: it).
+  void addTail() {
+    float* sum = s_.messages.up.data() + s_.messages.grad.numel();
+    if (waiting_.empty()) {
+      std::copy(tail_.begin(), tail_.end(), sum);
+    } else {
+      for (std::size_t i = 0; i < tail_.size(); ++i) sum[i] += tail_[i];
+    }
+  }
+
+  void tell(const Arrival& a) {
+    for (std::size_t k = 1; k < ranges_.size(); ++k) sendValue(comm_, a, static_cast<int>(k), "arrival");
+  }
+
+  // A gradient over the limit: counted, read and dropped by every server, and its worker gets
+  // the weights as they are (RetryAfter: told to compute that batch again).
+  void dropStale(int worker, std::int64_t step, const std::string& context) {
+    ++counts_.stale;
+    ++counts_.staleTotal;
+    ++counts_.staleByRank[worker];
+    tell({Arrival::Stale, worker});
+    own_.receiveGradientOf(worker, ServedRange::Use::Drop, context);
+    const bool retry = s_.cfg.modeInfo().stale == config::StalePolicy::RetryAfter;
+    s_.setHeader(step, retry ? Control::Retry : Control::Train, s_.lr(step));
+    sendDown({worker}, step, context);
+  }
+
+  // The quorum is in: every server's Partial, the Verdict, range 0's update, and the new
+  // weights to the workers that wait for them.
+  void update(std::int64_t step, int quorum, const std::string& context) {
+    const double lr = s_.lr(step);
+    roles::StepStats stats = s_.stats(quorum);
+    stats.exchangeSeconds = secondsSince(exchangeStart_);
+    partials_[0] = own_.partial();
+    Verdict v;
+    v.apply = 1;
+    v.lr = lr;
+    v.gather = s_.publisher->checkpointsAt(step);
+    v.train = 1;
+    v = decide(comm_, s_.update, partials_, step, v, stats.gradNorm);
+    roles::UpdateTime time;
+    time.add([&] {
+      own_.update().apply(v, step, 0);
+      if (v.apply) s_.update.averageBuffers(quorum);
+    });
+    stats.updateSeconds = time.seconds;
+    stats.applied = v.apply != 0;
+    if (v.gather) gather_.gather(s_.messages.weights.data_ptr<float>(), context);
+    s_.setHeader(step + 1, Control::Train, s_.lr(std::min(step + 1, s_.total - 1)));
+    sendDown(waiting_, step + 1, context);
+    waiting_.clear();
+    countTraffic(stats, s_.messages, partials_);
+    s_.publisher->record(step, lr, stats);
+    gather_.release();
+    exchangeStart_ = Clock::now();
+  }
+
+  // Range 0 of the weights of update `version`, the header and the rest to `workers`.
+  void sendDown(const std::vector<int>& workers, std::int64_t version, const std::string& context) {
+    std::vector<std::size_t> requests;
+    own_.startWeightsTo(workers, version, requests, context);
+    const std::size_t tailBytes = static_cast<std::size_t>(s_.messages.downTail.numel()) * sizeof(float);
+    for (int w : workers) {
+      requests.push_back(comm_.startSend(s_.messages.down.data(), sizeof(StepHeader), w, kHeadTag, context));
+      requests.push_back(comm_.startSend(s_.messages.downTail.data_ptr<float>(), tailBytes, w, kHeadTag, context));
+    }
+    for (std::size_t request : requests) comm_.wait(request);
+  }
+
+  // The end: every worker is either waiting (its gradient is in) or computing. The waiting
+  // ones get the last weights with Stop; each computing one's gradient is read and dropped
+  // (Drain) and it gets them too. The servers meanwhile offer the last checkpoint, which the
+  // Publisher's last files read.
+  void stop(std::int64_t step) {
+    tell({Arrival::Stop, -1});
+    gather_.gather(s_.messages.weights.data_ptr<float>(), s_.stopContext);
+    s_.setHeader(step, Control::Stop);
+    sendDown(waiting_, step, s_.stopContext);
+    for (int left = s_.computing - static_cast<int>(waiting_.size()); left > 0; --left) {
+      const int worker = takeTail(s_.stopContext);
+      tell({Arrival::Drain, worker});
+      own_.receiveGradientOf(worker, ServedRange::Use::Drop, s_.stopContext);
+      sendDown({worker}, step, s_.stopContext);
+    }
+    waiting_.clear();
+    tell({Arrival::End, -1});
+    std::cout << counts_.summary(s_.cfg.modeInfo().name) << std::endl;
+    s_.publisher->finish(step);
+    gather_.release();
+  }
+
+  roles::Server& s_;
+  comm::Communicator& comm_;
+  const std::vector<KeyRange> ranges_;
+  ServedRange own_;                 // range 0
+  std::vector<Partial> partials_;   // by server, of the last update
+  CheckpointGather gather_;
+  StaleCounts counts_;
+  std::vector<float> tail_;         // the last tail taken
+  std::vector<int> waiting_;        // workers whose gradient is in the coming update
+  Clock::time_point exchangeStart_;
+};
+
+void lead(roles::Server& s) {
+  Lead lead(s);
+  lead.start();
+  lead.run();
 }
 
 // A gradient carries the version of the weights it was computed on as a float: the run
 // must count fewer steps than a float holds exactly. Then the mode's policy, in words.
-std::string describe(const Server& s) {
+std::string describe(const roles::Server& s) {
   const config::ModeInfo& mode = s.cfg.modeInfo();
   if (s.total >= kMaxVersionedSteps) {
     throw ConfigError(fmt::format("--mode {} counts at most {} steps", mode.name, kMaxVersionedSteps - 1));
   }
-  if (mode.quorum == config::Quorum::Aggregate) {
-    return fmt::format("aggregate {} of {}", s.cfg.batchesPerUpdate(s.computing), s.computing);
-  }
-  return mode.stale == config::StalePolicy::RetryAfter ? fmt::format("max staleness {}", s.cfg.maxStaleness) : "";
+  std::string words = mode.quorum == config::Quorum::Aggregate
+                          ? fmt::format("aggregate {} of {}", s.cfg.batchesPerUpdate(s.computing), s.computing)
+                      : mode.stale == config::StalePolicy::RetryAfter ? fmt::format("max staleness {}", s.cfg.maxStaleness)
+                                                                       : "";
+  if (s.cfg.servers > 1) words += fmt::format("{}{} servers", words.empty() ? "" : ", ", s.cfg.servers);
+  return words;
 }
 
-void serve(const RoleArgs& args) { runServer(args, runPointToPoint, describe); }
+void serve(const roles::RoleArgs& args) {
+  if (args.comm.rank() != 0) return follow(args);
+  roles::runServer(args, lead, describe, false);
+}
 
-void work(const RoleArgs& args) { runWorker(args, {&StepLink::receiveDown, &StepLink::sendUp, false}); }
+void others(const roles::RoleArgs& args) {
+  if (args.comm.rank() < args.cfg.servers) return serve(args);
+  runRangesWorker(args, Pace::Own);
+}
 
-// The quorum's gradients in and its weights out through the server's link, one message after
-// the other, and the update:
+// The quorum's gradients in and its weights out through the servers' links (each carrying
+// 1/K of every message), one message after the other, and the update (1/K of it on each):
 //   aggregate (backup): k = n - 1 of n (at least 1): the k-th fastest batch, k x b per update;
 //   one (async): each worker on its own cycle (batch + its messages both ways), as long as
-//     the server's link and update keep up with all of them; one batch per update.
-exchanges::StepEstimate cost(const exchanges::StepCost& c) {
-  using exchanges::message;
-  const exchanges::Links l = exchanges::linksOf(c.m, c.n);
-  const exchanges::CodecCost &grad = c.grad, &weights = c.weights;
-  const exchanges::ProbeMeasurements& m = c.m;
+//     the servers' links and updates keep up with all of them; one batch per update.
+StepEstimate cost(const StepCost& c) {
+  const Links l = linksOf(c.m, c.n);
+  const CodecCost &grad = c.grad, &weights = c.weights;
+  const ProbeMeasurements& m = c.m;
+  const double servers = c.servers, update = m.updateSeconds / servers;
+  auto throughServer = [&](double bytes) { return message(bytes / servers, l.worstLatency, l.serverBandwidth); };
   if (c.mode.quorum == config::Quorum::Aggregate) {
     const int k = std::max(1, c.n - 1);
-    return {exchanges::kthFastest(m, c.n, k) + grad.encodeSeconds + k * message(grad.bytes, l.worstLatency, l.serverBandwidth) +
-                k * grad.decodeSeconds + m.updateSeconds + weights.encodeSeconds +
-                k * message(weights.bytes, l.worstLatency, l.serverBandwidth) + weights.decodeSeconds,
+    return {kthFastest(m, c.n, k) + grad.encodeSeconds + k * throughServer(grad.bytes) + k * grad.decodeSeconds / servers +
+                update + weights.encodeSeconds + k * throughServer(weights.bytes) + weights.decodeSeconds,
             k * m.batchSamples};
   }
-  // Samples per second: each worker's own cycle, unless the server is the bottleneck.
+  // Samples per second: each worker's own cycle, unless the servers are the bottleneck.
   double rate = 0;
   for (int i = 0; i < c.n; ++i) {
     const double cycle = m.computeSeconds[i] + grad.encodeSeconds + message(grad.bytes, m.latencySeconds[i], m.bytesPerSecond[i]) +
-                         grad.decodeSeconds + m.updateSeconds + weights.encodeSeconds +
+                         grad.decodeSeconds / servers + update + weights.encodeSeconds +
                          message(weights.bytes, m.latencySeconds[i], m.bytesPerSecond[i]) + weights.decodeSeconds;
     rate += m.batchSamples / cycle;
   }
-  const double serverPerGradient =
-      (grad.bytes + weights.bytes) / l.serverBandwidth + grad.decodeSeconds + m.updateSeconds + weights.encodeSeconds;
+  const double serverPerGradient = (grad.bytes + weights.bytes) / servers / l.serverBandwidth +
+                                   (grad.decodeSeconds + m.updateSeconds + weights.encodeSeconds) / servers;
   rate = std::min(rate, m.batchSamples / serverPerGradient);
   return {m.batchSamples / rate, m.batchSamples};  // one gradient per update
 }
 
-// The server: the optimizer's state, a gradient received and the sum, the bfloat16 weights it
-// sends (converted whole). A worker: its whole gradient, sent after backward.
-exchanges::Memory memory(const config::TrainConfig& cfg, const config::Layout&) {
-  exchanges::Memory m;
-  m.held = exchanges::weightBytes(cfg) + 4;
-  m.worker = exchanges::residualBytes(cfg);
-  m.server = exchanges::stateBytes(cfg) + 8 + (cfg.bf16Weights() ? 2 : 0);
+// With K > 1 servers, which one owns which parameters.
+PlanText plan(const PlanFacts& f) {
+  PlanText text;
+  if (f.cfg.servers > 1) text.lines = describeRanges(serverRanges(f.model, f.cfg));
+  return text;
+}
+
+// A server: its range's optimizer state and the range's sum, beside two parts per worker
+// (Wire.h). A worker: its whole gradient, sent after backward, and any residual.
+Memory memory(const config::TrainConfig& cfg, const config::Layout& layout) {
+  Memory m;
+  m.held = weightBytes(cfg) + 4;
+  m.worker = residualBytes(cfg);
+  m.server = stateBytes(cfg) + 4;
+  m.serverMib = static_cast<double>(kPartBytes) / (1 << 20) * 2 * layout.workers();
   return m;
+}
+
+// A model whose parameters cannot give every server a range is refused (Ranges.h).
+void check(const config::TrainConfig& cfg, const models::Net& model) { serverRanges(model, cfg); }
+
+// Server k takes its range from its own model (receiveStart); server 0's checkpoints gather
+// the others' ranges.
+KeyRange serverWeights(const config::TrainConfig& cfg, const models::Net& model, int rank) {
+  return serverRanges(model, cfg)[static_cast<std::size_t>(rank)];
 }
 
 }  // namespace
@@ -187,7 +404,8 @@ exchanges::Memory memory(const config::TrainConfig& cfg, const config::Layout&) 
 
 namespace pstrain::exchanges {
 
-const Exchange kPointToPoint = {config::Exchange::PointToPoint, nullptr, point_to_point::serve, point_to_point::work, point_to_point::cost, nullptr,
-                                 point_to_point::memory};
+const Exchange kPointToPoint = {config::Exchange::PointToPoint, nullptr, point_to_point::serve, point_to_point::others,
+                                point_to_point::cost, point_to_point::plan, point_to_point::memory,
+                                point_to_point::check, point_to_point::serverWeights};
 
 }  // namespace pstrain::exchanges

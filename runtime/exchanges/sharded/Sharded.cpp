@@ -7,6 +7,8 @@
 
 #include "runtime/Parts.h"
 #include "runtime/config/TrainConfig.h"
+#include "runtime/exchanges/RangesWorker.h"
+#include "runtime/exchanges/Servers.h"
 #include "runtime/exchanges/sharded/Shards.h"
 #include "runtime/protocol/FlatParameters.h"
 
@@ -14,30 +16,20 @@ namespace pstrain::exchanges {
 
 namespace {
 
-// Whether the ranges keep tensors whole: a codec's frames and scales are per tensor.
-bool wholeTensors(const config::TrainConfig& cfg) { return cfg.compressesGradients() || cfg.compressesWeights(); }
-
-}  // namespace
-
-std::vector<KeyRange> sharded::rangesOf(const models::Net& model, const config::TrainConfig& cfg) {
-  return keyRanges(protocol::parameterShapes(model), cfg.servers, wholeTensors(cfg));
-}
-
-namespace {
-
 void others(const roles::RoleArgs& args) {
-  (args.comm.rank() < args.cfg.servers ? sharded::serve : sharded::work)(args);
+  if (args.comm.rank() < args.cfg.servers) return sharded::serve(args);
+  runRangesWorker(args, Pace::Lockstep);
 }
 
 // The dry run: which server owns which parameters (and, where whole tensors leave them
 // uneven, why).
 PlanText plan(const PlanFacts& f) {
-  const auto ranges = sharded::rangesOf(f.model, f.cfg);
+  const auto ranges = serverRanges(f.model, f.cfg);
   std::string lines = describeRanges(ranges);
   std::int64_t largest = 0;
   for (const KeyRange& r : ranges) largest = std::max(largest, r.size());
   const double even = static_cast<double>(ranges.back().end) / f.cfg.servers;
-  if (wholeTensors(f.cfg) && largest > 1.5 * even) {
+  if (rangesKeepTensorsWhole(f.cfg) && largest > 1.5 * even) {
     const bool gradients = f.cfg.compressesGradients();
     lines += fmt::format("  {:<9} uneven: the {} codec keeps tensors whole, and the largest range is {:.1f}x an even "
                          "share (--compress{} none cuts inside tensors)\n", "", gradients ? "gradient" : "weight",
@@ -79,7 +71,7 @@ Memory memory(const config::TrainConfig& cfg, const config::Layout& layout) {
 }
 
 // A model whose parameters cannot give every server a range is refused (Ranges.h).
-void check(const config::TrainConfig& cfg, const models::Net& model) { sharded::rangesOf(model, cfg); }
+void check(const config::TrainConfig& cfg, const models::Net& model) { serverRanges(model, cfg); }
 
 // Sync's runs with more than one server (one server: the collective exchange).
 bool takes(int servers) { return servers > 1; }
@@ -87,7 +79,7 @@ bool takes(int servers) { return servers > 1; }
 // Server k updates its range and takes it from its own model (receiveStart); server 0's
 // checkpoints gather the others' ranges.
 KeyRange serverWeights(const config::TrainConfig& cfg, const models::Net& model, int rank) {
-  return sharded::rangesOf(model, cfg)[static_cast<std::size_t>(rank)];
+  return serverRanges(model, cfg)[static_cast<std::size_t>(rank)];
 }
 
 }  // namespace
