@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# --servers K under mpirun (exchanges/sharded): K servers give one server's weights (SGD
-# momentum, AdamW with clipping, int8 with error feedback, int4 weights; diloco's outer step, and its
-# resume with another K; --balance); each server's traffic and memory
+# --servers K under mpirun (exchanges/sharded, point_to_point, rounds): K servers give one
+# server's weights (SGD momentum, AdamW with clipping, int8 with error feedback, int4 weights;
+# async with one worker, backup with every gradient in; diloco's outer step, and its resume
+# with another K; --balance); each server's traffic and memory
 # in the metrics; the dry run and run.json say who serves what; a worker killed mid-run,
 # then --resume with another K gives the uninterrupted run's weights; bad layouts refused.
 # Usage: servers.sh PSTRAIN PSEVAL MPIRUN SCRATCH
@@ -91,6 +92,21 @@ train 6 "$scratch/file-resumed" --model "$scratch/cnn.pt" --steps 12 --servers 4
 check "model file, resumed at step 6 with 4 servers: one server's weights" \
   eval 'grep -q "resuming at step 6" "$scratch/file-resumed.log" &&
         same "model file, resumed" "$scratch/file-k1/trained_model.pt" "$scratch/file-resumed/trained_model.pt"'
+# Point to point: server 0 decides each arrival, the others follow. async with one worker
+# (AdamW, clipped by the combined norm, int4 weights), backup with both gradients in (2
+# addends: any order of arrival sums alike; int8 with error feedback).
+for case in "async:1:--mode async --optimizer adamw --lr 0.002 --clip-grad-norm 0.01 --compress-weights int4" \
+            "backup:2:--mode backup --aggregate 2 --compress int8 --momentum 0.9"; do
+  name=${case%%:*} rest=${case#*:}
+  workers=${rest%%:*}
+  read -r -a flags <<< "${rest#*:}"
+  train $((workers + 1)) "$scratch/$name-k1" --steps 20 "${flags[@]}"
+  train $((workers + 2)) "$scratch/$name-k2" --steps 20 --servers 2 "${flags[@]}"
+  check "$name: 2 servers give 1 server's weights" same "$name, 2 servers" "$scratch/$name-k1/trained_model.pt" \
+    "$scratch/$name-k2/trained_model.pt"
+done
+check "backup, 2 servers: both gradients in every update, none dropped" \
+  test "$(metric "$scratch/backup-k2" "last['dropped_total']")" = 0
 norm=$(metric "$scratch/adamw-k2" "min(l['grad_norm'] for l in lines)")
 check "adamw: every step's gradient norm ($norm) is above the clip (0.01): clipped by the combined norm" ge "$norm" 0.01
 
@@ -193,6 +209,6 @@ refused "5 servers of a 4-tensor model under a codec (whole tensors): refused on
   "--servers 5: the model has 4 parameter tensors, and a gradient codec takes whole tensors: use at most 4 servers" \
   with_timeout 60 "$mpirun" -np 6 "$pstrain" --device cpu --threads 1 --model convnet --dataset synthetic --servers 5 \
   --compress int8 --steps 5 --train-dir "$scratch/bad-run"
-job_refused "--servers with async" "--servers 2 shards the server of sync, diloco and localsgd; --mode async" --mode async \
-  --servers 2
+job_refused "--servers with allreduce" "--servers 2 shards the server of sync, backup, async, diloco and localsgd; --mode \
+allreduce has no server" --mode allreduce --servers 2
 checks_done

@@ -1,4 +1,5 @@
-// --servers K (exchanges/sharded) with ranks as threads: K servers give one server's weights.
+// --servers K with ranks as threads (exchanges/sharded, point_to_point, rounds): K servers
+// give one server's weights.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -13,16 +14,16 @@ using testsupport::trainOnThreads;
 
 namespace {
 
-// 20 steps of `cfg` with 1, 2 and 4 servers and 3 workers: the same weights to 1e-6.
-void expectServersAgree(config::TrainConfig cfg, const std::string& what) {
+// 20 steps of `cfg` with 1, 2 and 4 servers and `workers` workers: the same weights to 1e-6.
+void expectServersAgree(config::TrainConfig cfg, const std::string& what, int workers = 3) {
   data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
   const std::string dir = cfg.trainDir;
   cfg.trainDir = dir + "/k1";
-  const auto one = trainOnThreads(cfg, 1 + 3, train);
+  const auto one = trainOnThreads(cfg, 1 + workers, train);
   for (int servers : {2, 4}) {
     cfg.servers = servers;
     cfg.trainDir = dir + "/k" + std::to_string(servers);
-    const double diff = testsupport::maxAbsDiff(one, trainOnThreads(cfg, servers + 3, train));
+    const double diff = testsupport::maxAbsDiff(one, trainOnThreads(cfg, servers + workers, train));
     std::cout << what << ": " << servers << " servers vs 1: max abs diff " << diff << std::endl;
     EXPECT_LE(diff, 1e-6) << what << ", " << servers << " servers";
   }
@@ -106,8 +107,36 @@ TEST(ShardedThreads, ServersGiveOneServersWeightsWithAWeightCodec) {
   }
 }
 
+// Point to point (exchanges/point_to_point): server 0 decides each arrival and the others
+// follow. async with one worker: every gradient is accepted, in one order; AdamW with
+// clipping asks every server's partial norm. backup with every gradient in (--aggregate 2 of
+// 2 workers): two addends sum alike in either order of arrival. With int8 and error
+// feedback, each range coded by its own codec.
+TEST(ShardedThreads, ServersGiveOneServersWeightsInAsyncWithOneWorker) {
+  torch::set_num_threads(1);
+  testsupport::ScratchDir scratch("sharded-async");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
+  cfg.mode = config::Mode::Async;
+  cfg.optimizer = "adamw";
+  cfg.lr = 0.002;
+  cfg.clipGradNorm = 0.5;
+  expectServersAgree(cfg, "async, adamw + clip 0.5", 1);
+}
+
+TEST(ShardedThreads, ServersGiveOneServersWeightsInBackupWithEveryGradientIn) {
+  torch::set_num_threads(1);
+  for (const char* codec : {"none", "int8"}) {
+    testsupport::ScratchDir scratch(std::string("sharded-backup-") + codec);
+    auto cfg = testsupport::smallSyntheticConfig(scratch.str());
+    cfg.mode = config::Mode::Backup;
+    cfg.aggregate = 2;
+    cfg.compress = codec;
+    expectServersAgree(cfg, std::string("backup, aggregate 2 of 2, --compress ") + codec, 2);
+  }
+}
+
 // ResNet-18's ranges are millions of floats: raw gradients travel in several parts of
-// kPartFloats each (sharded/Wire.h), summed part by part; a checkpoint mid-run is written as
+// kPartFloats each (exchanges/Wire.h), summed part by part; a checkpoint mid-run is written as
 // server 0 gathers the optimizer state one parameter at a time.
 TEST(ShardedThreads, ServersGiveOneServersWeightsWithRangesOfManyParts) {
   torch::set_num_threads(1);
