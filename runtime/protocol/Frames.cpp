@@ -28,14 +28,10 @@ class RawUp : public UpFrame {
   explicit RawUp(StepMessages& m) : m_(m) {}
   bool summable() const override { return true; }
   Bytes encode(double) override { return bytesOf(m_.up); }
-  Bytes inbox(float* up) override { return {reinterpret_cast<char*>(up), m_.upBytes()}; }
-  void accept(const char*, std::size_t size, float*) override {
+  void addTo(const char* payload, std::size_t size, float* up) override {
     if (size != m_.upBytes()) {
       throw CommError(fmt::format("a gradient message of {} bytes, where one is {}", size, m_.upBytes()));
     }
-  }
-  void addTo(const char* payload, std::size_t size, float* up) override {
-    accept(payload, size, up);
     for (std::size_t i = 0; i < m_.up.size(); ++i) {
       float value;  // copied out: the payload need not be float-aligned
       std::memcpy(&value, payload + i * sizeof(float), sizeof value);
@@ -56,7 +52,6 @@ class CodedUp : public UpFrame {
     encoder_ = std::make_unique<codec::ErrorFeedbackEncoder>(
         codec::makeCodec(cfg.gradientCodec(), parameterShapes(model), seed, "compress", feedback), feedback);
     decoded_.resize(static_cast<std::size_t>(m.grad.numel()));
-    inbox_.resize(encoder_->codec().maxFrameBytes() + fixedBytes());
   }
   bool summable() const override { return false; }
   Bytes encode(double weightsDecodeSeconds) override {
@@ -68,11 +63,6 @@ class CodedUp : public UpFrame {
     m_.trailer[kCodecSeconds] = static_cast<float>(seconds + weightsDecodeSeconds);
     payload_.append(reinterpret_cast<const char*>(m_.up.data() + gradientFloats()), fixedBytes());
     return {payload_.data(), payload_.size()};
-  }
-  Bytes inbox(float*) override { return {inbox_.data(), inbox_.size()}; }
-  void accept(const char* received, std::size_t size, float* up) override {
-    std::fill(up, up + m_.up.size(), 0.0f);
-    addTo(received, size, up);
   }
   void addTo(const char* payload, std::size_t size, float* up) override {
     const auto start = Clock::now();
@@ -98,7 +88,6 @@ class CodedUp : public UpFrame {
   std::unique_ptr<codec::ErrorFeedbackEncoder> encoder_;
   std::vector<float> decoded_;
   std::string payload_;
-  std::vector<char> inbox_;
   double codecSeconds_ = 0;
 };
 

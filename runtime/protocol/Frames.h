@@ -35,10 +35,6 @@ class UpFrame {
   // This rank's up message as it travels; valid until the next call. `weightsDecodeSeconds`:
   // what decoding the weights cost since the last up message (the trailer reports it).
   virtual Bytes encode(double weightsDecodeSeconds) = 0;
-  // Where an up message is received: `up` (an up-layout array) itself when raw.
-  virtual Bytes inbox(float* up) = 0;
-  // The `size` bytes received at `received` (from inbox(up)), decoded into `up` (overwritten).
-  virtual void accept(const char* received, std::size_t size, float* up) = 0;
   // A payload from encode() on another rank, decoded and added into `up`.
   virtual void addTo(const char* payload, std::size_t size, float* up) = 0;
   // Seconds spent encoding and decoding since the last call.

@@ -70,43 +70,6 @@ void StepLink::allReduceUp(const std::string& context) {
   countUp(mine.size);
 }
 
-void StepLink::packDown() { down_->pack(); }
-
-void StepLink::sendDown(int worker, const std::string& context) {
-  const Bytes bytes = down_->packed();
-  comm_.send(bytes.data, bytes.size, worker, context);
-  countDown(bytes.size);
-}
-
-void StepLink::receiveDown(const std::string& context) {
-  const Bytes inbox = down_->inbox(0);
-  const auto got = comm_.receive(inbox.data, inbox.size, 0, context);
-  try {
-    down_->accept(inbox.data, got.bytes);
-  } catch (const CommError& e) {
-    throw CommError(fmt::format("{}: {}", context, e.what()));
-  }
-  countDown(got.bytes);
-}
-
-void StepLink::sendUp(const std::string& context) {
-  const Bytes bytes = up_->encode(down_->takeDecodeSeconds());
-  comm_.send(bytes.data, bytes.size, 0, context);
-  countUp(bytes.size);
-}
-
-int StepLink::receiveUp(float* up, const std::string& context) {
-  const Bytes inbox = up_->inbox(up);
-  const auto got = comm_.receive(inbox.data, inbox.size, comm::Communicator::kAnySource, context);
-  try {
-    up_->accept(inbox.data, got.bytes, up);
-  } catch (const CommError& e) {
-    throw CommError(fmt::format("{}: rank {}: {}", context, got.source, e.what()));
-  }
-  countUp(got.bytes);
-  return got.source;
-}
-
 void StepLink::countUp(double bytes) {
   traffic_.bytesUp = bytes;
   traffic_.rawBytesUp = static_cast<double>(messages_.upBytes());

@@ -70,16 +70,6 @@ class StepLink {
   // Allreduce: the sum of every rank's messages.up into every rank's messages.up.
   void allReduceUp(const std::string& context);
 
-  // Point to point (backup, async). The server encodes the down message once with
-  // packDown() after changing it, then sends it to any number of workers.
-  void packDown();
-  void sendDown(int worker, const std::string& context);
-  void receiveDown(const std::string& context);   // worker
-  void sendUp(const std::string& context);        // worker
-  // Server: the next up message from any worker, decoded into `up` (an up-layout array of
-  // messages.up.size() floats, overwritten). Returns the sender.
-  int receiveUp(float* up, const std::string& context);
-
   // This rank's accounting since the last take(): bytes of one message each way as sent
   // and unencoded, and seconds spent encoding and decoding.
   struct Traffic {

@@ -10,9 +10,11 @@
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/roles/Balance.h"
 #include "runtime/roles/ServerLoop.h"
-#include "runtime/roles/WorkerLoop.h"
 
 namespace pstrain::exchanges::collective {
+
+void work(const roles::RoleArgs& args);  // CollectiveWorker.cpp
+
 namespace {
 
 using namespace roles;
@@ -88,8 +90,6 @@ void runCollective(Server& s) {
 }
 
 void serve(const RoleArgs& args) { runServer(args, runCollective); }
-
-void work(const RoleArgs& args) { runWorker(args, {&StepLink::broadcastDown, &StepLink::reduceUp, true}); }
 
 // A binomial-tree reduce of the gradient and broadcast of the weights (ceil(log2(n + 1))
 // rounds each, over the slowest link) after the slowest batch, and the server's update; with

@@ -1,5 +1,4 @@
-#include "runtime/roles/WorkerLoop.h"
-
+// The collective exchange's workers (Collective.h).
 #include <fmt/format.h>
 
 #include "runtime/Stop.h"
@@ -8,12 +7,19 @@
 #include "runtime/protocol/StepMessages.h"
 #include "runtime/roles/Balance.h"
 #include "runtime/roles/LocalTrainer.h"
+#include "runtime/roles/RoleArgs.h"
 
-namespace pstrain::roles {
+namespace pstrain::exchanges::collective {
 
 using namespace protocol;
+using roles::LocalTrainer;
+using roles::shardsOfRank;
 
-void runWorker(const RoleArgs& args, const WorkerExchange& exchange) {
+// Ranks 1..N: receive the step's weights (broadcast), compute the gradient on the step's
+// batch of this worker's virtual shards, sum it into rank 0's (reduce); until rank 0 says
+// stop. Where the run streams, the gradient goes up bucket by bucket from inside backward,
+// and with updates on arrival the weights come back the same way.
+void work(const roles::RoleArgs& args) {
   const config::TrainConfig& cfg = args.cfg;
   comm::Communicator& comm = args.comm;
   StepMessages messages(models::parameterCount(args.model), bufferCount(args.model), comm.size(), args.device,
@@ -27,12 +33,10 @@ void runWorker(const RoleArgs& args, const WorkerExchange& exchange) {
     return messages.header();
   };
   auto receiveWeights = [&](std::int64_t expected) {
-    (link.*exchange.down)(fmt::format("step {}", expected));
+    link.broadcastDown(fmt::format("step {}", expected));
     return useWeights();
   };
   std::string context;
-  // The collective exchange's worker streams its gradient where the run does (a
-  // point-to-point run never does), and with updates on arrival takes the weights as they come.
   const bool stream = cfg.streamsGradients(), overlap = cfg.updatesOnArrival();
   if (stream) {
     trainer.streamGradients(gradientBuckets(args.model, cfg.bucketKb * 1024),
@@ -40,11 +44,10 @@ void runWorker(const RoleArgs& args, const WorkerExchange& exchange) {
   } else if (cfg.bf16Weights()) {  // float32 gradients of bfloat16 weights: through the hooks, then up whole
     trainer.streamGradients(gradientBuckets(args.model, cfg.bucketKb * 1024), [](const Bucket&) {});
   }
-  std::int64_t batch = 0;
   for (StepHeader header = receiveWeights(0); header.control != Control::Stop;) {
     currentStep() = header.step;
     context = fmt::format("step {}", header.step);
-    trainer.computeGradient(exchange.lockstep ? header.step : batch, header.step, header.lossScale);
+    trainer.computeGradient(header.step, header.step, header.lossScale);
     if (overlap) {
       link.finishStep(context);  // the next down message comes with it
       header = useWeights();
@@ -52,13 +55,12 @@ void runWorker(const RoleArgs& args, const WorkerExchange& exchange) {
       if (stream) {
         link.finishUp(context);
       } else {
-        (link.*exchange.up)(context);
+        link.reduceUp(context);
       }
       header = receiveWeights(header.step + 1);
     }
-    if (header.control == Control::Train) ++batch;  // Retry: the same batch again
   }
   // The model now holds the final state (its parameters keep the weights' memory alive).
 }
 
-}  // namespace pstrain::roles
+}  // namespace pstrain::exchanges::collective
