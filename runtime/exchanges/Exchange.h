@@ -67,6 +67,10 @@ struct Exchange {
   // The flat weights that server `rank` uses of its initial model, from the model's shapes
   // (what is loaded of a model file); null: all of them.
   KeyRange (*serverWeights)(const config::TrainConfig&, const models::Net&, int rank) = nullptr;
+  // Whether `cost` models StepCost::servers (the probe then predicts the row with K servers
+  // too); false where it predicts one server only (diloco's rounds: their exchange is timed
+  // with one server).
+  bool costsServers = false;
 };
 
 }  // namespace pstrain::exchanges

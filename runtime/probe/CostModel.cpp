@@ -67,7 +67,7 @@ std::vector<Prediction> predict(const ProbeMeasurements& m) {
                                                    .cost({mode, grad, mode.peers() ? none : weights,
                                                           gradSpec == config::kRawCodec, m, n});
           Prediction p{mode.mode, gradSpec, mode.peers() ? kNoWeights : weightSpec, n, 1, step.seconds,
-                       step.samples / step.seconds, 0};
+                       step.samples / step.seconds, 0, {}};
           p.efficiency = p.samplesPerSecond / (n * alone);
           out.push_back(p);
         }
@@ -78,12 +78,12 @@ std::vector<Prediction> predict(const ProbeMeasurements& m) {
     for (const config::ModeInfo& mode : config::modes()) {
       for (int servers : kShardedServers) {
         const exchanges::Exchange& row = training::exchangeFor(mode.mode, servers);
-        if (!row.takes || !row.cost) continue;  // the row of every layout: predicted above
+        if (!row.cost || !row.costsServers) continue;
         for (const auto& [gradSpec, grad] : m.gradientCodecs) {
           for (const auto& [weightSpec, weights] : m.weightCodecs) {
             const exchanges::StepEstimate step =
                 row.cost({mode, grad, weights, gradSpec == config::kRawCodec, m, n, servers});
-            Prediction p{mode.mode, gradSpec, weightSpec, n, servers, step.seconds, step.samples / step.seconds, 0};
+            Prediction p{mode.mode, gradSpec, weightSpec, n, servers, step.seconds, step.samples / step.seconds, 0, {}};
             p.serversWords = fmt::format(" and {} servers (--servers {}: one more rank on each of {} hosts)", servers,
                                          servers, servers);
             p.efficiency = p.samplesPerSecond / (n * alone);

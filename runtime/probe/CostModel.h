@@ -35,8 +35,8 @@ struct Prediction {
 
 // Every mode that the model predicts (all but gossip, whose ranks average when they please)
 // x codec pair for 1..computeSeconds.size() workers (the first n measured ones), then each
-// mode whose exchange has a row for kShardedServers servers (Exchange::takes: sync's
-// sharded servers) with that many. The peer
+// mode whose exchange's row models K servers (Exchange::costsServers: sync's sharded
+// servers, backup's and async's) with kShardedServers of them. The peer
 // modes send no weights: their weight codec reads kNoWeights. "none" must be among both codec
 // maps.
 std::vector<Prediction> predict(const ProbeMeasurements& m);

@@ -285,10 +285,14 @@ std::string predictionTable(const std::vector<Prediction>& predictions, int work
 }
 
 // The prediction for the run as configured with `workers`: its mode (sync where the cost
-// model has none for it) and its codecs where the probe timed them, else uncompressed.
+// model has none for it) and its codecs where the probe timed them, else uncompressed; with
+// its servers where the cost model predicts that many, else one.
 const Prediction& asConfigured(const std::vector<Prediction>& predictions, const config::TrainConfig& cfg, int workers) {
   const config::Mode mode = predictable(cfg.mode) ? cfg.mode : config::Mode::Sync;
-  const int servers = std::count(std::begin(kShardedServers), std::end(kShardedServers), cfg.servers) ? cfg.servers : 1;
+  const bool predicted = std::any_of(predictions.begin(), predictions.end(), [&](const Prediction& p) {
+    return p.mode == mode && p.servers == cfg.servers;
+  });
+  const int servers = predicted ? cfg.servers : 1;
   const Prediction* raw = nullptr;
   for (const auto& p : predictions) {
     if (p.mode != mode || p.workers != workers || p.servers != servers) continue;

@@ -117,6 +117,31 @@ TEST(CostModel, ShardedServersTakeTheLongerOfAWorkersLinkAndAServersShare) {
       << recommendation(sharded(4), m);
 }
 
+// backup and async over K servers (exchanges/point_to_point): each message crosses a
+// server's link as K ranges, and each server makes 1/K of the update.
+TEST(CostModel, PointToPointServersShareTheServersLink) {
+  auto withServers = [](const std::vector<Prediction>& all, Mode mode, int servers, int workers) {
+    for (const auto& p : all) {
+      if (p.mode == mode && p.servers == servers && p.gradientCodec == "none" && p.weightCodec == "none" &&
+          p.workers == workers) {
+        return p;
+      }
+    }
+    throw std::runtime_error("no such prediction");
+  };
+  ProbeMeasurements m = measurements(4, 1e8);
+  m.computeSeconds = {0.1, 0.1, 0.1, 1.0};
+  // Backup, 3 of 4: each of the 3 messages each way a 500 kB range through each of 2 links.
+  EXPECT_NEAR(withServers(predict(m), Mode::Backup, 2, 4).stepSeconds, 0.1 + 3 * 0.006 + 0.002 / 2 + 3 * 0.006, 1e-12);
+  // Async on 1 MB/s links: one server's link capped it at 32 / 2.002 s; with 2 the workers'
+  // own cycles bound it (a whole message each way over their links, half the update).
+  const auto slow = predict(measurements(2, 1e6));
+  EXPECT_NEAR(withServers(slow, Mode::Async, 1, 2).samplesPerSecond, 32 / (2e6 / 1e6 + 0.002), 1e-9);
+  EXPECT_NEAR(withServers(slow, Mode::Async, 2, 2).samplesPerSecond, 2 * 32 / (0.1 + 1.001 + 0.001 + 1.001), 1e-9);
+  EXPECT_NE(recommendation(withServers(slow, Mode::Async, 2, 2), measurements(2, 1e6)).find("--servers 2"),
+            std::string::npos);
+}
+
 TEST(CostModel, RejectsIncompleteMeasurements) {
   ProbeMeasurements m = measurements(2, 1e8);
   m.latencySeconds.pop_back();

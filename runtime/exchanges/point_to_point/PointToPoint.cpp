@@ -406,6 +406,6 @@ namespace pstrain::exchanges {
 
 const Exchange kPointToPoint = {config::Exchange::PointToPoint, nullptr, point_to_point::serve, point_to_point::others,
                                 point_to_point::cost, point_to_point::plan, point_to_point::memory,
-                                point_to_point::check, point_to_point::serverWeights};
+                                point_to_point::check, point_to_point::serverWeights, true};
 
 }  // namespace pstrain::exchanges

@@ -85,6 +85,6 @@ KeyRange serverWeights(const config::TrainConfig& cfg, const models::Net& model,
 }  // namespace
 
 const Exchange kSharded = {config::Exchange::Collective, takes, sharded::serve, others, cost, plan, memory, check,
-                           serverWeights};
+                           serverWeights, true};
 
 }  // namespace pstrain::exchanges
