@@ -13,6 +13,12 @@ std::int64_t Layout::heldBy(int rank, std::int64_t parameters) const {
   return serves(rank) ? (parameters + servers_ - 1) / servers_ : parameters;
 }
 
+std::vector<int> Layout::workerRanks() const {
+  std::vector<int> ranks;
+  for (int rank = servers_; rank < ranks_; ++rank) ranks.push_back(rank);
+  return ranks;
+}
+
 std::string Layout::serverWords() const {
   return servers_ == 0 ? "" : fmt::format("{} parameter server{}", servers_, servers_ > 1 ? "s" : "");
 }

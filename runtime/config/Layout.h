@@ -6,6 +6,7 @@
 // memory plan, the probe, --doctor and the supervisor ask it. Torch-free.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace pstrain::config {
 
@@ -22,6 +23,7 @@ class Layout {
   bool serves(int rank) const { return rank < servers_; }
   bool computes(int rank) const { return rank >= servers_; }
   int workerIndex(int rank) const { return rank - servers_; }  // among the workers, from 0
+  std::vector<int> workerRanks() const;  // K on
   // Whether the weights are cut into K > 1 key ranges, one a server: each server then holds
   // about 1/K of them and wants a host (a link) of its own.
   bool cutsWeights() const { return servers_ > 1; }

@@ -24,7 +24,11 @@ void add(float* sum, const float* values, std::int64_t n) {
 
 ServedRange::ServedRange(comm::Communicator& comm, const config::TrainConfig& cfg, KeyRange range, at::Tensor weights,
                          bool eachPart)
-    : comm_(comm), cfg_(cfg), range_(std::move(range)), update_(cfg, range_, std::move(weights), eachPart) {
+    : comm_(comm),
+      cfg_(cfg),
+      ownWeights_(weights.defined() ? 0 : static_cast<std::size_t>(range.size())),
+      range_(std::move(range)),
+      update_(cfg, range_, weights.defined() ? std::move(weights) : ownWeights_.view(0, range_.size()), eachPart) {
   if (update_.eachPart()) partSum_.resize(static_cast<std::size_t>(std::min(kPartFloats, range_.size())));
   if (cfg.compressesGradients()) {
     const bool feedback = config::errorFeedbackOn(cfg.errorFeedback, cfg.gradientCodec());
@@ -39,6 +43,10 @@ ServedRange::ServedRange(comm::Communicator& comm, const config::TrainConfig& cf
   slots_.resize(codec_ ? 2 : 2 * static_cast<std::size_t>(workers));
   for (auto& slot : slots_) slot.resize(codec_ ? codec_->maxFrameBytes() : kPartFloats * sizeof(float));
 }
+
+ServedRange::ServedRange(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model,
+                         bool eachPart)
+    : ServedRange(comm, cfg, serverRanges(model, cfg)[static_cast<std::size_t>(comm.rank())], at::Tensor(), eachPart) {}
 
 void ServedRange::startWeightsTo(const std::vector<int>& to, std::int64_t version, std::vector<std::size_t>& requests,
                                  const std::string& context) {

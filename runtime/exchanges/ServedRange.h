@@ -15,6 +15,7 @@
 #include "runtime/config/TrainConfig.h"
 #include "runtime/exchanges/Ranges.h"
 #include "runtime/exchanges/Servers.h"
+#include "runtime/protocol/FlatParameters.h"
 
 namespace pstrain::exchanges {
 
@@ -23,6 +24,8 @@ class ServedRange {
   // `weights`: as RangeUpdate's. `eachPart`: as RangeUpdate's (sync's updates on arrival).
   ServedRange(comm::Communicator& comm, const config::TrainConfig& cfg, KeyRange range, at::Tensor weights,
               bool eachPart = false);
+  // Server k > 0's: range k of the run's ranges (serverRanges), its weights in memory of its own.
+  ServedRange(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model, bool eachPart = false);
 
   RangeUpdate& update() { return update_; }
 
@@ -57,6 +60,7 @@ class ServedRange {
 
   comm::Communicator& comm_;
   const config::TrainConfig& cfg_;
+  protocol::FloatBuffer ownWeights_;  // server k > 0's
   const KeyRange range_;
   RangeUpdate update_;
   std::unique_ptr<codec::Codec> codec_;        // with a gradient codec: decodes the workers' frames of this range

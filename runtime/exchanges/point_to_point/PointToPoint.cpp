@@ -54,24 +54,16 @@ struct StaleCounts {
   }
 };
 
-// Every worker's rank: K on.
-std::vector<int> workersOf(const config::TrainConfig& cfg, int ranks) {
-  std::vector<int> workers;
-  for (int w = cfg.servers; w < ranks; ++w) workers.push_back(w);
-  return workers;
-}
-
 // Servers 1..K-1: their range, arrival by arrival as server 0 says (Arrival): an accepted
 // gradient's range joins the sum, and the update that a quorum completes is the Verdict's;
 // a stale one's is read and dropped, and its worker gets this range as it is.
 void follow(const roles::RoleArgs& args) {
   comm::Communicator& comm = args.comm;
   const int k = comm.rank();
-  KeyRange range = serverRanges(args.model, args.cfg)[static_cast<std::size_t>(k)];
-  const FloatBuffer weights(static_cast<std::size_t>(range.size()));
-  ServedRange served(comm, args.cfg, std::move(range), weights.view(0, static_cast<std::int64_t>(weights.size())));
+  ServedRange served(comm, args.cfg, args.model);
   const Start start = receiveStart(comm, served.update(), args.model);
-  const int quorum = args.cfg.batchesPerUpdate(config::Layout(args.cfg, comm.size()).workers());
+  const config::Layout layout(args.cfg, comm.size());
+  const int quorum = args.cfg.batchesPerUpdate(layout.workers());
   std::int64_t step = start.firstStep;
   std::vector<int> waiting;  // workers whose gradient is in the coming update
   auto sendTo = [&](const std::vector<int>& workers, const std::string& context) {
@@ -79,7 +71,7 @@ void follow(const roles::RoleArgs& args) {
     served.startWeightsTo(workers, step, requests, context);
     for (std::size_t request : requests) comm.wait(request);
   };
-  sendTo(workersOf(args.cfg, comm.size()), fmt::format("step {}", step));
+  sendTo(layout.workerRanks(), fmt::format("step {}", step));
   bool gathering = false;  // Stop: the last checkpoint is served at End
   for (;;) {
     const std::string context = fmt::format("step {}", step);
@@ -146,7 +138,7 @@ class Lead {
     portable::releasePages(weights + ranges_[0].end,
                            static_cast<std::size_t>(ranges_.back().end - ranges_[0].end) * sizeof(float));
     s_.setHeader(s_.firstStep, Control::Train, s_.lr(s_.firstStep));
-    sendDown(workersOf(s_.cfg, comm_.size()), s_.firstStep, fmt::format("step {}", s_.firstStep));
+    sendDown(config::Layout(s_.cfg, comm_.size()).workerRanks(), s_.firstStep, fmt::format("step {}", s_.firstStep));
     s_.publisher->setExtras([this](metrics::JsonObject& line) {
       counts_.addTo(line);
       addServers(line, partials_, s_.cfg.batchesPerUpdate(s_.computing));

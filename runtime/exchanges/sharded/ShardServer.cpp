@@ -11,6 +11,7 @@
 #include "runtime/Portable.h"
 #include "runtime/Stop.h"
 #include "runtime/codec/Codec.h"
+#include "runtime/config/Layout.h"
 #include "runtime/exchanges/sharded/Shards.h"
 #include "runtime/exchanges/ServedRange.h"
 #include "runtime/exchanges/Wire.h"
@@ -26,22 +27,12 @@ using namespace protocol;
 
 namespace {
 
-// Every worker's rank: K on.
-std::vector<int> workersOf(const comm::Communicator& comm, const config::TrainConfig& cfg) {
-  std::vector<int> ranks;
-  for (int w = cfg.servers; w < comm.size(); ++w) ranks.push_back(w);
-  return ranks;
-}
-
 // Servers 1..K-1: their range, step by step as server 0 says.
 void follow(const roles::RoleArgs& args) {
   comm::Communicator& comm = args.comm;
   const int k = comm.rank();
-  KeyRange range = serverRanges(args.model, args.cfg)[static_cast<std::size_t>(k)];
-  const FloatBuffer weights(static_cast<std::size_t>(range.size()));
-  ServedRange shard(comm, args.cfg, std::move(range), weights.view(0, static_cast<std::int64_t>(weights.size())),
-                    args.cfg.updatesOnArrival());
-  const std::vector<int> workers = workersOf(comm, args.cfg);
+  ServedRange shard(comm, args.cfg, args.model, args.cfg.updatesOnArrival());
+  const std::vector<int> workers = config::Layout(args.cfg, comm.size()).workerRanks();
   const Start start = receiveStart(comm, shard.update(), args.model);
   bool training = start.train != 0;
   StepPlan plan = start.plan;
@@ -75,7 +66,7 @@ class Lead {
       : s_(s),
         comm_(s.comm),
         ranges_(serverRanges(s.model, s.cfg)),
-        workers_(workersOf(s.comm, s.cfg)),
+        workers_(config::Layout(s.cfg, s.comm.size()).workerRanks()),
         shard_(s.comm, s.cfg, ranges_[0], s.messages.weights.narrow(0, ranges_[0].begin, ranges_[0].size()),
                s.cfg.updatesOnArrival()),
         partials_(ranges_.size()),
