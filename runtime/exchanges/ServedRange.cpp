@@ -92,6 +92,18 @@ void ServedRange::startWeightsTo(const std::vector<int>& to, std::int64_t versio
   bytesOut_ = static_cast<double>(range_.size()) * 2;
 }
 
+void ServedRange::sendDown(const protocol::StepMessages& messages, const std::vector<int>& to, std::int64_t version,
+                           const std::string& context) {
+  std::vector<std::size_t> requests;
+  startWeightsTo(to, version, requests, context);
+  const std::size_t tailBytes = static_cast<std::size_t>(messages.downTail.numel()) * sizeof(float);
+  for (int w : to) {
+    requests.push_back(comm_.startSend(messages.down.data(), sizeof(protocol::StepHeader), w, kHeadTag, context));
+    requests.push_back(comm_.startSend(messages.downTail.data_ptr<float>(), tailBytes, w, kHeadTag, context));
+  }
+  for (std::size_t request : requests) comm_.wait(request);
+}
+
 const float* ServedRange::valuesOf(const char* bytes, std::size_t got, std::int64_t part, int rank,
                                   const std::string& context) {
   if (!codec_) {

@@ -16,6 +16,7 @@
 #include "runtime/exchanges/Ranges.h"
 #include "runtime/exchanges/Servers.h"
 #include "runtime/protocol/FlatParameters.h"
+#include "runtime/protocol/StepMessages.h"
 
 namespace pstrain::exchanges {
 
@@ -36,6 +37,11 @@ class ServedRange {
   // parts, each reused once its sends are done (those are then done when this returns).
   void startWeightsTo(const std::vector<int>& to, std::int64_t version, std::vector<std::size_t>& requests,
                       const std::string& context);
+
+  // Server 0: startWeightsTo(), with the header and the rest of `messages` (downTail: the
+  // buffers and shares) beside, until all is sent.
+  void sendDown(const protocol::StepMessages& messages, const std::vector<int>& to, std::int64_t version,
+                const std::string& context);
 
   // Sync: every worker's gradient of this range, summed in worker order (as one server sums
   // them: the same floats). Raw, part by part from every worker: worker 0's part lands

@@ -258,14 +258,7 @@ class Lead {
 
   // Range 0 of the weights of update `version`, the header and the rest to `workers`.
   void sendDown(const std::vector<int>& workers, std::int64_t version, const std::string& context) {
-    std::vector<std::size_t> requests;
-    own_.startWeightsTo(workers, version, requests, context);
-    const std::size_t tailBytes = static_cast<std::size_t>(s_.messages.downTail.numel()) * sizeof(float);
-    for (int w : workers) {
-      requests.push_back(comm_.startSend(s_.messages.down.data(), sizeof(StepHeader), w, kHeadTag, context));
-      requests.push_back(comm_.startSend(s_.messages.downTail.data_ptr<float>(), tailBytes, w, kHeadTag, context));
-    }
-    for (std::size_t request : requests) comm_.wait(request);
+    own_.sendDown(s_.messages, workers, version, context);
   }
 
   // The end: every worker is either waiting (its gradient is in) or computing. The waiting

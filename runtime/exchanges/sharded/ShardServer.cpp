@@ -90,16 +90,7 @@ class Lead {
   }
 
   // The next down message: every worker gets this range and the header, buffers and shares.
-  void sendDown(std::int64_t step, const std::string& context) {
-    std::vector<std::size_t> requests;
-    shard_.startWeightsTo(workers_, step, requests, context);
-    const std::size_t tailBytes = static_cast<std::size_t>(s_.messages.downTail.numel()) * sizeof(float);
-    for (int w = s_.cfg.servers; w < comm_.size(); ++w) {
-      requests.push_back(comm_.startSend(s_.messages.down.data(), sizeof(StepHeader), w, kHeadTag, context));
-      requests.push_back(comm_.startSend(s_.messages.downTail.data_ptr<float>(), tailBytes, w, kHeadTag, context));
-    }
-    for (std::size_t request : requests) comm_.wait(request);
-  }
+  void sendDown(std::int64_t step, const std::string& context) { shard_.sendDown(s_.messages, workers_, step, context); }
 
   // The step's gradients, buffers and trailers in, every server's Partial, and the Verdict,
   // told to every server. `gradNorm`: the averaged gradient's norm.
