@@ -15,19 +15,32 @@ namespace pstrain::exchanges {
 
 using namespace protocol;
 
+namespace {
+
+// The parts of `ranges` (Wire.h) as buckets of `model`'s parameters, in the order backward
+// makes them: from the flat gradient's end, every range's last part first.
+std::vector<Bucket> partBuckets(const models::Net& model, const std::vector<KeyRange>& ranges) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> spans;
+  for (auto r = ranges.rbegin(); r != ranges.rend(); ++r) {
+    for (std::int64_t part = partsOf(r->size()) - 1; part >= 0; --part) {
+      spans.emplace_back(r->begin + part * kPartFloats, r->begin + part * kPartFloats + partSize(r->size(), part));
+    }
+  }
+  return bucketsAt(model, spans);
+}
+
+}  // namespace
+
 RangesLink::RangesLink(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model,
                        StepMessages& messages, Tail tail)
-    : comm_(comm), messages_(messages), tail_(tail), ranges_(serverRanges(model, cfg)) {
+    : comm_(comm), messages_(messages), tail_(tail), ranges_(serverRanges(model, cfg)), parts_(partBuckets(model, ranges_)) {
   if (cfg.compressesWeights()) {  // a decoder and a frame's room per range (each server codes its own)
     for (const KeyRange& range : ranges_) {
       weightDecoders_.push_back(codec::makeCodec(cfg.weightCodec(), range.shapes, 0, "compress-weights"));
       weightFrames_.emplace_back(weightDecoders_.back()->maxFrameBytes());
     }
   }
-  if (!cfg.compressesGradients()) {
-    parts_ = parts(model);
-    return;
-  }
+  if (!cfg.compressesGradients()) return;
   const bool feedback = config::errorFeedbackOn(cfg.errorFeedback, cfg.gradientCodec());
   for (std::size_t k = 0; k < ranges_.size(); ++k) {
     const std::uint64_t seed = cfg.seed * 7919u + static_cast<std::uint64_t>(comm_.rank()) + 104729u * k;
@@ -80,16 +93,6 @@ StepHeader RangesLink::receiveCodedDown(const std::string& context) {
     }
     codecSeconds_ += metrics::secondsSince(start);
   }, context);
-}
-
-std::vector<Bucket> RangesLink::parts(const models::Net& model) const {
-  std::vector<std::pair<std::int64_t, std::int64_t>> spans;
-  for (auto r = ranges_.rbegin(); r != ranges_.rend(); ++r) {
-    for (std::int64_t part = partsOf(r->size()) - 1; part >= 0; --part) {
-      spans.emplace_back(r->begin + part * kPartFloats, r->begin + part * kPartFloats + partSize(r->size(), part));
-    }
-  }
-  return bucketsAt(model, spans);
 }
 
 void RangesLink::startPart(const Bucket& part, const std::string& context) {

@@ -35,9 +35,9 @@ class RangesLink {
   // Every range of the weights from its server, and the header and the rest from server 0.
   protocol::StepHeader receiveDown(const std::string& context);
 
-  // Raw: the gradient's parts as they travel (Wire.h), in the order backward makes them:
+  // The gradient's parts as raw gradients travel (Wire.h), in the order backward makes them:
   // from the flat gradient's end, every range's last part first.
-  std::vector<protocol::Bucket> parts(const models::Net& model) const;
+  const std::vector<protocol::Bucket>& parts() const { return parts_; }
 
   // Streaming, raw (Tail::After): starts sending the gradient's part `part` to its server
   // (from inside backward), having first waited for the oldest while more than a few are
@@ -68,7 +68,7 @@ class RangesLink {
   protocol::StepMessages& messages_;
   const Tail tail_;
   const std::vector<KeyRange> ranges_;
-  std::vector<protocol::Bucket> parts_;  // raw: parts(model)
+  std::vector<protocol::Bucket> parts_;
   std::vector<std::unique_ptr<codec::ErrorFeedbackEncoder>> encoders_;  // by range, with a gradient codec
   std::vector<std::string> payloads_;
   std::deque<std::pair<std::size_t, protocol::Bucket>> inFlight_;  // raw: parts out, oldest first

@@ -26,9 +26,9 @@ void runRangesWorker(const roles::RoleArgs& args, Pace pace) {
   std::string context;
   const bool stream = cfg.streamsGradients();  // sync's alone
   if (stream) {
-    trainer.streamGradients(link.parts(args.model), [&](const Bucket& part) { link.startPart(part, context); });
+    trainer.streamGradients(link.parts(), [&](const Bucket& part) { link.startPart(part, context); });
   } else if (cfg.bf16Weights()) {  // float32 gradients of bfloat16 weights: through the hooks, then up whole
-    trainer.streamGradients(link.parts(args.model), [](const Bucket&) {});
+    trainer.streamGradients(link.parts(), [](const Bucket&) {});
   }
   auto receiveWeights = [&](std::int64_t step) {
     const StepHeader header = link.receiveDown(fmt::format("step {}", step));
