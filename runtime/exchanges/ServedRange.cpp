@@ -6,6 +6,8 @@
 #include <algorithm>
 
 #include "runtime/Errors.h"
+#include "runtime/Portable.h"
+#include "runtime/roles/ServerLoop.h"
 #include "runtime/config/Codecs.h"
 #include "runtime/exchanges/Wire.h"
 
@@ -191,5 +193,26 @@ void ServedRange::receiveGradientOf(int worker, Use use, const std::string& cont
   }
   bytesIn_ = bytes;
 }
+
+ServerZero::ServerZero(roles::Server& s, bool eachPart)
+    : s_(s),
+      ranges_(serverRanges(s.model, s.cfg)),
+      own_(s.comm, s.cfg, ranges_[0], s.messages.weights.narrow(0, ranges_[0].begin, ranges_[0].size()), eachPart),
+      partials_(ranges_.size()),
+      gather_(s.comm, ranges_, *s.optimizer, own_.update()) {
+  s.publisher->setRecordSource([this](const void* data, std::size_t bytes, const checkpoint::RecordWrite& write) {
+    return gather_.recordSource(data, bytes, write);
+  });
+}
+
+void ServerZero::start(const Start& start) {
+  sendStarts(s_.comm, ranges_, start, s_.messages.weights, *s_.optimizer, own_.update().optimizer());
+  if (!start.train) return;
+  float* weights = s_.messages.weights.data_ptr<float>();
+  portable::releasePages(weights + ranges_[0].end,
+                         static_cast<std::size_t>(ranges_.back().end - ranges_[0].end) * sizeof(float));
+}
+
+void ServerZero::gather(const std::string& context) { gather_.gather(s_.messages.weights.data_ptr<float>(), context); }
 
 }  // namespace pstrain::exchanges

@@ -80,4 +80,38 @@ class ServedRange {
   double bytesOut_ = 0, bytesIn_ = 0;
 };
 
+// Server 0 of the K servers, whatever the exchange: the run's ranges, range 0 served from a
+// view of the whole model's flat weights (s.messages.weights), every server's last Partial,
+// and the checkpoints gathered from the servers, which the Publisher's records read (its
+// record source is set here). Not copied or moved: the Publisher holds on to it.
+class ServerZero {
+ public:
+  // `eachPart`: range 0's (ServedRange).
+  ServerZero(roles::Server& s, bool eachPart);
+  ServerZero(const ServerZero&) = delete;
+  ServerZero& operator=(const ServerZero&) = delete;
+
+  // Tells every other server `start`, with its range of the (resumed) weights and optimizer
+  // state, and gives range 0 its state. When start.train, the memory of the weights outside
+  // range 0 then goes: checkpoints and final files take them from their servers (gather()).
+  void start(const Start& start);
+
+  ServedRange& own() { return own_; }
+  int servers() const { return static_cast<int>(ranges_.size()); }
+  std::vector<Partial>& partials() { return partials_; }  // by server, of the last update; [0]: range 0's
+  const std::vector<Partial>& partials() const { return partials_; }
+
+  // The whole model's weights and optimizer state, from every server's range, into what the
+  // Publisher reads (CheckpointGather), until release().
+  void gather(const std::string& context);
+  void release() { gather_.release(); }
+
+ private:
+  roles::Server& s_;
+  const std::vector<KeyRange> ranges_;
+  ServedRange own_;
+  std::vector<Partial> partials_;
+  CheckpointGather gather_;
+};
+
 }  // namespace pstrain::exchanges

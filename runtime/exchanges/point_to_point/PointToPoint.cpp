@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "runtime/Errors.h"
-#include "runtime/Portable.h"
 #include "runtime/Stop.h"
 #include "runtime/config/Layout.h"
 #include "runtime/exchanges/RangesWorker.h"
@@ -122,29 +121,19 @@ class Lead {
   explicit Lead(roles::Server& s)
       : s_(s),
         comm_(s.comm),
-        ranges_(serverRanges(s.model, s.cfg)),
-        own_(s.comm, s.cfg, ranges_[0], s.messages.weights.narrow(0, ranges_[0].begin, ranges_[0].size())),
-        partials_(ranges_.size()),
-        gather_(comm_, ranges_, *s.optimizer, own_.update()),
+        zero_(s, false),
         counts_(s.cfg.modeInfo().stale),
         tail_(tailFloats()) {}
 
-  // Every server's range of the (resumed) model and optimizer state, then the first weights
-  // to every worker. The weights outside range 0 then go (CheckpointGather).
+  // Every server's range of the (resumed) model and optimizer state (a run that ends at once
+  // still gathers its last checkpoint: stop()), then the first weights to every worker.
   void start() {
-    sendStarts(comm_, ranges_, {s_.firstStep, 1, {}, startSendsWeights(s_)}, s_.messages.weights, *s_.optimizer,
-               own_.update().optimizer());
-    float* weights = s_.messages.weights.data_ptr<float>();
-    portable::releasePages(weights + ranges_[0].end,
-                           static_cast<std::size_t>(ranges_.back().end - ranges_[0].end) * sizeof(float));
+    zero_.start({s_.firstStep, 1, {}, startSendsWeights(s_)});
     s_.setHeader(s_.firstStep, Control::Train, s_.lr(s_.firstStep));
     sendDown(config::Layout(s_.cfg, comm_.size()).workerRanks(), s_.firstStep, fmt::format("step {}", s_.firstStep));
     s_.publisher->setExtras([this](metrics::JsonObject& line) {
       counts_.addTo(line);
-      addServers(line, partials_, s_.cfg.batchesPerUpdate(s_.computing));
-    });
-    s_.publisher->setRecordSource([this](const void* data, std::size_t bytes, const checkpoint::RecordWrite& write) {
-      return gather_.recordSource(data, bytes, write);
+      addServers(line, zero_.partials(), s_.cfg.batchesPerUpdate(s_.computing));
     });
   }
 
@@ -163,7 +152,7 @@ class Lead {
         continue;
       }
       tell({Arrival::Accept, worker});
-      own_.receiveGradientOf(worker, waiting_.empty() ? ServedRange::Use::First : ServedRange::Use::Add, context);
+      zero_.own().receiveGradientOf(worker, waiting_.empty() ? ServedRange::Use::First : ServedRange::Use::Add, context);
       addTail();
       waiting_.push_back(worker);
       ++counts_.accepted;
@@ -210,7 +199,7 @@ class Lead {
   }
 
   void tell(const Arrival& a) {
-    for (std::size_t k = 1; k < ranges_.size(); ++k) sendValue(comm_, a, static_cast<int>(k), "arrival");
+    for (int k = 1; k < zero_.servers(); ++k) sendValue(comm_, a, k, "arrival");
   }
 
   // A gradient over the limit: counted, read and dropped by every server, and its worker gets
@@ -220,7 +209,7 @@ class Lead {
     ++counts_.staleTotal;
     ++counts_.staleByRank[worker];
     tell({Arrival::Stale, worker});
-    own_.receiveGradientOf(worker, ServedRange::Use::Drop, context);
+    zero_.own().receiveGradientOf(worker, ServedRange::Use::Drop, context);
     const bool retry = s_.cfg.modeInfo().stale == config::StalePolicy::RetryAfter;
     s_.setHeader(step, retry ? Control::Retry : Control::Train, s_.lr(step));
     sendDown({worker}, step, context);
@@ -232,33 +221,33 @@ class Lead {
     const double lr = s_.lr(step);
     roles::StepStats stats = s_.stats(quorum);
     stats.exchangeSeconds = secondsSince(exchangeStart_);
-    partials_[0] = own_.partial();
+    zero_.partials()[0] = zero_.own().partial();
     Verdict v;
     v.apply = 1;
     v.lr = lr;
     v.gather = s_.publisher->checkpointsAt(step);
     v.train = 1;
-    v = decide(comm_, s_.update, partials_, step, v, stats.gradNorm);
+    v = decide(comm_, s_.update, zero_.partials(), step, v, stats.gradNorm);
     roles::UpdateTime time;
     time.add([&] {
-      own_.update().apply(v, step, 0);
+      zero_.own().update().apply(v, step, 0);
       if (v.apply) s_.update.averageBuffers(quorum);
     });
     stats.updateSeconds = time.seconds;
     stats.applied = v.apply != 0;
-    if (v.gather) gather_.gather(s_.messages.weights.data_ptr<float>(), context);
+    if (v.gather) zero_.gather(context);
     s_.setHeader(step + 1, Control::Train, s_.lr(std::min(step + 1, s_.total - 1)));
     sendDown(waiting_, step + 1, context);
     waiting_.clear();
-    countTraffic(stats, s_.messages, partials_);
+    countTraffic(stats, s_.messages, zero_.partials());
     s_.publisher->record(step, lr, stats);
-    gather_.release();
+    zero_.release();
     exchangeStart_ = Clock::now();
   }
 
   // Range 0 of the weights of update `version`, the header and the rest to `workers`.
   void sendDown(const std::vector<int>& workers, std::int64_t version, const std::string& context) {
-    own_.sendDown(s_.messages, workers, version, context);
+    zero_.own().sendDown(s_.messages, workers, version, context);
   }
 
   // The end: every worker is either waiting (its gradient is in) or computing. The waiting
@@ -267,28 +256,25 @@ class Lead {
   // Publisher's last files read.
   void stop(std::int64_t step) {
     tell({Arrival::Stop, -1});
-    gather_.gather(s_.messages.weights.data_ptr<float>(), s_.stopContext);
+    zero_.gather(s_.stopContext);
     s_.setHeader(step, Control::Stop);
     sendDown(waiting_, step, s_.stopContext);
     for (int left = s_.computing - static_cast<int>(waiting_.size()); left > 0; --left) {
       const int worker = takeTail(s_.stopContext);
       tell({Arrival::Drain, worker});
-      own_.receiveGradientOf(worker, ServedRange::Use::Drop, s_.stopContext);
+      zero_.own().receiveGradientOf(worker, ServedRange::Use::Drop, s_.stopContext);
       sendDown({worker}, step, s_.stopContext);
     }
     waiting_.clear();
     tell({Arrival::End, -1});
     std::cout << counts_.summary(s_.cfg.modeInfo().name) << std::endl;
     s_.publisher->finish(step);
-    gather_.release();
+    zero_.release();
   }
 
   roles::Server& s_;
   comm::Communicator& comm_;
-  const std::vector<KeyRange> ranges_;
-  ServedRange own_;                 // range 0
-  std::vector<Partial> partials_;   // by server, of the last update
-  CheckpointGather gather_;
+  ServerZero zero_;
   StaleCounts counts_;
   std::vector<float> tail_;         // the last tail taken
   std::vector<int> waiting_;        // workers whose gradient is in the coming update

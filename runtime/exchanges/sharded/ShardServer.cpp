@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "runtime/Errors.h"
-#include "runtime/Portable.h"
 #include "runtime/Stop.h"
 #include "runtime/codec/Codec.h"
 #include "runtime/config/Layout.h"
@@ -65,32 +64,22 @@ class Lead {
   explicit Lead(roles::Server& s)
       : s_(s),
         comm_(s.comm),
-        ranges_(serverRanges(s.model, s.cfg)),
         workers_(config::Layout(s.cfg, s.comm.size()).workerRanks()),
-        shard_(s.comm, s.cfg, ranges_[0], s.messages.weights.narrow(0, ranges_[0].begin, ranges_[0].size()),
-               s.cfg.updatesOnArrival()),
-        partials_(ranges_.size()),
-        gather_(comm_, ranges_, *s.optimizer, shard_.update()),
+        zero_(s, s.cfg.updatesOnArrival()),
         balancer_(s.cfg.servers, comm_.size() - s.cfg.servers, s.shards, s.cfg.balance()) {
     const std::int64_t workers = comm_.size() - s.cfg.servers;
     tails_.resize(static_cast<std::size_t>(workers) * tailFloats());
     balancer_.write(s_.messages.shares.data_ptr<float>());
   }
 
-  // Every server's range of the (resumed) model and optimizer state; whether the run trains.
-  // A run that trains then gives back the memory of the weights outside range 0: their
-  // checkpoints and final files take them from their servers (CheckpointGather).
+  // Every server's range of the (resumed) model and optimizer state; whether the run trains
+  // (ServerZero::start).
   void start(bool training) {
-    sendStarts(comm_, ranges_, {s_.firstStep, training, planOf(s_.firstStep), startSendsWeights(s_)}, s_.messages.weights,
-               *s_.optimizer, shard_.update().optimizer());
-    if (!training) return;
-    float* weights = s_.messages.weights.data_ptr<float>();
-    portable::releasePages(weights + ranges_[0].end,
-                           static_cast<std::size_t>(ranges_.back().end - ranges_[0].end) * sizeof(float));
+    zero_.start({s_.firstStep, training, planOf(s_.firstStep), startSendsWeights(s_)});
   }
 
   // The next down message: every worker gets this range and the header, buffers and shares.
-  void sendDown(std::int64_t step, const std::string& context) { shard_.sendDown(s_.messages, workers_, step, context); }
+  void sendDown(std::int64_t step, const std::string& context) { zero_.own().sendDown(s_.messages, workers_, step, context); }
 
   // The step's gradients, buffers and trailers in, every server's Partial, and the Verdict,
   // told to every server. `gradNorm`: the averaged gradient's norm.
@@ -98,7 +87,7 @@ class Lead {
     const std::string context = fmt::format("step {}", step);
     const StepPlan plan = planOf(step);
     receiveTails(context, plan, step);
-    partials_[0] = shard_.partial();
+    zero_.partials()[0] = zero_.own().partial();
     const bool train = step + 1 < s_.total && !s_.publisher->timeToStop();
     Verdict v;
     v.apply = 1;
@@ -106,7 +95,7 @@ class Lead {
     v.gather = !train || s_.publisher->checkpointsAt(step);
     v.train = train;
     if (train) v.next = planOf(step + 1);
-    v = decide(comm_, s_.update, partials_, step, v, gradNorm);
+    v = decide(comm_, s_.update, zero_.partials(), step, v, gradNorm);
     if (eachPart()) s_.update.expectSamples(plan.samples, step);
     // --balance: the next step's shares, from this step's compute seconds (as sync's).
     balancer_.record(s_.messages.trailer + kComputeSeconds);
@@ -118,25 +107,24 @@ class Lead {
   // on arrival: its seconds are then within the exchange's) and the buffers' average.
   void apply(const Verdict& v, std::int64_t step, roles::UpdateTime& time) {
     time.add([&] {
-      shard_.update().apply(v, step, 0);
+      zero_.own().update().apply(v, step, 0);
       if (v.apply) s_.update.averageBuffers(s_.computing);
     });
-    if (eachPart()) time.seconds += partials_[0].updateSeconds;
+    if (eachPart()) time.seconds += zero_.partials()[0].updateSeconds;
   }
 
   bool eachPart() const { return s_.cfg.updatesOnArrival(); }
 
-  // The whole model's weights and optimizer state, from every server's range, into what the
-  // Publisher reads (CheckpointGather).
-  void gather(const std::string& context) { gather_.gather(s_.messages.weights.data_ptr<float>(), context); }
-  CheckpointGather& checkpoints() { return gather_; }
+  // A checkpoint's whole model and optimizer state, until release() (ServerZero::gather).
+  void gather(const std::string& context) { zero_.gather(context); }
+  void release() { zero_.release(); }
 
-  void countTraffic(roles::StepStats& stats) const { exchanges::countTraffic(stats, s_.messages, partials_); }
+  void countTraffic(roles::StepStats& stats) const { exchanges::countTraffic(stats, s_.messages, zero_.partials()); }
 
   // Each server's traffic, update time and peak memory, and with --balance each worker's
   // virtual shards, for every metrics line.
   void addServers(metrics::JsonObject& line) const {
-    exchanges::addServers(line, partials_, comm_.size() - s_.cfg.servers);
+    exchanges::addServers(line, zero_.partials(), comm_.size() - s_.cfg.servers);
     if (s_.cfg.balance()) line.addRaw("virtual_shards_by_worker", metrics::jsonArray(balancer_.counts()));
   }
 
@@ -159,7 +147,7 @@ class Lead {
       requests.push_back(comm_.startReceive(tails_.data() + i * n, n * sizeof(float), s_.cfg.servers + i, kTailTag,
                                             &got[i], context));
     }
-    shard_.receiveGradients(context, plan, step);
+    zero_.own().receiveGradients(context, plan, step);
     float* sum = s_.messages.up.data() + s_.messages.grad.numel();
     std::fill(sum, sum + n, 0.0f);
     for (int i = 0; i < workers; ++i) {
@@ -171,12 +159,9 @@ class Lead {
 
   roles::Server& s_;
   comm::Communicator& comm_;
-  const std::vector<KeyRange> ranges_;
   const std::vector<int> workers_;
-  ServedRange shard_;
-  std::vector<Partial> partials_;   // by server, of the last step
+  ServerZero zero_;
   std::vector<float> tails_;        // by worker: its buffers and trailer
-  CheckpointGather gather_;
   roles::ShareBalancer balancer_;  // --balance: the workers' shares (ranks K on)
 };
 
@@ -189,10 +174,6 @@ void lead(roles::Server& s) {
   s.setHeader(step, training ? Control::Train : Control::Stop, training ? s.lr(step) : 0);
   lead.sendDown(step, training ? fmt::format("step {}", step) : s.stopContext);
   s.publisher->setExtras([&](metrics::JsonObject& line) { lead.addServers(line); });
-  s.publisher->setRecordSource(
-      [&](const void* data, std::size_t bytes, const checkpoint::RecordWrite& write) {
-        return lead.checkpoints().recordSource(data, bytes, write);
-      });
   roles::Period period;
   while (training) {
     currentStep() = step;
@@ -210,10 +191,10 @@ void lead(roles::Server& s) {
     stats.gradNorm = gradNorm;
     lead.countTraffic(stats);
     s.publisher->record(done, lr, stats);
-    if (training) lead.checkpoints().release();
+    if (training) lead.release();
   }
   s.publisher->finish(step);
-  lead.checkpoints().release();
+  lead.release();
 }
 
 }  // namespace
