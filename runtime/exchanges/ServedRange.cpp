@@ -41,9 +41,6 @@ ServedRange::ServedRange(comm::Communicator& comm, const config::TrainConfig& cf
   if (cfg.compressesWeights()) {  // deterministic codecs (Codecs.h: no sparsifier codes weights): no seed
     weightCodec_ = codec::makeCodec(cfg.weightCodec(), range_.shapes, 0, "compress-weights");
   }
-  const int workers = comm.size() - cfg.servers;
-  slots_.resize(codec_ ? 2 : 2 * static_cast<std::size_t>(workers));
-  for (auto& slot : slots_) slot.resize(codec_ ? codec_->maxFrameBytes() : kPartFloats * sizeof(float));
 }
 
 ServedRange::ServedRange(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model,
@@ -123,6 +120,9 @@ const float* ServedRange::valuesOf(const char* bytes, std::size_t got, std::int6
 void ServedRange::receiveGradients(const std::string& context, const StepPlan& plan, std::int64_t step) {
   const int first = cfg_.servers, workers = comm_.size() - cfg_.servers;
   const std::int64_t parts = codec_ ? 1 : partsOf(range_.size());
+  // Raw: two slots per worker, so that every worker's next part is on its way while one is
+  // added; coded: two frames.
+  const std::size_t ring = useSlots(codec_ ? 2 : 2 * static_cast<std::size_t>(workers));
   // Message m: part partOf(m) of worker m % workers; the parts come last first (Wire.h).
   const std::size_t messages = static_cast<std::size_t>(parts * workers);
   auto partOf = [&](std::size_t m) { return parts - 1 - static_cast<std::int64_t>(m / workers); };
@@ -130,7 +130,7 @@ void ServedRange::receiveGradients(const std::string& context, const StepPlan& p
   const bool eachPart = update_.eachPart();
   auto target = [&](std::size_t m) -> char* {
     if (!codec_ && !eachPart && m % workers == 0) return reinterpret_cast<char*>(update_.sum() + partOf(m) * kPartFloats);
-    return slots_[m % slots_.size()].data();
+    return slots_[m % ring].data();
   };
   auto post = [&](std::size_t m) {
     if (m >= messages) return;
@@ -138,7 +138,7 @@ void ServedRange::receiveGradients(const std::string& context, const StepPlan& p
     requests[m] = comm_.startReceive(target(m), capacity, first + static_cast<int>(m % workers), kGradTag, &got[m],
                                      context);
   };
-  for (std::size_t m = 0; m < slots_.size(); ++m) post(m);
+  for (std::size_t m = 0; m < ring; ++m) post(m);
   if (codec_) std::fill_n(update_.sum(), range_.size(), 0.0f);
   comm_.expectLongWait();  // the workers compute first
   double bytes = 0;
@@ -160,15 +160,22 @@ void ServedRange::receiveGradients(const std::string& context, const StepPlan& p
         update_.applyPart(partSum_.data(), part * kPartFloats, n, plan, step, comm_.rank());
       }
     }
-    post(m + slots_.size());
+    post(m + ring);
   }
   bytesIn_ = bytes / workers;
+}
+
+std::size_t ServedRange::useSlots(std::size_t count) {
+  const std::size_t bytes = codec_ ? codec_->maxFrameBytes() : kPartFloats * sizeof(float);
+  if (slots_.size() < count) slots_.resize(count, std::vector<char>(bytes));
+  return count;
 }
 
 void ServedRange::receiveGradientOf(int worker, Use use, const std::string& context) {
   const std::int64_t parts = codec_ ? 1 : partsOf(range_.size());
   // A raw first gradient lands in the sum; the rest comes through two slots.
   const bool inPlace = use == Use::First && !codec_;
+  if (!inPlace) useSlots(2);
   std::vector<std::size_t> requests(static_cast<std::size_t>(parts)), got(static_cast<std::size_t>(parts));
   auto partOf = [&](std::int64_t m) { return parts - 1 - m; };  // the parts come last first (Wire.h)
   auto target = [&](std::int64_t m) -> char* {

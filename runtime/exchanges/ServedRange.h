@@ -64,6 +64,10 @@ class ServedRange {
   // (raw: its floats, checked for size) or the frame (coded: decoded); its floats.
   const float* valuesOf(const char* bytes, std::size_t got, std::int64_t part, int rank, const std::string& context);
 
+  // At least `count` slots, each a part's or a frame's room (made on first use: sync's
+  // servers take two per worker, point to point's two); returns `count`.
+  std::size_t useSlots(std::size_t count);
+
   comm::Communicator& comm_;
   const config::TrainConfig& cfg_;
   protocol::FloatBuffer ownWeights_;  // server k > 0's
@@ -74,7 +78,7 @@ class ServedRange {
   std::string weightFrame_;                    // its frame of version frameVersion_
   std::int64_t frameVersion_ = -1;
   std::vector<float> decoded_;
-  std::vector<std::vector<char>> slots_;  // raw: two parts per worker; coded: two frames
+  std::vector<std::vector<char>> slots_;  // where gradients land before they are added: useSlots()
   std::vector<float> partSum_;            // updating each part: the part's sum
   at::Tensor bf16_;                       // --precision bf16-weights: parts staged as the workers hold them
   double bytesOut_ = 0, bytesIn_ = 0;
