@@ -153,11 +153,9 @@ StepHeader RangesLink::finishDown(std::vector<std::size_t>& requests, WeightsIn 
 
 void RangesLink::sendTail(const std::string& context) {
   messages_.trailer[kCodecSeconds] = static_cast<float>(std::exchange(codecSeconds_, 0.0));
-  const std::size_t n = static_cast<std::size_t>(messages_.grad.numel());
-  const float* tail = messages_.up.data() + n;
-  const std::size_t bytes = (messages_.up.size() - n) * sizeof(float);
-  if (tail_ == Tail::First) return comm_.send(tail, bytes, 0, context);
-  comm_.wait(comm_.startSend(tail, bytes, 0, kTailTag, context));
+  const std::size_t bytes = messages_.tailFloats() * sizeof(float);
+  if (tail_ == Tail::First) return comm_.send(messages_.tail(), bytes, 0, context);
+  comm_.wait(comm_.startSend(messages_.tail(), bytes, 0, kTailTag, context));
 }
 
 void RangesLink::finishOldestPart() {

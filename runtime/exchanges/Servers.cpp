@@ -321,9 +321,8 @@ std::string describeRanges(const std::vector<KeyRange>& ranges) {
 }
 
 void countTraffic(roles::StepStats& stats, const protocol::StepMessages& messages, const std::vector<Partial>& partials) {
-  const std::size_t tailFloats = messages.up.size() - static_cast<std::size_t>(messages.grad.numel());
   stats.bytesDown = static_cast<double>(sizeof(protocol::StepHeader)) + messages.downTail.numel() * sizeof(float);
-  stats.bytesUp = static_cast<double>(tailFloats * sizeof(float));
+  stats.bytesUp = static_cast<double>(messages.tailFloats() * sizeof(float));
   for (const Partial& p : partials) {
     stats.bytesDown += p.bytesOut;
     stats.bytesUp += p.bytesIn;

@@ -61,7 +61,7 @@ class CodedUp : public UpFrame {
     const double seconds = secondsSince(start);
     codecSeconds_ += seconds;
     m_.trailer[kCodecSeconds] = static_cast<float>(seconds + weightsDecodeSeconds);
-    payload_.append(reinterpret_cast<const char*>(m_.up.data() + gradientFloats()), fixedBytes());
+    payload_.append(reinterpret_cast<const char*>(m_.tail()), fixedBytes());
     return {payload_.data(), payload_.size()};
   }
   void addTo(const char* payload, std::size_t size, float* up) override {
@@ -82,7 +82,7 @@ class CodedUp : public UpFrame {
 
  private:
   std::size_t gradientFloats() const { return static_cast<std::size_t>(m_.grad.numel()); }
-  std::size_t fixedBytes() const { return (m_.up.size() - gradientFloats()) * sizeof(float); }
+  std::size_t fixedBytes() const { return m_.tailFloats() * sizeof(float); }
 
   StepMessages& m_;
   std::unique_ptr<codec::ErrorFeedbackEncoder> encoder_;

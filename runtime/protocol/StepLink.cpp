@@ -154,8 +154,7 @@ void StepLink::waitStarted() {
 
 void StepLink::finishStep(const std::string& context) {
   while (!inFlight_.empty()) finishOldestBucket();
-  const std::size_t n = messages_.grad.numel();
-  started_.push_back(comm_.startReduceSum(messages_.up.data() + n, messages_.up.size() - n, 0, context));
+  started_.push_back(comm_.startReduceSum(messages_.tail(), messages_.tailFloats(), 0, context));
   for (const Bucket& b : buckets_) startWeightsDown(b, context);
   startDownTail(context);
   waitStarted();
@@ -180,7 +179,6 @@ void StepLink::reduceUpInBuckets(const std::vector<Bucket>& buckets,
     ring_ = std::make_unique<FloatBuffer>(kSlots * static_cast<std::size_t>(slotSize));
   }
   auto slotOffset = [&](std::size_t b) { return static_cast<std::int64_t>(b % kSlots) * slotSize; };
-  const std::size_t n = messages_.grad.numel();
   std::vector<std::size_t> reductions;
   std::size_t rest = 0, updated = 0, sentDown = 0;
   auto startAhead = [&](std::size_t upTo) {
@@ -188,7 +186,7 @@ void StepLink::reduceUpInBuckets(const std::vector<Bucket>& buckets,
       const Bucket& b = buckets[reductions.size()];
       reductions.push_back(comm_.startReduceSum(ring_->data() + slotOffset(reductions.size()), b.end - b.begin, 0, context));
       if (reductions.size() == buckets.size()) {
-        rest = comm_.startReduceSum(messages_.up.data() + n, messages_.up.size() - n, 0, context);
+        rest = comm_.startReduceSum(messages_.tail(), messages_.tailFloats(), 0, context);
       }
     }
   };
@@ -208,8 +206,7 @@ void StepLink::reduceUpInBuckets(const std::vector<Bucket>& buckets,
 
 void StepLink::finishUp(const std::string& context) {
   while (!inFlight_.empty()) finishOldestBucket();
-  const std::size_t n = messages_.grad.numel();
-  comm_.wait(comm_.startReduceSum(messages_.up.data() + n, messages_.up.size() - n, 0, context));
+  comm_.wait(comm_.startReduceSum(messages_.tail(), messages_.tailFloats(), 0, context));
   countUp(messages_.upBytes());
 }
 
@@ -226,8 +223,7 @@ void StepLink::reduceUpBuckets(const std::vector<Bucket>& buckets, const std::st
     out.push_back(comm_.startReduceSum(messages_.up.data() + b.begin, b.end - b.begin, 0, context));
   }
   for (std::size_t request : out) comm_.wait(request);
-  const std::size_t n = messages_.grad.numel();
-  comm_.wait(comm_.startReduceSum(messages_.up.data() + n, messages_.up.size() - n, 0, context));
+  comm_.wait(comm_.startReduceSum(messages_.tail(), messages_.tailFloats(), 0, context));
   countUp(messages_.upBytes());
 }
 

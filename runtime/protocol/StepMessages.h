@@ -62,6 +62,9 @@ struct StepMessages {
   StepHeader header() const { return parseStepHeader(down.data(), down.size() * sizeof(float)); }
   std::size_t downBytes() const { return down.size() * sizeof(float); }
   std::size_t upBytes() const { return up.size() * sizeof(float); }
+  // The up message after the gradient: the buffers, then the trailer.
+  float* tail() const { return up.data() + grad.numel(); }
+  std::size_t tailFloats() const { return up.size() - static_cast<std::size_t>(grad.numel()); }
 };
 
 }  // namespace pstrain::protocol

@@ -123,7 +123,7 @@ class Lead {
         comm_(s.comm),
         zero_(s, false),
         counts_(s.cfg.modeInfo().stale),
-        tail_(tailFloats()) {}
+        tail_(s.messages.tailFloats()) {}
 
   // Every server's range of the (resumed) model and optimizer state (a run that ends at once
   // still gathers its last checkpoint: stop()), then the first weights to every worker.
@@ -165,12 +165,8 @@ class Lead {
   }
 
  private:
-  // The tail's floats: the buffers, then the trailer.
-  std::size_t tailFloats() const { return s_.messages.up.size() - static_cast<std::size_t>(s_.messages.grad.numel()); }
   // Where the version of the weights that the tail's gradient was computed on is in it.
-  std::size_t versionAt() const {
-    return static_cast<std::size_t>(s_.messages.trailer - s_.messages.up.data() - s_.messages.grad.numel()) + kVersion;
-  }
+  std::size_t versionAt() const { return static_cast<std::size_t>(s_.messages.trailer - s_.messages.tail()) + kVersion; }
 
   std::int64_t limit() const {
     return s_.cfg.modeInfo().stale == config::StalePolicy::RetryAfter ? s_.cfg.maxStaleness : 0;
@@ -190,7 +186,7 @@ class Lead {
 
   // The tail just taken into the sum of the coming update's (the first: it).
   void addTail() {
-    float* sum = s_.messages.up.data() + s_.messages.grad.numel();
+    float* sum = s_.messages.tail();
     if (waiting_.empty()) {
       std::copy(tail_.begin(), tail_.end(), sum);
     } else {

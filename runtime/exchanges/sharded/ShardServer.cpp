@@ -68,7 +68,7 @@ class Lead {
         zero_(s, s.cfg.updatesOnArrival()),
         balancer_(s.cfg.servers, comm_.size() - s.cfg.servers, s.shards, s.cfg.balance()) {
     const std::int64_t workers = comm_.size() - s.cfg.servers;
-    tails_.resize(static_cast<std::size_t>(workers) * tailFloats());
+    tails_.resize(static_cast<std::size_t>(workers) * s_.messages.tailFloats());
     balancer_.write(s_.messages.shares.data_ptr<float>());
   }
 
@@ -135,12 +135,10 @@ class Lead {
     return {s_.lr(step), static_cast<double>(s_.shards * s_.sampler.batchSizeAt(step))};
   }
 
-  std::size_t tailFloats() const { return s_.messages.up.size() - static_cast<std::size_t>(s_.messages.grad.numel()); }
-
   // Every worker's buffers and trailer, summed in worker order into the rest of
   // messages.up; this range's gradients meanwhile (ServedRange::receiveGradients).
   void receiveTails(const std::string& context, const StepPlan& plan, std::int64_t step) {
-    const std::size_t n = tailFloats();
+    const std::size_t n = s_.messages.tailFloats();
     const int workers = comm_.size() - s_.cfg.servers;
     std::vector<std::size_t> requests, got(static_cast<std::size_t>(workers));
     for (int i = 0; i < workers; ++i) {
@@ -148,7 +146,7 @@ class Lead {
                                             &got[i], context));
     }
     zero_.own().receiveGradients(context, plan, step);
-    float* sum = s_.messages.up.data() + s_.messages.grad.numel();
+    float* sum = s_.messages.tail();
     std::fill(sum, sum + n, 0.0f);
     for (int i = 0; i < workers; ++i) {
       comm_.wait(requests[i]);
