@@ -73,10 +73,14 @@ print(eval(sys.argv[2]))
 PY
 }
 # final_accuracy PSEVAL DIR: pseval's test accuracy of DIR's last checkpoint, in percent (0
-# when pseval fails, with its output on stderr).
+# when pseval fails, with its output on stderr). pseval sees a copy of that checkpoint alone
+# (in DIR.last), not the earlier ones it would evaluate too.
 final_accuracy() {
-  "$1" --train-dir "$2" > "$2.eval.log" 2>&1 || { cat "$2.eval.log" >&2; echo 0; return; }
-  tail -1 "$2/eval.csv" | cut -d, -f5 | awk '{printf "%.2f", $1 * 100}'
+  local last=$2.last ok
+  ok=$(ls "$2"/ckpt/step-*.ok | tail -1)  # zero-padded steps: the last in name order
+  rm -rf "$last" && mkdir -p "$last/ckpt" && cp "${ok%.ok}.pt" "$ok" "$last/ckpt/"
+  "$1" --train-dir "$last" > "$2.eval.log" 2>&1 || { cat "$2.eval.log" >&2; echo 0; return; }
+  tail -1 "$last/eval.csv" | cut -d, -f5 | awk '{printf "%.2f", $1 * 100}'
 }
 # max_weight_diff A.pt B.pt: the largest |a - b| over the tensors of two state dicts (PyTorch).
 max_weight_diff() {

@@ -9,7 +9,7 @@
 #include "runtime/exchanges/rounds/RoundsPlan.h"
 #include "runtime/exchanges/Servers.h"
 
-namespace pstrain::exchanges {
+namespace pstrain::exchanges::rounds {
 namespace {
 
 // A message of `bytes` passed along a chain of `hops` links in chunks (RoundChain.h): the
@@ -40,28 +40,31 @@ PlanText plan(const PlanFacts& f) {
 }
 
 // A model whose parameters cannot give every server a range is refused (Ranges.h).
-void check(const config::TrainConfig& cfg, const models::Net& model) { rounds::roundsRanges(model, cfg); }
+void check(const config::TrainConfig& cfg, const models::Net& model) { roundsRanges(model, cfg); }
 
 // The figures of roundsMemory (RoundsMemory.h).
-Memory memory(const config::TrainConfig& cfg, const config::Layout& layout) { return rounds::roundsMemory(cfg, layout); }
+Memory memory(const config::TrainConfig& cfg, const config::Layout& layout) { return roundsMemory(cfg, layout); }
 
 // Server k > 0 updates its range of the outer step and takes it from its own model
 // (receiveStart); server 0 holds the global weights whole (its chain sends them).
 KeyRange serverWeights(const config::TrainConfig& cfg, const models::Net& model, int rank) {
-  const auto ranges = rounds::roundsRanges(model, cfg);
+  const auto ranges = roundsRanges(model, cfg);
   return rank == 0 ? KeyRange{0, ranges.back().end, {}} : ranges[static_cast<std::size_t>(rank)];
 }
 
 }  // namespace
+}  // namespace pstrain::exchanges::rounds
+
+namespace pstrain::exchanges {
 
 double roundExchangeSeconds(const CodecCost& grad, const CodecCost& weights, const ProbeMeasurements& m, int n) {
   const Links l = linksOf(m, n);
   const double values = m.gradientCodecs.at(config::kRawCodec).bytes / sizeof(float);
-  return n * (grad.encodeSeconds + grad.decodeSeconds) + chained(grad.bytes, values, n, l) + m.updateSeconds +
-         weights.encodeSeconds + chained(weights.bytes, values, n, l) + weights.decodeSeconds;
+  return n * (grad.encodeSeconds + grad.decodeSeconds) + rounds::chained(grad.bytes, values, n, l) + m.updateSeconds +
+         weights.encodeSeconds + rounds::chained(weights.bytes, values, n, l) + weights.decodeSeconds;
 }
 
-const Exchange kLocalRounds = {config::Exchange::LocalRounds, nullptr, rounds::serveRounds, rounds::runRoundsOthers, cost, plan,
-                               memory, check, serverWeights};
+const Exchange kLocalRounds = {config::Exchange::LocalRounds, nullptr, rounds::serveRounds, rounds::runRoundsOthers,
+                               rounds::cost, rounds::plan, rounds::memory, rounds::check, rounds::serverWeights};
 
 }  // namespace pstrain::exchanges

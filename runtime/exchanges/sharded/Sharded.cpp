@@ -12,12 +12,11 @@
 #include "runtime/exchanges/sharded/Shards.h"
 #include "runtime/protocol/FlatParameters.h"
 
-namespace pstrain::exchanges {
-
+namespace pstrain::exchanges::sharded {
 namespace {
 
 void others(const roles::RoleArgs& args) {
-  if (args.comm.rank() < args.cfg.servers) return sharded::serve(args);
+  if (args.comm.rank() < args.cfg.servers) return serve(args);
   runRangesWorker(args, Pace::Lockstep);
 }
 
@@ -83,8 +82,11 @@ KeyRange serverWeights(const config::TrainConfig& cfg, const models::Net& model,
 }
 
 }  // namespace
+}  // namespace pstrain::exchanges::sharded
 
-const Exchange kSharded = {config::Exchange::Collective, takes, sharded::serve, others, cost, plan, memory, check,
-                           serverWeights, true};
+namespace pstrain::exchanges {
+
+const Exchange kSharded = {config::Exchange::Collective, sharded::takes, sharded::serve, sharded::others, sharded::cost,
+                           sharded::plan, sharded::memory, sharded::check, sharded::serverWeights, true};
 
 }  // namespace pstrain::exchanges
