@@ -77,7 +77,8 @@ PY
 # (in DIR.last), not the earlier ones it would evaluate too.
 final_accuracy() {
   local last=$2.last ok
-  ok=$(ls "$2"/ckpt/step-*.ok | tail -1)  # zero-padded steps: the last in name order
+  ok=$(ls "$2"/ckpt/step-*.ok 2> /dev/null | tail -1)  # zero-padded steps: the last in name order
+  [ -n "$ok" ] || { echo "no checkpoint in $2/ckpt" >&2; echo 0; return; }
   rm -rf "$last" && mkdir -p "$last/ckpt" && cp "${ok%.ok}.pt" "$ok" "$last/ckpt/"
   "$1" --train-dir "$last" > "$2.eval.log" 2>&1 || { cat "$2.eval.log" >&2; echo 0; return; }
   tail -1 "$last/eval.csv" | cut -d, -f5 | awk '{printf "%.2f", $1 * 100}'
