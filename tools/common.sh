@@ -12,10 +12,10 @@ BUILD_DIR=${BUILD_DIR:-$PSTRAIN_ROOT/build}
 # libopenblas0-pthread: Debian's libtorch calls the libblas.so.3 alternative, which is netlib's
 # slow reference BLAS until an optimized one is installed (README, "The BLAS"). Not the
 # -serial build: it is not safe to call from two threads at once (wrong results).
-DEBIAN_PACKAGES=(g++ cmake ninja-build ccache libtorch-dev libopenblas0-pthread libopenmpi-dev openmpi-bin
-                 libcxxopts-dev libfmt-dev zlib1g-dev libgtest-dev dataset-fashion-mnist python3-torch python3-numpy gnuplot-nox
+DEBIAN_PACKAGES=(g++ cmake ccache libtorch-dev libopenblas0-pthread libopenmpi-dev openmpi-bin libcxxopts-dev libfmt-dev
+                 zlib1g-dev libgtest-dev dataset-fashion-mnist python3-torch python3-numpy gnuplot-nox
                  clang libclang-rt-14-dev libc++-dev libc++abi-dev shellcheck lsof iproute2)
-BREW_PACKAGES=(cmake ninja ccache pytorch open-mpi fmt cxxopts googletest gnuplot)
+BREW_PACKAGES=(cmake ccache pytorch open-mpi fmt cxxopts googletest gnuplot)
 
 log() { printf '==> %s\n' "$*" >&2; }
 
@@ -193,11 +193,6 @@ build_project() {
   fi
   export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
   log "building ${targets[*]:-everything} in $BUILD_DIR"
-  if [ ! -f "$BUILD_DIR/CMakeCache.txt" ] && command -v ninja >/dev/null; then
-    # Ninja starts each file once its own inputs are ready, where make builds a target only
-    # after every library it links. Only for a new build dir: CMake keeps a dir's generator.
-    extra+=(-G Ninja)
-  fi
   cmake -S "$PSTRAIN_ROOT" -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=ON ${extra[@]+"${extra[@]}"} >/dev/null
   cmake --build "$BUILD_DIR" -j"$(cpu_count)" ${targets[@]+"${targets[@]}"}
 }
