@@ -91,18 +91,6 @@ void ServedRange::startWeightsTo(const std::vector<int>& to, std::int64_t versio
   bytesOut_ = static_cast<double>(range_.size()) * 2;
 }
 
-void ServedRange::sendDown(const protocol::StepMessages& messages, const std::vector<int>& to, std::int64_t version,
-                           const std::string& context) {
-  std::vector<std::size_t> requests;
-  startWeightsTo(to, version, requests, context);
-  const std::size_t tailBytes = static_cast<std::size_t>(messages.downTail.numel()) * sizeof(float);
-  for (int w : to) {
-    requests.push_back(comm_.startSend(messages.down.data(), sizeof(protocol::StepHeader), w, kHeadTag, context));
-    requests.push_back(comm_.startSend(messages.downTail.data_ptr<float>(), tailBytes, w, kHeadTag, context));
-  }
-  for (std::size_t request : requests) comm_.wait(request);
-}
-
 const float* ServedRange::valuesOf(const char* bytes, std::size_t got, std::int64_t part, int rank,
                                   const std::string& context) {
   if (!codec_) {
@@ -218,6 +206,18 @@ void ServerZero::start(const Start& start) {
   float* weights = s_.messages.weights.data_ptr<float>();
   portable::releasePages(weights + ranges_[0].end,
                          static_cast<std::size_t>(ranges_.back().end - ranges_[0].end) * sizeof(float));
+}
+
+void ServerZero::sendDown(const std::vector<int>& to, std::int64_t version, const std::string& context) {
+  std::vector<std::size_t> requests;
+  own_.startWeightsTo(to, version, requests, context);
+  const protocol::StepMessages& m = s_.messages;
+  const std::size_t tailBytes = static_cast<std::size_t>(m.downTail.numel()) * sizeof(float);
+  for (int w : to) {
+    requests.push_back(s_.comm.startSend(m.down.data(), sizeof(protocol::StepHeader), w, kHeadTag, context));
+    requests.push_back(s_.comm.startSend(m.downTail.data_ptr<float>(), tailBytes, w, kHeadTag, context));
+  }
+  for (std::size_t request : requests) s_.comm.wait(request);
 }
 
 void ServerZero::gather(const std::string& context) { gather_.gather(s_.messages.weights.data_ptr<float>(), context); }

@@ -16,7 +16,6 @@
 #include "runtime/exchanges/Ranges.h"
 #include "runtime/exchanges/Servers.h"
 #include "runtime/protocol/FlatParameters.h"
-#include "runtime/protocol/StepMessages.h"
 
 namespace pstrain::exchanges {
 
@@ -37,11 +36,6 @@ class ServedRange {
   // parts, each reused once its sends are done (those are then done when this returns).
   void startWeightsTo(const std::vector<int>& to, std::int64_t version, std::vector<std::size_t>& requests,
                       const std::string& context);
-
-  // Server 0: startWeightsTo(), with the header and the rest of `messages` (downTail: the
-  // buffers and shares) beside, until all is sent.
-  void sendDown(const protocol::StepMessages& messages, const std::vector<int>& to, std::int64_t version,
-                const std::string& context);
 
   // Sync: every worker's gradient of this range, summed in worker order (as one server sums
   // them: the same floats). Raw, part by part from every worker: worker 0's part lands
@@ -99,6 +93,11 @@ class ServerZero {
   // state, and gives range 0 its state. When start.train, the memory of the weights outside
   // range 0 then goes: checkpoints and final files take them from their servers (gather()).
   void start(const Start& start);
+
+  // The down message of update `version` to `to`: range 0 of the weights (ServedRange::
+  // startWeightsTo), with the header and the rest (downTail: the buffers and shares), until
+  // all is sent.
+  void sendDown(const std::vector<int>& to, std::int64_t version, const std::string& context);
 
   ServedRange& own() { return own_; }
   int servers() const { return static_cast<int>(ranges_.size()); }

@@ -243,7 +243,7 @@ class Lead {
 
   // Range 0 of the weights of update `version`, the header and the rest to `workers`.
   void sendDown(const std::vector<int>& workers, std::int64_t version, const std::string& context) {
-    zero_.own().sendDown(s_.messages, workers, version, context);
+    zero_.sendDown(workers, version, context);
   }
 
   // The end: every worker is either waiting (its gradient is in) or computing. The waiting

@@ -66,9 +66,8 @@ class Lead {
         comm_(s.comm),
         workers_(config::Layout(s.cfg, s.comm.size()).workerRanks()),
         zero_(s, s.cfg.updatesOnArrival()),
-        balancer_(s.cfg.servers, comm_.size() - s.cfg.servers, s.shards, s.cfg.balance()) {
-    const std::int64_t workers = comm_.size() - s.cfg.servers;
-    tails_.resize(static_cast<std::size_t>(workers) * s_.messages.tailFloats());
+        balancer_(s.cfg.servers, static_cast<int>(workers_.size()), s.shards, s.cfg.balance()) {
+    tails_.resize(workers_.size() * s_.messages.tailFloats());
     balancer_.write(s_.messages.shares.data_ptr<float>());
   }
 
@@ -79,7 +78,7 @@ class Lead {
   }
 
   // The next down message: every worker gets this range and the header, buffers and shares.
-  void sendDown(std::int64_t step, const std::string& context) { zero_.own().sendDown(s_.messages, workers_, step, context); }
+  void sendDown(std::int64_t step, const std::string& context) { zero_.sendDown(workers_, step, context); }
 
   // The step's gradients, buffers and trailers in, every server's Partial, and the Verdict,
   // told to every server. `gradNorm`: the averaged gradient's norm.
@@ -124,7 +123,7 @@ class Lead {
   // Each server's traffic, update time and peak memory, and with --balance each worker's
   // virtual shards, for every metrics line.
   void addServers(metrics::JsonObject& line) const {
-    exchanges::addServers(line, zero_.partials(), comm_.size() - s_.cfg.servers);
+    exchanges::addServers(line, zero_.partials(), static_cast<int>(workers_.size()));
     if (s_.cfg.balance()) line.addRaw("virtual_shards_by_worker", metrics::jsonArray(balancer_.counts()));
   }
 
@@ -139,18 +138,18 @@ class Lead {
   // messages.up; this range's gradients meanwhile (ServedRange::receiveGradients).
   void receiveTails(const std::string& context, const StepPlan& plan, std::int64_t step) {
     const std::size_t n = s_.messages.tailFloats();
-    const int workers = comm_.size() - s_.cfg.servers;
-    std::vector<std::size_t> requests, got(static_cast<std::size_t>(workers));
-    for (int i = 0; i < workers; ++i) {
-      requests.push_back(comm_.startReceive(tails_.data() + i * n, n * sizeof(float), s_.cfg.servers + i, kTailTag,
-                                            &got[i], context));
+    const std::size_t workers = workers_.size();
+    std::vector<std::size_t> requests, got(workers);
+    for (std::size_t i = 0; i < workers; ++i) {
+      requests.push_back(comm_.startReceive(tails_.data() + i * n, n * sizeof(float), workers_[i], kTailTag, &got[i],
+                                            context));
     }
     zero_.own().receiveGradients(context, plan, step);
     float* sum = s_.messages.tail();
     std::fill(sum, sum + n, 0.0f);
-    for (int i = 0; i < workers; ++i) {
+    for (std::size_t i = 0; i < workers; ++i) {
       comm_.wait(requests[i]);
-      expectBytes(got[i], n * sizeof(float), s_.cfg.servers + i, "buffers and trailer", context);
+      expectBytes(got[i], n * sizeof(float), workers_[i], "buffers and trailer", context);
       for (std::size_t j = 0; j < n; ++j) sum[j] += tails_[i * n + j];
     }
   }
