@@ -75,17 +75,17 @@ grep -q "skipping step 200 (after 3 tries in 3 s): .*marker" <<<"$out" || fail "
 [ "$(tail -n +2 "$damaged/eval.csv" | cut -d, -f1)" = "150" ] || fail "the good checkpoint was not evaluated"
 
 # 5. A checkpoint that a shared file system shows incomplete for a while (here: cut short,
-#    made whole 5 s later) is evaluated once it is whole, not skipped: pseval looks again
+#    made whole 2 s later) is evaluated once it is whole, not skipped: pseval looks again
 #    1, 2, 4 ... s later.
 late="$scratch/late"
 mkdir -p "$late/ckpt" && cp "$run"/ckpt/step-00000050.* "$late/ckpt/"
 head -c 1000 "$run/ckpt/step-00000050.pt" > "$late/ckpt/step-00000050.pt"
-(sleep 5 && cp "$run/ckpt/step-00000050.pt" "$late/ckpt/step-00000050.pt.tmp" &&
+(sleep 2 && cp "$run/ckpt/step-00000050.pt" "$late/ckpt/step-00000050.pt.tmp" &&
   mv "$late/ckpt/step-00000050.pt.tmp" "$late/ckpt/step-00000050.pt") &
-out=$("$pseval" --train-dir "$late" 2>&1) || fail "pseval on a checkpoint whole after 5 s: $out"
+out=$("$pseval" --train-dir "$late" 2>&1) || fail "pseval on a checkpoint whole after 2 s: $out"
 wait
 echo "$out"
-[ "$(tail -n +2 "$late/eval.csv" | cut -d, -f1)" = "50" ] || fail "the checkpoint made whole after 5 s was not evaluated"
+[ "$(tail -n +2 "$late/eval.csv" | cut -d, -f1)" = "50" ] || fail "the checkpoint made whole after 2 s was not evaluated"
 
 # 6. A train dir this user cannot write (a read-only copy): pseval says to give --out-dir,
 #    and with it evaluates into that directory, the train dir untouched.

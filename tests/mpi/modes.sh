@@ -20,8 +20,9 @@ accuracy() { final_accuracy "$pseval" "$1"; }
 # The fast workers sleep 10 ms per batch too, so that what the checks count (steps, late
 # batches) follows from the sleeps, not from how fast this machine computes: with a 0.5 ms
 # step the run would end before the straggler's first batch.
+# (Sync runs 60 steps: at the straggler's pace, 200 ms each; the rates are per step.)
 common=(--dataset synthetic --steps 120)
-train 4 "$scratch/sync-straggler" "${common[@]}" --straggle 1:10,2:10,3:200
+train 4 "$scratch/sync-straggler" --dataset synthetic --steps 60 --straggle 1:10,2:10,3:200
 train 4 "$scratch/backup-straggler" "${common[@]}" --mode backup --aggregate 2 --straggle 1:10,2:10,3:200
 train 3 "$scratch/backup-fast" "${common[@]}" --mode backup --aggregate 2 --straggle 1:10,2:10
 rate() { metric "$1" "sum(l['samples_per_s'] for l in lines[1:]) / (len(lines) - 1)"; }
