@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The user-facing surface: --list-models/--list-datasets, --help, --dry-run (and the bad
 # configs it must reject), --config files with command-line overrides, tools/plot and
-# pseval --plot on a real short run. Usage: usability.sh PSTRAIN PSEVAL MPIRUN SCRATCH
+# pseval --plot on a real short run; the refusals of the dry run and of config files after
+# the brief. Usage: usability.sh PSTRAIN PSEVAL MPIRUN SCRATCH
 set -uo pipefail
 source "$(dirname "$0")/../common/checks.sh"
 pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
@@ -44,15 +45,6 @@ echo "BLAS: $blas"
 check "version names the BLAS" test -n "$blas"
 check "dry-run: the BLAS line" has "$plan" "^\[0@[^]]*\]   blas +$(printf '%s' "$blas" | sed 's/[][().*+?^$|\\]/\\&/g')$"
 
-out=$(with_timeout 60 "$mpirun" -np 3 "$pstrain" --data-dir "$scratch/nowhere" --dry-run --train-dir "$scratch/dry" 2>&1); rc=$?
-check "dry-run rejects a missing dataset" bash -c "[ $rc -ne 0 ] && grep -q 'not found' <<<\"\$0\"" "$out"
-out=$(with_timeout 60 "$mpirun" -np 3 "$pstrain" --dataset synthetic --dry-run --train-dir /dev/null/nope/run 2>&1); rc=$?
-check "dry-run rejects an unwritable train dir" bash -c "[ $rc -ne 0 ] && grep -q 'not writable' <<<\"\$0\"" "$out"
-out=$(with_timeout 60 "$mpirun" -np 1 "$pstrain" --dataset synthetic --dry-run : -np 1 "$pstrain" --dataset synthetic --dry-run --batch-size 8 2>&1); rc=$?
-check "dry-run rejects ranks that disagree" bash -c "[ $rc -ne 0 ] && grep -q \"ranks disagree on 'batch-size'\" <<<\"\$0\"" "$out"
-out=$(with_timeout 60 "$mpirun" -np 3 "$pstrain" --dataset synthetic --dry-run --lr-scaling quadratic 2>&1); rc=$?
-check "dry-run rejects a nonsense value" bash -c "[ $rc -eq 2 ] && grep -q -- '--lr-scaling' <<<\"\$0\"" "$out"
-
 # --config FILE, with a command-line override; then a real short run with pseval and plots.
 cat > "$scratch/run.conf" <<CONF
 # a cluster run in one file
@@ -91,13 +83,6 @@ if reference_blas_dir "$scratch/refblas"; then
 else
   echo "skip the reference-BLAS checks: no /usr/lib/*/blas/libblas.so.3 here"
 fi
-echo "colour = blue" > "$scratch/bad.conf"
-out=$(with_timeout 60 "$mpirun" -np 3 "$pstrain" --config "$scratch/bad.conf" 2>&1); rc=$?
-check "config file with an unknown key is rejected" bash -c "[ $rc -eq 2 ] && grep -q 'bad.conf: .*colour' <<<\"\$0\"" "$out"
-echo "lr 0.1" > "$scratch/bad2.conf"
-out=$(with_timeout 60 "$mpirun" -np 3 "$pstrain" --config "$scratch/bad2.conf" 2>&1); rc=$?
-check "config file with a malformed line names the line" bash -c "[ $rc -eq 2 ] && grep -q 'bad2.conf:1: expected' <<<\"\$0\"" "$out"
-
 "$pseval" --train-dir "$scratch/run" --plot > "$scratch/pseval.log" 2>&1; rc=$?
 cat "$scratch/pseval.log"
 check "pseval --plot succeeds" test $rc -eq 0
@@ -113,5 +98,23 @@ check "tools/plot TRAIN_DIR OUT_DIR: the plots in OUT_DIR (no eval.csv there: th
   bash -c "[ $rc -eq 0 ] && [ \$(ls '$scratch/elsewhere/plots'/*.png | wc -l) -eq 3 ]"
 out=$("$root/tools/plot" "$scratch/nothing-here" 2>&1); rc=$?
 check "tools/plot on a non-run says so" bash -c "[ $rc -ne 0 ] && grep -q 'metrics.jsonl not found' <<<\"\$0\"" "$out"
+
+brief_ends_here
+
+# Refusals: the dry run's and the config file's.
+out=$(with_timeout 60 "$mpirun" -np 3 "$pstrain" --data-dir "$scratch/nowhere" --dry-run --train-dir "$scratch/dry" 2>&1); rc=$?
+check "dry-run rejects a missing dataset" bash -c "[ $rc -ne 0 ] && grep -q 'not found' <<<\"\$0\"" "$out"
+out=$(with_timeout 60 "$mpirun" -np 3 "$pstrain" --dataset synthetic --dry-run --train-dir /dev/null/nope/run 2>&1); rc=$?
+check "dry-run rejects an unwritable train dir" bash -c "[ $rc -ne 0 ] && grep -q 'not writable' <<<\"\$0\"" "$out"
+out=$(with_timeout 60 "$mpirun" -np 1 "$pstrain" --dataset synthetic --dry-run : -np 1 "$pstrain" --dataset synthetic --dry-run --batch-size 8 2>&1); rc=$?
+check "dry-run rejects ranks that disagree" bash -c "[ $rc -ne 0 ] && grep -q \"ranks disagree on 'batch-size'\" <<<\"\$0\"" "$out"
+out=$(with_timeout 60 "$mpirun" -np 3 "$pstrain" --dataset synthetic --dry-run --lr-scaling quadratic 2>&1); rc=$?
+check "dry-run rejects a nonsense value" bash -c "[ $rc -eq 2 ] && grep -q -- '--lr-scaling' <<<\"\$0\"" "$out"
+echo "colour = blue" > "$scratch/bad.conf"
+out=$(with_timeout 60 "$mpirun" -np 3 "$pstrain" --config "$scratch/bad.conf" 2>&1); rc=$?
+check "config file with an unknown key is rejected" bash -c "[ $rc -eq 2 ] && grep -q 'bad.conf: .*colour' <<<\"\$0\"" "$out"
+echo "lr 0.1" > "$scratch/bad2.conf"
+out=$(with_timeout 60 "$mpirun" -np 3 "$pstrain" --config "$scratch/bad2.conf" 2>&1); rc=$?
+check "config file with a malformed line names the line" bash -c "[ $rc -eq 2 ] && grep -q 'bad2.conf:1: expected' <<<\"\$0\"" "$out"
 
 checks_done

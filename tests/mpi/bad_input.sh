@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Bad input to a real mpirun job: each case must end non-zero, quickly, with a message that
-# says what is wrong. Usage: bad_input.sh PSTRAIN PSEVAL MPIRUN SCRATCH
+# says what is wrong. The default tier runs one case of each kind (a data file on the
+# workers, a flag, the world, ranks that disagree); --all, every case.
+# Usage: bad_input.sh PSTRAIN PSEVAL MPIRUN SCRATCH
 set -u
 source "$(dirname "$0")/../common/checks.sh"
 pstrain=$1 mpirun=$3 scratch=$4
@@ -54,12 +56,7 @@ else
   echo "ok   valid tiny dataset trains"; passed=$((passed + 1))
 fi
 expect "missing IDX file" "rank [12]: .*train-labels-idx1-ubyte\{\.gz,\}: not found" -- "${run3[@]}" --data-dir "$scratch/missing"
-expect "truncated IDX file" "rank [12]: .*train-images-idx3-ubyte.gz: (truncated|corrupt)" -- "${run3[@]}" --data-dir "$scratch/truncated"
-expect "garbled IDX file" "rank [12]: .*train-images-idx3-ubyte.gz: not an IDX file" -- "${run3[@]}" --data-dir "$scratch/garbled"
-expect "no data dir" "not found" -- "${run3[@]}" --data-dir "$scratch/nowhere"
 expect "wrong --model" "unknown model 'lenet7'" -- "${run3[@]}" --model lenet7
-expect "batch size 0" "--batch-size must be in \\[1, 1000000\\]" -- "${run3[@]}" --batch-size 0
-expect "negative lr" "--lr must be a positive number" -- "${run3[@]}" --lr -0.1
 expect "one rank, no worker" "at least one worker" -- "$mpirun" -np 1 "$pstrain" --train-dir "$scratch/run" --overwrite
 expect "ranks disagree on lr" "ranks disagree on 'lr': '0.01' on rank 0 but '0.02' on rank 2" -- \
   "$mpirun" -np 2 "$pstrain" --train-dir "$scratch/run" --overwrite --dataset synthetic --lr 0.01 : \
@@ -67,6 +64,14 @@ expect "ranks disagree on lr" "ranks disagree on 'lr': '0.01' on rank 0 but '0.0
 expect "ranks disagree on model" "ranks disagree on 'model'" -- \
   "$mpirun" -np 2 "$pstrain" --train-dir "$scratch/run" --overwrite --dataset synthetic --model lenet : \
             -np 1 "$pstrain" --train-dir "$scratch/run" --overwrite --dataset synthetic --model mlp
+
+brief_ends_here
+
+expect "truncated IDX file" "rank [12]: .*train-images-idx3-ubyte.gz: (truncated|corrupt)" -- "${run3[@]}" --data-dir "$scratch/truncated"
+expect "garbled IDX file" "rank [12]: .*train-images-idx3-ubyte.gz: not an IDX file" -- "${run3[@]}" --data-dir "$scratch/garbled"
+expect "no data dir" "not found" -- "${run3[@]}" --data-dir "$scratch/nowhere"
+expect "batch size 0" "--batch-size must be in \\[1, 1000000\\]" -- "${run3[@]}" --batch-size 0
+expect "negative lr" "--lr must be a positive number" -- "${run3[@]}" --lr -0.1
 mkdir -p "$scratch/old" && echo '{}' > "$scratch/old/run.json"
 expect "train dir holds an earlier run" "already holds a run" -- \
   "$mpirun" -np 3 "$pstrain" --train-dir "$scratch/old" --dataset synthetic --steps 2
