@@ -54,6 +54,7 @@ job_refused() {
     --train-dir "$scratch/bad-run" "${@:3}"
 }
 ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }  # ge A B: A >= B, as numbers
+has() { grep -qE -- "$2" "$1"; }  # has FILE PATTERN: a line of FILE matches PATTERN (grep -E)
 # sample_text FILE: English prose for the language-model tests: the GPL, or where a system
 # has no copy, 3000 random sentences of its words.
 sample_text() {

@@ -21,7 +21,6 @@ tools=$here/../../tools
 source "$here/../common/checks.sh"
 python=$PSTRAIN_PYTHON
 rm -rf "$scratch" && mkdir -p "$scratch" && cd "$scratch" || exit 1
-has() { grep -qE -- "$2" "$1"; }
 common=(--device cpu --threads 1 --timeout 60)
 
 # --- 1. the walk-through -----------------------------------------------------------------

@@ -20,7 +20,6 @@ python=$PSTRAIN_PYTHON
 data=$PSTRAIN_DATA_DIR/fashion-mnist
 rm -rf "$scratch" && mkdir -p "$scratch" && cd "$scratch" || exit 1
 [ -f "$data/t10k-images-idx3-ubyte.gz" ] || { echo "Fashion-MNIST missing in $data (apt-get install dataset-fashion-mnist)"; exit 1; }
-has() { grep -qE -- "$2" "$1"; }
 run() {  # run NP DIR [flags...]: a job with the example model on the subset
   local np=$1 dir=$2; shift 2
   run_logged "$dir" with_timeout 240 "$mpirun" -np "$np" "$pstrain" --device cpu --model cnn.pt --dataset small.npz --batch-size 32 \

@@ -8,19 +8,19 @@ source "$(dirname "$0")/../common/checks.sh"
 pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
 root=$(cd "$(dirname "$0")/../.." && pwd)
 rm -rf "$scratch" && mkdir -p "$scratch"
-has() { grep -qE -- "$2" <<<"$1"; }
+says() { grep -qE -- "$2" <<<"$1"; }  # says TEXT PATTERN: a line of TEXT matches PATTERN
 
 # --list-models / --list-datasets / --help (no mpirun needed: a singleton run).
 models=$("$pstrain" --list-models 2>&1)
 echo "$models"
-check "list-models: lenet with its parameter count and input" has "$models" "^lenet +431080 +1x28x28"
-check "list-models: mlp and convnet" has "$models" "^mlp +203530" 
-check "list-models: convnet" has "$models" "^convnet +1960"
+check "list-models: lenet with its parameter count and input" says "$models" "^lenet +431080 +1x28x28"
+check "list-models: mlp and convnet" says "$models" "^mlp +203530" 
+check "list-models: convnet" says "$models" "^convnet +1960"
 datasets=$("$pstrain" --list-datasets 2>&1)
 check "list-datasets: the three datasets" bash -c 'grep -q "^fashion-mnist" <<<"$1" && grep -q "^mnist" <<<"$1" && grep -q "^synthetic" <<<"$1"' _ "$datasets"
-check "list-datasets: the formats a path may hold" has "$datasets" "a token file \(nanoGPT's or llm.c's .bin, NumPy's .npy"
+check "list-datasets: the formats a path may hold" says "$datasets" "a token file \(nanoGPT's or llm.c's .bin, NumPy's .npy"
 help=$("$pstrain" --help 2>&1)
-check "help: every flag with a default shows it" has "$help" "--batch-size arg +samples per worker .*\(default: 64\)"
+check "help: every flag with a default shows it" says "$help" "--batch-size arg +samples per worker .*\(default: 64\)"
 check "help: --config and --dry-run" bash -c "grep -q -- '--config' <<<\"\$0\" && grep -q -- '--dry-run' <<<\"\$0\"" "$help"
 
 # --dry-run: the plan, and nothing written.
@@ -29,21 +29,21 @@ plan=$(with_timeout 60 "$mpirun" -np 3 "$pstrain" --dataset synthetic --syntheti
 rc=$?
 echo "$plan"
 check "dry-run exits 0" test $rc -eq 0
-check "dry-run: world" has "$plan" "world +3 ranks: 1 parameter server \+ 2 worker"
-check "dry-run: rank lines with role, host, device, shard" has "$plan" "rank 2 +worker +host .* device (cpu|cuda:[0-9]+|mps) .* shard 500 samples"
-check "dry-run: parameters" has "$plan" "model +lenet: 431080 parameters"
-check "dry-run: steps" has "$plan" "steps +60 updates \(20 per epoch x 3 epochs\)"
+check "dry-run: world" says "$plan" "world +3 ranks: 1 parameter server \+ 2 worker"
+check "dry-run: rank lines with role, host, device, shard" says "$plan" "rank 2 +worker +host .* device (cpu|cuda:[0-9]+|mps) .* shard 500 samples"
+check "dry-run: parameters" says "$plan" "model +lenet: 431080 parameters"
+check "dry-run: steps" says "$plan" "steps +60 updates \(20 per epoch x 3 epochs\)"
 # 431080 floats of weights + an 8-float header down; of gradient + 7 floats of accounting + 1 per rank up.
-check "dry-run: bytes per step" has "$plan" "server -> each worker 1724364 bytes .* each worker -> server 1724360 bytes"
-check "dry-run: checkpoint schedule" has "$plan" "4 checkpoint\(s\) into .*: steps 15 30 45 and final 60"
-check "dry-run: lr plan" has "$plan" "lr +0.02 \(base 0.01 x 2 batches per update\), warm-up from 0.004 over 5 steps, then cosine to 0"
-check "dry-run: exchange" has "$plan" "exchange +one broadcast of the weights, one sum-reduce of the gradients; in 7 buckets of 256 KiB, gradients reduced during backward, weights broadcast as each bucket is updated"
+check "dry-run: bytes per step" says "$plan" "server -> each worker 1724364 bytes .* each worker -> server 1724360 bytes"
+check "dry-run: checkpoint schedule" says "$plan" "4 checkpoint\(s\) into .*: steps 15 30 45 and final 60"
+check "dry-run: lr plan" says "$plan" "lr +0.02 \(base 0.01 x 2 batches per update\), warm-up from 0.004 over 5 steps, then cosine to 0"
+check "dry-run: exchange" says "$plan" "exchange +one broadcast of the weights, one sum-reduce of the gradients; in 7 buckets of 256 KiB, gradients reduced during backward, weights broadcast as each bucket is updated"
 check "dry-run writes nothing" test ! -e "$scratch/dry"
 # The BLAS: the one `pstrain --version` names (Debian: the libblas.so.3 alternative).
 blas=$(blas_of "$pstrain")
 echo "BLAS: $blas"
 check "version names the BLAS" test -n "$blas"
-check "dry-run: the BLAS line" has "$plan" "^\[0@[^]]*\]   blas +$(printf '%s' "$blas" | sed 's/[][().*+?^$|\\]/\\&/g')$"
+check "dry-run: the BLAS line" says "$plan" "^\[0@[^]]*\]   blas +$(printf '%s' "$blas" | sed 's/[][().*+?^$|\\]/\\&/g')$"
 
 # --config FILE, with a command-line override; then a real short run with pseval and plots.
 cat > "$scratch/run.conf" <<CONF
@@ -64,7 +64,7 @@ echo "$out" | tail -3
 check "config-file run succeeds" test $rc -eq 0
 runjson=$(cat "$scratch/run/run.json" 2>/dev/null)
 check "config file values apply" bash -c "grep -q '\"model\":\"mlp\"' <<<\"\$0\" && grep -q '\"nesterov\":\"true\"' <<<\"\$0\" && grep -q '\"batch-size\":\"20\"' <<<\"\$0\"" "$runjson"
-check "command line overrides the config file" has "$runjson" '"lr":"0.03"'
+check "command line overrides the config file" says "$runjson" '"lr":"0.03"'
 check "run.json names the BLAS" python3 -c "
 import json, sys
 run = json.load(open(sys.argv[1]))

@@ -23,7 +23,6 @@ pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
 pstrain_run=$(dirname "$pstrain")/pstrain-run
 rm -rf "$scratch" && mkdir -p "$scratch" && cd "$scratch" || exit 1
 source "$(dirname "$0")/../common/checks.sh"
-has() { grep -qE -- "$2" "$1"; }
 wait_for() { for _ in $(seq 600); do [ -e "$1" ] && return 0; sleep 0.1; done; return 1; }
 # wait_for_checkpoints DIR N: until DIR has N published checkpoints (H auto: steps not known ahead).
 wait_for_checkpoints() {

@@ -26,7 +26,6 @@ pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
 pstrain_run=$(dirname "$pstrain")/pstrain-run
 rm -rf "$scratch" && mkdir -p "$scratch" && cd "$scratch" || exit 1
 source "$(dirname "$0")/../common/checks.sh"
-has() { grep -qE -- "$2" "$1"; }
 mpi_args=(--mpirun-arg=--oversubscribe)
 [ "$(id -u)" -ne 0 ] || mpi_args+=(--mpirun-arg=--allow-run-as-root)
 wait_for() { for _ in $(seq 600); do [ -e "$1" ] && return 0; sleep 0.1; done; return 1; }

@@ -8,7 +8,6 @@ set -uo pipefail
 pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
 rm -rf "$scratch" && mkdir -p "$scratch"
 source "$(dirname "$0")/../common/checks.sh"
-has() { grep -qE -- "$2" "$1"; }
 train() {  # train DIR [flags...]: the run every case uses (synthetic data, fast)
   local dir=$1; shift
   with_timeout 120 "$mpirun" -np 3 "$pstrain" --device cpu --model mlp --dataset synthetic --steps 300 --batch-size 32 \

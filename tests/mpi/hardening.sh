@@ -8,7 +8,6 @@ set -uo pipefail
 pstrain=$1 mpirun=$3 scratch=$4
 rm -rf "$scratch" && mkdir -p "$scratch" && cd "$scratch" || exit 1
 source "$(dirname "$0")/../common/checks.sh"
-has() { grep -qE -- "$2" "$1"; }
 common=(--dataset synthetic --synthetic-size 2000 --batch-size 32 --threads 1 --log-every 50 --timeout 60)
 
 # --- a flood at the doorbells ---------------------------------------------------------
