@@ -184,10 +184,11 @@ const std::vector<Flag> kFlags = {
      &TrainConfig::trustModel, A::Compared, nullptr, nullptr},
     {"skip-nonfinite", "Run", "drop and count a step whose loss or averaged gradient is NaN/inf instead of stopping",
      &TrainConfig::skipNonfinite, A::Compared, nullptr, nullptr},
-    {"inject-nan", "Run", "testing: RANK:STEP makes worker RANK's loss NaN at STEP",
+    {"inject-nan", "Run", "testing: RANK:STEP makes worker RANK's loss NaN at STEP (async, diloco: its own batch STEP, counted from 0)",
      &TrainConfig::injectNan, A::HostLocal, nullptr, [](const TrainConfig& c) { c.nanInjection(); }},
     {"inject-overflow", "Run",
-     "testing: RANK:STEP makes worker RANK's gradient +inf at STEP, as a float16 backward whose loss scale is too large",
+     "testing: RANK:STEP makes worker RANK's gradient +inf at STEP (async, diloco: its own batch STEP, counted from 0), as "
+     "a float16 backward whose loss scale is too large",
      &TrainConfig::injectOverflow, A::HostLocal, nullptr, [](const TrainConfig& c) { c.overflowInjection(); }},
     {"max-seconds", "Run", "stop training after this many seconds and write the final files (0: no limit)",
      &TrainConfig::maxSeconds, A::Fingerprint, nullptr, [](const TrainConfig& c) {
