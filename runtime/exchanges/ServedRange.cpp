@@ -9,6 +9,7 @@
 #include "runtime/Portable.h"
 #include "runtime/roles/ServerLoop.h"
 #include "runtime/config/Codecs.h"
+#include "runtime/config/Layout.h"
 #include "runtime/exchanges/Wire.h"
 
 namespace pstrain::exchanges {
@@ -106,7 +107,8 @@ const float* ServedRange::valuesOf(const char* bytes, std::size_t got, std::int6
 }
 
 void ServedRange::receiveGradients(const std::string& context, const StepPlan& plan, std::int64_t step) {
-  const int first = cfg_.servers, workers = comm_.size() - cfg_.servers;
+  const config::Layout layout(cfg_, comm_.size());
+  const int first = layout.servers(), workers = layout.workers();  // the workers are ranks K on
   const std::int64_t parts = codec_ ? 1 : partsOf(range_.size());
   // Raw: two slots per worker, so that every worker's next part is on its way while one is
   // added; coded: two frames.
