@@ -118,6 +118,7 @@ void ServedRange::receiveGradients(const std::string& context, const StepPlan& p
   auto partOf = [&](std::size_t m) { return parts - 1 - static_cast<std::int64_t>(m / workers); };
   std::vector<std::size_t> got(messages), requests(messages);
   const bool eachPart = update_.eachPart();
+  if (eachPart) update_.beginParts();
   auto target = [&](std::size_t m) -> char* {
     if (!codec_ && !eachPart && m % workers == 0) return reinterpret_cast<char*>(update_.sum() + partOf(m) * kPartFloats);
     return slots_[m % ring].data();

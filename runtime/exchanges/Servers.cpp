@@ -53,13 +53,14 @@ void RangeUpdate::apply(const Verdict& v, std::int64_t step, int rank) {
   updateSeconds_ += metrics::secondsSince(start);
 }
 
+void RangeUpdate::beginParts() {
+  optimizer_->beginUpdate();
+  partSumOfSquares_ = 0;
+}
+
 void RangeUpdate::applyPart(float* sum, std::int64_t at, std::int64_t n, const StepPlan& plan, std::int64_t step,
                             int rank) {
   const auto start = metrics::Clock::now();
-  if (at == 0) {
-    optimizer_->beginUpdate();
-    partSumOfSquares_ = 0;
-  }
   at::Tensor grad = at::from_blob(sum, {n}, at::kFloat);
   partSumOfSquares_ += optim::sumOfSquares(grad);
   if (!optimizer_->stepSlice(weights_.narrow(0, at, n), grad, plan.lr, at, range_.size(), plan.samples)) {

@@ -89,9 +89,12 @@ class RangeUpdate {
   // The verdict's update of this range; throws naming `step` and `rank` when it leaves a
   // weight non-finite.
   void apply(const Verdict& v, std::int64_t step, int rank);
-  // With eachPart: the update of floats [at, at + n) of the range from `sum` (the workers'
-  // summed gradient of them; scratch), by `plan`; the parts of a step come in order from 0,
-  // so that one step over every part equals one over the range. Throws as apply() does.
+  // With eachPart: beginParts() starts a step's update (counts it, for Adam's bias
+  // correction, and zeroes the norm's sum); then applyPart() updates floats [at, at + n) of
+  // the range from `sum` (the workers' summed gradient of them; scratch), by `plan`, once
+  // per part, in any order (they come last first), so that one step over every part equals
+  // one over the range. Throws as apply() does.
+  void beginParts();
   void applyPart(float* sum, std::int64_t at, std::int64_t n, const StepPlan& plan, std::int64_t step, int rank);
   // The seconds apply() and applyPart() took since the last call.
   double takeUpdateSeconds();

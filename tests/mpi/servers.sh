@@ -71,7 +71,64 @@ check "backup, 2 servers: both gradients in every update, none dropped" \
 norm=$(metric "$scratch/adamw-k2" "min(l['grad_norm'] for l in lines)")
 check "adamw: every step's gradient norm ($norm) is above the clip (0.01): clipped by the combined norm" ge "$norm" 0.01
 
+# --- ranges of many parts (4 MiB each), updated part by part as they arrive (no clipping:
+# runtime/exchanges/Servers.h, RangeUpdate::beginParts): a model file of 2.4 M parameters
+# holds two parts per range at K = 2 (9.5 M, three at K = 4, after the brief). From a fresh
+# start and resumed from a K-server checkpoint: one server's weights and its gradient norms.
+wide_mlp() {  # wide_mlp FILE HIDDEN: a 784-HIDDEN-10 perceptron as a TorchScript file
+  "$PSTRAIN_PYTHON" - "$1" "$2" <<'PY'
+import sys, torch
+class Wide(torch.nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(784, hidden), torch.nn.Linear(hidden, 10)
+    def forward(self, x):
+        return torch.log_softmax(self.fc2(torch.relu(self.fc1(x.flatten(1)))), 1)
+torch.manual_seed(0)  # traced: scripting needs the class's source in a file
+torch.jit.trace(Wide(int(sys.argv[2])), torch.zeros(2, 1, 28, 28)).save(sys.argv[1])
+PY
+}
+# parts NAME K FILE FLAGS...: 12 steps over 1 server and K, and K resumed at step 6 (its
+# checkpoint copied into a new train dir): within 1e-5 of one server, grad_norm equal.
+parts() {
+  local name=$1 k=$2 file=$3; shift 3
+  local flags=(--model "$file" --steps 12 --log-every 1 --checkpoint-every 6 "$@")
+  [ -d "$scratch/$name-k1" ] || train 3 "$scratch/$name-k1" "${flags[@]}"
+  train $((k + 2)) "$scratch/$name-k$k" "${flags[@]}" --servers "$k"
+  mkdir -p "$scratch/$name-k$k-resumed/ckpt"
+  cp "$scratch/$name-k$k"/ckpt/step-00000006.* "$scratch/$name-k$k-resumed/ckpt/"
+  train $((k + 2)) "$scratch/$name-k$k-resumed" "${flags[@]}" --servers "$k" --resume
+  local run=$name  # check's own `name` hides this one inside it
+  check "$run: $k servers, ranges of many parts: 1 server's weights, from the start and resumed" \
+    eval 'within_1e5 "$run, $k servers" "$scratch/$run-k1" "$scratch/$run-k$k" &&
+          within_1e5 "$run, $k servers, resumed at step 6" "$scratch/$run-k1" "$scratch/$run-k$k-resumed"'
+  local norms
+  norms=$(python3 - "$scratch/$name-k1" "$scratch/$name-k$k" <<'PY'
+import json, sys
+a, b = ([json.loads(l)["grad_norm"] for l in open(d + "/metrics.jsonl")] for d in sys.argv[1:])
+print(f"{a[0]:.6g} and {b[0]:.6g} at step 1," if a and b else "none,", "equal within 1e-5 at every step:",
+      len(a) == len(b) == 12 and all(abs(x - y) <= 1e-5 * max(1, abs(x)) for x, y in zip(a, b)))
+PY
+)
+  check "$name: $k servers' grad_norm is one server's ($norms)" test "${norms##* }" = True
+}
+within_1e5() {  # within_1e5 NAME DIR_A DIR_B: their trained_model.pt within 1e-5
+  local diff
+  diff=$(max_weight_diff "$2/trained_model.pt" "$3/trained_model.pt")
+  echo "     $1: max abs diff $diff"
+  ge 1e-5 "${diff:-1}"
+}
+wide_mlp "$scratch/wide.pt" 3000
+parts adamw-parts 2 "$scratch/wide.pt" --optimizer adamw --lr 0.001 --weight-decay 0.01
+
 brief_ends_here
+
+# Ranges of many parts, the rest: Adam with and without clipping (clipped: each range summed
+# whole first), and 4 servers on a wider model (three parts per range).
+parts adam-parts 2 "$scratch/wide.pt" --optimizer adam --lr 0.001
+parts adam-clipped-parts 2 "$scratch/wide.pt" --optimizer adam --lr 0.001 --clip-grad-norm 0.5
+wide_mlp "$scratch/wider.pt" 12000
+parts adamw-wider-parts 4 "$scratch/wider.pt" --optimizer adamw --lr 0.001 --weight-decay 0.01
 
 # --- exactness, the rest: 4 servers; int8 with error feedback and int4 weights (whole
 # tensors, a codec's: mlp's 4 are one per server, shown by 2 servers); a model file.
