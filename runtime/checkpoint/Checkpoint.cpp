@@ -194,6 +194,11 @@ std::string publish(const std::string& dir, const Checkpoint& ckpt, const Record
   meta.insert("ignore_index", ckpt.ignoreIndex);
   meta.insert("optimizer_rule", ckpt.optimizerRule);
   meta.insert("configuration", ckpt.configuration);
+  if (!ckpt.workerBatches.empty()) {
+    c10::impl::GenericList batches(c10::AnyType::get());  // a plain list: no TorchScript tag
+    for (std::int64_t batch : ckpt.workerBatches) batches.push_back(batch);
+    meta.insert("worker_batches", batches);
+  }
   GenericDict top = stringKeyedDict();
   top.insert("model", tensorDict(ckpt.modelState));
   top.insert("optimizer", optimizerDict(ckpt));
@@ -293,6 +298,16 @@ Checkpoint decode(const c10::IValue& top, const std::string& path) {
   if (meta.contains("ignore_index")) ckpt.ignoreIndex = metaInt("ignore_index");
   if (meta.contains("optimizer_rule")) ckpt.optimizerRule = metaString("optimizer_rule");
   if (meta.contains("configuration")) ckpt.configuration = metaString("configuration");
+  if (meta.contains("worker_batches")) {
+    const c10::IValue& batches = meta.at("worker_batches");
+    if (!batches.isList()) throw CheckpointError(fmt::format("{}: __meta__.worker_batches is not a list", path));
+    for (const c10::IValue& batch : batches.toListRef()) {
+      if (!batch.isInt() || batch.toInt() < 0) {
+        throw CheckpointError(fmt::format("{}: __meta__.worker_batches holds a value that is not a batch", path));
+      }
+      ckpt.workerBatches.push_back(batch.toInt());
+    }
+  }
   ckpt.modelState = tensorList(dict.at("model"), path, "model");
   if (!dict.at("optimizer").isGenericDict()) throw CheckpointError(fmt::format("{}: 'optimizer' is not a dict", path));
   for (const auto& item : dict.at("optimizer").toGenericDict()) {

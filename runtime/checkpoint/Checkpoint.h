@@ -7,7 +7,8 @@
 //                 {"exp_avg": {key: tensor}, "exp_avg_sq": {key: tensor}, "step": N} (Adam, AdamW),
 //    "__meta__": {"format": 1, "step", "epoch", "model", "dataset", "synthetic_size",
 //                  "fingerprint", "loss", "model_path", "virtual_shards", "batch_size",
-//                  "block_size", "ignore_index", "optimizer_rule", "configuration"}}
+//                  "block_size", "ignore_index", "optimizer_rule", "configuration",
+//                  "worker_batches" (point to point only)}}
 // (the meta entries from "loss" on are optional: checkpoints of earlier versions lack them.)
 // It is *published* by <dir>/step-NNNNNNNN.ok, written only after the .pt is complete,
 // fsync'd and renamed into place; the .ok records the .pt's size and CRC-32 so a reader
@@ -46,6 +47,9 @@ struct Checkpoint {
   // a resume to say which changed). Empty in checkpoints of earlier versions.
   std::string optimizerRule;
   std::string configuration;
+  // Point to point (backup, async), where each worker counts its own batches: the batch each
+  // computes next, by worker index; empty in other modes and in earlier versions.
+  std::vector<std::int64_t> workerBatches;
   TensorList modelState;   // state_dict, in order
   // The optimizer's state per parameter, by torch.optim's names, and the updates it counted
   // (Adam's step; 0 for SGD); empty before the first update with such state.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "runtime/Stop.h"
+#include "runtime/comm/Values.h"
 #include "runtime/config/Layout.h"
 #include "runtime/exchanges/RangesLink.h"
 #include "runtime/protocol/FlatParameters.h"
@@ -36,7 +37,8 @@ void runRangesWorker(const roles::RoleArgs& args, Pace pace) {
     if (cfg.balance()) trainer.assign(roles::shardsOfRank(messages.shares.data_ptr<float>(), comm.size(), comm.rank()));
     return header;
   };
-  std::int64_t batch = 0;  // Pace::Own's
+  // Pace::Own's count of its batches, from server 0's word (its count, saved in checkpoints).
+  std::int64_t batch = pace == Pace::Own ? pstrain::comm::receiveValue<std::int64_t>(comm, 0, "start") : 0;
   for (StepHeader header = receiveWeights(0); header.control != Control::Stop;) {
     currentStep() = header.step;
     context = fmt::format("step {}", header.step);

@@ -309,6 +309,7 @@ checkpoint::Checkpoint Publisher::snapshot(std::int64_t stepsDone) const {
   }
   ckpt.blockSize = cfg_.blockSize;
   ckpt.ignoreIndex = cfg_.ignoreIndex;
+  if (checkpointExtras_) checkpointExtras_(ckpt);
   return ckpt;
 }
 

@@ -40,6 +40,11 @@ class Publisher {
   // (checkpoint::RecordSource: K servers' ranges, gathered as they are written); it must stay
   // callable until finish() returns.
   void setRecordSource(checkpoint::RecordSource source) { source_ = std::move(source); }
+  // What the mode adds to each checkpoint it writes (point to point: the workers' batches);
+  // it must stay callable until finish() returns.
+  void setCheckpointExtras(std::function<void(checkpoint::Checkpoint&)> extras) {
+    checkpointExtras_ = std::move(extras);
+  }
 
   // Adds "key": value to the run's run.json (written at start-up): what a mode learns of
   // the run once it runs (diloco's measured rounds). A run.json that cannot be rewritten is
@@ -89,6 +94,7 @@ class Publisher {
   double lastLr_ = 0;
   StepStats window_;  // sums over the window
   std::function<void(metrics::JsonObject&)> extras_;
+  std::function<void(checkpoint::Checkpoint&)> checkpointExtras_;
 };
 
 }  // namespace pstrain::roles

@@ -14,7 +14,8 @@ using namespace protocol;
 Server::Server(const RoleArgs& a, bool stepLink)
     : UpdateState(a.comm, a.cfg, a.model, a.trainSamples, a.resume ? a.resume->step : 0, c10::kCPU, a.cfg.seed,
                   stepLink),
-      resumed(a.resume != nullptr) {
+      resumed(a.resume != nullptr),
+      resumedBatches(a.resume ? a.resume->workerBatches : std::vector<std::int64_t>()) {
   // Resumed, the model holds the checkpoint's weights, all of them (training/startRun).
   bindParameters(model, messages.weights, resumed ? models::FlatSpan{} : model.heldWeights());
   readBuffers(model, messages.serverBuffers);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "runtime/metrics/Clock.h"
 #include "runtime/protocol/StepProtocol.h"
@@ -24,6 +25,7 @@ struct Server : UpdateState {
   void setHeader(std::int64_t step, protocol::Control control, double lr = 0);
   const std::string stopContext = "stop";
   const bool resumed;  // from a checkpoint (args.resume), not the model's initial weights
+  const std::vector<std::int64_t> resumedBatches;  // its Checkpoint::workerBatches (point to point's)
 };
 
 // Wall and CPU seconds of the update's parts within a step.

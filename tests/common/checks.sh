@@ -53,7 +53,11 @@ job_refused() {
   refused "$1" "$2" with_timeout 60 "$mpirun" -np 2 "$pstrain" --device cpu --threads 1 --timeout 60 --steps 5 \
     --train-dir "$scratch/bad-run" "${@:3}"
 }
-ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a >= b) }'; }  # ge A B: A >= B, as numbers
+# ge A B: A >= B, both numbers (an empty or non-numeric one, a measurement that failed, is false).
+ge() {
+  awk -v a="$1" -v b="$2" 'BEGIN { n = "^[-+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$"
+                                   exit !(a ~ n && b ~ n && a + 0 >= b + 0) }'
+}
 has() { grep -qE -- "$2" "$1"; }  # has FILE PATTERN: a line of FILE matches PATTERN (grep -E)
 # sample_text FILE: English prose for the language-model tests: the GPL, or where a system
 # has no copy, 3000 random sentences of its words.

@@ -20,6 +20,9 @@
 #      relaunched and the run finishes, replacing the earlier one; no .replaced/ is left.
 #   8. --servers 2 under pstrain-run: a server killed is a lost job, relaunched with 2
 #      servers; the uninterrupted run's weights.
+#   9. async with one worker under pstrain-run: the worker killed, the job relaunched; the
+#      worker goes on from its own batch (in the checkpoint), not from batch 0: the
+#      uninterrupted run's weights.
 # Usage: elastic.sh PSTRAIN PSEVAL MPIRUN SCRATCH
 set -uo pipefail
 pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
@@ -283,6 +286,26 @@ check "--servers 2: a killed server is relaunched with 2 servers and 2 workers, 
   test $rc -eq 0 -a "$events" = "launch:4 failure:4 launch:4 done:4"
 diff=$(max_weight_diff servers-reference/trained_model.pt servers/trained_model.pt)
 echo "     --servers 2 relaunched vs uninterrupted: max abs diff $diff"
-check "--servers 2, relaunched: the uninterrupted run's weights (<= 1e-6)" ge 1e-6 "$diff"
+check "--servers 2, relaunched: the uninterrupted run's weights (<= 1e-6)" ge 1e-6 "${diff:-1}"
+
+# --- 9. async, one worker, 2 servers: the worker killed, the job relaunched -----------------
+echo 3 > slots
+own=(--device cpu --model mlp --dataset synthetic --batch-size 32 --steps 80 --lr 0.02 --checkpoint-every 20
+     --log-every 1 --threads 1 --timeout 60 --straggle 2:30 --servers 2 --mode async --optimizer adamw)
+run_logged async-reference with_timeout 300 "$mpirun" -np 3 "$pstrain" "${own[@]}" --train-dir "$scratch/async-reference"
+"$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" --discovery-interval 1 --max-restarts 1 \
+  -- "${own[@]}" --train-dir "$scratch/async" > async.log 2>&1 &
+supervisor=$!
+wait_for async/ckpt/step-00000040.ok
+victim=$(rank_pid "$scratch/async" 2)
+[ -n "$victim" ] && kill -9 "$victim"
+wait $supervisor; rc=$?
+events=$(events async)
+echo "     async, its one worker killed: events $events"
+check "async: a killed worker's job is relaunched and finishes (exit $rc)" \
+  test $rc -eq 0 -a "$events" = "launch:3 failure:3 launch:3 done:3"
+diff=$(max_weight_diff async-reference/trained_model.pt async/trained_model.pt)
+echo "     async relaunched vs uninterrupted: max abs diff $diff"
+check "async, relaunched: the worker goes on from its own batch: the uninterrupted run's weights (<= 1e-6)" ge 1e-6 "${diff:-1}"
 
 checks_done

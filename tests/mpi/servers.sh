@@ -121,7 +121,34 @@ within_1e5() {  # within_1e5 NAME DIR_A DIR_B: their trained_model.pt within 1e-
 wide_mlp "$scratch/wide.pt" 3000
 parts adamw-parts 2 "$scratch/wide.pt" --optimizer adamw --lr 0.001 --weight-decay 0.01
 
+# --- point to point, stopped and resumed: each worker goes on from its own batch (server 0
+# counts them into every checkpoint), so backup with every gradient in and async with one
+# worker end with the uninterrupted run's weights, over 1 server and 2. SIGUSR1 at step 10.
+stopped_and_resumed() {  # stopped_and_resumed NAME WORKERS K FLAGS...
+  local name=$1 workers=$2 k=$3; shift 3
+  local flags=(--steps 30 --checkpoint-every 5 --straggle "$k:20" --servers "$k" "$@") run=$name-k$k
+  local dir=$scratch/$run-stopped
+  train $((k + workers)) "$scratch/$run-whole" "${flags[@]}"
+  train $((k + workers)) "$dir" "${flags[@]}" &
+  local job=$! stopped
+  for _ in $(seq 600); do [ -e "$dir/ckpt/step-00000010.ok" ] && break; sleep 0.1; done
+  pkill -USR1 -f "^$mpirun .*--train-dir $dir( |$)"
+  wait $job
+  stopped=$(grep -oE 'stopped on request at step [0-9]+' "$dir.log" | head -1)
+  train $((k + workers)) "$dir" "${flags[@]}" --resume
+  # (check's own `name` would hide $name inside it: the eval reads $run)
+  check "$name, $k server(s): ${stopped:-not stopped}, resumed: the uninterrupted run's weights" \
+    eval '[ -n "$stopped" ] && grep -q "resuming at step" "$dir.log" &&
+          same "$run, resumed" "$scratch/$run-whole/trained_model.pt" "$dir/trained_model.pt"'
+}
+resumed_modes() {  # resumed_modes K
+  stopped_and_resumed backup-resumed 2 "$1" --mode backup --aggregate 2 --momentum 0.9
+  stopped_and_resumed async-resumed 1 "$1" --mode async --optimizer adamw
+}
+resumed_modes 2
+
 brief_ends_here
+resumed_modes 1
 
 # Ranges of many parts, the rest: Adam with and without clipping (clipped: each range summed
 # whole first), and 4 servers on a wider model (three parts per range).

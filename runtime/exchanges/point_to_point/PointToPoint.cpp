@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <iostream>
 #include <map>
+#include <numeric>
 #include <vector>
 
 #include "runtime/Errors.h"
@@ -106,6 +107,18 @@ void follow(const roles::RoleArgs& args) {
   }
 }
 
+// Each of `workers` workers' first batch: 0 from the start; resumed, the checkpoint's counts,
+// or where the workers are not as many as they were (pstrain-run shrank or regrew the job:
+// other shards), the batches the run has taken so far, shared out evenly; a checkpoint of
+// an earlier version, which has no counts, took a quorum's batches per update.
+std::vector<std::int64_t> firstBatches(const roles::Server& s, int workers) {
+  const std::vector<std::int64_t>& saved = s.resumedBatches;
+  if (static_cast<int>(saved.size()) == workers) return saved;
+  const std::int64_t taken = saved.empty() ? s.firstStep * s.cfg.batchesPerUpdate(workers)
+                                           : std::accumulate(saved.begin(), saved.end(), std::int64_t(0));
+  return std::vector<std::int64_t>(static_cast<std::size_t>(workers), taken / workers);
+}
+
 // Server 0: sync's rank 0 for the point-to-point policies (Mode.h), over K servers (K = 1:
 // range 0 is the whole model). A gradient computed on weights `behind` updates old is
 // accepted if behind <= the limit (backup: 0, the step's own weights; async:
@@ -126,15 +139,20 @@ class Lead {
         tail_(s.messages.tailFloats()) {}
 
   // Every server's range of the (resumed) model and optimizer state (a run that ends at once
-  // still gathers its last checkpoint: stop()), then the first weights to every worker.
+  // still gathers its last checkpoint: stop()), then each worker's first batch and the
+  // first weights to every worker.
   void start() {
     zero_.start({s_.firstStep, 1, {}, startSendsWeights(s_)});
+    const std::vector<int> workers = config::Layout(s_.cfg, comm_.size()).workerRanks();
+    batches_ = firstBatches(s_, static_cast<int>(workers.size()));
+    for (std::size_t i = 0; i < workers.size(); ++i) sendValue(comm_, batches_[i], workers[i], "start");
     s_.setHeader(s_.firstStep, Control::Train, s_.lr(s_.firstStep));
-    sendDown(config::Layout(s_.cfg, comm_.size()).workerRanks(), s_.firstStep, fmt::format("step {}", s_.firstStep));
+    sendDown(workers, s_.firstStep, fmt::format("step {}", s_.firstStep));
     s_.publisher->setExtras([this](metrics::JsonObject& line) {
       counts_.addTo(line);
       addServers(line, zero_.partials(), s_.cfg.batchesPerUpdate(s_.computing));
     });
+    s_.publisher->setCheckpointExtras([this](checkpoint::Checkpoint& ckpt) { ckpt.workerBatches = batches_; });
   }
 
   // The loop: arrivals until the run's updates are done (or it is told to stop).
@@ -152,6 +170,7 @@ class Lead {
         continue;
       }
       tell({Arrival::Accept, worker});
+      ++batches_[workerIndex(worker)];  // its next weights come with Train
       zero_.own().receiveGradientOf(worker, waiting_.empty() ? ServedRange::Use::First : ServedRange::Use::Add, context);
       addTail();
       waiting_.push_back(worker);
@@ -165,6 +184,10 @@ class Lead {
   }
 
  private:
+  std::size_t workerIndex(int rank) const {
+    return static_cast<std::size_t>(config::Layout(s_.cfg, comm_.size()).workerIndex(rank));
+  }
+
   // Where the version of the weights that the tail's gradient was computed on is in it.
   std::size_t versionAt() const { return static_cast<std::size_t>(s_.messages.trailer - s_.messages.tail()) + kVersion; }
 
@@ -207,6 +230,7 @@ class Lead {
     tell({Arrival::Stale, worker});
     zero_.own().receiveGradientOf(worker, ServedRange::Use::Drop, context);
     const bool retry = s_.cfg.modeInfo().stale == config::StalePolicy::RetryAfter;
+    if (!retry) ++batches_[workerIndex(worker)];
     s_.setHeader(step, retry ? Control::Retry : Control::Train, s_.lr(step));
     sendDown({worker}, step, context);
   }
@@ -274,6 +298,10 @@ class Lead {
   StaleCounts counts_;
   std::vector<float> tail_;         // the last tail taken
   std::vector<int> waiting_;        // workers whose gradient is in the coming update
+  // Each worker's next batch, by worker index: a worker counts its own (one more on every
+  // answer but Retry: RangesWorker), and server 0 counts them alike, so that a checkpoint
+  // holds them and a resumed run goes on where each worker was.
+  std::vector<std::int64_t> batches_;
   Clock::time_point exchangeStart_;
 };
 
