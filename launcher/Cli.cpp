@@ -85,7 +85,10 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     // unreadable one is reported where it is loaded, with the rank that failed.)
     if (c.lossByTargets() && modelFile && dataFile && format.yields == data::Yields::Labelled) {
       try {
-        if (data::datasetInfo(c.dataset, c.ignoreIndex).classes == 0) command.cfg.loss = "mse";
+        if (data::datasetInfo(c.dataset, c.ignoreIndex).classes == 0) {
+          command.cfg.loss = "mse";
+          command.cfg.lossFromTargets = true;
+        }
       } catch (const DataError&) {
       }
     }

@@ -29,6 +29,7 @@
 #include "runtime/Stop.h"
 #include "runtime/comm/mpi/MpiComm.h"
 #include "runtime/config/Layout.h"
+#include "runtime/loss/Loss.h"
 #include "runtime/metrics/Startup.h"
 #include "runtime/probe/Probe.h"
 #include "runtime/roles/Autocast.h"
@@ -162,8 +163,9 @@ void printRequested(const launcher::TrainCommand& cli) {
 
 // This rank's device, model and data, then its part of the training (or of the probe).
 // `prefetched` holds the training set's loading when this rank computes. Throws on any error.
-void trainOrProbe(comm::mpi::MpiComm& comm, const config::TrainConfig& cfg, std::future<data::Dataset>& prefetched,
+void trainOrProbe(comm::mpi::MpiComm& comm, const config::TrainConfig& given, std::future<data::Dataset>& prefetched,
                   const std::string& command) {
+  config::TrainConfig cfg = given;  // its --loss resolved against the model, once loaded
   metrics::Startup& startup = metrics::Startup::process();
   comm.connect(cfg.doorbell == config::OnOff::On);
   startup.mark("command_line");
@@ -188,12 +190,16 @@ void trainOrProbe(comm::mpi::MpiComm& comm, const config::TrainConfig& cfg, std:
   // A zoo model is made for the dataset's classes; a model file is what it is.
   auto model = models::makeModel(cfg.model, config::isModelFile(cfg.model) ? 0 : data::datasetInfo(cfg.dataset).classes,
                                  training::weightsNeeded(cfg, comm.rank()));
+  cfg.loss = loss::lossForModel(cfg.loss, cfg.lossFromTargets, *model, cfg.model);
   model->to(device);
   if (computes && cfg.bf16Weights()) {
     // --precision bf16-weights: a worker holds the weights in bfloat16 from now on, each
-    // float32 tensor going as its copy comes (the buffers stay float32).
+    // float32 tensor going as its copy comes (the buffers stay float32), the frozen ones too.
     torch::NoGradGuard noGrad;
     for (auto& p : model->parameters()) p.set_data(p.to(torch::kBFloat16));
+    for (auto& [name, w] : model->frozen()) {
+      if (w.scalar_type() == torch::kFloat32) w.set_data(w.to(torch::kBFloat16));
+    }
   }
   startup.mark("model");
   std::optional<data::Dataset> train;

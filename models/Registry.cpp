@@ -125,11 +125,18 @@ std::shared_ptr<Net> makeModel(const std::string& name, int classes, const Weigh
   throw ConfigError(fmt::format("unknown model '{}' (known: {})", name, known));
 }
 
-std::vector<std::pair<std::string, at::Tensor>> stateDict(const torch::nn::Module& module) {
+std::vector<std::pair<std::string, at::Tensor>> stateDict(const Net& model) {
   std::vector<std::pair<std::string, at::Tensor>> entries;
-  for (const auto& item : module.named_parameters()) entries.emplace_back(item.key(), item.value());
-  for (const auto& item : module.named_buffers()) entries.emplace_back(item.key(), item.value());
+  for (const auto& item : model.named_parameters()) entries.emplace_back(item.key(), item.value());
+  for (auto& entry : model.frozen()) entries.push_back(std::move(entry));
+  for (const auto& item : model.named_buffers()) entries.emplace_back(item.key(), item.value());
+  const std::map<std::string, at::Tensor> named(entries.begin(), entries.end());
+  for (const auto& [alias, name] : model.ties()) entries.emplace_back(alias, named.at(name));
   return entries;
+}
+
+OwnLoss Net::forwardWithTargets(const at::Tensor&, const at::Tensor&) {
+  throw InternalError("forwardWithTargets() of a model that does not compute its own loss");
 }
 
 std::int64_t parameterCount(const torch::nn::Module& module) {
@@ -138,9 +145,15 @@ std::int64_t parameterCount(const torch::nn::Module& module) {
   return count;
 }
 
-std::string parameterSignature(const torch::nn::Module& module) {
+std::int64_t frozenCount(const Net& model) {
+  std::int64_t count = 0;
+  for (const auto& [name, w] : model.frozen()) count += w.numel();
+  return count;
+}
+
+std::string parameterSignature(const Net& model) {
   std::string signature;
-  for (const auto& [key, tensor] : stateDict(module)) {
+  for (const auto& [key, tensor] : stateDict(model)) {
     if (!signature.empty()) signature += ",";
     signature += key + ":";
     for (std::int64_t i = 0; i < tensor.dim(); ++i) {
@@ -150,10 +163,9 @@ std::string parameterSignature(const torch::nn::Module& module) {
   return signature;
 }
 
-void loadStateDict(torch::nn::Module& module,
-                   const std::vector<std::pair<std::string, at::Tensor>>& state,
+void loadStateDict(Net& model, const std::vector<std::pair<std::string, at::Tensor>>& state,
                    const std::string& source) {
-  auto own = stateDict(module);
+  auto own = stateDict(model);
   std::map<std::string, at::Tensor> given(state.begin(), state.end());
   if (given.size() != own.size()) {
     throw CheckpointError(fmt::format("{}: holds {} tensors, the model has {} (a checkpoint of another model?)",

@@ -25,9 +25,34 @@ class Net;
 // The part of a model's weights whose values a rank uses, given the model (its shapes).
 using WeightsNeeded = std::function<FlatSpan(const Net&)>;
 
+// What a model that computes its own loss (Net::forward(x, y)) gives: its loss, a scalar,
+// and its output's logits where it returned them beside the loss (else undefined).
+struct OwnLoss {
+  at::Tensor loss, logits;
+};
+
+// A model. Its parameters() are its *trained* tensors, each once: the flat buffer that every
+// exchange, codec and optimizer sees. A model of the user's may also hold *frozen* weights
+// (requires_grad false: a LoRA fine-tune's base), which are loaded, moved with the model,
+// checkpointed and exported but never trained nor exchanged, and *ties*: a tensor under
+// several names (GPT-2's lm_head.weight is transformer.wte.weight), one trained slot whose
+// uses autograd sums. Every name appears in stateDict(), as PyTorch's state_dict() has it.
 class Net : public torch::nn::Module {
  public:
   virtual at::Tensor forward(const at::Tensor& input) = 0;
+  // A model whose forward takes the targets too and returns its own loss (nanoGPT's
+  // forward(idx, targets) -> (logits, loss)): --loss auto and --loss model train with it.
+  virtual bool computesOwnLoss() const { return false; }
+  // Its forward(input, target); throws Error saying what its forward returned when that holds
+  // no one loss. Only where computesOwnLoss().
+  virtual OwnLoss forwardWithTargets(const at::Tensor& input, const at::Tensor& target);
+  // What its forward declares, for messages: "forward(Tensor idx, Tensor targets) -> (Tensor,
+  // Tensor)"; "" for the zoo's.
+  virtual std::string forwardSignature() const { return {}; }
+  // The frozen weights by state_dict name, in the module's order (none in the zoo).
+  virtual std::vector<std::pair<std::string, at::Tensor>> frozen() const { return {}; }
+  // Each further name of a tied tensor, with the name it has among parameters() or frozen().
+  virtual std::vector<std::pair<std::string, std::string>> ties() const { return {}; }
   // A model from a TorchScript file (ScriptModel.h): writes the module with its current
   // weights to `out`, as torch.jit.load reads it, and returns true; and "crc32 ..., N bytes"
   // of the file it came from. False (nothing written) and empty for the zoo's models.
@@ -59,22 +84,25 @@ const ModelInfo& modelInfo(const std::string& name);
 // spares a model file's reader the values of the weights a rank never uses.
 std::shared_ptr<Net> makeModel(const std::string& name, int classes = 10, const WeightsNeeded& needed = {});
 
-// Parameters and buffers by their state_dict key, in registration order.
-std::vector<std::pair<std::string, at::Tensor>> stateDict(const torch::nn::Module& module);
+// Every tensor of the model by its state_dict key: the trained parameters, the frozen
+// weights, the buffers, then each tie's further names (the same tensor again).
+std::vector<std::pair<std::string, at::Tensor>> stateDict(const Net& model);
 
+// The trained parameters' elements (the flat buffer's size).
 std::int64_t parameterCount(const torch::nn::Module& module);
+// The frozen weights' elements.
+std::int64_t frozenCount(const Net& model);
 
-// "conv1.weight:20x1x5x5,conv1.bias:20,..." — compared across ranks at start-up.
-std::string parameterSignature(const torch::nn::Module& module);
+// "conv1.weight:20x1x5x5,conv1.bias:20,..." over stateDict(): compared across ranks at start-up.
+std::string parameterSignature(const Net& model);
 
 }  // namespace pstrain::models
 
 namespace pstrain::models {
 
-// Copies `state` into `module`'s parameters and buffers. Throws CheckpointError, naming
+// Copies `state` into `model`'s tensors (stateDict()'s). Throws CheckpointError, naming
 // `source`, unless keys and shapes match exactly (a checkpoint of another model, say).
-void loadStateDict(torch::nn::Module& module,
-                   const std::vector<std::pair<std::string, at::Tensor>>& state,
+void loadStateDict(Net& model, const std::vector<std::pair<std::string, at::Tensor>>& state,
                    const std::string& source);
 
 }  // namespace pstrain::models

@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -213,40 +214,155 @@ void checkBeforeLoading(caffe2::serialize::PyTorchStreamReader& archive, const z
   checkGraphs(*unit, path);
 }
 
+// What a forward that computes its own loss returned (`out`), as OwnLoss: a scalar; a tuple
+// or list holding exactly one scalar (nanoGPT's (logits, loss), Hugging Face's (loss,
+// logits)) and perhaps a tensor shaped as `target` plus one dimension (its logits); or a dict
+// with "loss" (and perhaps "logits"). Throws Error naming `declared` otherwise.
+OwnLoss ownLossOf(const c10::IValue& out, const at::Tensor& target, const std::string& declared) {
+  const auto isScalar = [](const c10::IValue& v) {
+    return v.isTensor() && v.toTensor().dim() == 0 && v.toTensor().is_floating_point();
+  };
+  const auto isLogits = [&](const c10::IValue& v) {
+    return v.isTensor() && v.toTensor().dim() == target.dim() + 1 &&
+           v.toTensor().sizes().slice(0, static_cast<std::size_t>(target.dim())) == target.sizes();
+  };
+  if (isScalar(out)) return {out.toTensor(), {}};
+  if (out.isGenericDict()) {
+    const c10::impl::GenericDict dict = out.toGenericDict();
+    const c10::IValue loss("loss"), logits("logits");
+    if (dict.contains(loss) && isScalar(dict.at(loss))) {
+      return {dict.at(loss).toTensor(), dict.contains(logits) && isLogits(dict.at(logits)) ? dict.at(logits).toTensor()
+                                                                                           : at::Tensor()};
+    }
+    throw Error(fmt::format("its {} returned a dict without a scalar \"loss\"; a model that computes its own loss "
+                            "returns it as a scalar, in a tuple, or as a dict's \"loss\"", declared));
+  }
+  std::vector<c10::IValue> items;
+  if (out.isTuple()) items = out.toTupleRef().elements().vec();
+  if (out.isList()) items = out.toList().vec();
+  std::vector<at::Tensor> scalars, logits;
+  for (const c10::IValue& item : items) {
+    if (isScalar(item)) scalars.push_back(item.toTensor());
+    else if (isLogits(item)) logits.push_back(item.toTensor());
+  }
+  if (scalars.size() != 1) {
+    throw Error(fmt::format("its {} returned {} holding {} scalars: pstrain trains a model whose forward(x, y) "
+                            "returns its loss as the one scalar (a scalar, (logits, loss), or a dict's \"loss\")",
+                            declared, items.empty() ? "a " + std::string(out.tagKind()) : "a " + std::string(out.tagKind()),
+                            scalars.size()));
+  }
+  return {scalars.front(), logits.empty() ? at::Tensor() : logits.front()};
+}
+
+// "forward(Tensor idx, Tensor targets) -> (Tensor, Tensor)": `schema` without self.
+std::string describeForward(const c10::FunctionSchema& schema) {
+  std::string args;
+  for (std::size_t i = 1; i < schema.arguments().size(); ++i) {
+    const c10::Argument& a = schema.arguments()[i];
+    args += (i > 1 ? ", " : "") + a.type()->annotation_str() + " " + a.name() + (a.default_value() ? "=..." : "");
+  }
+  std::string returns;
+  for (std::size_t i = 0; i < schema.returns().size(); ++i) {
+    returns += (i ? ", " : "") + schema.returns()[i].type()->annotation_str();
+  }
+  return printable(fmt::format("forward({}) -> {}", args, returns));
+}
+
 class ScriptNet : public Net {
  public:
+  // The module's own tensors, registered (not copied) under the same names, each once: a
+  // parameter that requires grad is trained (binding it to the flat buffers, set_data, is
+  // seen by the TorchScript code that reads it), one that does not is frozen, and a tensor
+  // met again under another name is a tie. Tensors that view one storage otherwise (other
+  // shapes or offsets of one tensor) would be untied by their binding: refused.
   ScriptNet(torch::jit::Module module, std::string path, std::string identity)
       : module_(std::move(module)), path_(std::move(path)), identity_(std::move(identity)) {
-    std::set<const void*> seen;  // tied tensors would be bound to two places of the flat buffer
-    auto claim = [&](const std::string& name, const at::Tensor& t) {
-      if (!seen.insert(t.unsafeGetTensorImpl()).second) {
-        throw ConfigError(fmt::format("{}: '{}' is the same tensor as another parameter or buffer (tied "
-                                      "weights); pstrain trains each parameter separately: untie them",
-                                      path_, printable(name)));
+    std::map<const void*, std::string> named;     // by tensor: the name it was met under first
+    std::map<const void*, std::string> storages;  // by storage: the tensor's that holds it
+    std::set<const void*> buffers;
+    // False for a tensor met before (a tie, recorded), true for one to register.
+    auto claim = [&](const std::string& name, const at::Tensor& t, bool buffer) {
+      const auto [first, fresh] = named.emplace(t.unsafeGetTensorImpl(), name);
+      if (!fresh) {
+        if (buffer || buffers.count(t.unsafeGetTensorImpl())) {
+          throw ConfigError(fmt::format("{}: '{}' is the same tensor as '{}', and one of them is a buffer; pstrain ties "
+                                        "parameters only (as GPT-2's lm_head.weight and transformer.wte.weight)",
+                                        path_, printable(name), printable(first->second)));
+        }
+        ties_.emplace_back(name, first->second);
+        return false;
       }
+      if (buffer) buffers.insert(t.unsafeGetTensorImpl());
+      if (t.has_storage() && t.numel() > 0) {
+        const auto [holder, own] = storages.emplace(t.storage().unsafeGetStorageImpl(), name);
+        if (!own) {
+          throw ConfigError(fmt::format(
+              "{}: '{}' and '{}' are views of one storage with other shapes or offsets (parts of one tensor); pstrain "
+              "trains each tensor of a model as its own and would untie them: make one of them the parameter and "
+              "compute the other from it in forward (a tie of one tensor under two names, as GPT-2's, is trained as one)",
+              path_, printable(holder->second), printable(name)));
+        }
+      }
+      return true;
     };
-    // The module's own tensors, registered (not copied) under the same names: binding them
-    // to the flat buffers (set_data) is seen by the TorchScript code that reads them.
     for (const auto& p : module_.named_parameters(/*recurse=*/true)) {
-      claim(p.name, p.value);
+      if (!claim(p.name, p.value, false)) continue;
+      if (!p.value.requires_grad()) {
+        frozen_.emplace_back(p.name, p.value);
+        continue;
+      }
       auto [owner, leaf] = ownerOf(p.name);
-      owner->register_parameter(leaf, p.value, p.value.requires_grad());
+      owner->register_parameter(leaf, p.value, true);
     }
     for (const auto& b : module_.named_buffers(/*recurse=*/true)) {
-      claim(b.name, b.value);
+      if (!claim(b.name, b.value, true)) continue;
       auto [owner, leaf] = ownerOf(b.name);
       owner->register_buffer(leaf, b.value);
     }
+    const c10::FunctionSchema& schema = module_.get_method("forward").function().getSchema();
+    declared_ = describeForward(schema);
+    std::size_t required = 0;  // of its inputs (self aside)
+    for (std::size_t i = 1; i < schema.arguments().size(); ++i) required += !schema.arguments()[i].default_value();
+    const std::size_t inputs = schema.arguments().size() - 1;
+    if (required > 2 || inputs == 0) {
+      throw ConfigError(fmt::format("{}: its {} takes {} inputs; pstrain calls forward(x) of a model, or forward(x, "
+                                    "y) of one that computes its own loss from the targets y", path_, declared_,
+                                    required > 2 ? required : inputs));
+    }
+    ownLoss_ = inputs >= 2;
   }
 
   at::Tensor forward(const at::Tensor& input) override {
     c10::IValue out = module_.forward({input});
     if (!out.isTensor()) {
-      throw Error(fmt::format("{}: forward returned a {}, not a tensor; pstrain trains models whose forward "
-                              "returns their outputs as one tensor", path_, out.tagKind()));
+      throw Error(fmt::format("{}: its {} returned a {}, not a tensor; pstrain trains a model whose forward(x) "
+                              "returns its outputs as one tensor, or whose forward(x, y) returns its own loss",
+                              path_, declared_, out.tagKind()));
     }
     return out.toTensor();
   }
+
+  bool computesOwnLoss() const override { return ownLoss_; }
+
+  OwnLoss forwardWithTargets(const at::Tensor& input, const at::Tensor& target) override {
+    try {
+      return ownLossOf(module_.forward({input, target}), target, declared_);
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: {}", path_, e.what()));
+    }
+  }
+
+  std::string forwardSignature() const override { return declared_; }
+  std::vector<std::pair<std::string, at::Tensor>> frozen() const override { return frozen_; }
+  std::vector<std::pair<std::string, std::string>> ties() const override { return ties_; }
+
+  // Moves the frozen weights too (the trained ones and the buffers are the module's).
+  void to(torch::Device device, bool nonBlocking) override {
+    Net::to(device, nonBlocking);
+    torch::NoGradGuard noGrad;
+    for (auto& [name, w] : frozen_) w.set_data(w.to(device, nonBlocking));
+  }
+  using Net::to;
 
   void train(bool on) override {
     Net::train(on);
@@ -299,6 +415,10 @@ class ScriptNet : public Net {
   torch::jit::Module module_;
   std::string path_;
   std::string identity_;
+  std::string declared_;  // forwardSignature()
+  bool ownLoss_ = false;  // its forward takes the targets
+  std::vector<std::pair<std::string, at::Tensor>> frozen_;
+  std::vector<std::pair<std::string, std::string>> ties_;
   FlatSpan held_;
 };
 

@@ -223,13 +223,15 @@ const std::vector<Flag> kFlags = {
      "dataset: fashion-mnist, mnist, cifar10, cifar100, synthetic, synthetic-cifar (see --list-datasets), or a NumPy "
      ".npz file (x_train, y_train, x_test, y_test)", &TrainConfig::dataset, A::Fingerprint, nullptr, nullptr},
     {"loss", "Model and data",
-     "auto | " + lossNames(true) + "; auto: mse for float targets, else nll for the zoo and cross-entropy for a model "
-     "file; over the last dimension of every position when the targets are [N, L]",
+     "auto | " + lossNames(true) + "; auto: the model's own where its forward takes the targets (forward(x, y), "
+     "as nanoGPT's), else mse for float targets, else nll for the zoo and cross-entropy for a model file; over the "
+     "last dimension of every position when the targets are [N, L]",
      &TrainConfig::loss, A::Fingerprint, resolvedLoss, [](const TrainConfig& c) {
        if (c.loss == "auto") return;
-       require(lossInfo(c.loss).zooOutputs || isModelFile(c.model),
-               fmt::format("--loss {} needs a model of your own (--model FILE): the zoo's models output class "
-                           "log-probabilities", c.loss)); }},
+       const LossInfo& row = lossInfo(c.loss);
+       require(row.zooOutputs || isModelFile(c.model),
+               fmt::format("--loss {} needs a model of your own (--model FILE): the zoo's models {}", c.loss,
+                           row.own ? "compute no loss of their own" : "output class log-probabilities")); }},
     {"data-dir", "Model and data",
      "dataset folder (default: the dataset's folder in $PSTRAIN_DATA_DIR, else in /usr/share/datasets; see --list-datasets)",
      &TrainConfig::dataDir, A::HostLocal, nullptr, nullptr},
@@ -399,6 +401,18 @@ const std::vector<Flag> kFlags = {
      [](const TrainConfig& c, const std::string& v) { return unlessDefault(c, v, "2000"); }, [](const TrainConfig& c) {
        require(c.lossScaleWindow >= 1 && c.lossScaleWindow <= kMaxSteps,
                fmt::format("--loss-scale-window must be in [1, {}] (got {})", kMaxSteps, c.lossScaleWindow)); }},
+    {"weight-decay-scope", "Optimization",
+     "all | matrices: the tensors --weight-decay falls on; all: every one (torch.optim's rule); matrices: those of two "
+     "dimensions or more, not biases nor norms (nanoGPT's parameter groups, timm, Hugging Face's Trainer)",
+     &TrainConfig::weightDecayScope, A::Fingerprint,
+     [](const TrainConfig& c, const std::string& v) { return unlessDefault(c, v, "all"); }, [](const TrainConfig& c) {
+       requireOneOf("weight-decay-scope", c.weightDecayScope, {"all", "matrices"}); }},
+    {"init-from", "Model and data",
+     "start from pretrained weights: FILE of torch.save(model.state_dict()) (or nanoGPT's ckpt.pt, {\"model\": ...}, "
+     "torch.compile's _orig_mod. prefix removed) or a .safetensors file, by the model's state_dict names and shapes, "
+     "checked strictly (a fine-tune's adapters, missing from it, keep the model file's values); every rank reads its "
+     "own copy, the same bytes; --resume goes on from the checkpoint instead",
+     &TrainConfig::initFrom, A::HostLocal, nullptr, nullptr},
     {"dry-run", "Run", "check config, data, model, devices and world size on every rank, print the plan, train nothing",
      &TrainConfig::dryRun, A::Compared, nullptr, nullptr},
     {"probe", "Run",

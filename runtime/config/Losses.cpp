@@ -11,6 +11,7 @@ const std::vector<LossInfo>& losses() {
       {"cross-entropy", "on logits", true, true},
       {"nll", "on log-probabilities", true, true},
       {"mse", "float targets", false, false},
+      {kModelLoss, "the model's own: its forward(x, y) returns it", false, false, true},
   };
   return table;
 }

@@ -13,7 +13,12 @@ struct LossInfo {
   const char* help;   // what the model's output is to it, for --help
   bool classTargets;  // integer class labels (one per sample or per position); else float targets
   bool zooOutputs;    // fits the zoo's models, whose outputs are class log-probabilities
+  bool own = false;   // the model's own (kModelLoss): its forward(x, y) returns it, whatever the targets
 };
+
+// The row of a model's own loss: --loss model, and what --loss auto resolves to for a model
+// whose forward takes the targets (loss::lossForModel).
+constexpr const char* kModelLoss = "model";
 
 // Every loss, in --help's order.
 const std::vector<LossInfo>& losses();

@@ -23,6 +23,10 @@ constexpr double kMaxSeconds = 30 * 86400.0;
 struct TrainConfig {
   Mode mode = Mode::Sync;
   std::string model = "lenet";            // a zoo name or a TorchScript file (isModelFile)
+  std::string initFrom;                   // pretrained weights: a state dict or .safetensors file ("": none)
+  // --init-from's file as every rank read it ("crc32 ..., N bytes"; set by the launcher once
+  // read): compared in the handshake, recorded in checkpoints, checked on --resume.
+  std::string initFromIdentity;
   std::string dataset = "fashion-mnist";  // a built-in name, or a file or folder (data/Formats.h)
   std::string dataDir;                    // empty: the dataset's folder in data::dataRoot()
   std::int64_t syntheticSize = 6000;
@@ -42,12 +46,14 @@ struct TrainConfig {
   std::int64_t warmupSteps = 0;
   std::string lrDecay = "none";
   std::string loss = "auto";              // see lossFunction()
+  bool lossFromTargets = false;           // "mse" is --loss auto's, by the data's float targets (launcher/Cli)
   std::int64_t ignoreIndex = -100;        // a target of this value adds no loss (padding)
   std::int64_t blockSize = 0;             // a token file's window (context) length; 0: not a token file
   std::string optimizer = "sgd";          // sgd | adam | adamw (runtime/optim)
   double momentum = 0.9;                  // sgd
   bool nesterov = false;                  // sgd
   double weightDecay = 0.0;               // an L2 term for sgd and adam; decoupled for adamw
+  std::string weightDecayScope = "all";   // all | matrices: the tensors it falls on (optim::matrixSpans)
   std::string betas = "0.9,0.999";        // adam, adamw: "B1,B2" (adamBetas())
   double eps = 1e-8;                      // adam, adamw
   double clipGradNorm = 0;                // the averaged gradient's L2 norm at most this (0: off)

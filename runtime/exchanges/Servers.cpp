@@ -28,7 +28,7 @@ RangeUpdate::RangeUpdate(const config::TrainConfig& cfg, KeyRange range, at::Ten
       eachPart_(eachPart),
       weights_(std::move(weights)),
       sum_(eachPart ? 0 : static_cast<std::size_t>(range_.size())),
-      optimizer_(optim::makeOptimizer(rule_)) {}
+      optimizer_(optim::makeOptimizer(rule_, range_.matrices)) {}
 
 namespace {
 
@@ -77,10 +77,12 @@ double RangeUpdate::takeUpdateSeconds() {
 
 namespace {
 
-// Servers 1..K-1 hold their range only: the model's weights, built on every rank, go.
+// Servers 1..K-1 hold their range only: the model's weights, built on every rank, go (the
+// frozen ones too: server 0's checkpoints hold them).
 void releaseWeights(models::Net& model) {
   torch::NoGradGuard noGrad;
   for (at::Tensor& p : model.parameters()) p.set_data(torch::empty({0}));
+  for (auto& [name, w] : model.frozen()) w.set_data(torch::empty({0}));
 }
 
 // The line that heads a range's optimizer state: "UPDATES NAME..." (the optimizer's counted

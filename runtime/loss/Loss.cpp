@@ -76,11 +76,62 @@ at::Tensor lossOf(const std::string& loss, const at::Tensor& output, const at::T
   throw InternalError(fmt::format("loss '{}' has a row but no function in loss/Loss.cpp", row.name));
 }
 
+at::Tensor batchLoss(models::Net& model, const std::string& loss, const at::Tensor& input, const at::Tensor& target,
+                     std::int64_t ignoreIndex) {
+  if (config::lossInfo(loss).own) return model.forwardWithTargets(input, target).loss;
+  return lossOf(loss, model.forward(input), target, ignoreIndex);
+}
+
+std::string lossForModel(const std::string& loss, bool lossFromTargets, const models::Net& model,
+                         const std::string& modelName) {
+  const bool automatic = loss == "auto" || (lossFromTargets && loss == "mse");
+  if (model.computesOwnLoss()) {
+    if (automatic || loss == config::kModelLoss) return config::kModelLoss;
+    throw ConfigError(fmt::format("--loss {}: --model {} computes its own loss (its {} takes the targets), and pstrain "
+                                  "trains it with that loss: leave --loss out (or --loss {}), or export a model whose "
+                                  "forward(x) returns its outputs", loss, modelName, model.forwardSignature(),
+                                  config::kModelLoss));
+  }
+  if (loss == config::kModelLoss) {
+    const std::string declared = model.forwardSignature();
+    throw ConfigError(fmt::format("--loss {}: --model {} computes no loss of its own ({}takes no targets); give it a "
+                                  "forward(x, y) that returns its loss, or choose --loss {}", loss, modelName,
+                                  declared.empty() ? "it " : "its " + declared + " ", config::lossNames()));
+  }
+  return loss;
+}
+
+namespace {
+
+// checkModelFitsData for a model that computes its own loss: its forward(x, y) on the two
+// samples gives one scalar, which backward takes.
+void checkOwnLoss(models::Net& model, const std::string& where, const at::Tensor& input, const at::Tensor& target,
+                  c10::Device device) {
+  try {
+    model.forwardWithTargets(input.to(device), target.to(device)).loss.backward();
+  } catch (const std::exception& e) {
+    model.train();
+    throw ConfigError(fmt::format("{}: the model computes its own loss, and its {} fails on inputs {} and targets {} "
+                                  "({})", where, model.forwardSignature(), shapeOf(input), shapeOf(target),
+                                  essence(e.what())));
+  }
+}
+
+}  // namespace
+
 void checkModelFitsData(models::Net& model, const std::string& modelName, const data::Dataset& data,
                         const std::string& loss, c10::Device device) {
   std::vector<std::int64_t> two = {0, std::min<std::int64_t>(1, data.size() - 1)};
   auto [input, target] = data.batch(two);
   const std::string where = fmt::format("--model {} on --dataset {}", modelName, data.name);
+  if (data.ids) input.view(-1)[0] = data.maxId;  // the largest id goes through the model once
+  if (config::lossInfo(loss).own) {
+    model.eval();
+    checkOwnLoss(model, where, input, target, device);
+    for (auto& p : model.parameters()) p.mutable_grad() = at::Tensor();
+    model.train();
+    return;
+  }
   const bool classes = config::lossInfo(loss).classTargets;
   if (classes && data.classes == 0) {
     throw ConfigError(fmt::format("{}: the dataset has float targets, not class labels: use --loss mse (or --loss "
@@ -89,23 +140,27 @@ void checkModelFitsData(models::Net& model, const std::string& modelName, const 
   if (!classes && data.classes > 0) {
     throw ConfigError(fmt::format("{}: --loss {} needs float targets, the dataset has {} classes", where, loss, data.classes));
   }
-  if (data.ids) input.view(-1)[0] = data.maxId;  // the largest id goes through the model once
   model.eval();
   at::Tensor output;
   try {
     output = model.forward(input.to(device));
+  } catch (const Error& e) {  // the model's own words on what its forward returned
+    model.train();
+    throw ConfigError(fmt::format("{}: {}", where, e.what()));
   } catch (const std::exception& e) {
     model.train();
+    const std::string declared = model.forwardSignature();
+    const std::string forward = declared.empty() ? "forward" : declared;
     if (data.ids) {
-      throw ConfigError(fmt::format("{}: the model's forward fails on a batch of int64 token ids of shape {} whose "
+      throw ConfigError(fmt::format("{}: the model's {} fails on a batch of int64 token ids of shape {} whose "
                                     "largest is the data's largest id, {} ({}): the model must take ids (an embedding "
                                     "of at least {} rows); pixels or values go in x as uint8 or float32",
-                                    where, shapeOf(input), data.maxId, essence(e.what()), data.maxId + 1));
+                                    where, forward, shapeOf(input), data.maxId, essence(e.what()), data.maxId + 1));
     }
-    throw ConfigError(fmt::format("{}: the model's forward fails on a batch of shape {} ({}); the dataset's samples "
-                                  "are {} each. A traced model keeps the shapes and device it was traced with: "
-                                  "export with torch.jit.script", where, shapeOf(input), essence(e.what()),
-                                  shapeOf(input[0])));
+    throw ConfigError(fmt::format("{}: the model's {} fails on a batch of shape {} ({}); the dataset's samples "
+                                  "are {} each{}", where, forward, shapeOf(input), essence(e.what()), shapeOf(input[0]),
+                                  model.fileIdentity().empty() ? "" : ". A traced model keeps the shapes and device it "
+                                                                      "was traced with: export with torch.jit.script"));
   }
   if (classes) {
     // [2, C] for a label per sample; [2, L, C] for one per position, where C may exceed

@@ -21,6 +21,18 @@ namespace pstrain::loss {
 at::Tensor lossOf(const std::string& loss, const at::Tensor& output, const at::Tensor& target,
                   std::int64_t ignoreIndex = -100, bool sum = false);
 
+// The mean loss of `model` on a batch, as training takes it: --loss `loss` (a row's name) of
+// model.forward(input), or with config::kModelLoss the model's own (forwardWithTargets).
+at::Tensor batchLoss(models::Net& model, const std::string& loss, const at::Tensor& input, const at::Tensor& target,
+                     std::int64_t ignoreIndex = -100);
+
+// --loss as `model` (the model of --model `modelName`) takes it: config::kModelLoss for a
+// model that computes its own loss, given --loss auto or model (`lossFromTargets`: `loss` is
+// auto's mse); else `loss`. Throws ConfigError for --loss model of a model that computes none,
+// and for any other --loss of one that does.
+std::string lossForModel(const std::string& loss, bool lossFromTargets, const models::Net& model,
+                         const std::string& modelName);
+
 // One forward and backward of `model` (on `device`, in eval mode, so that no BatchNorm
 // statistic moves) on two samples of `data`: throws ConfigError naming `modelName`, the
 // dataset and both shapes when the forward fails, or when its output does not fit the loss

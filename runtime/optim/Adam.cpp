@@ -50,18 +50,19 @@ bool adamOnCpu(float* __restrict w, const float* __restrict g, float* __restrict
 Adam::Adam(AdamOptions options)
     : Optimizer(config::optimizerInfo(options.decoupled ? "adamw" : "adam")), options_(options) {}
 
-bool Adam::stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t offset, std::int64_t total,
-                     double gradDivisor) {
+bool Adam::stepRun(at::Tensor params, at::Tensor grad, double lr, std::int64_t offset, std::int64_t total,
+                   double gradDivisor, bool decays) {
   if (updates() == 0) throw InternalError("Adam: stepSlice() before beginUpdate()");
+  const double weightDecay = decays ? options_.weightDecay : 0;
   const std::int64_t n = params.numel();
   at::Tensor m = stateSlice(0, params, offset, n, total), v = stateSlice(1, params, offset, n, total);
   const double biasCorrection1 = 1 - std::pow(options_.beta1, static_cast<double>(updates()));
   const double biasCorrection2 = 1 - std::pow(options_.beta2, static_cast<double>(updates()));
-  const bool decay = !options_.decoupled && options_.weightDecay != 0;
-  const bool shrink = options_.decoupled && options_.weightDecay != 0;
+  const bool decay = !options_.decoupled && weightDecay != 0;
+  const bool shrink = options_.decoupled && weightDecay != 0;
   const Scalars s{static_cast<float>(gradDivisor),
-                  static_cast<float>(options_.weightDecay),
-                  static_cast<float>(1 - lr * options_.weightDecay),
+                  static_cast<float>(weightDecay),
+                  static_cast<float>(1 - lr * weightDecay),
                   static_cast<float>(options_.beta1),
                   static_cast<float>(1 - options_.beta1),
                   static_cast<float>(options_.beta2),
@@ -84,7 +85,7 @@ bool Adam::stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t
   // Elsewhere (a device): the same operations, one ATen call each.
   if (gradDivisor != 1) grad.div_(gradDivisor);
   if (shrink) params.mul_(s.shrink);
-  if (decay) grad.add_(params, options_.weightDecay);
+  if (decay) grad.add_(params, weightDecay);
   m.mul_(options_.beta1).add_(grad, 1 - options_.beta1);
   v.mul_(options_.beta2).addcmul_(grad, grad, 1 - options_.beta2);
   params.addcdiv_(m, (v.sqrt() / std::sqrt(biasCorrection2)).add_(options_.eps), -lr / biasCorrection1);

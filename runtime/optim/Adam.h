@@ -19,8 +19,10 @@ class Adam : public Optimizer {
  public:
   explicit Adam(AdamOptions options);
 
-  bool stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t offset, std::int64_t total,
-                 double gradDivisor = 1) override;
+
+ protected:
+  bool stepRun(at::Tensor params, at::Tensor grad, double lr, std::int64_t offset, std::int64_t total,
+               double gradDivisor, bool decay) override;
 
  private:
   AdamOptions options_;

@@ -24,6 +24,29 @@ void Optimizer::beginUpdate() {
   if (row_.countsUpdates) ++updates_;
 }
 
+bool Optimizer::stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t offset, std::int64_t total,
+                          double gradDivisor) {
+  const std::int64_t n = params.numel();
+  if (!decaySpans_) return stepRun(params, grad, lr, offset, total, gradDivisor, true);
+  // Runs of [offset, offset + n) in or out of the spans, in order.
+  bool finite = true;
+  std::int64_t at = offset;
+  auto run = [&](std::int64_t end, bool decay) {
+    if (end <= at) return;
+    finite = stepRun(params.narrow(0, at - offset, end - at), grad.narrow(0, at - offset, end - at), lr, at, total,
+                     gradDivisor, decay) && finite;
+    at = end;
+  };
+  for (const auto& [begin, end] : *decaySpans_) {
+    if (end <= at) continue;
+    if (begin >= offset + n) break;
+    run(std::min(begin, offset + n), false);
+    run(std::min(end, offset + n), true);
+  }
+  run(offset + n, false);
+  return finite;
+}
+
 std::vector<std::pair<std::string, at::Tensor>> Optimizer::state() const {
   std::vector<std::pair<std::string, at::Tensor>> named;
   for (std::size_t i = 0; i < state_.size(); ++i) {
@@ -73,14 +96,17 @@ std::unique_ptr<Optimizer> makeOptimizer(const std::string& name, const Hyperpar
   throw InternalError(fmt::format("optimizer '{}' has a row but no maker in optim/Optimizer.cpp", row.name));
 }
 
-std::unique_ptr<Optimizer> makeOptimizer(const config::TrainConfig& cfg) {
+std::unique_ptr<Optimizer> makeOptimizer(const config::TrainConfig& cfg, const Spans& matrices) {
   Hyperparameters h{cfg.momentum, cfg.nesterov, cfg.weightDecay};
   if (config::optimizerInfo(cfg.optimizer).adaptive) {
     std::tie(h.beta1, h.beta2) = cfg.adamBetas();
     h.eps = cfg.eps;
   }
-  return makeOptimizer(cfg.optimizer, h);
+  auto optimizer = makeOptimizer(cfg.optimizer, h);
+  if (cfg.weightDecayScope == "matrices") optimizer->decayOnlyWithin(matrices);
+  return optimizer;
 }
+
 
 double clipFactor(double norm, double maxNorm) {
   if (maxNorm <= 0) return 1;

@@ -7,11 +7,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "runtime/optim/MatrixSpans.h"
 #include "runtime/config/Optimizers.h"
 #include "runtime/config/TrainConfig.h"
 
@@ -34,9 +36,14 @@ class Optimizer {
   // `params` and `grad` are 1-D float tensors of equal size on one device; `grad` is scratch,
   // left unspecified. Returns whether every new weight is finite: a non-finite gradient
   // always makes one non-finite, so this is the finite check of the gradient in the same
-  // pass; when false, params and the state are spoiled.
-  virtual bool stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t offset, std::int64_t total,
-                         double gradDivisor) = 0;
+  // pass; when false, params and the state are spoiled. Weight decay falls where
+  // decayOnlyWithin() lets it (by default everywhere).
+  bool stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t offset, std::int64_t total,
+                 double gradDivisor = 1);
+
+  // Weight decay falls within `spans` of the buffer only ([begin, end), sorted, disjoint):
+  // --weight-decay-scope matrices.
+  void decayOnlyWithin(Spans spans) { decaySpans_ = std::move(spans); }
 
   // A whole update: beginUpdate() and one stepSlice() over the whole buffer.
   bool step(const at::Tensor& params, const at::Tensor& grad, double lr, double gradDivisor = 1) {
@@ -62,7 +69,13 @@ class Optimizer {
                         std::int64_t total);
   const at::Tensor& stateBuffer(std::size_t index) const { return state_.at(index); }
 
+  // stepSlice() on a run of the slice where weight decay falls throughout (`decay`) or
+  // nowhere.
+  virtual bool stepRun(at::Tensor params, at::Tensor grad, double lr, std::int64_t offset, std::int64_t total,
+                       double gradDivisor, bool decay) = 0;
+
  private:
+  std::optional<Spans> decaySpans_;  // unset: everywhere
   const config::OptimizerInfo& row_;
   std::vector<at::Tensor> state_;  // by the row's state names; undefined until made
   std::int64_t updates_ = 0;
@@ -78,8 +91,10 @@ struct Hyperparameters {
 
 // The rule of row `name` with `h`; throws ConfigError for a name without a row.
 std::unique_ptr<Optimizer> makeOptimizer(const std::string& name, const Hyperparameters& h);
-// cfg's --optimizer with its --momentum, --nesterov, --weight-decay, --betas, --eps.
-std::unique_ptr<Optimizer> makeOptimizer(const config::TrainConfig& cfg);
+// cfg's --optimizer with its --momentum, --nesterov, --weight-decay, --betas, --eps, on a
+// buffer whose tensors of two dimensions or more are `matrices` (matrixSpans): with
+// --weight-decay-scope matrices, weight decay falls there only.
+std::unique_ptr<Optimizer> makeOptimizer(const config::TrainConfig& cfg, const Spans& matrices);
 
 // torch.nn.utils.clip_grad_norm_'s factor for a gradient of L2 norm `norm` under
 // --clip-grad-norm `maxNorm`: min(1, maxNorm / (norm + 1e-6)); 1 when maxNorm is 0 (off).

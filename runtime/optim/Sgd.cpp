@@ -61,9 +61,11 @@ bool stepOnCpu(float* w, float* g, float* v, std::int64_t n, float lr, float div
 
 Sgd::Sgd(SgdOptions options) : Optimizer(config::optimizerInfo("sgd")), options_(options) {}
 
-bool Sgd::stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t offset, std::int64_t total,
-                    double gradDivisor) {
+bool Sgd::stepRun(at::Tensor params, at::Tensor grad, double lr, std::int64_t offset, std::int64_t total,
+                  double gradDivisor, bool decay) {
   const std::int64_t n = params.numel();
+  SgdOptions options = options_;
+  if (!decay) options.weightDecay = 0;
   at::Tensor momentum = options_.momentum != 0 ? stateSlice(0, params, offset, n, total) : at::Tensor();
   if (onCpuInOnePass(params) && onCpuInOnePass(grad)) {
     float* w = params.data_ptr<float>();
@@ -72,12 +74,12 @@ bool Sgd::stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t 
     const float lrf = static_cast<float>(lr), divisor = static_cast<float>(gradDivisor);
     return inRanges(n, [&](std::int64_t b, std::int64_t e) {
       float* vb = v != nullptr ? v + b : nullptr;
-      return gradDivisor != 1 ? stepOnCpu<true>(w + b, g + b, vb, e - b, lrf, divisor, options_)
-                              : stepOnCpu<false>(w + b, g + b, vb, e - b, lrf, divisor, options_);
+      return gradDivisor != 1 ? stepOnCpu<true>(w + b, g + b, vb, e - b, lrf, divisor, options)
+                              : stepOnCpu<false>(w + b, g + b, vb, e - b, lrf, divisor, options);
     });
   }
   if (gradDivisor != 1) grad.div_(gradDivisor);
-  if (options_.weightDecay != 0) grad.add_(params, options_.weightDecay);
+  if (options.weightDecay != 0) grad.add_(params, options.weightDecay);
   const at::Tensor* update = &grad;
   if (momentum.defined()) {
     momentum.mul_(options_.momentum).add_(grad);

@@ -18,13 +18,15 @@ class Sgd : public Optimizer {
  public:
   explicit Sgd(SgdOptions options);
 
-  bool stepSlice(at::Tensor params, at::Tensor grad, double lr, std::int64_t offset, std::int64_t total,
-                 double gradDivisor = 1) override;
 
   // The momentum buffer: undefined until the first step with momentum (as in PyTorch's
   // optimizer state, which starts as the first gradient; here as zeros times momentum plus
   // it: the same values).
   const at::Tensor& momentumBuffer() const { return stateBuffer(0); }
+
+ protected:
+  bool stepRun(at::Tensor params, at::Tensor grad, double lr, std::int64_t offset, std::int64_t total,
+               double gradDivisor, bool decay) override;
 
  private:
   SgdOptions options_;

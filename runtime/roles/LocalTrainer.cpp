@@ -233,7 +233,7 @@ float LocalTrainer::forwardBackward(std::int64_t batch, const data::Prefetcher::
       at::Tensor loss;
       {
         AutocastScope autocast(device_, precision_);  // --precision: the forward pass and the loss
-        loss = loss::lossOf(lossName_, model_.forward(images), labels, cfg_.ignoreIndex);
+        loss = loss::batchLoss(model_, lossName_, images, labels, cfg_.ignoreIndex);
       }
       // The shard's gradient is its samples' mean: each micro-batch's mean loss weighted by
       // its share (exactly 1 without --grad-accum, so that nothing is multiplied then).

@@ -252,10 +252,8 @@ void Publisher::finish(std::int64_t stepsDone) {
   // A model of the user's, as TorchScript with the trained weights: torch.jit.load runs it.
   // Its tensors' bytes are written from where they are, through the same source.
   std::vector<checkpoint::MemoryRange> tensors;
-  for (const auto& group : {model_.parameters(), model_.buffers()}) {
-    for (const auto& t : group) {
-      if (t.device().is_cpu() && t.has_storage()) tensors.push_back({t.storage().data(), t.storage().nbytes()});
-    }
+  for (const auto& [key, t] : models::stateDict(model_)) {  // whole storages: a parameter views the flat weights
+    if (t.device().is_cpu() && t.has_storage()) tensors.push_back({t.storage().data(), t.storage().nbytes()});
   }
   const bool script = checkpoint::writeArchive(
       scripted, [&](std::ostream& out) { return model_.saveTorchScript(out); }, tensors, source_);
@@ -276,6 +274,25 @@ at::Tensor ownStorage(const at::Tensor& tensor) {
   return at::from_blob(tensor.data_ptr(), tensor.sizes(), tensor.strides(), tensor.options());
 }
 
+// Each tensor of `tensors` aliased by a storage of its own (ownStorage), one per tensor: the
+// names of one tensor (a tie) share it.
+checkpoint::TensorList withOwnStorages(const checkpoint::TensorList& tensors) {
+  checkpoint::TensorList out;
+  std::map<const void*, at::Tensor> made;  // by the tensor's data
+  for (const auto& [key, tensor] : tensors) {
+    const void* data = tensor.numel() > 0 ? tensor.data_ptr() : nullptr;
+    auto it = data ? made.find(data) : made.end();
+    if (it == made.end()) {
+      at::Tensor own = ownStorage(tensor);
+      if (data) made.emplace(data, own);
+      out.emplace_back(key, own);
+    } else {
+      out.emplace_back(key, it->second);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 checkpoint::Checkpoint Publisher::snapshot(std::int64_t stepsDone) const {
@@ -293,14 +310,20 @@ checkpoint::Checkpoint Publisher::snapshot(std::int64_t stepsDone) const {
   ckpt.optimizerRule = cfg_.updateRuleName();
   for (const auto& [name, value] : cfg_.sharedFields()) ckpt.configuration += name + "=" + value + "\n";
   // Each weight and each parameter's state a storage of its own: a record of the file each,
-  // so that a RecordSource fills one parameter's bytes at a time.
-  for (const auto& [key, tensor] : models::stateDict(model_)) ckpt.modelState.emplace_back(key, ownStorage(tensor));
+  // so that a RecordSource fills one parameter's bytes at a time. A tie's names share theirs,
+  // as in PyTorch's torch.save(model.state_dict()).
+  ckpt.modelState = withOwnStorages(models::stateDict(model_));
+  const auto ties = model_.ties();
   for (const auto& [name, buffer] : optimizer_.state()) {
     const auto views = parameterViews(model_, buffer);
     checkpoint::TensorList tensors;
     std::size_t i = 0;
-    for (const auto& item : model_.named_parameters()) tensors.emplace_back(item.key(), ownStorage(views[i++]));
-    ckpt.optimizerState.emplace_back(name, std::move(tensors));
+    for (const auto& item : model_.named_parameters()) tensors.emplace_back(item.key(), views[i++]);
+    for (const auto& [alias, of] : ties) {
+      const auto it = std::find_if(tensors.begin(), tensors.end(), [&](const auto& t) { return t.first == of; });
+      if (it != tensors.end()) tensors.emplace_back(alias, it->second);  // a frozen tensor has no state
+    }
+    ckpt.optimizerState.emplace_back(name, withOwnStorages(tensors));
   }
   ckpt.optimizerSteps = optimizer_.updates();
   if (lossScale_) {

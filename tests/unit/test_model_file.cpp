@@ -75,8 +75,8 @@ class ModelFile : public ::testing::Test {
     torch::jit::Module module("Linear");
     module.register_attribute("training", c10::BoolType::get(), true);
     torch::manual_seed(5);
-    module.register_parameter("w", torch::randn({kLargeFloats}), false);
-    module.register_parameter("b", torch::randn({4}), false);
+    module.register_parameter("w", torch::randn({kLargeFloats}).requires_grad_(), false);
+    module.register_parameter("b", torch::randn({4}).requires_grad_(), false);
     module.define("def forward(self, x):\n    return x * self.b + self.w[0:4]\n");
     return module;
   }
@@ -132,7 +132,7 @@ TEST_F(ModelFile, CodeHiddenInAnUnusedLargeRecordNeverRuns) {
   for (int fd = 0; fd < 64; ++fd) {
     torch::jit::Module module("Hidden");
     module.register_attribute("training", c10::BoolType::get(), true);
-    module.register_parameter("b", torch::ones({4}), false);
+    module.register_parameter("b", torch::ones({4}).requires_grad_(), false);
     module.define(fmt::format(R"(
       def __getstate__(self):
           return (self.b, self.training)
@@ -226,7 +226,7 @@ TEST_F(ModelFile, DebugRecordsAreNeverUnpickled) {
 TEST_F(ModelFile, ATensorReachingPastItsStorageIsRefused) {
   torch::jit::Module module("Small");
   module.register_attribute("training", c10::BoolType::get(), true);
-  module.register_parameter("w", torch::ones({16}), false);
+  module.register_parameter("w", torch::ones({16}).requires_grad_(), false);
   module.define("def forward(self, x):\n    return x * self.w.sum()\n");
   auto members = recordsOf(module);
   std::string& pickle = members[indexOf(members, "/data.pkl")].data;

@@ -33,6 +33,7 @@
 #include "runtime/Portable.h"
 #include "runtime/Process.h"
 #include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/protocol/FlatParameters.h"
 #include "runtime/zip/ZipDirectory.h"
 #include "tests/common/ScratchDir.h"
 #include "tests/common/ZipOf.h"
@@ -48,8 +49,8 @@ class ScriptModel : public ::testing::Test {
     torch::jit::Module module("Linear");
     module.register_attribute("training", c10::BoolType::get(), true);  // what nn.Module has
     torch::manual_seed(1);
-    module.register_parameter("weight", torch::randn({3, 4}), false);
-    module.register_parameter("bias", torch::zeros({3}), false);
+    module.register_parameter("weight", torch::randn({3, 4}).requires_grad_(), false);
+    module.register_parameter("bias", torch::zeros({3}).requires_grad_(), false);
     module.define(R"(
       def forward(self, x):
           y = torch.matmul(x, self.weight.t()) + self.bias
@@ -106,9 +107,9 @@ TEST_F(ScriptModel, OnlyTheWeightsNeededAreReadFromTheFile) {
   const std::int64_t big = 9 * 1024 * 1024;
   const at::Tensor a = torch::randn({9 * 1024, 1024}), b = torch::randn({512, 1024}), c = torch::randn({10});
   const at::Tensor m = torch::randn({512, 1024});
-  module.register_parameter("a", a, false);
-  module.register_parameter("b", b, false);
-  module.register_parameter("c", c, false);
+  module.register_parameter("a", a.requires_grad_(), false);
+  module.register_parameter("b", b.requires_grad_(), false);
+  module.register_parameter("c", c.requires_grad_(), false);
   module.register_buffer("m", m);
   module.define("def forward(self, x):\n    return x\n");
   const std::string path = (scratch.path() / "parts.pt").string();
@@ -177,7 +178,7 @@ TEST_F(ScriptModel, ASetStateSeesTheWeightsEvenWhereTheyAreNotNeeded) {
   torch::jit::Module module("Derived");
   torch::manual_seed(4);
   const at::Tensor w = torch::randn({512, 1024});  // 2 MiB: a large storage
-  module.register_parameter("w", w, false);
+  module.register_parameter("w", w.requires_grad_(), false);
   module.register_attribute("doubled", c10::TensorType::get(), torch::zeros({1}));
   module.register_attribute("training", c10::BoolType::get(), true);
   module.define(R"(
@@ -211,15 +212,101 @@ TEST_F(ScriptModel, FilesThatAreNotTorchScriptAreClearErrors) {
       << loadError(stateDict);
 }
 
-TEST_F(ScriptModel, TiedWeightsAreRefused) {
+// A tensor under two names (GPT-2's tie) is one trained parameter, whose gradient autograd
+// sums over its uses; a parameter that does not require grad is a frozen weight, in no
+// flat buffer; stateDict() has every name.
+TEST_F(ScriptModel, ATieIsOneTrainedTensorAndAFrozenOneIsAWeight) {
   torch::jit::Module module("Tied");
-  const at::Tensor shared = torch::ones({2, 2});
+  torch::manual_seed(5);
+  const at::Tensor shared = torch::randn({2, 2}).requires_grad_(), frozen = torch::randn({2});
   module.register_parameter("a", shared, false);
+  module.register_parameter("f", frozen, false);
   module.register_parameter("b", shared, false);
-  module.define("def forward(self, x):\n    return x.mm(self.a).mm(self.b)\n");
+  module.define("def forward(self, x):\n    return x.mm(self.a).mm(self.b) + self.f\n");
   const std::string path = (scratch.path() / "tied.pt").string();
   module.save(path);
-  EXPECT_NE(loadError(path).find("tied weights"), std::string::npos) << loadError(path);
+  auto net = models::loadScriptModel(path);
+  EXPECT_EQ(models::parameterCount(*net), 4);
+  EXPECT_EQ(models::frozenCount(*net), 2);
+  ASSERT_EQ(net->frozen().size(), 1u);
+  EXPECT_EQ(net->frozen()[0].first, "f");
+  ASSERT_EQ(net->ties().size(), 1u);
+  EXPECT_EQ(net->ties()[0], std::make_pair(std::string("b"), std::string("a")));
+  const auto state = models::stateDict(*net);
+  ASSERT_EQ(state.size(), 3u);
+  EXPECT_EQ(state[0].first, "a");
+  EXPECT_EQ(state[1].first, "f");
+  EXPECT_EQ(state[2].first, "b");
+  EXPECT_TRUE(state[2].second.is_same(state[0].second));
+  EXPECT_FALSE(state[1].second.requires_grad());
+
+  // Bound to flat buffers as a worker binds them: one slot, the gradient of both uses.
+  const at::Tensor weights = torch::zeros({4}), grad = torch::zeros({4});
+  protocol::bindParameters(*net, weights);
+  protocol::bindGradients(*net, grad);
+  const at::Tensor x = torch::randn({3, 2});
+  net->forward(x).sum().backward();
+  protocol::collectGradients(*net, grad);
+  const at::Tensor leaf = shared.detach().clone().requires_grad_();
+  (x.mm(leaf).mm(leaf) + frozen).sum().backward();
+  EXPECT_TRUE(torch::allclose(grad.view({2, 2}), leaf.grad(), 1e-6, 1e-6));
+  EXPECT_TRUE(torch::equal(weights.view({2, 2}), shared.detach()));
+  EXPECT_TRUE(torch::equal(net->frozen()[0].second, frozen));  // untouched, as loaded
+}
+
+// Two tensors that view one storage otherwise (other offsets or shapes) would be untied by
+// their binding to the flat buffer: refused, naming both.
+TEST_F(ScriptModel, ViewsOfOneStorageAreRefused) {
+  torch::jit::Module module("Views");
+  const at::Tensor base = torch::randn({4, 2});
+  module.register_parameter("top", base.narrow(0, 0, 2).requires_grad_(), false);
+  module.register_parameter("bottom", base.narrow(0, 2, 2), false);
+  module.define("def forward(self, x):\n    return x.mm(self.top) + x.mm(self.bottom)\n");
+  const std::string path = (scratch.path() / "views.pt").string();
+  module.save(path);
+  const std::string error = loadError(path);
+  EXPECT_NE(error.find("'top' and 'bottom' are views of one storage"), std::string::npos) << error;
+}
+
+// A forward of the inputs and the targets computes its own loss: found as the one scalar of
+// what it returns (a tuple's, a list's, a dict's "loss"), with the logits shaped as the
+// targets plus one dimension beside it; two scalars are refused, naming what forward declares.
+TEST_F(ScriptModel, AModelsOwnLossIsTheOneScalarItsForwardReturns) {
+  const auto modelReturning = [&](const std::string& name, const std::string& body) {
+    torch::jit::Module module(name);
+    module.register_parameter("w", torch::ones({3, 5}).requires_grad_(), false);
+    module.define(body);
+    const std::string path = (scratch.path() / (name + ".pt")).string();
+    module.save(path);
+    return models::loadScriptModel(path);
+  };
+  const at::Tensor x = torch::randn({2, 4, 3}), y = torch::randint(5, {2, 4});
+  const std::string logits = "        logits = x.matmul(self.w)\n";
+  auto tuple = modelReturning("Tuple", "def forward(self, x, targets):\n" + logits +
+      "        return logits, torch.cross_entropy_loss(logits.flatten(0, 1), targets.flatten())\n");
+  EXPECT_TRUE(tuple->computesOwnLoss());
+  EXPECT_NE(tuple->forwardSignature().find("forward(Tensor x, Tensor targets) -> Tuple[Tensor, Tensor]"),
+            std::string::npos) << tuple->forwardSignature();
+  const models::OwnLoss own = tuple->forwardWithTargets(x, y);
+  const at::Tensor expected = torch::nn::functional::cross_entropy(x.matmul(torch::ones({3, 5})).flatten(0, 1), y.flatten());
+  EXPECT_TRUE(torch::allclose(own.loss, expected));
+  EXPECT_EQ(own.logits.sizes(), at::IntArrayRef({2, 4, 5}));
+  auto dict = modelReturning("Dict", "def forward(self, x, y):\n" + logits +
+      "        return {'logits': logits, 'loss': logits.mean()}\n");
+  EXPECT_TRUE(torch::allclose(dict->forwardWithTargets(x, y).loss, x.matmul(torch::ones({3, 5})).mean()));
+  EXPECT_TRUE(dict->forwardWithTargets(x, y).logits.defined());
+  auto scalar = modelReturning("Scalar", "def forward(self, x, y):\n" + logits + "        return logits.sum()\n");
+  EXPECT_FALSE(scalar->forwardWithTargets(x, y).logits.defined());
+  auto two = modelReturning("Two", "def forward(self, x, y):\n" + logits +
+      "        return logits.sum(), logits.mean()\n");
+  try {
+    two->forwardWithTargets(x, y);
+    ADD_FAILURE() << "two scalars accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("holding 2 scalars"), std::string::npos) << e.what();
+  }
+  auto plain = modelReturning("Plain", "def forward(self, x):\n" + logits + "        return logits\n");
+  EXPECT_FALSE(plain->computesOwnLoss());
 }
 
 // The fuzz tier's seeds for the model loader (tests/fuzz/corpus/model): the 15 hostile files
@@ -323,7 +410,7 @@ TEST_F(ScriptModel, AFileSwappedWhileItLoadsNeverRunsTheSwappedInCode) {
 std::string moduleWithSetState(const std::filesystem::path& dir, const std::string& name, const std::string& body) {
   torch::jit::Module module("Restored");
   module.register_attribute("training", c10::BoolType::get(), true);
-  module.register_parameter("w", torch::ones({3}), false);
+  module.register_parameter("w", torch::ones({3}).requires_grad_(), false);
   module.define(R"(
     def __getstate__(self):
         return (self.w, self.training)
