@@ -151,6 +151,14 @@ std::int64_t frozenCount(const Net& model) {
   return count;
 }
 
+std::string describeParameters(const Net& model) {
+  const std::int64_t frozen = frozenCount(model);
+  std::string text = fmt::format("{} {}parameters", parameterCount(model), frozen > 0 ? "trained " : "");
+  if (frozen > 0) text += fmt::format(", {} frozen", frozen);
+  for (const auto& [alias, name] : model.ties()) text += fmt::format(", {} tied to {}", alias, name);
+  return text;
+}
+
 std::string parameterSignature(const Net& model) {
   std::string signature;
   for (const auto& [key, tensor] : stateDict(model)) {

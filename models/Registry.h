@@ -92,6 +92,9 @@ std::vector<std::pair<std::string, at::Tensor>> stateDict(const Net& model);
 std::int64_t parameterCount(const torch::nn::Module& module);
 // The frozen weights' elements.
 std::int64_t frozenCount(const Net& model);
+// "15616 parameters"; with frozen weights or ties: "768 trained parameters, 15616 frozen,
+// lm_head.weight tied to transformer.wte.weight" (the announcement, the dry run).
+std::string describeParameters(const Net& model);
 
 // "conv1.weight:20x1x5x5,conv1.bias:20,..." over stateDict(): compared across ranks at start-up.
 std::string parameterSignature(const Net& model);

@@ -46,9 +46,9 @@ void runServer(const RoleArgs& args, void (*loop)(Server&), std::string (*detail
   std::string modeText = cfg.modeInfo().name;
   const std::string said = details ? details(s) : "";
   if (!said.empty()) modeText += " (" + said + ")";
-  std::cout << fmt::format("pstrain: {} mode, {} workers, {} steps ({} per epoch), model {} ({} parameters), "
+  std::cout << fmt::format("pstrain: {} mode, {} workers, {} steps ({} per epoch), model {} ({}), "
                            "{}, batch {} per worker{}{}",
-                           modeText, s.computing, s.total, s.updatesPerEpoch, cfg.model, s.messages.weights.numel(),
+                           modeText, s.computing, s.total, s.updatesPerEpoch, cfg.model, models::describeParameters(args.model),
                            cfg.describeTrainSet(args.trainSamples), cfg.describeBatch(),
                            s.shards != s.computing ? fmt::format(" and virtual shard ({} virtual shards: {} per step)",
                                                                  s.shards, s.shards * cfg.shardBatch()) : "",

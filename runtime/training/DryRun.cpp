@@ -7,6 +7,7 @@
 #include "data/ShardSampler.h"
 #include "runtime/config/Devices.h"
 #include "runtime/config/Layout.h"
+#include "runtime/config/Losses.h"
 #include "runtime/config/Optimizers.h"
 #include "runtime/optim/LossScale.h"
 #include "runtime/optim/LrSchedule.h"
@@ -72,8 +73,11 @@ void printPlan(const config::TrainConfig& cfg, const RankFacts& facts, std::int6
   }
   out += fmt::format("  blas      {}\n", blasOfRanks(facts));
   const config::PrecisionInfo& precision = config::precisionInfo(cfg.precision);
-  out += fmt::format("  model     {}: {} parameters ({:.2f} MiB as float32){}\n", cfg.model, parameters,
+  const std::int64_t frozen = models::frozenCount(model);
+  out += fmt::format("  model     {}: {} ({:.2f} MiB as float32{}){}\n", cfg.model, models::describeParameters(model),
                      parameters * 4.0 / (1 << 20),
+                     frozen > 0 ? fmt::format(" trained, exchanged; the frozen {:.2f} MiB held by every rank from its "
+                                              "file, never sent", frozen * 4.0 / (1 << 20)) : "",
                      precision.bf16Weights ? "; the workers hold them in bfloat16 (forward pass autocast to bf16), the "
                                              "servers float32 master weights"
                      : precision.autocasts ? fmt::format("; forward pass autocast to {}", cfg.precision) : "");
@@ -84,11 +88,15 @@ void printPlan(const config::TrainConfig& cfg, const RankFacts& facts, std::int6
                      tokens ? ", each window at a random offset" : "",
                      cfg.describeBatch(), cfg.shardBatch() * perUpdate,
                      tokens ? fmt::format(" ({} tokens)", cfg.shardBatch() * perUpdate * cfg.blockSize) : "");
+  const std::string loss = cfg.lossFunction();
+  out += config::lossInfo(loss).own ? fmt::format("  loss      the model's own: its {}\n", model.forwardSignature())
+                                    : fmt::format("  loss      {} ({})\n", loss, config::lossInfo(loss).help);
   out += fmt::format("  steps     {} updates ({} per epoch{})\n", total, updatesPerEpoch,
                      cfg.steps > 0 ? "; --steps" : fmt::format(" x {} epochs", cfg.epochs));
   const double target = optim::learningRate(cfg, perUpdate, cfg.warmupSteps, total + cfg.warmupSteps + 1);
   std::string rule = config::describeOptimizer(cfg);
-  rule += fmt::format(", weight decay {}{}{}", cfg.weightDecay,
+  rule += fmt::format(", weight decay {}{}{}{}", cfg.weightDecay,
+                      cfg.weightDecay > 0 && cfg.weightDecayScope == "matrices" ? " (on tensors of 2+ dimensions only)" : "",
                       cfg.clipGradNorm > 0 ? fmt::format(", gradient norm clipped to {}", cfg.clipGradNorm) : "",
                       cfg.lossScaling() ? fmt::format(", dynamic loss scale from {:g} (doubled after {} good updates, "
                                                       "halved on an overflow, whose update is skipped)",

@@ -288,10 +288,10 @@ void runPeers(const RoleArgs& args, void (*loop)(Peer&)) {
   const config::TrainConfig& cfg = args.cfg;
   Peer peer(args, agreeOnStart(args.comm, args.resume));
   if (args.comm.rank() == 0) {
-    std::cout << fmt::format("pstrain: {} mode, {} ranks (all compute), {} steps ({} per epoch), model {} ({} "
-                             "parameters), {}, batch {} per rank{}",
+    std::cout << fmt::format("pstrain: {} mode, {} ranks (all compute), {} steps ({} per epoch), model {} ({}), {}, "
+                             "batch {} per rank{}",
                              cfg.modeInfo().name, args.comm.size(), peer.total, peer.updatesPerEpoch, cfg.model,
-                             peer.messages.weights.numel(), cfg.describeTrainSet(args.train->size()), cfg.describeBatch(),
+                             models::describeParameters(args.model), cfg.describeTrainSet(args.train->size()), cfg.describeBatch(),
                              peer.firstStep ? fmt::format("; resuming at step {}", peer.firstStep) : "")
               << std::endl;
   }
