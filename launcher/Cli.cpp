@@ -112,8 +112,10 @@ cxxopts::Options evalOptions(const EvalCommand& d) {
       "Evaluates every checkpoint that pstrain publishes in TRAIN_DIR/ckpt, once each, on the\n"
       "test set; appends eval.csv and eval.jsonl in TRAIN_DIR (or --out-dir). The model and\n"
       "dataset are read from the checkpoint. TRAIN_DIR is only read: a shared directory that\n"
-      "this user cannot write needs --out-dir. Exit status: 0 every checkpoint evaluated, 3 some\n"
-      "skipped (each named), 2 bad flags, 1 any other error.\n");
+      "this user cannot write needs --out-dir. --export FILE writes a checkpoint's weights for\n"
+      "PyTorch, Hugging Face or MLX instead. Exit status: 0 every checkpoint evaluated, 3 some\n"
+      "skipped (each named), 2 bad flags or input (a model file refused, data that does not fit\n"
+      "the model), 1 any other error.\n");
   options.set_width(100);
   // clang-format off
   options.add_options()
@@ -140,6 +142,11 @@ cxxopts::Options evalOptions(const EvalCommand& d) {
                     "event file in TRAIN_DIR (or --out-dir)", cxxopts::value<std::string>()->default_value("on"))
     ("plot", "when done, render plots/*.png in TRAIN_DIR (or --out-dir) with tools/plot (needs gnuplot)")
     ("predictions", "write the predicted class of every test sample (last checkpoint evaluated) to this file", defaulted(d.predictionsPath))
+    ("export", "instead of evaluating: write the newest published checkpoint's weights (or --step N's) to FILE, "
+               "by the model's state_dict names: FILE.safetensors by that format's spec (each tie once, its other "
+               "names in __metadata__: what mlx.core.load and safetensors' load_file read), else a state dict "
+               "(torch.load, load_state_dict); written whole or not at all", defaulted(d.exportPath))
+    ("step", "with --export: the checkpoint of this step (default: the newest)", defaulted(d.exportStep))
     ("h,help", "print this help");
   // clang-format on
   return options;
@@ -190,6 +197,10 @@ EvalCommand parseEvalCommand(int argc, char** argv) {
     command.evalWindows = r["eval-windows"].as<std::int64_t>();
     command.threads = r["threads"].as<int>();
     command.predictionsPath = r["predictions"].as<std::string>();
+    command.exportPath = r["export"].as<std::string>();
+    command.exportStep = r["step"].as<std::int64_t>();
+    if (command.exportStep != -1 && command.exportPath.empty()) throw ConfigError("--step chooses what --export writes");
+    if (command.exportStep < -1) throw ConfigError("--step must be a step of the run (0 or more)");
     command.plot = r.count("plot") > 0;
     command.trustModel = r.count("trust-model") > 0;
     command.tensorboard = config::parseOnOff("tensorboard", r["tensorboard"].as<std::string>()) == config::OnOff::On;

@@ -42,6 +42,8 @@ struct EvalCommand {
   std::string predictionsPath;  // argmax per test sample of the last evaluated checkpoint
   bool plot = false;            // run tools/plot on the train dir at the end
   bool tensorboard = true;      // test metrics per checkpoint into a TensorBoard event file in the train dir
+  std::string exportPath;       // write a checkpoint's weights there (.safetensors or a state dict) instead of evaluating
+  std::int64_t exportStep = -1; // which checkpoint --export writes (-1: the newest)
   std::string helpText;
 };
 

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cmath>
@@ -24,6 +25,7 @@
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
 #include "runtime/checkpoint/Checkpoint.h"
+#include "runtime/checkpoint/WeightsFile.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/metrics/Clock.h"
 #include "runtime/metrics/Json.h"
@@ -232,6 +234,27 @@ void prepareOutDir(const launcher::EvalCommand& cmd) {
   }
 }
 
+// --export: the weights of the newest published checkpoint (or --step's) into cmd.exportPath.
+void exportWeights(const launcher::EvalCommand& cmd) {
+  const auto published = rundir::listPublished((fs::path(cmd.trainDir) / rundir::kCheckpoints).string());
+  if (published.empty()) throw Error(fmt::format("{}/ckpt: no published checkpoints to export", cmd.trainDir));
+  auto chosen = published.end() - 1;
+  if (cmd.exportStep >= 0) {
+    chosen = std::find_if(published.begin(), published.end(), [&](const auto& p) { return p.step == cmd.exportStep; });
+    if (chosen == published.end()) {
+      std::string steps;
+      for (const auto& p : published) steps += (steps.empty() ? "" : ", ") + std::to_string(p.step);
+      throw ConfigError(fmt::format("--step {}: no published checkpoint of that step in {}/ckpt (steps: {})",
+                                    cmd.exportStep, cmd.trainDir, steps));
+    }
+  }
+  const checkpoint::Checkpoint ckpt = checkpoint::read(*chosen);
+  checkpoint::writeWeightsFile(cmd.exportPath, ckpt.modelState);
+  std::cout << fmt::format("pseval: step {}'s weights ({} tensors of {}) written to {}", ckpt.step,
+                           ckpt.modelState.size(), ckpt.model, cmd.exportPath)
+            << std::endl;
+}
+
 }  // namespace
 
 // pseval's exit status when it evaluated what it could but skipped a checkpoint that failed
@@ -258,6 +281,10 @@ int main(int argc, char** argv) {
     if (!fs::is_directory(cmd.trainDir)) {
       throw ConfigError(fmt::format("{}: no such directory", cmd.trainDir));
     }
+    if (!cmd.exportPath.empty()) {
+      exportWeights(cmd);
+      return 0;
+    }
     prepareOutDir(cmd);
     Evaluator evaluator(cmd, launcher::chooseDevice(cmd.device, 0));
     const fs::path finalWeights = fs::path(cmd.trainDir) / rundir::kTrainedModel;
@@ -283,6 +310,9 @@ int main(int argc, char** argv) {
                                            evaluator.skipped(), kSkippedExit));
       return kSkippedExit;
     }
+  } catch (const InputError& e) {
+    launcher::printErrorLine(fmt::format("pseval: error: {}", e.what()));
+    return 2;
   } catch (const std::exception& e) {
     launcher::printErrorLine(fmt::format("pseval: error: {}", e.what()));
     return 1;

@@ -27,6 +27,7 @@
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
 #include "runtime/Stop.h"
+#include "runtime/checkpoint/WeightsFile.h"
 #include "runtime/comm/mpi/MpiComm.h"
 #include "runtime/config/Layout.h"
 #include "runtime/loss/Loss.h"
@@ -161,6 +162,27 @@ void printRequested(const launcher::TrainCommand& cli) {
   if (cli.listModes) printModes();
 }
 
+// --init-from: the model's weights from the file, on every rank (a fine-tune's frozen
+// weights never travel: each rank takes them from its copy); cfg.initFromIdentity, which the
+// handshake compares, from what was read.
+void initFrom(models::Net& model, config::TrainConfig& cfg, int rank) {
+  checkpoint::WeightsFile file;
+  try {
+    file = checkpoint::readWeightsFile(cfg.initFrom);
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("--init-from {}", e.what()));
+  }
+  const std::vector<std::string> kept = models::loadPretrained(model, file.tensors, "--init-from " + cfg.initFrom);
+  cfg.initFromIdentity = file.identity;
+  if (rank != 0) return;
+  std::cout << fmt::format("pstrain: --init-from {}: {} tensors ({}){}", cfg.initFrom, file.tensors.size(),
+                           file.identity,
+                           kept.empty() ? "" : fmt::format("; {} trained tensor(s) it lacks keep the model's values "
+                                                           "(a fine-tune's adapters): {}", kept.size(),
+                                                           fmt::join(kept, ", ")))
+            << std::endl;
+}
+
 // This rank's device, model and data, then its part of the training (or of the probe).
 // `prefetched` holds the training set's loading when this rank computes. Throws on any error.
 void trainOrProbe(comm::mpi::MpiComm& comm, const config::TrainConfig& given, std::future<data::Dataset>& prefetched,
@@ -191,6 +213,7 @@ void trainOrProbe(comm::mpi::MpiComm& comm, const config::TrainConfig& given, st
   auto model = models::makeModel(cfg.model, config::isModelFile(cfg.model) ? 0 : data::datasetInfo(cfg.dataset).classes,
                                  training::weightsNeeded(cfg, comm.rank()));
   cfg.loss = loss::lossForModel(cfg.loss, cfg.lossFromTargets, *model, cfg.model);
+  if (!cfg.initFrom.empty()) initFrom(*model, cfg, comm.rank());
   model->to(device);
   if (computes && cfg.bf16Weights()) {
     // --precision bf16-weights: a worker holds the weights in bfloat16 from now on, each

@@ -108,4 +108,15 @@ namespace pstrain::models {
 void loadStateDict(Net& model, const std::vector<std::pair<std::string, at::Tensor>>& state,
                    const std::string& source);
 
+// Copies pretrained `weights` (by state_dict name, any dtype, converted) into `model`, as
+// torchtune's recipes load a checkpoint: names and shapes strictly, but a tie needs one of
+// its names (safetensors writes a tie once; several given must be equal), and the trained
+// parameters of a model with frozen weights (a fine-tune's adapters, which no pretrained
+// file has) may be missing: they keep the model's values. Parameters wholly outside
+// model.heldWeights() are not written (they hold no values). Returns the names of those
+// kept; throws ConfigError naming `source` and listing every missing, unexpected, unequal
+// or misshapen name at once.
+std::vector<std::string> loadPretrained(Net& model, const std::vector<std::pair<std::string, at::Tensor>>& weights,
+                                        const std::string& source);
+
 }  // namespace pstrain::models

@@ -194,6 +194,7 @@ std::string publish(const std::string& dir, const Checkpoint& ckpt, const Record
   meta.insert("ignore_index", ckpt.ignoreIndex);
   meta.insert("optimizer_rule", ckpt.optimizerRule);
   meta.insert("configuration", ckpt.configuration);
+  if (!ckpt.initFrom.empty()) meta.insert("init_from", ckpt.initFrom);
   if (!ckpt.workerBatches.empty()) {
     c10::impl::GenericList batches(c10::AnyType::get());  // a plain list: no TorchScript tag
     for (std::int64_t batch : ckpt.workerBatches) batches.push_back(batch);
@@ -298,6 +299,7 @@ Checkpoint decode(const c10::IValue& top, const std::string& path) {
   if (meta.contains("ignore_index")) ckpt.ignoreIndex = metaInt("ignore_index");
   if (meta.contains("optimizer_rule")) ckpt.optimizerRule = metaString("optimizer_rule");
   if (meta.contains("configuration")) ckpt.configuration = metaString("configuration");
+  if (meta.contains("init_from")) ckpt.initFrom = metaString("init_from");
   if (meta.contains("worker_batches")) {
     const c10::IValue& batches = meta.at("worker_batches");
     if (!batches.isList()) throw CheckpointError(fmt::format("{}: __meta__.worker_batches is not a list", path));

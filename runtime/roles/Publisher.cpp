@@ -332,6 +332,7 @@ checkpoint::Checkpoint Publisher::snapshot(std::int64_t stepsDone) const {
   }
   ckpt.blockSize = cfg_.blockSize;
   ckpt.ignoreIndex = cfg_.ignoreIndex;
+  ckpt.initFrom = cfg_.initFromIdentity;
   if (checkpointExtras_) checkpointExtras_(ckpt);
   return ckpt;
 }

@@ -197,6 +197,8 @@ Facts factsOf(comm::Communicator& comm, const config::TrainConfig& cfg, const co
   mine.emplace_back("resolved-virtual-shards", comm.rank() == 0 ? std::to_string(run.virtualShards) : "");
   // Files of the user's: the same contents on every rank, whatever their paths.
   mine.emplace_back("model-file", model.fileIdentity());
+  mine.emplace_back("init-from-file", cfg.initFromIdentity);
+  mine.emplace_back("info.init-from-file", cfg.initFrom);
   mine.emplace_back("info.model-file", cfg.model);
   mine.emplace_back("dataset-file", train ? train->fileIdentity : "");
   mine.emplace_back("info.dataset-file", cfg.dataset);
@@ -279,6 +281,25 @@ training::RankMeasure memoryOf(const std::map<std::string, std::string>& facts) 
 
 }  // namespace
 
+namespace {
+
+// --resume goes on from the checkpoint's weights, whatever --init-from says; but every rank
+// took the frozen weights (never sent) from --init-from's file, which must then be the one
+// the run started from.
+void checkInitFrom(const checkpoint::Checkpoint& resume, const config::TrainConfig& cfg) {
+  if (resume.initFrom == cfg.initFromIdentity) return;
+  const auto said = [](const std::string& identity) {
+    return identity.empty() ? std::string("no --init-from") : "an --init-from file of " + identity;
+  };
+  throw ConfigError(fmt::format("--resume: step {} was trained from {}, this command gives {}. --resume takes "
+                                "precedence over --init-from (the checkpoint's weights go on), but each rank takes a "
+                                "model's frozen weights from the file: give the run's --init-from file again, or start "
+                                "a new run from this one with --overwrite", resume.step, said(resume.initFrom),
+                                said(cfg.initFromIdentity)));
+}
+
+}  // namespace
+
 StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
                     const data::Dataset* train, c10::Device device, const RunInfo& info) {
   checkWorld(cfg, comm.size());
@@ -293,6 +314,7 @@ StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, mo
     started.run.virtualShards = resolveVirtualShards(cfg, config::Layout(cfg, comm.size()).workers(), resume);
   }
   if (started.resume) {
+    checkInitFrom(*started.resume, cfg);
     if (started.resume->fingerprint != started.run.fingerprint()) {
       std::cout << fmt::format("pstrain: resume: the configuration differs from the one that wrote step {}{}; "
                                "continuing with the new one", started.resume->step,

@@ -371,6 +371,7 @@ ArchiveContents checkArchive(std::string_view bytes, ArchiveKind kind, const Fai
     if (!records.emplace(lowerCase(entry.name), record).second) {
       fail(fmt::format("two records named {} (letter case aside)", entry.name));
     }
+    if (stored) contents.stored.emplace(lowerCase(entry.name), record.bytes);
     if (records.size() == 1) {  // libtorch reads every record from the first one's folder
       const std::size_t slash = entry.name.find('/');
       if (slash == std::string::npos) fail(fmt::format("record {} is not in a folder", entry.name));

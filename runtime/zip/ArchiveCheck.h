@@ -59,6 +59,8 @@ struct ArchiveContents {
   // The records that data.pkl's persistent ids name (lower case: "archive/data/0"), those of
   // storages of one element or more.
   std::set<std::string> storages;
+  // Every stored (uncompressed) record's bytes, by its lower-case name: views of the archive.
+  std::map<std::string, std::string_view> stored;
 };
 
 // Checks the archive `bytes` of `kind`: its pickles ("data" for <root>/data.pkl, whose
