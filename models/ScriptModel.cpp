@@ -246,10 +246,9 @@ OwnLoss ownLossOf(const c10::IValue& out, const at::Tensor& target, const std::s
     else if (isLogits(item)) logits.push_back(item.toTensor());
   }
   if (scalars.size() != 1) {
-    throw Error(fmt::format("its {} returned {} holding {} scalars: pstrain trains a model whose forward(x, y) "
+    throw Error(fmt::format("its {} returned a {} holding {} scalars: pstrain trains a model whose forward(x, y) "
                             "returns its loss as the one scalar (a scalar, (logits, loss), or a dict's \"loss\")",
-                            declared, items.empty() ? "a " + std::string(out.tagKind()) : "a " + std::string(out.tagKind()),
-                            scalars.size()));
+                            declared, lowerCase(out.tagKind()), scalars.size()));
   }
   return {scalars.front(), logits.empty() ? at::Tensor() : logits.front()};
 }

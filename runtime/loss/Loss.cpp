@@ -109,6 +109,9 @@ void checkOwnLoss(models::Net& model, const std::string& where, const at::Tensor
                   c10::Device device) {
   try {
     model.forwardWithTargets(input.to(device), target.to(device)).loss.backward();
+  } catch (const Error& e) {  // the model's own words on what its forward returned
+    model.train();
+    throw ConfigError(fmt::format("{}: {}", where, e.what()));
   } catch (const std::exception& e) {
     model.train();
     throw ConfigError(fmt::format("{}: the model computes its own loss, and its {} fails on inputs {} and targets {} "

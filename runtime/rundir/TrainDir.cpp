@@ -22,6 +22,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A train dir that a start made and left unused: its lock, then the dir, if that is all
+// it holds (anything else stays).
+void removeUnused(const std::string& trainDir) {
+  std::error_code ec;
+  fs::remove(fs::path(trainDir) / kLock, ec);
+  fs::remove(trainDir, ec);
+}
+
 // Who holds a lock, from its .lock's "host:pid" ("pid" alone: an earlier version's).
 std::string lockHolder(const std::string& content) {
   const auto colon = content.rfind(':');
@@ -48,7 +56,14 @@ TrainDir::TrainDir(const config::TrainConfig& cfg) : cfg_(cfg) {
     state_ = "writable";
     return;
   }
+  const bool made = !fs::exists(dir, ec);
   dir_.fd = openPrivateDirectory(cfg.trainDir);
+  if (made) {
+    // Made by this start: a start that fails before begin() (a refusal on any rank) leaves
+    // no empty train dir behind, even when another rank's failure ends this process.
+    made_ = true;
+    setTerminationCleanup([trainDir = cfg_.trainDir] { removeUnused(trainDir); });
+  }
   lock_.fd = ::openat(dir_.fd, kLock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (lock_.fd < 0) {
     throw ConfigError(fmt::format("{}: not writable: cannot open its .lock ({})", cfg.trainDir, std::strerror(errno)));
@@ -92,7 +107,10 @@ TrainDir::TrainDir(const config::TrainConfig& cfg) : cfg_(cfg) {
                           "its first checkpoint";
 }
 
-TrainDir::~TrainDir() { setTerminationCleanup(nullptr); }
+TrainDir::~TrainDir() {
+  setTerminationCleanup(nullptr);
+  if (made_ && !begun_) removeUnused(cfg_.trainDir);
+}
 
 TrainDir::LockFile::~LockFile() {
   if (fd >= 0) ::close(fd);  // releases the flock
@@ -137,6 +155,8 @@ void setAside(const fs::path& dir, const std::vector<std::string>& names) {
 void TrainDir::begin() {
   const fs::path dir(cfg_.trainDir);
   std::error_code ec;
+  begun_ = true;
+  setTerminationCleanup(nullptr);  // the dir is the run's now
   if (earlierRun_ && cfg_.overwrite) {
     setAside(dir, runFiles(cfg_.trainDir));
   } else if (cfg_.resume) {

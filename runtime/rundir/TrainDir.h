@@ -15,8 +15,9 @@ namespace pstrain::rundir {
 
 class TrainDir {
  public:
-  // Checks `cfg.trainDir` (created if missing) and locks it (flock on .lock, held while
-  // this object lives): refuses a dir another job holds, one that other users can write,
+  // Checks `cfg.trainDir` (created if missing; removed again if the start fails before
+  // begin(), as this object goes or on a stop signal) and locks it (flock on .lock, held
+  // while this object lives): refuses a dir another job holds, one that other users can write,
   // one that holds an earlier run (without --overwrite or --resume) or the files an
   // interrupted start set aside. Touches no file of an earlier run. Throws ConfigError.
   explicit TrainDir(const config::TrainConfig& cfg);
@@ -41,6 +42,8 @@ class TrainDir {
     ~LockFile();
   } lock_, dir_;  // dir_: the train dir itself (openPrivateDirectory), .lock opened in it
   bool earlierRun_ = false;
+  bool made_ = false;   // this start made the dir
+  bool begun_ = false;  // begin() ran: the dir is the run's
   std::string state_;
 };
 

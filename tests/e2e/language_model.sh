@@ -75,34 +75,14 @@ brief_ends_here
 same=(--model tiny.pt --dataset text/train.bin --block-size 16 --optimizer adamw --betas 0.9,0.95 --weight-decay 0.1
       --lr 3e-3 --lr-scaling none --clip-grad-norm 0.5 --batch-size 4 --seed 5 --steps 20 --log-every 1)
 run_logged equivalent with_timeout 120 "$mpirun" -np 3 "$pstrain" "${common[@]}" "${same[@]}" --train-dir equivalent
-"$python" - <<'PY' > equivalence.log 2>&1
-import json, numpy as np, torch, torch.nn.functional as F
-G, M = 0x9E3779B97F4A7C15, (1 << 64) - 1
-def mix64(x):
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M
-    return x ^ (x >> 31)
-def draw(seed, step, shard, j, offsets):  # data/ShardSampler.h, windowDraw
-    h = mix64((seed + G) & M)
-    for v in (step, shard, j):
-        h = mix64(h ^ ((v + G) & M))
-    return h % offsets
-tokens = torch.from_numpy(np.fromfile("text/train.bin", dtype="<u2").astype(np.int64))
-L, b, shards, seed = 16, 4, 2, 5
+"$python" - "$(dirname "$0")/../common" <<'PY' > equivalence.log 2>&1
+import json, sys, torch
+sys.path.insert(0, sys.argv[1])
+import lm_reference as ref
 model = torch.jit.load("tiny.pt")
 opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
-norms = []
-for step in range(20):
-    starts = [draw(seed, step, s, j, len(tokens) - L) for s in range(shards) for j in range(b)]
-    x = torch.stack([tokens[i:i + L] for i in starts])
-    y = torch.stack([tokens[i + 1:i + L + 1] for i in starts])
-    opt.zero_grad()
-    F.cross_entropy(model(x).flatten(0, -2), y.flatten()).backward()
-    norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)))
-    opt.step()
-ours = torch.load("equivalent/trained_model.pt")
-state = dict(model.named_parameters())
-diff = max((ours[k] - state[k].detach()).abs().max().item() for k in ours)
+norms = ref.train(model, opt, ref.read_tokens("text/train.bin"), steps=20, seed=5, shards=2, batch=4, block=16, clip=0.5)
+diff = ref.max_diff(torch.load("equivalent/trained_model.pt"), model)
 logged = [json.loads(l)["grad_norm"] for l in open("equivalent/metrics.jsonl")]
 print(f"{diff:.3g} {sum(n > 0.5 for n in norms)} {max(abs(a - b) / b for a, b in zip(logged, norms)):.3g}")
 PY
