@@ -111,6 +111,10 @@ TensorList readArchive(std::string_view bytes, const std::string& path) {
     bad(fmt::format("not a file of weights ({})", what));
   });
   const Item dict = stateDictOf(top, bad);
+  // Views of its storages, copied: no more than a few times the file (a tie is a storage
+  // viewed twice), however often a crafted pickle names one storage.
+  const std::uint64_t limit = 4 * static_cast<std::uint64_t>(bytes.size()) + (1 << 20);
+  std::uint64_t made = 0;
   TensorList tensors;
   for (std::size_t i = 0; i < dict->items.size(); i += 2) {
     std::string name = dict->items[i]->text;
@@ -123,6 +127,10 @@ TensorList readArchive(std::string_view bytes, const std::string& path) {
     const auto record = contents.stored.find(root + "data/" + lowerCase(t.key));
     const std::string_view storage = record == contents.stored.end() ? std::string_view() : record->second;
     if (name.compare(0, kCompiledPrefix.size(), kCompiledPrefix) == 0) name.erase(0, kCompiledPrefix.size());
+    std::uint64_t elements = 1;
+    for (std::int64_t size : t.sizes) elements = std::min<std::uint64_t>(elements * static_cast<std::uint64_t>(size), limit);
+    made += elements * c10::elementSize(dtype->type);
+    if (made > limit) bad(fmt::format("its tensors view its storages more than 4 times over (at '{}')", printable(name)));
     tensors.emplace_back(name, viewOf(storage, dtype->type, t, [&](const std::string& what) {
                            bad(fmt::format("'{}': {}", printable(name), what));
                          }));
