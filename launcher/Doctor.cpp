@@ -172,7 +172,7 @@ protocol::Facts factsOf(const config::TrainConfig& cfg, comm::mpi::MpiComm& comm
   facts.emplace_back("mpi", comm::mpi::MpiSession::libraryVersion());
   facts.emplace_back("blas", processBlas().name);
   facts.emplace_back("firewall", firewallBlocking(self));
-  facts.emplace_back("host-mib", fmt::format("{:.1f}", portable::physicalMemoryBytes() / double(1 << 20)));
+  facts.emplace_back("host-mib", fmt::format("{:.1f}", portable::memoryLimitBytes() / double(1 << 20)));
   facts.emplace_back("resident-mib", fmt::format("{:.1f}", portable::residentMib()));
   if (computes) {
     try {

@@ -33,6 +33,7 @@
 #include "runtime/metrics/JsonLines.h"
 #include "runtime/metrics/RecordFile.h"
 #include "runtime/loss/Evaluation.h"
+#include "runtime/loss/Loss.h"
 #include "runtime/rundir/RunFiles.h"
 
 namespace {
@@ -117,6 +118,9 @@ class Evaluator {
     auto model = models::makeModel(modelOf(ckpt), test.classes);
     models::loadStateDict(*model, ckpt.modelState, published.path);
     model->to(device_);
+    // The test split must fit the model as the training split did (an id past its vocabulary
+    // in val.bin, say): a clear refusal, not the model's traceback.
+    loss::checkModelFitsData(*model, modelOf(ckpt), test, ckpt.loss, device_);
     loss::EvalResult r = loss::evaluate(*model, test, device_, ckpt.loss, cmd_.batchSize);
     record(ckpt, published, r);
     if (!cmd_.predictionsPath.empty() && !r.classAccuracy.empty()) {  // a label per sample

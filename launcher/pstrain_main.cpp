@@ -102,14 +102,24 @@ extern "C" void onStopRequest(int) { stopRequested() = true; }
 
 void handleSignals() {
   if (!portable::closeOnExecPipe(gSignalPipe)) return;  // the signals' default actions: the process ends at once
-  std::thread([] {
+  const std::int64_t oomKillsBefore = portable::oomKills();
+  std::thread([oomKillsBefore] {
     unsigned char signal = 0;
     while (::read(gSignalPipe[0], &signal, 1) != 1) {
     }
+    // Another rank that the kernel killed for memory (SIGKILL, no word of its own) shows in
+    // this host's memory cgroup: said, since mpirun only says "signal 9".
+    const std::int64_t oomKills = portable::oomKills();
+    const std::string memory =
+        oomKills > oomKillsBefore && oomKillsBefore >= 0
+            ? fmt::format("; the kernel's OOM killer ended {} process(es) of this host's memory cgroup meanwhile: a "
+                          "rank ran out of memory (its limit: {:.2f} GiB; pstrain --dry-run plans each host's peak)",
+                          oomKills - oomKillsBefore, portable::memoryLimitBytes() / double(1 << 30))
+            : "";
     // Straight to the descriptor: std::cerr's line buffer belongs to the other threads.
     const std::string line = fmt::format("{}pstrain: rank {}: stopped by signal {} at step {} (the job was "
-                                         "interrupted, or another rank failed)\n",
-                                         gSignalPrefix, gRank.load(), signal, currentStep().load());
+                                         "interrupted, or another rank failed{})\n",
+                                         gSignalPrefix, gRank.load(), signal, currentStep().load(), memory);
     ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
     (void)ignored;
     runTerminationCleanup();

@@ -280,6 +280,72 @@ std::uint64_t physicalMemoryBytes() {
   return pages > 0 && pageSize > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(pageSize) : 0;
 }
 
+#if defined(__linux__)
+namespace {
+
+// This process's cgroup folders of the memory controller, from its own up to the root's:
+// v2 (the unified hierarchy, "0::/path") under /sys/fs/cgroup, v1 ("N:...memory...:/path")
+// under /sys/fs/cgroup/memory. A container sees its own cgroup as "/": the root's folder.
+std::vector<std::string> memoryCgroups() {
+  std::ifstream in("/proc/self/cgroup");
+  std::vector<std::string> folders;
+  for (std::string line; std::getline(in, line);) {
+    const auto first = line.find(':'), second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    const std::string controllers = line.substr(first + 1, second - first - 1);
+    std::string root;
+    if (controllers.empty() && line.compare(0, first, "0") == 0) {
+      root = "/sys/fs/cgroup";
+    } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
+      root = "/sys/fs/cgroup/memory";
+    } else {
+      continue;
+    }
+    for (std::string path = line.substr(second + 1);; path = path.substr(0, path.rfind('/'))) {
+      folders.push_back(root + (path == "/" ? "" : path));
+      if (path.empty() || path == "/") break;
+    }
+  }
+  return folders;
+}
+
+// The first number of `file` (or of its line that starts with `key `), or -1.
+std::int64_t numberIn(const std::string& file, const std::string& key = "") {
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    if (!key.empty() && line.compare(0, key.size() + 1, key + " ") != 0) continue;
+    const std::string text = key.empty() ? line : line.substr(key.size() + 1);
+    if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) return -1;  // "max": none
+    return static_cast<std::int64_t>(std::min<unsigned long long>(std::strtoull(text.c_str(), nullptr, 10), INT64_MAX));
+  }
+  return -1;
+}
+
+}  // namespace
+
+std::uint64_t memoryLimitBytes() {
+  std::uint64_t limit = physicalMemoryBytes();
+  for (const std::string& folder : memoryCgroups()) {
+    for (const char* file : {"/memory.max", "/memory.limit_in_bytes"}) {  // v2, v1 (unlimited: a huge number)
+      const std::int64_t bytes = numberIn(folder + file);
+      if (bytes > 0 && (limit == 0 || static_cast<std::uint64_t>(bytes) < limit)) limit = static_cast<std::uint64_t>(bytes);
+    }
+  }
+  return limit;
+}
+
+std::int64_t oomKills() {
+  const std::vector<std::string> folders = memoryCgroups();
+  if (folders.empty()) return -1;
+  std::int64_t kills = numberIn(folders.front() + "/memory.events", "oom_kill");
+  if (kills < 0) kills = numberIn(folders.front() + "/memory.oom_control", "oom_kill");
+  return kills;
+}
+#else
+std::uint64_t memoryLimitBytes() { return physicalMemoryBytes(); }
+std::int64_t oomKills() { return -1; }
+#endif
+
 int ranksOnThisHost() {
   const char* text = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   const long ranks = text ? std::strtol(text, nullptr, 10) : 1;

@@ -110,6 +110,13 @@ std::string hostName();
 
 // The host's physical memory in bytes (0 when unknown).
 std::uint64_t physicalMemoryBytes();
+// The memory this process's ranks may use, in bytes: the host's, or less where a memory
+// cgroup (v1 or v2) of this process or of one above it sets a limit (Linux; elsewhere the
+// host's). What the memory plan and --doctor measure a host by.
+std::uint64_t memoryLimitBytes();
+// How many processes the kernel's OOM killer ended in this process's memory cgroup so far
+// (its memory.events' or memory.oom_control's oom_kill); -1 where the system does not say.
+std::int64_t oomKills();
 // How many ranks Open MPI started on this host (OMPI_COMM_WORLD_LOCAL_SIZE; 1 outside mpirun).
 int ranksOnThisHost();
 

@@ -102,7 +102,7 @@ class Supervisor {
       }
       const int workers = workersFor(hosts);
       if (first && job_.modeInfo().dealsVirtualShards && maxWorkers_ == 0) maxWorkers_ = workers;
-      const int ranks = job_.modeInfo().peers() ? workers : workers + job_.servers;
+      const int ranks = config::Layout::withWorkers(job_, workers).ranks();
       event("launch", ranks, hosts, "", failedAt != Clock::time_point{} ? secondsSince(failedAt) : -1);
       // A relaunch continues the job with --resume, but under --overwrite only once the job
       // has published a checkpoint of its own: before that, the train dir's checkpoints are
@@ -159,7 +159,7 @@ class Supervisor {
     // Capped so that the sum fits an int: more ranks than one host's slot limit is beyond any job here.
     int slots = static_cast<int>(std::min<std::int64_t>(offered, kMostSlots));
     if (o_.maxRanks > 0) slots = std::min(slots, o_.maxRanks);
-    int workers = job_.modeInfo().peers() ? slots : slots - job_.servers;
+    int workers = config::Layout(job_, slots).workers();
     if (maxWorkers_ > 0) workers = std::min(workers, maxWorkers_);
     return std::max(workers, 0);
   }
@@ -310,7 +310,7 @@ class Supervisor {
     }
     const pid_t child = spawn(command(cfg, link), -1);
     if (child < 0) throw Error("cannot start mpirun");
-    const int workers = job_.modeInfo().peers() ? ranks : ranks - 1;
+    const int workers = config::Layout(job_, ranks).workers();
     const auto interval = toDuration(o_.discoveryIntervalSeconds);
     auto nextLook = Clock::now() + interval;
     int stopStage = 0;

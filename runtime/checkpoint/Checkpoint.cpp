@@ -251,7 +251,12 @@ Checkpoint read(const rundir::Published& published) {
   }
   c10::IValue top = unpickle(bytes, path);
   try {
-    return decode(top, path);
+    Checkpoint ckpt = decode(top, path);
+    if (ckpt.step != published.step) {  // another step's files copied over these
+      throw CheckpointError(fmt::format("{}: holds step {}, but its name says step {} (another checkpoint's files "
+                                        "copied over it?)", path, ckpt.step, published.step));
+    }
+    return ckpt;
   } catch (const CheckpointError&) {
     throw;
   } catch (const std::exception& e) {

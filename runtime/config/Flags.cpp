@@ -263,7 +263,10 @@ const std::vector<Flag> kFlags = {
     {"lr", "Optimization", "base learning rate (one worker)",
      &TrainConfig::lr, A::Fingerprint, nullptr, [](const TrainConfig& c) {
        require(std::isfinite(c.lr) && c.lr > 0, fmt::format("--lr must be a positive number (got {})", c.lr)); }},
-    {"lr-scaling", "Optimization", "none | linear (lr x workers: the Linear Scaling Rule)",
+    {"lr-scaling", "Optimization",
+     "none | linear (the Linear Scaling Rule: lr x the batches behind one update: the virtual shards in sync and "
+     "allreduce (one per worker unless --virtual-shards), --aggregate in backup, 1 in async, gossip, diloco and "
+     "localsgd)",
      &TrainConfig::lrScaling, A::Fingerprint, nullptr, [](const TrainConfig& c) {
        requireOneOf("lr-scaling", c.lrScaling, {"none", "linear"}); }},
     {"warmup-steps", "Optimization", "ramp the lr linearly up to its target over this many steps",
@@ -329,6 +332,12 @@ const std::vector<Flag> kFlags = {
     {"straggle", "Run", "testing: RANK:MS makes rank RANK sleep MS ms after each batch (per virtual shard it computes); "
                   "a comma-separated list slows several ranks",
      &TrainConfig::straggle, A::HostLocal, nullptr, [](const TrainConfig& c) { c.straggleMilliseconds(0); }},
+    {"stop-at", "Run",
+     "testing: after step N, stop as SIGUSR1 stops a job (a checkpoint, then exit 3: --resume continues), so that an "
+     "elastic test changes its workers at a known step (0: never)",
+     &TrainConfig::stopAt, A::HostLocal, nullptr, [](const TrainConfig& c) {
+       require(c.stopAt >= 0 && c.stopAt <= kMaxSteps, fmt::format("--stop-at must be in [0, {}] (got {})", kMaxSteps,
+                                                                   c.stopAt)); }},
     {"seed", "Optimization", "seed of weights and data order", &TrainConfig::seed, A::Fingerprint, nullptr, nullptr},
     {"simulate-compute", "Run",
      "benchmarks of the protocol at scale: every computing rank sleeps MS ms per batch instead of forward/backward "

@@ -9,6 +9,12 @@ namespace pstrain::config {
 
 Layout::Layout(const TrainConfig& cfg, int ranks) : ranks_(ranks), servers_(cfg.modeInfo().peers() ? 0 : cfg.servers) {}
 
+Layout Layout::withWorkers(const TrainConfig& cfg, int workers) {
+  Layout layout(cfg, 0);
+  layout.ranks_ = layout.servers_ + workers;
+  return layout;
+}
+
 std::int64_t Layout::heldBy(int rank, std::int64_t parameters) const {
   return serves(rank) ? (parameters + servers_ - 1) / servers_ : parameters;
 }

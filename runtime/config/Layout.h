@@ -16,6 +16,8 @@ class Layout {
  public:
   // The layout of `cfg`'s mode and --servers over `ranks` ranks.
   Layout(const TrainConfig& cfg, int ranks);
+  // The layout of `cfg` with `workers` workers (pstrain-run's launches).
+  static Layout withWorkers(const TrainConfig& cfg, int workers);
 
   int ranks() const { return ranks_; }
   int servers() const { return servers_; }            // 0 among peers

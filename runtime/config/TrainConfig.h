@@ -94,6 +94,7 @@ struct TrainConfig {
   double divergenceThreshold = 0;         // gossip
   double peerTimeoutMs = 100;             // gossip
   std::string straggle;                   // testing: "RANK:MS[,RANK:MS...]"
+  std::int64_t stopAt = 0;                // testing: stop after this step as a stop request does (0: never)
   std::string localStepsFlag = kAuto;     // diloco: inner steps per round (H), or auto (exchanges/rounds)
   double outerLr = 0.7;                   // diloco
   double outerMomentum = 0.6;             // diloco

@@ -47,9 +47,9 @@ std::vector<KeyRange> keyRanges(const codec::Shapes& shapes, int servers, bool w
     throw CollectiveConfigError(fmt::format("--servers {}: the model has {} parameters, fewer than one per server", servers, total));
   }
   if (wholeTensors && static_cast<std::int64_t>(shapes.size()) < servers) {
-    throw CollectiveConfigError(fmt::format("--servers {}: the model has {} parameter tensors, and a gradient codec takes whole "
-                                  "tensors: use at most {} servers, or --compress none", servers, shapes.size(),
-                                  shapes.size()));
+    throw CollectiveConfigError(fmt::format("--servers {}: the model has {} parameter tensors, and its ranges keep "
+                                            "tensors whole: use at most {} servers", servers, shapes.size(),
+                                            shapes.size()));
   }
   std::vector<std::int64_t> cuts{0};
   for (int k = 1; k < servers; ++k) {

@@ -289,10 +289,11 @@ std::string predictionTable(const std::vector<Prediction>& predictions, int work
 // its servers where the cost model predicts that many, else one.
 const Prediction& asConfigured(const std::vector<Prediction>& predictions, const config::TrainConfig& cfg, int workers) {
   const config::Mode mode = predictable(cfg.mode) ? cfg.mode : config::Mode::Sync;
+  const int given = std::max(1, config::Layout(cfg, 0).servers());  // the cost model's peers count as one server
   const bool predicted = std::any_of(predictions.begin(), predictions.end(), [&](const Prediction& p) {
-    return p.mode == mode && p.servers == cfg.servers;
+    return p.mode == mode && p.servers == given;
   });
-  const int servers = predicted ? cfg.servers : 1;
+  const int servers = predicted ? given : 1;
   const Prediction* raw = nullptr;
   for (const auto& p : predictions) {
     if (p.mode != mode || p.workers != workers || p.servers != servers) continue;

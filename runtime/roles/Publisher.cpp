@@ -138,7 +138,8 @@ Publisher::Publisher(const config::TrainConfig& cfg, const models::Net& model, c
 
 double Publisher::elapsedSeconds() const { return metrics::steadySeconds() - start_; }
 
-bool Publisher::timeToStop() const {
+bool Publisher::timeToStop(std::int64_t next) const {
+  if (cfg_.stopAt > 0 && next >= cfg_.stopAt && next < total_) stopRequested() = true;  // --stop-at: as SIGUSR1
   return stopRequested() || (cfg_.maxSeconds > 0 && elapsedSeconds() >= cfg_.maxSeconds);
 }
 

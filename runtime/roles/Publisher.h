@@ -30,8 +30,9 @@ class Publisher {
 
   std::int64_t epochOf(std::int64_t step) const { return step / updatesPerEpoch_; }
   double elapsedSeconds() const;  // since construction
-  // True once --max-seconds has passed, or a stop was requested (stopRequested()).
-  bool timeToStop() const;
+  // Whether the run stops before update `next`: once --max-seconds has passed, a stop was
+  // requested (stopRequested()), or with --stop-at N at N (a stop request then).
+  bool timeToStop(std::int64_t next) const;
 
   // The mode's own fields (counters of its window), added to every metrics.jsonl line by
   // calling `extras` then; it must stay callable until finish() returns.

@@ -29,15 +29,18 @@ void checkWorld(const config::TrainConfig& cfg, int size) {
   }
   const config::Layout layout(cfg, size);
   layout.check();
-  if (mode.quorum == config::Quorum::Aggregate && cfg.aggregate > size - 1) {
-    throw CollectiveConfigError(fmt::format("--aggregate {} is more than the {} worker(s)", cfg.aggregate, size - 1));
+  if (mode.quorum == config::Quorum::Aggregate && cfg.aggregate > layout.workers()) {
+    throw CollectiveConfigError(fmt::format("--aggregate {} is more than the {} worker(s) of {} ranks with {}: each "
+                                            "update would wait for gradients that never come", cfg.aggregate,
+                                            layout.workers(), size, layout.serverWords()));
   }
   // The testing flags name a rank that computes, or they would do nothing without a word.
   for (const auto& [flag, text, injection] : {std::tuple{"inject-nan", cfg.injectNan, cfg.nanInjection()},
                                                std::tuple{"inject-overflow", cfg.injectOverflow, cfg.overflowInjection()}}) {
     if (!text.empty() && (injection.rank >= size || !layout.computes(injection.rank))) {
+      const std::vector<int> workers = layout.workerRanks();
       throw CollectiveConfigError(fmt::format("--{} {}: rank {} computes no gradients here (ranks {}..{} do)", flag, text,
-                                              injection.rank, layout.servers(), size - 1));
+                                              injection.rank, workers.front(), workers.back()));
     }
   }
 }

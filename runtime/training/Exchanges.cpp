@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "runtime/Errors.h"
+#include "runtime/config/Layout.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/exchanges/collective/Collective.h"
 #include "runtime/exchanges/peers/Peers.h"
@@ -33,7 +34,9 @@ const exchanges::Exchange& exchangeFor(config::Mode mode, int servers) {
                                   config::nameOf(exchange), servers));
 }
 
-const exchanges::Exchange& exchangeFor(const config::TrainConfig& cfg) { return exchangeFor(cfg.mode, cfg.servers); }
+const exchanges::Exchange& exchangeFor(const config::TrainConfig& cfg) {
+  return exchangeFor(cfg.mode, config::Layout(cfg, 0).servers());
+}
 
 void runRole(const roles::RoleArgs& args) {
   const exchanges::Exchange& exchange = exchangeFor(args.cfg);

@@ -261,7 +261,7 @@ protocol::Facts measureMemory(comm::Communicator& comm, const config::TrainConfi
   roles::StepMemory step{portable::residentMib(), -1};
   if (computes && train) step = roles::measureStep(cfg, model, *train, device, worker, workers, comm.rank(), comm.size());
   return {{"host", comm.hostName()},
-          {"host-mib", fmt::format("{:.1f}", portable::physicalMemoryBytes() / double(1 << 20))},
+          {"host-mib", fmt::format("{:.1f}", portable::memoryLimitBytes() / double(1 << 20))},
           {"resident-mib", fmt::format("{:.1f}", step.beforeMib)},
           {"peak-mib", fmt::format("{:.1f}", peak)},
           {"step-mib", fmt::format("{:.1f}", step.stepMib)},

@@ -53,6 +53,7 @@ PY
   [ $rc -eq 0 ] || sed 's/^/     /' reference.log >&2
   tail -1 reference.log
 }
+# shellcheck disable=SC2054 # --betas takes B1,B2
 adamw=(--optimizer adamw --betas 0.9,0.95 --weight-decay 0.1 --lr 3e-3 --lr-scaling none --batch-size 4 --seed 5
        --steps 20 --log-every 1)
 train() {  # train DIR FLAGS...: 2 workers, 20 steps of AdamW

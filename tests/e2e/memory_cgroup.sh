@@ -70,4 +70,23 @@ echo "     pstrain, 4 Macs (a server and a worker each): each Mac's peak (MiB, t
 [ $rc -eq 0 ] || tail -5 pstrain.log | sed 's/^/     /'
 check "pstrain --servers 4 --precision bf16-weights, every Mac capped at $cap MiB: trains to the end" \
   bash -c "[ $rc -eq 0 ] && [ -f run/trained_model.pt ] && grep -q '\"step\": *3' run/metrics.jsonl"
+
+# One host of 700 MiB (a cgroup of every rank): the dry run measures the host by the
+# cgroup's limit, not the machine's memory. In one of 300 MiB, a run of the 64 M GPT is
+# killed for memory, and its surviving ranks say so (mpirun says "signal 9").
+in_cgroup() {  # in_cgroup MIB ARGS...: 3 ranks of pstrain in a new cgroup of MIB MiB
+  local cgroup=$controller/${group}-$1 mib=$1; shift
+  mkdir "$cgroup" && echo $((mib << 20)) > "$cgroup/memory.limit_in_bytes" || return 1
+  with_timeout 300 "$mpirun" -np 3 bash -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cgroup" "$pstrain" --threads 1 \
+    --timeout 600 --doorbell off "$@"
+}
+in_cgroup 700 --model mlp --dataset synthetic --steps 3 --dry-run --train-dir small-plan > small-plan.log 2>&1
+sed -n '/memory    host/p' small-plan.log | sed 's/^/     /'
+check "dry run in a 700 MiB cgroup: the host's memory is the cgroup's limit (0.68 GiB)" \
+  has small-plan.log "memory    host .* of its 0.68 GiB"
+in_cgroup 300 --model gpt.pt --dataset train.bin --block-size 128 --batch-size 4 --optimizer adamw --steps 3 \
+  --checkpoint-every 0 --train-dir small-run > small-run.log 2>&1
+rc=$?
+check "a run killed for memory in a 300 MiB cgroup: its other ranks name the OOM killer (exit $rc)" \
+  eval '[ $rc -ne 0 ] && has small-run.log "OOM killer ended [0-9]+ process\(es\) of this host.s memory cgroup"'
 checks_done

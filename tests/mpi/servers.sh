@@ -293,9 +293,17 @@ check "dry run, diloco: rank 1 owns the second range" grep -qE "rank 1 owns para
 job_refused "2 servers in 2 ranks: no worker left" "--servers 2 leaves no worker among 2 rank" --servers 2
 job_refused "--servers 0" "--servers must be in \[1, 1024\]" --servers 0
 refused "5 servers of a 4-tensor model under a codec (whole tensors): refused on every rank, naming the fix" \
-  "--servers 5: the model has 4 parameter tensors, and a gradient codec takes whole tensors: use at most 4 servers" \
+  "--servers 5: the model has 4 parameter tensors, and --compress int8 codes each tensor whole on one server: use at most 4 servers, or --compress none" \
   with_timeout 60 "$mpirun" -np 6 "$pstrain" --device cpu --threads 1 --model convnet --dataset synthetic --servers 5 \
   --compress int8 --steps 5 --train-dir "$scratch/bad-run"
+refused "5 servers of a 4-tensor model under a weight codec: names that codec and its fix" \
+  "and --compress-weights int8 codes each tensor whole on one server: use at most 4 servers, or --compress-weights none" \
+  with_timeout 60 "$mpirun" -np 6 "$pstrain" --device cpu --threads 1 --model mlp --dataset synthetic --servers 5 \
+  --compress none --compress-weights int8 --steps 5 --train-dir "$scratch/bad-run"
+refused "--aggregate 3 with 2 servers and 2 workers: refused at start-up, naming both numbers" \
+  "--aggregate 3 is more than the 2 worker\(s\) of 4 ranks with 2 parameter servers" \
+  with_timeout 60 "$mpirun" -np 4 "$pstrain" --device cpu --threads 1 --model mlp --dataset synthetic --servers 2 \
+  --mode backup --aggregate 3 --steps 5 --timeout 600 --train-dir "$scratch/bad-run"
 job_refused "--servers with allreduce" "--servers 2 shards the server of sync, backup, async, diloco and localsgd; --mode \
 allreduce has no server" --mode allreduce --servers 2
 checks_done

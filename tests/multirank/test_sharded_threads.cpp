@@ -170,3 +170,30 @@ TEST(ShardedThreads, ServersGiveOneServersWeightsInDilocosOuterStep) {
   cfg.outerMomentum = 0.9;
   expectServersAgree(cfg, "diloco, outer nesterov");
 }
+
+// K servers against a plain reference written without the exchange code (tests/common/
+// Reference.cpp: torch::optim::SGD on each step's union of the shards' batches), so that a
+// bug that K servers and one server share cannot cancel out: sync, backup with every gradient
+// in and async with one worker, each over 2 servers.
+TEST(ShardedThreads, TwoServersGiveThePlainReferencesWeights) {
+  torch::set_num_threads(1);
+  struct Case {
+    config::Mode mode;
+    int workers;
+  };
+  for (const Case c : {Case{config::Mode::Sync, 3}, Case{config::Mode::Backup, 2}, Case{config::Mode::Async, 1}}) {
+    testsupport::ScratchDir scratch("sharded-reference");
+    auto cfg = testsupport::smallSyntheticConfig(scratch.str());
+    cfg.mode = c.mode;
+    cfg.aggregate = c.workers;  // backup: every gradient in
+    cfg.servers = 2;
+    data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
+    const auto trained = trainOnThreads(cfg, 2 + c.workers, train);
+    torch::manual_seed(cfg.seed);
+    auto reference = models::makeModel(cfg.model);
+    testsupport::trainReference(*reference, train, cfg, c.workers, cfg.steps);
+    const double diff = testsupport::maxAbsDiff(models::stateDict(*reference), trained);
+    std::cout << config::info(c.mode).name << ", 2 servers vs the plain reference: max abs diff " << diff << std::endl;
+    EXPECT_LE(diff, 1e-5) << config::info(c.mode).name;
+  }
+}

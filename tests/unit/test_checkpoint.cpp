@@ -526,3 +526,21 @@ TEST(ZipWriter, WritesWhatLibtorchsWriterWrites) {
   auto [data, size] = reader.getRecord("data/0");
   EXPECT_EQ(std::string(static_cast<const char*>(data.get()), size), big);
 }
+
+// Another step's .pt and .ok copied over a checkpoint's: whole and checksummed, but not the
+// step its name says. Refused, so that --resume and pseval skip it rather than go on from
+// (or record) the wrong step under that name.
+TEST_F(Checkpoints, AnotherStepsFilesUnderACheckpointsNameAreRefused) {
+  checkpoint::publish(dir.string(), sample(20));
+  fs::copy_file(dir / "step-00000020.pt", dir / "step-00000060.pt");
+  fs::copy_file(dir / "step-00000020.ok", dir / "step-00000060.ok");
+  const auto listed = rundir::listPublished(dir.string());
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_EQ(checkpoint::read(listed[0]).step, 20);
+  try {
+    checkpoint::read(listed[1]);
+    ADD_FAILURE() << "step 20's files read as step 60";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds step 20, but its name says step 60"), std::string::npos) << e.what();
+  }
+}

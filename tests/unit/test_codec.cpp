@@ -105,7 +105,12 @@ TEST(Codec, TopkKeepsExactlyTheKLargest) {
 TEST(Codec, RandomkUnderErrorFeedbackIsNotRescaled) {
   std::vector<float> ones(total(), 1.0f);
   auto c = codec::makeCodec("randomk:0.1", kShapes, 7, "compress", true);
-  for (float v : roundTrip(*c, ones)) ASSERT_TRUE(v == 0.0f || v == 1.0f);
+  std::size_t kept = 0;
+  for (float v : roundTrip(*c, ones)) {
+    ASSERT_TRUE(v == 0.0f || v == 1.0f);
+    kept += v == 1.0f;
+  }
+  EXPECT_EQ(kept, static_cast<std::size_t>(std::llround(0.1 * ones.size())));  // its share, each as it was
 }
 
 TEST(Codec, RandomkIsUnbiasedAndScaled) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/Stop.h"
+#include "runtime/config/Layout.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/roles/Balance.h"
 #include "runtime/roles/ServerLoop.h"
@@ -52,12 +53,13 @@ void runCollective(Server& s) {
   std::int64_t step = s.firstStep;
   // The header of the next down message: train `step`, or stop.
   auto announce = [&] {
-    const bool train = step < s.total && !s.publisher->timeToStop();
+    const bool train = step < s.total && !s.publisher->timeToStop(step);
     s.setHeader(step, train ? Control::Train : Control::Stop, train ? s.lr(step) : 0);
     return train;
   };
   auto contextOf = [&](bool train) { return train ? fmt::format("step {}", step) : s.stopContext; };
-  ShareBalancer balancer(1, s.comm.size() - 1, s.shards, s.cfg.balance());
+  const config::Layout layout(s.cfg, s.comm.size());
+  ShareBalancer balancer(layout.servers(), layout.workers(), s.shards, s.cfg.balance());
   balancer.write(s.messages.shares.data_ptr<float>());
   if (s.cfg.balance()) {
     s.publisher->setExtras([&](metrics::JsonObject& line) {

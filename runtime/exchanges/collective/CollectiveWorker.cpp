@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "runtime/Stop.h"
+#include "runtime/config/Layout.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/protocol/StepLink.h"
 #include "runtime/protocol/StepMessages.h"
@@ -24,8 +25,9 @@ void work(const roles::RoleArgs& args) {
   comm::Communicator& comm = args.comm;
   StepMessages messages(models::parameterCount(args.model), bufferCount(args.model), comm.size(), args.device,
                         cfg.bf16Weights());
-  LocalTrainer trainer(cfg, args.model, *args.train, args.device, messages, comm.rank() - 1, comm.size() - 1,
-                       comm.rank());
+  const config::Layout layout(cfg, comm.size());
+  LocalTrainer trainer(cfg, args.model, *args.train, args.device, messages, layout.workerIndex(comm.rank()),
+                       layout.workers(), comm.rank());
   StepLink link(comm, cfg, args.model, messages, cfg.seed * 7919u + static_cast<std::uint64_t>(comm.rank()));
   auto useWeights = [&] {
     trainer.loadWeights();

@@ -94,7 +94,7 @@ void runAllreduce(Peer& p) {
     auto exchangeStart = Clock::now();
     p.trainer->computeGradient(step, step, p.update.lossScale());
     // Rank 0 alone decides when time is up; the sum tells everyone in the same step.
-    if (p.publisher && p.publisher->timeToStop()) messages.trailer[kStopRequest] = 1;
+    if (p.publisher && p.publisher->timeToStop(step + 1)) messages.trailer[kStopRequest] = 1;
     p.link->allReduceUp(fmt::format("step {}", step));
     // Every rank's codec time is in its own traffic; the summed trailer's would count it twice.
     messages.trailer[kCodecSeconds] = 0;

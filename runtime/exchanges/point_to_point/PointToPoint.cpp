@@ -160,7 +160,7 @@ class Lead {
     std::int64_t step = s_.firstStep;
     const int quorum = s_.cfg.batchesPerUpdate(s_.computing);  // <= workers: checked at start-up
     exchangeStart_ = Clock::now();
-    while (step < s_.total && !s_.publisher->timeToStop()) {
+    while (step < s_.total && !s_.publisher->timeToStop(step)) {
       currentStep() = step;
       const std::string context = fmt::format("step {}", step);
       const int worker = takeTail(context);

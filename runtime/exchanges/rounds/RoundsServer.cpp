@@ -227,7 +227,7 @@ class RoundsLoop {
     return optim::learningRate(s_.cfg, s_.cfg.batchesPerUpdate(s_.shards), std::min(at, s_.total - 1), s_.total);
   }
   // Whether the next round trains.
-  bool trains() const { return step_ < s_.total && !s_.publisher->timeToStop(); }
+  bool trains() const { return step_ < s_.total && !s_.publisher->timeToStop(step_); }
   // The next round's header and shares (or the stop): its first step, its inner lr, each
   // worker's local steps; length_: its steps. Returns `train`.
   bool announce(bool train) {

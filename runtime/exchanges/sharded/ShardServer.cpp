@@ -87,7 +87,7 @@ class Lead {
     const StepPlan plan = planOf(step);
     receiveTails(context, plan, step);
     zero_.partials()[0] = zero_.own().partial();
-    const bool train = step + 1 < s_.total && !s_.publisher->timeToStop();
+    const bool train = step + 1 < s_.total && !s_.publisher->timeToStop(step + 1);
     Verdict v;
     v.apply = 1;
     v.lr = lr;
@@ -166,7 +166,7 @@ class Lead {
 void lead(roles::Server& s) {
   Lead lead(s);
   std::int64_t step = s.firstStep;
-  bool training = step < s.total && !s.publisher->timeToStop();
+  bool training = step < s.total && !s.publisher->timeToStop(step);
   lead.start(training);
   s.setHeader(step, training ? Control::Train : Control::Stop, training ? s.lr(step) : 0);
   lead.sendDown(step, training ? fmt::format("step {}", step) : s.stopContext);
