@@ -18,9 +18,10 @@ Written as people write GPTs (docs/own-model.md, "Fine-tune on your Macs"):
                names in the state dict);
   --own-loss   forward(ids, targets) returns (logits, loss), as nanoGPT's: pstrain trains with
                that loss (the model file is traced with an example batch, as people trace it);
-  --lora R     LoRA adapters of rank R on the attention's qkv and proj (lora_A, lora_B, B
-               zero at the start, scaled by --lora-alpha / R), the rest frozen
-               (requires_grad False): a fine-tune that trains and sends the adapters only;
+  --lora R     LoRA adapters of rank R on the attention's qkv projection (PEFT's default for
+               GPT-2, c_attn: lora_A, lora_B, B zero at the start, scaled by --lora-alpha /
+               R), the rest frozen (requires_grad False): a fine-tune that trains and sends
+               the adapters only;
   --state-dict FILE   also write the initial weights as torch.save(model.state_dict()) (or
                .safetensors, by its extension: pstrain --init-from reads both).
 """
@@ -61,8 +62,8 @@ class CausalSelfAttention(nn.Module):
         # No bias: the keys' bias adds one number to every score of a row, which softmax
         # ignores, so its gradient is rounding noise; Adam scales noise up to full-size steps,
         # and runs that differ only in summation order (other worker counts) would drift.
-        self.qkv = linear(embd, 3 * embd, False, lora, alpha)
-        self.proj = linear(embd, embd, True, lora, alpha)
+        self.qkv = linear(embd, 3 * embd, False, lora, alpha)  # LoRA where PEFT puts it in GPT-2: c_attn
+        self.proj = nn.Linear(embd, embd)
         self.dropout = nn.Dropout(dropout)
         self.heads = heads
 
@@ -154,7 +155,7 @@ def main():
     parser.add_argument("--own-loss", action="store_true",
                         help="forward(ids, targets) -> (logits, loss), as nanoGPT's; traced with an example batch")
     parser.add_argument("--lora", type=int, default=0, metavar="R",
-                        help="LoRA adapters of rank R on the attention, the rest frozen")
+                        help="LoRA adapters of rank R on the attention's qkv, the rest frozen")
     parser.add_argument("--lora-alpha", type=float, default=16.0, help="LoRA's alpha (the adapters' scale is alpha / R)")
     parser.add_argument("--state-dict", metavar="FILE",
                         help="also write the initial weights there: torch.save's state dict, or .safetensors")
