@@ -375,14 +375,19 @@ class Supervisor {
   void event(const std::string& name, int worldSize, const std::vector<Host>& hosts, const std::string& reason,
              double sinceFailure = -1) {
     const std::int64_t step = newestCheckpointStep(job_.trainDir);
+    const config::Layout layout(job_, worldSize);
+    const int workers = std::max(0, layout.workers());
     metrics::JsonObject line;
     line.add("time", metrics::isoTime()).add("event", name).add("world_size", worldSize);
-    line.add("hosts", describeHosts(hosts)).add("step", step);
+    line.add("hosts", describeHosts(hosts)).add("step", step).add("workers", workers);
     if (!reason.empty()) line.add("reason", reason);
     if (sinceFailure >= 0) line.add("seconds_since_failure", sinceFailure);
     events_->write(line);
-    std::cout << fmt::format("pstrain-run: {}: {} rank(s) on {}, step {}{}", name, worldSize, describeHosts(hosts),
-                             step, reason.empty() ? "" : " (" + reason + ")") << std::endl;
+    const std::string who = worldSize == 0 || layout.servers() == 0
+                                ? ""
+                                : fmt::format(" ({} + {} worker(s))", layout.serverWords(), workers);
+    std::cout << fmt::format("pstrain-run: {}: {} rank(s){} on {}, step {}{}", name, worldSize, who,
+                             describeHosts(hosts), step, reason.empty() ? "" : " (" + reason + ")") << std::endl;
   }
 
   // Whether `published` holds a checkpoint that this job wrote (none from before its first launch).

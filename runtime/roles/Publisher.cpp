@@ -320,9 +320,9 @@ checkpoint::Checkpoint Publisher::snapshot(std::int64_t stepsDone) const {
     checkpoint::TensorList tensors;
     std::size_t i = 0;
     for (const auto& item : model_.named_parameters()) tensors.emplace_back(item.key(), views[i++]);
-    for (const auto& [alias, of] : ties) {
-      const auto it = std::find_if(tensors.begin(), tensors.end(), [&](const auto& t) { return t.first == of; });
-      if (it != tensors.end()) tensors.emplace_back(alias, it->second);  // a frozen tensor has no state
+    for (const auto& tie : ties) {  // (alias, the name it ties to)
+      const auto it = std::find_if(tensors.begin(), tensors.end(), [&](const auto& t) { return t.first == tie.second; });
+      if (it != tensors.end()) tensors.emplace_back(tie.first, it->second);  // a frozen tensor has no state
     }
     ckpt.optimizerState.emplace_back(name, withOwnStorages(tensors));
   }

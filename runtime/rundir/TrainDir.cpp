@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 
 #include "runtime/Errors.h"
@@ -109,7 +110,9 @@ TrainDir::TrainDir(const config::TrainConfig& cfg) : cfg_(cfg) {
 
 TrainDir::~TrainDir() {
   setTerminationCleanup(nullptr);
-  if (made_ && !begun_) removeUnused(cfg_.trainDir);
+  // A start that failed (a refusal thrown through here): the dir it made goes again. A run
+  // that never begins on purpose (--probe writes probe.json) keeps it.
+  if (made_ && !begun_ && std::uncaught_exceptions() > 0) removeUnused(cfg_.trainDir);
 }
 
 TrainDir::LockFile::~LockFile() {

@@ -16,7 +16,7 @@ namespace pstrain::rundir {
 class TrainDir {
  public:
   // Checks `cfg.trainDir` (created if missing; removed again if the start fails before
-  // begin(), as this object goes or on a stop signal) and locks it (flock on .lock, held
+  // begin(): an exception through this object, or a stop signal) and locks it (flock on .lock, held
   // while this object lives): refuses a dir another job holds, one that other users can write,
   // one that holds an earlier run (without --overwrite or --resume) or the files an
   // interrupted start set aside. Touches no file of an earlier run. Throws ConfigError.

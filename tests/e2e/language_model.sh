@@ -251,10 +251,11 @@ job_refused "a token file without --block-size" "is a token file: give its windo
 job_refused "a token file with a zoo model" "is a token file: it takes a sequence model of your own" --dataset text/train.bin --block-size 16
 # pseval on a val split that holds an id beyond the model's vocabulary (the train split did
 # not): a refusal naming it, exit 2, not the model's traceback.
-mkdir -p wide-val && cp text/train.bin wide-val/ && cp text/meta.json wide-val/
-"$python" -c "import numpy as np; np.full(64, $vocab + 5, '<u2').tofile('wide-val/val.bin')"
+# (pstrain checks both splits' ids at start-up: the val split goes wide after training.)
+mkdir -p wide-val && cp text/train.bin text/val.bin text/meta.json wide-val/
 run_logged wide with_timeout 120 "$mpirun" -np 2 "$pstrain" "${common[@]}" --model tiny.pt --dataset wide-val/train.bin \
   --block-size 16 --steps 2 --train-dir wide
+"$python" -c "import numpy as np; np.full(64, $vocab + 5, '<u2').tofile('wide-val/val.bin')"
 "$pseval" --train-dir wide --model tiny.pt > wide.eval 2>&1
 rc=$?
 check "pseval: a val split with an id beyond the model's vocabulary: exit 2 (got $rc), naming the id" \

@@ -153,8 +153,8 @@ PY
 fails_with "no such model file" "nothere.pt: no such file" --model nothere.pt --dataset small.npz
 fails_with "a file that is not TorchScript" "text.pt: not a TorchScript file" --model text.pt --dataset small.npz
 fails_with "a state_dict instead of a module" "state.pt: not a TorchScript module but a file of torch.save" --model state.pt --dataset small.npz
-fails_with "forward fails on the data's shape" "forward fails on a batch of shape \[2, 1, 28, 28\]" --model colour.pt --dataset small.npz
-fails_with "forward fails on the data's shape (--dry-run)" "forward fails on a batch of shape \[2, 1, 28, 28\]" --model colour.pt --dataset small.npz --dry-run
+fails_with "forward fails on the data's shape" "forward\(Tensor x\) -> Tensor fails on a batch of shape \[2, 1, 28, 28\]" --model colour.pt --dataset small.npz
+fails_with "forward fails on the data's shape (--dry-run)" "forward\(Tensor x\) -> Tensor fails on a batch of shape \[2, 1, 28, 28\]" --model colour.pt --dataset small.npz --dry-run
 fails_with "output size is not the classes" "output is \[2, 5\] for a batch of 2, but the targets are \[2\] of 10 classes" --model five.pt --dataset small.npz
 # The data's own errors with a zoo model: the same message, without a model file's check process per rank.
 fails_with "npz without y_test" "missing.npz: no array 'y_test'" --model lenet --dataset missing.npz
@@ -166,7 +166,7 @@ fails_with "label beyond 'classes'" "toofew.npz: a label is 9 but 'classes' says
 fails_with "NaN in x" "nan.npz: 'x_train' holds nan" --model lenet --dataset nan.npz
 fails_with "float64 samples" "float64.npz: 'x_train' is f8; samples are uint8" --model lenet --dataset float64.npz
 fails_with "unsupported dtype" "uint32.npz: array 'x_train': dtype '<u4' is not supported" --model lenet --dataset uint32.npz
-fails_with "token ids into an image model" "forward fails on a batch of int64 token ids of shape \[2, 1, 28, 28\]" --model cnn.pt --dataset int16.npz
+fails_with "token ids into an image model" "forward\(Tensor x\) -> Tensor fails on a batch of int64 token ids of shape \[2, 1, 28, 28\]" --model cnn.pt --dataset int16.npz
 fails_with "mse with a zoo model" "--loss mse needs a model of your own" --model lenet --loss mse
 fails_with "mse on class labels" "--loss mse needs float targets" --model cnn.pt --dataset small.npz --loss mse
 # A model file is a program: one that reaches files is refused unless trusted, whether its
