@@ -480,6 +480,11 @@ double residualBytes(const std::string& spec) {
   return makeCodec(spec, {{kResidualBlock}}, 0)->rounds() ? kCompactResidualBytes : 4;
 }
 
+double frameBytes(const std::string& spec) {
+  constexpr std::int64_t kValues = std::int64_t(1) << 20;
+  return static_cast<double>(makeCodec(spec, {{kValues}}, 0)->maxFrameBytes()) / static_cast<double>(kValues);
+}
+
 void ErrorFeedbackEncoder::scaleResidual(float factor) {
   for (float& r : residual_) r *= factor;
   for (float& s : scales_) s *= factor;  // every code's value, scaled alike

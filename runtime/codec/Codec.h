@@ -87,6 +87,9 @@ std::unique_ptr<Codec> makeCodec(const std::string& spec, const Shapes& shapes, 
 // Bytes a value of error feedback's residual under the codec of `spec`
 // (ErrorFeedbackEncoder::residualBytes() of an encoder of it). For the memory plan.
 double residualBytes(const std::string& spec);
+// Bytes a value of the largest frame of `spec` over one tensor of many values (its headers
+// aside). For the memory plan.
+double frameBytes(const std::string& spec);
 
 // Encodes gradients with error feedback (Seide et al. 2014; Karimireddy et al. 2019): the
 // part of (gradient + residual) that the payload does not carry is kept and added to the

@@ -20,4 +20,8 @@ double residualBytes(const config::TrainConfig& cfg) {
 
 double weightBytes(const config::TrainConfig& cfg) { return cfg.bf16Weights() ? 2 : 4; }
 
+double decodingBytes(const config::TrainConfig& cfg) {
+  return cfg.compressesGradients() ? 4 + 2 * codec::frameBytes(cfg.gradientCodec()) : 0;
+}
+
 }  // namespace pstrain::exchanges

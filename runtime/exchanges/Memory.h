@@ -39,5 +39,8 @@ double stateBytes(const config::TrainConfig& rule);
 double residualBytes(const config::TrainConfig& cfg);
 // The weights as a computing rank holds them: bfloat16 (--precision bf16-weights) or float32.
 double weightBytes(const config::TrainConfig& cfg);
+// A server of a range that decodes coded gradients (ServedRange): the decoded range and the
+// two frames it takes them in; 0 without a gradient codec.
+double decodingBytes(const config::TrainConfig& cfg);
 
 }  // namespace pstrain::exchanges

@@ -156,6 +156,17 @@ parts adam-parts 2 "$scratch/wide.pt" --optimizer adam --lr 0.001
 parts adam-clipped-parts 2 "$scratch/wide.pt" --optimizer adam --lr 0.001 --clip-grad-norm 0.5
 wide_mlp "$scratch/wider.pt" 12000
 parts adamw-wider-parts 4 "$scratch/wider.pt" --optimizer adamw --lr 0.001 --weight-decay 0.01
+# The dry run's plan of a server that decodes int8 gradients (backup, 2 servers: its decoded
+# range and the frames it takes them in, beside the sum and the state): within 10% of what it
+# measures when it runs.
+plan_vs_run=(--model "$scratch/wider.pt" --mode backup --servers 2 --compress int8 --momentum 0.9 --steps 5)
+train 4 "$scratch/int8-plan" "${plan_vs_run[@]}" --dry-run
+train 4 "$scratch/int8-run" "${plan_vs_run[@]}"
+planned=$(sed -n 's/.*memory    rank 0 *server *\([0-9.]*\) GiB at its peak.*/\1/p' "$scratch/int8-plan.log")
+measured=$(metric "$scratch/int8-run" "round(last['server0_peak_rss_mib'] / 1024, 3)")
+echo "     backup, int8, 2 servers: server 0 planned $planned GiB, measured $measured GiB"
+check "backup with int8 gradients, 2 servers: the plan of server 0 within 10% of its measured peak" \
+  python3 -c "import sys; p, m = float('${planned:-0}'), float('${measured:-1}'); sys.exit(abs(p - m) > 0.1 * m)"
 
 # --- exactness, the rest: 4 servers; int8 with error feedback and int4 weights (whole
 # tensors, a codec's: mlp's 4 are one per server, shown by 2 servers); a model file.

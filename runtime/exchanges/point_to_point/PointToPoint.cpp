@@ -374,14 +374,14 @@ PlanText plan(const PlanFacts& f) {
   return text;
 }
 
-// A server: its range's optimizer state and the range's sum, beside two parts (Wire.h: it
-// takes one worker's range at a time). A worker: its whole gradient, sent after backward, and
-// any residual.
+// A server: its range's optimizer state and the range's sum (a gradient codec's decoded range
+// and frames too), beside two parts (Wire.h: it takes one worker's range at a time). A worker:
+// its whole gradient, sent after backward, and any residual.
 Memory memory(const config::TrainConfig& cfg, const config::Layout&) {
   Memory m;
   m.held = weightBytes(cfg) + 4;
   m.worker = residualBytes(cfg);
-  m.server = stateBytes(cfg) + 4;
+  m.server = stateBytes(cfg) + 4 + decodingBytes(cfg);
   m.serverMib = static_cast<double>(kPartBytes) / (1 << 20) * 2;
   return m;
 }

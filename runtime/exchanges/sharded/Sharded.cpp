@@ -64,7 +64,7 @@ Memory memory(const config::TrainConfig& cfg, const config::Layout& layout) {
   Memory m;
   m.held = weightBytes(cfg) + (cfg.streamsGradients() ? 0 : 4);
   m.worker = residualBytes(cfg);
-  m.server = stateBytes(cfg) + (cfg.updatesOnArrival() ? 0 : 4);
+  m.server = stateBytes(cfg) + (cfg.updatesOnArrival() ? 0 : 4) + decodingBytes(cfg);
   m.serverMib = static_cast<double>(kPartBytes) / (1 << 20) * 2 * layout.workers();
   return m;
 }
