@@ -50,12 +50,12 @@ void StepLink::reduceUp(const std::string& context) {
   const auto payloads = comm_.gather(std::string(mine.data, mine.size), 0, context);
   if (!root) return countUp(mine.size);
   std::fill(messages_.up.begin(), messages_.up.end(), 0.0f);  // the sum of the workers' payloads
-  double bytes = 0;
-  for (std::size_t r = 1; r < payloads.size(); ++r) {
+  double bytes = 0, senders = 0;  // the ranks but this root: the workers
+  for (std::size_t r = 1; r < payloads.size(); ++r, ++senders) {
     up_->addTo(payloads[r].data(), payloads[r].size(), messages_.up.data());
     bytes += static_cast<double>(payloads[r].size());
   }
-  countUp(bytes / static_cast<double>(payloads.size() - 1));
+  countUp(bytes / senders);
 }
 
 void StepLink::allReduceUp(const std::string& context) {

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "runtime/Stop.h"
+#include "runtime/config/Layout.h"
 #include "runtime/exchanges/rounds/RoundChain.h"
 #include "runtime/exchanges/rounds/Rounds.h"
 #include "runtime/exchanges/rounds/RoundsPlan.h"
@@ -76,7 +77,7 @@ class RoundsWorker {
         // Under a lossy down codec the copy of the global weights is bfloat16 (RoundChain.h).
         global_(models::parameterCount(args.model), bufferCount(args.model), comm_.size(), c10::kCPU,
                 /*bf16Weights=*/!config::isLossless(plan_.codecs.down)),
-        trainer_(cfg_, args.model, *args.train, args.device, local_, rank_ - cfg_.servers, comm_.size() - cfg_.servers,
+        trainer_(cfg_, args.model, *args.train, args.device, local_, layout().workerIndex(rank_), layout().workers(),
                  rank_),
         inner_(optim::makeOptimizer(cfg_, optim::matrixSpans(parameterShapes(args.model)))),
         update_(cfg_, *inner_, args.model, local_),
@@ -85,9 +86,8 @@ class RoundsWorker {
         chain_(comm_, endsOf(roundsRanges(args.model, cfg_)),
                static_cast<std::int64_t>(global_.up.size()) - global_.weights.numel(),
                static_cast<std::int64_t>(downFixed_.size()), plan_.codecs,
-               cfg_.seed * 7919u + static_cast<std::uint64_t>(rank_ - cfg_.servers + 1)),
-        total_(config::totalSteps(cfg_, cfg_.updatesPerEpoch(trainer_.sampler().stepsPerEpoch(),
-                                                             comm_.size() - cfg_.servers))) {
+               cfg_.seed * 7919u + static_cast<std::uint64_t>(layout().workerIndex(rank_) + 1)),
+        total_(config::totalSteps(cfg_, cfg_.updatesPerEpoch(trainer_.sampler().stepsPerEpoch(), layout().workers()))) {
     // Backward writes the gradient into local_.grad bucket by bucket, dropping autograd's own
     // copies as it goes; after each local step local_.grad's pages are given back
     // (trainLocally), so that the gradient takes memory only from backward to the step, when
@@ -155,6 +155,9 @@ class RoundsWorker {
   }
 
  private:
+  // Which ranks serve and which compute (cfg_ and comm_ are set before anything that asks).
+  config::Layout layout() const { return config::Layout(cfg_, comm_.size()); }
+
   const StepHeader& header() const { return header_; }
   // The local steps rank 0 dealt this worker.
   std::int64_t dealt() const { return static_cast<std::int64_t>(global_.shares.data_ptr<float>()[rank_]); }
