@@ -38,6 +38,27 @@ std::string checkpointPlan(const config::TrainConfig& cfg, std::int64_t total, s
                      schedule.empty() ? "" : "and ", total);
 }
 
+// The dry run's "model" line: its trained parameters (and frozen ones, ties), their size,
+// and how the workers hold them.
+std::string modelPlan(const config::TrainConfig& cfg, const models::Net& model) {
+  const config::PrecisionInfo& precision = config::precisionInfo(cfg.precision);
+  const std::int64_t frozen = models::frozenCount(model);
+  return fmt::format("  model     {}: {} ({:.2f} MiB as float32{}){}\n", cfg.model, models::describeParameters(model),
+                     models::parameterCount(model) * 4.0 / (1 << 20),
+                     frozen > 0 ? fmt::format(" trained, exchanged; the frozen {:.2f} MiB held by every rank from its "
+                                              "file, never sent", frozen * 4.0 / (1 << 20)) : "",
+                     precision.bf16Weights ? "; the workers hold them in bfloat16 (forward pass autocast to bf16), the "
+                                             "servers float32 master weights"
+                     : precision.autocasts ? fmt::format("; forward pass autocast to {}", cfg.precision) : "");
+}
+
+// The dry run's "loss" line: --loss's row, or the model's own (its forward's signature).
+std::string lossPlan(const config::TrainConfig& cfg, const models::Net& model) {
+  const std::string loss = cfg.lossFunction();
+  return config::lossInfo(loss).own ? fmt::format("  loss      the model's own: its {}\n", model.forwardSignature())
+                                    : fmt::format("  loss      {} ({})\n", loss, config::lossInfo(loss).help);
+}
+
 }  // namespace
 
 void printPlan(const config::TrainConfig& cfg, const RankFacts& facts, std::int64_t trainSamples,
@@ -73,14 +94,7 @@ void printPlan(const config::TrainConfig& cfg, const RankFacts& facts, std::int6
   }
   out += fmt::format("  blas      {}\n", blasOfRanks(facts));
   const config::PrecisionInfo& precision = config::precisionInfo(cfg.precision);
-  const std::int64_t frozen = models::frozenCount(model);
-  out += fmt::format("  model     {}: {} ({:.2f} MiB as float32{}){}\n", cfg.model, models::describeParameters(model),
-                     parameters * 4.0 / (1 << 20),
-                     frozen > 0 ? fmt::format(" trained, exchanged; the frozen {:.2f} MiB held by every rank from its "
-                                              "file, never sent", frozen * 4.0 / (1 << 20)) : "",
-                     precision.bf16Weights ? "; the workers hold them in bfloat16 (forward pass autocast to bf16), the "
-                                             "servers float32 master weights"
-                     : precision.autocasts ? fmt::format("; forward pass autocast to {}", cfg.precision) : "");
+  out += modelPlan(cfg, model);
   const int perUpdate = cfg.batchesPerUpdate(shards);
   const std::string& ids = tokenIdsOf(cfg, facts);
   out += fmt::format("  data      {}: {}{}; batch {} per worker, {} per update{}\n", cfg.dataset,
@@ -88,9 +102,7 @@ void printPlan(const config::TrainConfig& cfg, const RankFacts& facts, std::int6
                      tokens ? ", each window at a random offset" : "",
                      cfg.describeBatch(), cfg.shardBatch() * perUpdate,
                      tokens ? fmt::format(" ({} tokens)", cfg.shardBatch() * perUpdate * cfg.blockSize) : "");
-  const std::string loss = cfg.lossFunction();
-  out += config::lossInfo(loss).own ? fmt::format("  loss      the model's own: its {}\n", model.forwardSignature())
-                                    : fmt::format("  loss      {} ({})\n", loss, config::lossInfo(loss).help);
+  out += lossPlan(cfg, model);
   out += fmt::format("  steps     {} updates ({} per epoch{})\n", total, updatesPerEpoch,
                      cfg.steps > 0 ? "; --steps" : fmt::format(" x {} epochs", cfg.epochs));
   const double target = optim::learningRate(cfg, perUpdate, cfg.warmupSteps, total + cfg.warmupSteps + 1);

@@ -148,35 +148,46 @@ class WeightsPickle {
     for (Item& item : items) dict->items.push_back(std::move(item));
   }
 
-  void step(unsigned char code) {
+  // The opcodes that push a value of their own (an empty container, a number, a string);
+  // false for any other.
+  bool pushed(unsigned char code) {
     switch (code) {
-      case 0x80: fixed(1); return;  // PROTO
-      case '(': marks_.push_back(stack_.size()); return;
-      case ')': return push(tuple({}));
-      case '}': return push(make(Kind::Dict));
-      case ']': return push(make(Kind::List));
-      case 'N': return push(make(Kind::None));
+      case ')': push(tuple({})); return true;
+      case '}': push(make(Kind::Dict)); return true;
+      case ']': push(make(Kind::List)); return true;
+      case 'N': push(make(Kind::None)); return true;
       case 0x88: case 0x89: {
         Item v = make(Kind::Bool);
         v->integer = code == 0x88;
-        return push(v);
+        push(v);
+        return true;
       }
-      case 'K': return push(integer(static_cast<std::int64_t>(fixed(1))));
-      case 'M': return push(integer(static_cast<std::int64_t>(fixed(2))));
-      case 'J': return push(integer(static_cast<std::int32_t>(fixed(4))));
-      case 0x8a: return push(longInteger(bytes(fixed(1))));
-      case 0x8b: return push(longInteger(bytes(fixed(4))));
+      case 'K': push(integer(static_cast<std::int64_t>(fixed(1)))); return true;
+      case 'M': push(integer(static_cast<std::int64_t>(fixed(2)))); return true;
+      case 'J': push(integer(static_cast<std::int32_t>(fixed(4)))); return true;
+      case 0x8a: push(longInteger(bytes(fixed(1)))); return true;
+      case 0x8b: push(longInteger(bytes(fixed(4)))); return true;
       case 'G': {  // BINFLOAT: big-endian
         std::uint64_t bits = 0;
         for (unsigned char c : bytes(8)) bits = bits << 8 | c;
         Item v = make(Kind::Float);
         std::memcpy(&v->real, &bits, sizeof bits);
-        return push(v);
+        push(v);
+        return true;
       }
-      case 'U': return push(text(Kind::Text, bytes(fixed(1))));
-      case 'T': case 'X': return push(text(Kind::Text, bytes(fixed(4))));
-      case 'C': return push(text(Kind::Bytes, bytes(fixed(1))));
-      case 'B': return push(text(Kind::Bytes, bytes(fixed(4))));
+      case 'U': push(text(Kind::Text, bytes(fixed(1)))); return true;
+      case 'T': case 'X': push(text(Kind::Text, bytes(fixed(4)))); return true;
+      case 'C': push(text(Kind::Bytes, bytes(fixed(1)))); return true;
+      case 'B': push(text(Kind::Bytes, bytes(fixed(4)))); return true;
+      default: return false;
+    }
+  }
+
+  void step(unsigned char code) {
+    if (pushed(code)) return;
+    switch (code) {
+      case 0x80: fixed(1); return;  // PROTO
+      case '(': marks_.push_back(stack_.size()); return;
       case 'c': return global();
       case 'q': return memoPut(fixed(1));
       case 'r': return memoPut(fixed(4));

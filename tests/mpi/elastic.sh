@@ -277,44 +277,37 @@ check "--overwrite=true: a worker killed after the first checkpoint; relaunched,
 check "--overwrite: a worker killed before the first checkpoint; relaunched afresh, done" \
   overwrite_survives early_overwrite metrics.jsonl "${replace[@]}" --checkpoint-every 1000 --overwrite \
   --train-dir "$scratch/early_overwrite"
+# killed_and_relaunched NAME RANKS VICTIM FLAGS...: an uninterrupted run of RANKS ranks, and
+# the same under pstrain-run (RANKS slots) with rank VICTIM SIGKILLed after step 40's
+# checkpoint; sets `events` (elastic.jsonl's) and `rc`, and `diff` between the two weights.
+killed_and_relaunched() {
+  local name=$1 ranks=$2 victim=$3; shift 3
+  echo "$ranks" > slots
+  run_logged "$name-reference" with_timeout 300 "$mpirun" -np "$ranks" "$pstrain" "$@" --train-dir "$scratch/$name-reference"
+  "$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" --discovery-interval 1 --max-restarts 1 \
+    -- "$@" --train-dir "$scratch/$name" > "$name.log" 2>&1 &
+  local supervisor=$! pid
+  wait_for "$name/ckpt/step-00000040.ok"
+  pid=$(rank_pid "$scratch/$name" "$victim")
+  [ -n "$pid" ] && kill -9 "$pid"
+  wait $supervisor; rc=$?
+  events=$(events "$name")
+  diff=$(max_weight_diff "$name-reference/trained_model.pt" "$name/trained_model.pt")
+  echo "     $name, rank $victim killed: events $events; relaunched vs uninterrupted: max abs diff $diff"
+}
+
 # --- 8. --servers 2: a lost server is a lost job, relaunched as any ---------------------
-echo 4 > slots
-srv=(--device cpu --model mlp --dataset synthetic --batch-size 32 --steps 120 --lr 0.02 --checkpoint-every 20
-     --log-every 1 --threads 1 --timeout 60 --straggle "2:30,3:30" --servers 2)
-run_logged servers-reference with_timeout 300 "$mpirun" -np 4 "$pstrain" "${srv[@]}" --train-dir "$scratch/servers-reference"
-"$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" --discovery-interval 1 --max-restarts 1 \
-  -- "${srv[@]}" --train-dir "$scratch/servers" > servers.log 2>&1 &
-supervisor=$!
-wait_for servers/ckpt/step-00000040.ok
-victim=$(rank_pid "$scratch/servers" 1)
-[ -n "$victim" ] && kill -9 "$victim"
-wait $supervisor; rc=$?
-events=$(events servers)
-echo "     --servers 2, server rank 1 killed: events $events"
+killed_and_relaunched servers 4 1 --device cpu --model mlp --dataset synthetic --batch-size 32 --steps 120 --lr 0.02 \
+  --checkpoint-every 20 --log-every 1 --threads 1 --timeout 60 --straggle "2:30,3:30" --servers 2
 check "--servers 2: a killed server is relaunched with 2 servers and 2 workers, and the run finishes (exit $rc)" \
   test $rc -eq 0 -a "$events" = "launch:4 failure:4 launch:4 done:4"
-diff=$(max_weight_diff servers-reference/trained_model.pt servers/trained_model.pt)
-echo "     --servers 2 relaunched vs uninterrupted: max abs diff $diff"
 check "--servers 2, relaunched: the uninterrupted run's weights (<= 1e-6)" ge 1e-6 "${diff:-1}"
 
 # --- 9. async, one worker, 2 servers: the worker killed, the job relaunched -----------------
-echo 3 > slots
-own=(--device cpu --model mlp --dataset synthetic --batch-size 32 --steps 80 --lr 0.02 --checkpoint-every 20
-     --log-every 1 --threads 1 --timeout 60 --straggle 2:30 --servers 2 --mode async --optimizer adamw)
-run_logged async-reference with_timeout 300 "$mpirun" -np 3 "$pstrain" "${own[@]}" --train-dir "$scratch/async-reference"
-"$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" --discovery-interval 1 --max-restarts 1 \
-  -- "${own[@]}" --train-dir "$scratch/async" > async.log 2>&1 &
-supervisor=$!
-wait_for async/ckpt/step-00000040.ok
-victim=$(rank_pid "$scratch/async" 2)
-[ -n "$victim" ] && kill -9 "$victim"
-wait $supervisor; rc=$?
-events=$(events async)
-echo "     async, its one worker killed: events $events"
+killed_and_relaunched async 3 2 --device cpu --model mlp --dataset synthetic --batch-size 32 --steps 80 --lr 0.02 \
+  --checkpoint-every 20 --log-every 1 --threads 1 --timeout 60 --straggle 2:30 --servers 2 --mode async --optimizer adamw
 check "async: a killed worker's job is relaunched and finishes (exit $rc)" \
   test $rc -eq 0 -a "$events" = "launch:3 failure:3 launch:3 done:3"
-diff=$(max_weight_diff async-reference/trained_model.pt async/trained_model.pt)
-echo "     async relaunched vs uninterrupted: max abs diff $diff"
 check "async, relaunched: the worker goes on from its own batch: the uninterrupted run's weights (<= 1e-6)" ge 1e-6 "${diff:-1}"
 
 checks_done
