@@ -194,8 +194,12 @@ using RankFacts = std::map<std::string, std::string>;
 
 // Every host's memory against what its ranks will hold (training/MemoryPlan.h), from each
 // rank's memory now and the weights it will load; no step is run, so no activations are
-// counted (--dry-run measures them). One problem line per host that would not fit.
-std::vector<std::string> memoryProblems(const config::TrainConfig& cfg, std::vector<RankFacts>& all) {
+// counted (--dry-run measures them). One problem line per host that would not fit, and one
+// line per host saying its --memory (fast or lean) and why.
+struct MemoryVerdict {
+  std::vector<std::string> problems, choices;
+};
+MemoryVerdict checkMemory(const config::TrainConfig& cfg, std::vector<RankFacts>& all) {
   std::int64_t parameters = 0;
   try {
     parameters = parametersOf(cfg);
@@ -215,12 +219,17 @@ std::vector<std::string> memoryProblems(const config::TrainConfig& cfg, std::vec
                     (layout.serves(r) ? 4.0 : weightBytes) * static_cast<double>(m.held) / (1 << 20);
     ranks.push_back(m);
   }
-  std::vector<std::string> problems;
-  for (const std::string& host : training::hostsThatDoNotFit(ranks, training::predictMemory(cfg, parameters, ranks))) {
-    problems.push_back(fmt::format("{}, before activations: use more hosts (--servers K, one a host), --precision "
-                                   "bf16-weights, or a smaller model (--dry-run says each rank's peak)", host));
+  MemoryVerdict verdict;
+  const training::MemoryChoices choices = training::chooseMemory(cfg, parameters, ranks);
+  for (const std::string& host : training::hostsThatDoNotFit(ranks, training::predictMemory(cfg, parameters, ranks, choices))) {
+    verdict.problems.push_back(fmt::format("{}, before activations: use more hosts (--servers K, one a host), "
+                                           "--precision bf16-weights, or a smaller model (--dry-run says each rank's "
+                                           "peak)", host));
   }
-  return problems;
+  for (const auto& [host, choice] : choices) {
+    verdict.choices.push_back(fmt::format("host {}: {} ({})", host, nameOf(choice.use), choice.why));
+  }
+  return verdict;
 }
 
 // The value most ranks hold for `key` (ties: the lowest rank's), among those that state it.
@@ -298,7 +307,8 @@ std::vector<std::string> problemsOf(std::vector<RankFacts>& all) {
 
 // Rank 0's report: what every rank has in common, then the problems.
 std::string reportOf(std::vector<RankFacts>& all, const std::vector<double>& roundTrips, const std::string& trainDir,
-                     const std::string& trainDirFound, const std::vector<std::string>& problems, double seconds) {
+                     const std::string& trainDirFound, const MemoryVerdict& memory,
+                     const std::vector<std::string>& problems, double seconds) {
   const RankFacts& zero = all[0];
   std::map<std::string, int> hosts;
   std::set<std::string> files;
@@ -317,6 +327,7 @@ std::string reportOf(std::vector<RankFacts>& all, const std::vector<double>& rou
                      "{:.3f} s; round trips from rank 0 at most {:.2f} ms\n", files.size(), skew,
                      1e3 * *std::max_element(roundTrips.begin(), roundTrips.end()));
   if (!trainDirFound.empty()) out += fmt::format("  train dir {}: {}\n", trainDir, trainDirFound);
+  for (const auto& c : memory.choices) out += "  memory: " + c + "\n";
   for (const auto& p : problems) out += "  problem: " + p + "\n";
   out += problems.empty() ? fmt::format("pstrain --doctor: all well ({:.1f} s); trained nothing\n", seconds)
                           : fmt::format("pstrain --doctor: {} problem(s) ({:.1f} s); trained nothing\n", problems.size(), seconds);
@@ -356,8 +367,10 @@ int runDoctor(comm::mpi::MpiComm& comm, const config::TrainConfig& cfg) {
     std::vector<RankFacts> all;
     for (int r = 0; r < comm.size(); ++r) all.push_back(protocol::decodeFacts(gathered[static_cast<std::size_t>(r)], r));
     std::vector<std::string> problems = problemsOf(all);
-    for (const std::string& p : memoryProblems(cfg, all)) problems.push_back(p);
-    std::cout << reportOf(all, roundTrips, cfg.trainDir, trainDirFound, problems, metrics::secondsSince(start)) << std::flush;
+    const MemoryVerdict memory = checkMemory(cfg, all);
+    for (const std::string& p : memory.problems) problems.push_back(p);
+    std::cout << reportOf(all, roundTrips, cfg.trainDir, trainDirFound, memory, problems, metrics::secondsSince(start))
+              << std::flush;
     status = problems.empty() ? 0 : 2;
   }
   watchdog.phase("sharing the verdict");

@@ -24,7 +24,8 @@ namespace {
 
 using Member = std::variant<std::string TrainConfig::*, std::int64_t TrainConfig::*, int TrainConfig::*,
                             double TrainConfig::*, bool TrainConfig::*, std::uint64_t TrainConfig::*,
-                            Mode TrainConfig::*, Switch TrainConfig::*, OnOff TrainConfig::*>;
+                            Mode TrainConfig::*, Switch TrainConfig::*, OnOff TrainConfig::*,
+                            MemoryUse TrainConfig::*>;
 
 // How an agreed flag reads for `cfg`: its canonical value, "-" where cfg's mode does not use
 // it, or nothing (left out, so that fingerprints from before the flag stay what they were).
@@ -211,6 +212,13 @@ const std::vector<Flag> kFlags = {
     {"stack-servers", "Run",
      "--servers: allow two servers on one host while another host has none (refused otherwise: they would share one link)",
      &TrainConfig::stackServers, A::Compared, nullptr, nullptr},
+    {"memory", "Run",
+     "auto | fast | lean: what each host's ranks keep between steps. fast: a worker keeps its whole gradient buffer "
+     "and a server takes every worker's parts at once, so that sends overlap backward and nothing is faulted in again "
+     "each step; lean: each gradient bucket's pages go back once sent and a server takes two parts per worker at a "
+     "time (the least memory, slower on fast links); auto: fast on each host where the memory plan under fast stays "
+     "within half of its memory (--dry-run and --doctor say which and why), else lean",
+     &TrainConfig::memory, A::Compared, nullptr, nullptr},
     {"bucket-kb", "Run", "overlap: gradient bucket size in KiB",
      &TrainConfig::bucketKb, A::Fingerprint, nullptr, [](const TrainConfig& c) {
        require(c.bucketKb >= 1 && c.bucketKb <= (1 << 20),
@@ -442,7 +450,8 @@ std::string canonical(const TrainConfig& cfg, const Member& member) {
         if constexpr (std::is_same_v<T, std::string>) return value;
         else if constexpr (std::is_same_v<T, bool>) return value ? "true" : "false";
         else if constexpr (std::is_same_v<T, double>) return canonicalNumber(value);
-        else if constexpr (std::is_same_v<T, Mode> || std::is_same_v<T, Switch> || std::is_same_v<T, OnOff>) {
+        else if constexpr (std::is_same_v<T, Mode> || std::is_same_v<T, Switch> || std::is_same_v<T, OnOff> ||
+                           std::is_same_v<T, MemoryUse>) {
           return nameOf(value);
         }
         else return std::to_string(value);
@@ -457,7 +466,8 @@ std::shared_ptr<cxxopts::Value> optionValue(const Member& member) {
   return std::visit(
       [&](auto field) -> std::shared_ptr<cxxopts::Value> {
         using T = std::decay_t<decltype(defaults.*field)>;
-        if constexpr (std::is_same_v<T, Mode> || std::is_same_v<T, Switch> || std::is_same_v<T, OnOff>) {
+        if constexpr (std::is_same_v<T, Mode> || std::is_same_v<T, Switch> || std::is_same_v<T, OnOff> ||
+                           std::is_same_v<T, MemoryUse>) {
           return cxxopts::value<std::string>()->default_value(text);
         }
         else return cxxopts::value<T>()->default_value(text);
@@ -472,6 +482,9 @@ void readBack(const cxxopts::ParseResult& r, const Flag& flag, TrainConfig& cfg)
         if constexpr (std::is_same_v<T, Mode>) cfg.*field = parseMode(r[flag.name].as<std::string>());
         else if constexpr (std::is_same_v<T, Switch>) cfg.*field = parseSwitch(flag.name, r[flag.name].as<std::string>());
         else if constexpr (std::is_same_v<T, OnOff>) cfg.*field = parseOnOff(flag.name, r[flag.name].as<std::string>());
+        else if constexpr (std::is_same_v<T, MemoryUse>) {
+          cfg.*field = parseMemoryUse(flag.name, r[flag.name].as<std::string>());
+        }
         else cfg.*field = r[flag.name].as<T>();
       },
       flag.member);

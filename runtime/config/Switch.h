@@ -12,11 +12,19 @@ constexpr const char* kAuto = "auto";
 
 enum class Switch { Off, On, Auto };
 enum class OnOff { Off, On };
+// --memory: what a host's ranks keep between steps. Fast keeps the buffers that speed needs
+// (a worker's whole gradient buffer, its pages never given back; every part a server takes
+// in flight at once); Lean gives pages back as soon as they are sent and holds a bounded
+// few in flight; Auto is resolved at start-up, per host, by the memory plan
+// (training::chooseMemory), into one of the two.
+enum class MemoryUse { Auto, Fast, Lean };
 
 const char* nameOf(Switch value);  // "off", "on", "auto"
 const char* nameOf(OnOff value);   // "off", "on"
+const char* nameOf(MemoryUse value);  // "auto", "fast", "lean"
 // The value of --`flag` from its text; throws ConfigError listing the values otherwise.
 Switch parseSwitch(const char* flag, const std::string& text);
 OnOff parseOnOff(const char* flag, const std::string& text);
+MemoryUse parseMemoryUse(const char* flag, const std::string& text);
 
 }  // namespace pstrain::config

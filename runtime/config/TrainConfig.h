@@ -81,6 +81,10 @@ struct TrainConfig {
   double stallWarningSeconds = 60;        // a wait this long names who has not arrived (0: never)
   OnOff overlap = OnOff::On;
   std::int64_t bucketKb = 256;
+  MemoryUse memory = MemoryUse::Auto;  // --memory, as given
+  // --memory auto's choice for this rank's host, made at start-up (training::startRun: Fast
+  // or Lean); Auto until then, which counts as fast (leanMemory()).
+  MemoryUse memoryChosen = MemoryUse::Auto;
   // Parameter servers (ranks 0..servers-1, each owning a range of the weights: sync's
   // sharded exchange, exchanges/sharded); the other ranks are workers.
   int servers = 1;
@@ -190,6 +194,9 @@ struct TrainConfig {
   // weights, and neither --skip-nonfinite, --clip-grad-norm nor loss scaling (which must see
   // the whole gradient before any of it is applied).
   bool updatesOnArrival() const;
+  // Whether this rank gives the pages of what it has sent back at once and keeps few
+  // transfers in flight (--memory lean, or auto resolved to it): see MemoryUse.
+  bool leanMemory() const { return (memory == MemoryUse::Auto ? memoryChosen : memory) == MemoryUse::Lean; }
 
   // The loss, --loss auto resolved: nll for the zoo's models (their outputs are
   // log-probabilities), cross-entropy on the outputs (logits) of a model file.

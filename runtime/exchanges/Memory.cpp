@@ -18,6 +18,15 @@ double residualBytes(const config::TrainConfig& cfg) {
   return config::errorFeedbackOn(cfg.errorFeedback, spec) ? codec::residualBytes(spec) : 0;
 }
 
+void addGradientBuffer(Memory& m, const config::TrainConfig& cfg, bool streams) {
+  if (!streams) {  // the whole gradient, written by the measured step too
+    m.held += 4;
+  } else if (!cfg.leanMemory()) {
+    m.held += 4;
+    m.keptGradient = 4;
+  }
+}
+
 double weightBytes(const config::TrainConfig& cfg) { return cfg.bf16Weights() ? 2 : 4; }
 
 double decodingBytes(const config::TrainConfig& cfg) {

@@ -30,8 +30,16 @@ struct Memory {
   double leadCopy = 0;
   // A server's buffers that do not grow with the model, MiB (the sharded ring of parts).
   double serverMib = 0;
+  // A computing rank under --memory fast: the gradient buffer that a streamed (lean) step
+  // gives back bucket by bucket, and that fast keeps whole: bytes a parameter beyond the
+  // measured step (which is measured lean: roles::measureStep).
+  double keptGradient = 0;
 };
 
+// A streaming computing rank's figures under cfg's --memory: lean, the buckets in flight
+// (counted by the plan); fast, the whole gradient buffer kept (4 bytes a parameter, in
+// `held` and `keptGradient`). `streams`: whether its gradient leaves it by buckets.
+void addGradientBuffer(Memory& m, const config::TrainConfig& cfg, bool streams);
 // Bytes a parameter of `rule`'s state (torch.optim's moments; SGD's momentum only with it).
 double stateBytes(const config::TrainConfig& rule);
 // The gradient codec's residual on the rank that encodes (int8 codes under a codec that

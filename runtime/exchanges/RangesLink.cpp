@@ -33,7 +33,12 @@ std::vector<Bucket> partBuckets(const models::Net& model, const std::vector<KeyR
 
 RangesLink::RangesLink(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model,
                        StepMessages& messages, Tail tail)
-    : comm_(comm), messages_(messages), tail_(tail), ranges_(serverRanges(model, cfg)), parts_(partBuckets(model, ranges_)) {
+    : comm_(comm),
+      messages_(messages),
+      tail_(tail),
+      ranges_(serverRanges(model, cfg)),
+      parts_(partBuckets(model, ranges_)),
+      lean_(cfg.leanMemory()) {
   if (cfg.compressesWeights()) {  // a decoder and a frame's room per range (each server codes its own)
     for (const KeyRange& range : ranges_) {
       weightDecoders_.push_back(codec::makeCodec(cfg.weightCodec(), range.shapes, 0, "compress-weights"));
@@ -96,8 +101,8 @@ StepHeader RangesLink::receiveCodedDown(const std::string& context) {
 }
 
 void RangesLink::startPart(const Bucket& part, const std::string& context) {
-  constexpr std::size_t kPartsInFlight = 4;  // 16 MiB
-  while (inFlight_.size() >= kPartsInFlight) finishOldestPart();
+  constexpr std::size_t kPartsInFlight = 4;  // lean: 16 MiB
+  while (lean_ && inFlight_.size() >= kPartsInFlight) finishOldestPart();
   const auto range = std::upper_bound(ranges_.begin(), ranges_.end(), part.begin,
                                       [](std::int64_t at, const KeyRange& r) { return at < r.end; });
   const int server = static_cast<int>(range - ranges_.begin());
@@ -161,7 +166,7 @@ void RangesLink::sendTail(const std::string& context) {
 void RangesLink::finishOldestPart() {
   const auto& [request, part] = inFlight_.front();
   comm_.wait(request);
-  messages_.up.release(part.begin, part.end - part.begin);
+  if (lean_) messages_.up.release(part.begin, part.end - part.begin);
   inFlight_.pop_front();
 }
 

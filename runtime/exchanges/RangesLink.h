@@ -40,9 +40,11 @@ class RangesLink {
   const std::vector<protocol::Bucket>& parts() const { return parts_; }
 
   // Streaming, raw (Tail::After): starts sending the gradient's part `part` to its server
-  // (from inside backward), having first waited for the oldest while more than a few are
-  // out, whose pages then go back: the worker holds the parts in flight, never a whole
-  // gradient. finishUp() after backward: the parts still out, then the tail.
+  // (from inside backward). Under --memory lean it first waits for the oldest while more
+  // than a few are out, whose pages then go back: the worker holds the parts in flight,
+  // never a whole gradient. Under fast every part goes out at once, to every server in
+  // parallel, and the pages stay for the next step. finishUp() after backward: the parts
+  // still out, then the tail.
   void startPart(const protocol::Bucket& part, const std::string& context);
   void finishUp(const std::string& context);
 
@@ -75,6 +77,7 @@ class RangesLink {
   std::vector<std::unique_ptr<codec::Codec>> weightDecoders_;      // by range, with a weight codec
   std::vector<std::vector<char>> weightFrames_;                    // by range: its frame's room
   double codecSeconds_ = 0;  // since the last trailer
+  const bool lean_;          // --memory lean: few parts out, their pages given back
 };
 
 }  // namespace pstrain::exchanges

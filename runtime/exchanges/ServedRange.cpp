@@ -110,11 +110,12 @@ void ServedRange::receiveGradients(const std::string& context, const StepPlan& p
   const config::Layout layout(cfg_, comm_.size());
   const int first = layout.servers(), workers = layout.workers();  // the workers are ranks K on
   const std::int64_t parts = codec_ ? 1 : partsOf(range_.size());
-  // Raw: two slots per worker, so that every worker's next part is on its way while one is
-  // added; coded: two frames.
-  const std::size_t ring = useSlots(codec_ ? 2 : 2 * static_cast<std::size_t>(workers));
   // Message m: part partOf(m) of worker m % workers; the parts come last first (Wire.h).
   const std::size_t messages = static_cast<std::size_t>(parts * workers);
+  // --memory fast: a slot for every message, all received at once, so that every worker
+  // sends its every part as fast as the links take them. Lean, raw: two slots per worker, so
+  // that every worker's next part is on its way while one is added; coded: two frames.
+  const std::size_t ring = useSlots(!cfg_.leanMemory() ? messages : codec_ ? 2 : 2 * static_cast<std::size_t>(workers));
   auto partOf = [&](std::size_t m) { return parts - 1 - static_cast<std::int64_t>(m / workers); };
   std::vector<std::size_t> got(messages), requests(messages);
   const bool eachPart = update_.eachPart();

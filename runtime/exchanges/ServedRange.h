@@ -39,8 +39,9 @@ class ServedRange {
 
   // Sync: every worker's gradient of this range, summed in worker order (as one server sums
   // them: the same floats). Raw, part by part from every worker: worker 0's part lands
-  // straight in the sum, the others' in a ring of slots, two per worker, that receive while
-  // earlier parts are added. Coded, a frame per worker, into two slots likewise. Updating
+  // straight in the sum, the others' in a ring of slots (--memory lean: two per worker) that
+  // receive while earlier parts are added. Coded, a frame per worker, into two slots
+  // likewise. Under --memory fast every message has a slot, all received at once. Updating
   // each part (RangeUpdate::eachPart), worker 0's part lands in the ring too, and each
   // part's sum is applied by `plan` as soon as the last worker's part is added.
   void receiveGradients(const std::string& context, const StepPlan& plan, std::int64_t step);

@@ -15,7 +15,8 @@ StepLink::StepLink(comm::Communicator& comm, const config::TrainConfig& cfg, con
     : comm_(comm),
       messages_(messages),
       up_(makeUpFrame(cfg, model, messages, seed)),
-      down_(makeDownFrame(cfg, model, messages, seed)) {
+      down_(makeDownFrame(cfg, model, messages, seed)),
+      lean_(cfg.leanMemory()) {
   if (cfg.bf16Weights() && messages.weights.scalar_type() == at::kFloat) {  // the server's, to bfloat16 workers
     bf16Wire_ = std::make_unique<FloatBuffer>(weightFloats(static_cast<std::size_t>(messages.weights.numel()), true));
   }
@@ -104,11 +105,12 @@ void StepLink::finishRoundExchange(const std::string& context) {
 
 void StepLink::startBucket(const Bucket& bucket, const std::string& context) {
   comm_.progress();
-  // Out at once: two buckets, or as many as fit in 16 MiB.
-  constexpr std::int64_t kBytesInFlight = std::int64_t(16) << 20;
-  const std::size_t window = static_cast<std::size_t>(
-      std::max<std::int64_t>(2, kBytesInFlight / std::max<std::int64_t>(1, (bucket.end - bucket.begin) * 4)));
-  while (inFlight_.size() >= window) finishOldestBucket();
+  if (lean_) {  // out at once: two buckets, or as many as fit in 16 MiB
+    constexpr std::int64_t kBytesInFlight = std::int64_t(16) << 20;
+    const std::size_t window = static_cast<std::size_t>(
+        std::max<std::int64_t>(2, kBytesInFlight / std::max<std::int64_t>(1, (bucket.end - bucket.begin) * 4)));
+    while (inFlight_.size() >= window) finishOldestBucket();
+  }
   buckets_.push_back(bucket);
   inFlight_.emplace_back(comm_.startReduceSum(messages_.up.data() + bucket.begin, bucket.end - bucket.begin, 0, context),
                          bucket);
@@ -117,7 +119,7 @@ void StepLink::startBucket(const Bucket& bucket, const std::string& context) {
 void StepLink::finishOldestBucket() {
   const auto& [request, bucket] = inFlight_.front();
   comm_.wait(request);
-  messages_.up.release(bucket.begin, bucket.end - bucket.begin);
+  if (lean_) messages_.up.release(bucket.begin, bucket.end - bucket.begin);
   inFlight_.pop_front();
 }
 
@@ -130,7 +132,7 @@ void StepLink::startWeightsDown(const Bucket& bucket, const std::string& context
     return;
   }
   // The server's float32 weights to workers that hold bfloat16 ones: converted bucket by
-  // bucket into a staging buffer, whose pages go back once the step's buckets are out.
+  // bucket into a staging buffer, whose pages go back once the step's buckets are out (lean).
   const at::Tensor staged = bf16Wire_->view(0, static_cast<std::int64_t>(bf16Wire_->size())).view(at::kBFloat16);
   staged.narrow(0, bucket.begin, count).copy_(messages_.weights.narrow(0, bucket.begin, count));
   started_.push_back(comm_.startBroadcast(reinterpret_cast<char*>(bf16Wire_->data()) + bucket.begin * 2, count * 2, 0,
@@ -146,7 +148,7 @@ void StepLink::startDownTail(const std::string& context) {
 void StepLink::waitStarted() {
   for (std::size_t request : started_) comm_.wait(request);
   started_.clear();
-  if (bf16Wire_) bf16Wire_->release(0, static_cast<std::int64_t>(bf16Wire_->size()));
+  if (bf16Wire_ && lean_) bf16Wire_->release(0, static_cast<std::int64_t>(bf16Wire_->size()));
   buckets_.clear();
   countUp(messages_.upBytes());
   countDown(messages_.downBytes());

@@ -36,9 +36,10 @@ class StepLink {
   // updates them. Both sides start their collectives in one order: every bucket's
   // reduction, the rest of the up message, every bucket's weights, the buffers, the header.
   // Worker: startBucket() starts the reduction of messages.grad's range `bucket` (from
-  // inside backward, in bucket order), having first waited for the oldest while more than
-  // a few MiB are out, each of whose pages then goes back (the worker holds the gradient
-  // buckets in flight, never a whole gradient); after backward, finishStep() sends the rest
+  // inside backward, in bucket order). Under --memory lean it first waits for the oldest
+  // while more than a few MiB are out, each of whose pages then goes back (the worker holds
+  // the gradient buckets in flight, never a whole gradient); under fast every bucket goes
+  // out at once and the gradient's pages stay for the next step; after backward, finishStep() sends the rest
   // up, receives the whole next down message into messages.down and waits for all of it.
   void startBucket(const Bucket& bucket, const std::string& context);
   void finishStep(const std::string& context);
@@ -95,6 +96,7 @@ class StepLink {
   std::vector<Bucket> buckets_;         // this step's buckets, in order
   std::vector<std::size_t> started_;   // requests of this step not waited for yet
   std::deque<std::pair<std::size_t, Bucket>> inFlight_;  // worker: bucket reductions out, oldest first
+  const bool lean_;  // --memory lean: few buckets out, and their pages (and the staged bf16 ones) given back
   Bytes roundInbox_;                    // where startRoundExchange() receives the down message
 };
 

@@ -21,13 +21,20 @@ std::string gib(double mib) { return fmt::format("{:.2f} GiB", mib / 1024); }
 
 std::vector<RankMemory> predictMemory(const config::TrainConfig& cfg, std::int64_t parameters,
                                       const std::vector<RankMeasure>& ranks) {
+  return predictMemory(cfg, parameters, ranks, chooseMemory(cfg, parameters, ranks));
+}
+
+std::vector<RankMemory> predictMemory(const config::TrainConfig& cfg, std::int64_t parameters,
+                                      const std::vector<RankMeasure>& ranks, const MemoryChoices& choices) {
   const config::Layout layout(cfg, static_cast<int>(ranks.size()));
   const auto n = static_cast<double>(parameters);
-  // Bytes a parameter, the same for every rank of a role: the exchange's own figures.
-  const exchanges::Memory held = exchangeFor(cfg).memory(cfg, layout);
   std::vector<RankMemory> out;
   for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
     const RankMeasure& m = ranks[static_cast<std::size_t>(r)];
+    config::TrainConfig mine = cfg;
+    mine.memory = choices.at(m.host).use;  // as the host's ranks run
+    // Bytes a parameter, the same for every rank of a role and choice: the exchange's own figures.
+    const exchanges::Memory held = exchangeFor(mine).memory(mine, layout);
     RankMemory p;
     p.role = layout.serves(r) ? "server" : cfg.modeInfo().peers() ? "peer" : "worker";
     if (layout.serves(r)) {
@@ -43,7 +50,8 @@ std::vector<RankMemory> predictMemory(const config::TrainConfig& cfg, std::int64
       p.perParameterBytes = (4 * static_cast<double>(m.held) + held.server * range + beyond) / std::max(n, 1.0);
       p.parts = fmt::format("{} as loaded + {} of optimizer state and sums", gib(m.residentMib), gib(extra));
     } else {
-      const double extra = std::max(m.stepMib, 0.0) + kInFlightMib + held.worker * n / kMib;
+      const double inFlight = mine.leanMemory() ? kInFlightMib : 0;
+      const double extra = std::max(m.stepMib, 0.0) + inFlight + (held.worker + held.keptGradient) * n / kMib;
       p.peakMib = std::max(m.peakMib, m.residentMib + extra);
       p.perParameterBytes = held.held + held.worker;
       p.parts = m.stepMib < 0 ? fmt::format("{} as loaded, a step not measured", gib(m.residentMib))
@@ -53,6 +61,38 @@ std::vector<RankMemory> predictMemory(const config::TrainConfig& cfg, std::int64
     out.push_back(p);
   }
   return out;
+}
+
+MemoryChoices chooseMemory(const config::TrainConfig& cfg, std::int64_t parameters,
+                           const std::vector<RankMeasure>& ranks) {
+  MemoryChoices choices;
+  if (cfg.memory != config::MemoryUse::Auto) {
+    for (const RankMeasure& m : ranks) choices[m.host] = {cfg.memory, fmt::format("--memory {}", nameOf(cfg.memory))};
+    return choices;
+  }
+  // What a start-up knows: no step.
+  std::vector<RankMeasure> loaded = ranks;
+  for (RankMeasure& m : loaded) m.stepMib = -1;
+  MemoryChoices fast;
+  for (const RankMeasure& m : ranks) fast[m.host] = {config::MemoryUse::Fast, ""};
+  const std::vector<RankMemory> predicted = predictMemory(cfg, parameters, loaded, fast);
+  std::map<std::string, double> peakMib, memoryMib;
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    peakMib[ranks[r].host] += predicted[r].peakMib;
+    memoryMib[ranks[r].host] = ranks[r].hostMib;
+  }
+  for (const auto& [host, peak] : peakMib) {
+    const double memory = memoryMib[host];
+    MemoryChoice& c = choices[host];
+    if (memory <= 0) {
+      c = {config::MemoryUse::Fast, "--memory auto: its memory is unknown"};
+    } else {
+      c.use = peak <= memory / 2 ? config::MemoryUse::Fast : config::MemoryUse::Lean;
+      c.why = fmt::format("--memory auto: {} under fast before activations, {} half of its {}", gib(peak),
+                          c.use == config::MemoryUse::Fast ? "within" : "over", gib(memory));
+    }
+  }
+  return choices;
 }
 
 namespace {
@@ -82,8 +122,17 @@ std::string rankList(const std::vector<int>& ranks) {
 
 }  // namespace
 
-std::string describeMemory(std::int64_t parameters, const std::vector<RankMeasure>& ranks,
-                           const std::vector<RankMemory>& predicted) {
+std::string describeMemory(const config::TrainConfig& cfg, std::int64_t parameters,
+                           const std::vector<RankMeasure>& ranks, const MemoryChoices& choices) {
+  const std::vector<RankMemory> predicted = predictMemory(cfg, parameters, ranks, choices);
+  // Each host's peak under either choice, beside the one taken.
+  std::map<std::string, double> underFast, underLean;
+  for (const auto& [use, peaks] : {std::pair{config::MemoryUse::Fast, &underFast}, {config::MemoryUse::Lean, &underLean}}) {
+    MemoryChoices all;
+    for (const auto& [host, c] : choices) all[host] = {use, ""};
+    const std::vector<RankMemory> p = predictMemory(cfg, parameters, ranks, all);
+    for (std::size_t r = 0; r < ranks.size(); ++r) (*peaks)[ranks[r].host] += p[r].peakMib;
+  }
   std::string out;
   bool measured = true;
   for (std::size_t r = 0; r < ranks.size(); ++r) {
@@ -100,6 +149,9 @@ std::string describeMemory(std::int64_t parameters, const std::vector<RankMeasur
     const bool fits = h.memoryMib <= 0 || h.peakMib <= h.memoryMib;
     out += fmt::format("  memory    host {} (ranks {}): {} of its {}{}\n", name, rankList(h.ranks), gib(h.peakMib),
                        h.memoryMib > 0 ? gib(h.memoryMib) : "unknown memory", fits ? "" : ": DOES NOT FIT");
+    const MemoryChoice& c = choices.at(name);
+    out += fmt::format("  memory    host {}: {} ({}; at the peak {} under fast, {} under lean)\n", name, nameOf(c.use),
+                       c.why, gib(underFast[name]), gib(underLean[name]));
     if (h.memoryMib <= 0 || h.perParameterBytes <= 0) continue;
     const double fixedMib = h.peakMib - h.perParameterBytes * static_cast<double>(parameters) / kMib;
     const double most = (h.memoryMib - fixedMib) * kMib / h.perParameterBytes;

@@ -6,6 +6,7 @@
 // not allocate, from the run's settings: the model's parameters, the mode, the optimizer, the
 // precision, K and the codecs. Torch-free.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,15 +32,35 @@ struct RankMemory {
   double perParameterBytes = 0;    // the bytes of peakMib that each of the model's parameters costs
 };
 
-// Every rank's predicted peak (by rank). `parameters`: the model's count.
+// --memory for one host: fast or lean, and why.
+struct MemoryChoice {
+  config::MemoryUse use = config::MemoryUse::Lean;  // Fast or Lean
+  std::string why;  // "--memory auto: 2.10 GiB under fast before activations, within half of its 23.59 GiB"
+};
+using MemoryChoices = std::map<std::string, MemoryChoice>;  // by host name
+
+// Each host's --memory: as given, or auto's choice: fast where the host's predicted peak
+// under fast, from what a start-up knows (each rank as loaded and what grows with the
+// model, no step: a normal start-up runs none, so the dry run decides on the same facts),
+// is at most half its memory (the rest for the activations, the system and the other
+// programs), or where its memory is unknown; else lean. A pure function of `ranks`: every
+// rank that has the handshake's facts decides the same.
+MemoryChoices chooseMemory(const config::TrainConfig& cfg, std::int64_t parameters,
+                           const std::vector<RankMeasure>& ranks);
+
+// Every rank's predicted peak (by rank), under its host's choice. `parameters`: the model's
+// count. Without `choices`: chooseMemory's.
 std::vector<RankMemory> predictMemory(const config::TrainConfig& cfg, std::int64_t parameters,
                                       const std::vector<RankMeasure>& ranks);
+std::vector<RankMemory> predictMemory(const config::TrainConfig& cfg, std::int64_t parameters,
+                                      const std::vector<RankMeasure>& ranks, const MemoryChoices& choices);
 
-// The dry run's lines: each rank, each host (against its memory), and the largest model the
-// layout could train (each host's fixed part as measured, the rest per parameter). Hosts
-// that would not fit are named.
-std::string describeMemory(std::int64_t parameters, const std::vector<RankMeasure>& ranks,
-                           const std::vector<RankMemory>& predicted);
+// The dry run's lines: each rank, each host (against its memory, with its peak under fast
+// and under lean and the choice between them), and the largest model the layout could train
+// (each host's fixed part as measured, the rest per parameter). Hosts that would not fit
+// are named.
+std::string describeMemory(const config::TrainConfig& cfg, std::int64_t parameters,
+                           const std::vector<RankMeasure>& ranks, const MemoryChoices& choices);
 
 // One line per host whose predicted peak exceeds its memory, naming it: "host mbp-2: 9.8 GiB
 // predicted (its ranks 1, 3), it has 8.0 GiB".

@@ -136,8 +136,8 @@ int resolveVirtualShards(const config::TrainConfig& cfg, int computing, const ch
 
 void writeRunJson(const config::TrainConfig& cfg, const RunInfo& info,
                   const std::vector<std::map<std::string, std::string>>& facts,
-                  std::int64_t trainSamples, std::int64_t parameters, std::int64_t firstStep,
-                  const std::string& startup) {
+                  const training::MemoryChoices& memory, std::int64_t trainSamples, std::int64_t parameters,
+                  std::int64_t firstStep, const std::string& startup) {
   metrics::JsonObject config;
   for (const auto& [key, value] : config::allFields(cfg)) config.add(key, value);
   const bool peers = cfg.modeInfo().peers();
@@ -148,6 +148,7 @@ void writeRunJson(const config::TrainConfig& cfg, const RunInfo& info,
     const bool computes = layout.computes(static_cast<int>(r));
     rank.add("rank", static_cast<std::int64_t>(r)).add("role", peers ? "peer" : computes ? "worker" : "server");
     rank.add("host", facts[r].at("info.host")).add("pid", static_cast<std::int64_t>(std::stoll(facts[r].at("info.pid"))));
+    rank.add("memory", nameOf(memory.at(facts[r].at("info.memory.host")).use));  // its host's --memory
     rank.add("device", facts[r].at("info.device"));
     rank.add("torch", facts[r].at("info.torch")).add("threads", facts[r].at("info.threads"));
     rank.add("blas", facts[r].at("info.blas"));
@@ -186,6 +187,8 @@ std::string hostAddresses() {
   return fmt::format("{}", fmt::join(addresses, ", "));
 }
 
+protocol::Facts memoryNow(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model);
+
 // This rank's facts for the handshake: the flags the ranks must agree on, what must match
 // (protocol, parameters, data, files of the user's) and what is only recorded ("info.").
 Facts factsOf(comm::Communicator& comm, const config::TrainConfig& cfg, const config::TrainConfig& run,
@@ -213,6 +216,7 @@ Facts factsOf(comm::Communicator& comm, const config::TrainConfig& cfg, const co
   mine.emplace_back("info.blas-reference", info.blas.reference ? "1" : "0");
   mine.emplace_back("info.yield-when-idle", info.yieldWhenIdle);
   mine.emplace_back("info.startup", metrics::Startup::process().json());
+  for (auto& [key, value] : memoryNow(comm, cfg, model)) mine.emplace_back("info.memory." + key, value);
   return mine;
 }
 
@@ -228,14 +232,14 @@ void trainInRoles(comm::Communicator& comm, StartedRun& started, models::Net& mo
   started.trainDir->begin();
   const std::int64_t parameters = models::parameterCount(model), firstStep = resume ? resume->step : 0;
   metrics::Startup::process().afterFirstStep([&] {
-    writeRunJson(run, info, started.facts, started.trainSamples, parameters, firstStep,
+    writeRunJson(run, info, started.facts, started.memory, started.trainSamples, parameters, firstStep,
                  metrics::Startup::process().json());
   });
   struct Disarm {
     ~Disarm() { metrics::Startup::process().afterFirstStep(nullptr); }
   } disarm;  // the hook refers to this scope
   try {
-    writeRunJson(run, info, started.facts, started.trainSamples, parameters, firstStep, "");
+    writeRunJson(run, info, started.facts, started.memory, started.trainSamples, parameters, firstStep, "");
     roles();
   } catch (...) {
     started.trainDir->restore();  // no-op once the first checkpoint made the earlier run's files go
@@ -243,40 +247,57 @@ void trainInRoles(comm::Communicator& comm, StartedRun& started, models::Net& mo
   }
 }
 
-// This rank's memory (training/MemoryPlan.h), as facts: its host's, its own now and at its
-// peak so far, the parameters whose weights it holds, and a computing rank's step, measured
-// on its first batch (last: the trial binds the model's parameters to its messages).
-protocol::Facts measureMemory(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
-                              const data::Dataset* train, c10::Device device) {
+// This rank's memory as it is loaded (training/MemoryPlan.h), as facts: its host's, its own
+// now and at its peak so far, the parameters whose weights it holds.
+protocol::Facts memoryNow(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model) {
   const std::int64_t n = models::parameterCount(model);
   std::int64_t held = n;
   if (const auto needed = weightsNeeded(cfg, comm.rank())) {
     const models::FlatSpan span = needed(model);
     held = std::min(span.end, n) - std::max<std::int64_t>(span.begin, 0);
   }
-  const config::Layout layout(cfg, comm.size());
-  const bool computes = layout.computes(comm.rank());
-  const int workers = layout.workers(), worker = layout.workerIndex(comm.rank());
-  const double peak = portable::peakRssMib();  // the start-up's, loading the model
-  roles::StepMemory step{portable::residentMib(), -1};
-  if (computes && train) step = roles::measureStep(cfg, model, *train, device, worker, workers, comm.rank(), comm.size());
   return {{"host", comm.hostName()},
           {"host-mib", fmt::format("{:.1f}", portable::memoryLimitBytes() / double(1 << 20))},
-          {"resident-mib", fmt::format("{:.1f}", step.beforeMib)},
-          {"peak-mib", fmt::format("{:.1f}", peak)},
-          {"step-mib", fmt::format("{:.1f}", step.stepMib)},
+          {"resident-mib", fmt::format("{:.1f}", portable::residentMib())},
+          {"peak-mib", fmt::format("{:.1f}", portable::peakRssMib())},  // the start-up's, loading the model
+          {"step-mib", "-1"},
           {"held", std::to_string(held)}};
 }
 
-training::RankMeasure memoryOf(const std::map<std::string, std::string>& facts) {
+// memoryNow, and a computing rank's step, measured on its first batch (last: the trial binds
+// the model's parameters to its messages).
+protocol::Facts measureMemory(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
+                              const data::Dataset* train, c10::Device device) {
+  protocol::Facts facts = memoryNow(comm, cfg, model);
+  const config::Layout layout(cfg, comm.size());
+  if (!layout.computes(comm.rank()) || !train) return facts;
+  const roles::StepMemory step = roles::measureStep(cfg, model, *train, device, layout.workerIndex(comm.rank()),
+                                                    layout.workers(), comm.rank(), comm.size());
+  for (auto& [key, value] : facts) {
+    if (key == "resident-mib") value = fmt::format("{:.1f}", step.beforeMib);
+    if (key == "step-mib") value = fmt::format("{:.1f}", step.stepMib);
+  }
+  return facts;
+}
+
+// A rank's memory facts (memoryNow's, or measureMemory's), those whose keys start `prefix`.
+training::RankMeasure memoryOf(const std::map<std::string, std::string>& facts, const std::string& prefix = "") {
   training::RankMeasure m;
-  m.host = facts.at("host");
-  m.hostMib = std::stod(facts.at("host-mib"));
-  m.residentMib = std::stod(facts.at("resident-mib"));
-  m.peakMib = std::stod(facts.at("peak-mib"));
-  m.stepMib = std::stod(facts.at("step-mib"));
-  m.held = std::stoll(facts.at("held"));
+  m.host = facts.at(prefix + "host");
+  m.hostMib = std::stod(facts.at(prefix + "host-mib"));
+  m.residentMib = std::stod(facts.at(prefix + "resident-mib"));
+  m.peakMib = std::stod(facts.at(prefix + "peak-mib"));
+  m.stepMib = std::stod(facts.at(prefix + "step-mib"));
+  m.held = std::stoll(facts.at(prefix + "held"));
   return m;
+}
+
+// Every host's --memory, from the handshake's facts: the same on every rank.
+training::MemoryChoices chooseMemory(const config::TrainConfig& cfg, const models::Net& model,
+                                     const std::vector<std::map<std::string, std::string>>& facts) {
+  std::vector<training::RankMeasure> ranks;
+  for (const auto& rank : facts) ranks.push_back(memoryOf(rank, "info.memory."));
+  return training::chooseMemory(cfg, models::parameterCount(model), ranks);
 }
 
 }  // namespace
@@ -337,6 +358,8 @@ StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, mo
     if (!rank.at("train-samples").empty()) started.trainSamples = std::stoll(rank.at("train-samples"));
   }
   started.run.virtualShards = std::stoi(started.facts[0].at("resolved-virtual-shards"));
+  started.memory = chooseMemory(cfg, model, started.facts);
+  started.run.memoryChosen = started.memory.at(comm.hostName()).use;
   checkBatchFitsShards(started.run, started.trainSamples);
   const exchanges::Exchange& exchange = training::exchangeFor(started.run);
   if (exchange.check) exchange.check(started.run, model);
@@ -358,7 +381,7 @@ void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, model
   std::string trainDirState = started.trainDir->state();
   if (started.resume) trainDirState += fmt::format("; resuming at step {}", started.resume->step);
   printPlan(started.run, started.facts, started.trainSamples, model, trainDirState,
-            training::describeMemory(parameters, ranks, training::predictMemory(started.run, parameters, ranks)));
+            training::describeMemory(started.run, parameters, ranks, started.memory));
 }
 
 models::WeightsNeeded weightsNeeded(const config::TrainConfig& cfg, int rank) {

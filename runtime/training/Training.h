@@ -16,6 +16,7 @@
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/config/TrainConfig.h"
+#include "runtime/training/MemoryPlan.h"
 #include "runtime/rundir/TrainDir.h"
 
 namespace pstrain::training {
@@ -37,6 +38,7 @@ struct StartedRun {
   std::int64_t trainSamples = 0;
   std::unique_ptr<rundir::TrainDir> trainDir;    // rank 0
   std::optional<checkpoint::Checkpoint> resume;  // rank 0, with --resume and a valid checkpoint
+  training::MemoryChoices memory;                // every host's --memory (run.memory: this rank's host's)
 };
 
 // The start-up on every rank of `comm`: the world's size for the mode, rank 0's train dir

@@ -37,6 +37,7 @@ rc=$?
 sed 's/^/     /' all-well.log
 check "all well: exit 0, every file compared" \
   bash -c "[ $rc -eq 0 ] && grep -q 'all well' all-well.log && grep -q 'files compared: 4 ' all-well.log"
+check "all well: it says the host's --memory and why" has all-well.log "memory: host .*: fast \(--memory auto: .* within half of its"
 
 doctor changed.log other --train-dir "$scratch/run2"
 rc=$?

@@ -120,6 +120,19 @@ within_1e5() {  # within_1e5 NAME DIR_A DIR_B: their trained_model.pt within 1e-
 }
 wide_mlp "$scratch/wide.pt" 3000
 parts adamw-parts 2 "$scratch/wide.pt" --optimizer adamw --lr 0.001 --weight-decay 0.01
+# --memory: the same floats whichever a host takes. Here (a big host, a small model) auto
+# takes fast: the workers keep their gradient, every part goes out at once and each server
+# takes them all; lean gives each part's pages back and keeps a few in flight.
+train 4 "$scratch/adamw-parts-lean" --model "$scratch/wide.pt" --steps 12 --log-every 1 --checkpoint-every 6 \
+  --optimizer adamw --lr 0.001 --weight-decay 0.01 --servers 2 --memory lean
+check "--memory lean: 2 servers over ranges of many parts give auto's (fast's) weights exactly" \
+  test "$(max_weight_diff "$scratch/adamw-parts-k2/trained_model.pt" "$scratch/adamw-parts-lean/trained_model.pt")" = 0.0
+check "run.json: every rank says its host's --memory (auto: fast here; lean as given)" python3 - "$scratch" <<'PY'
+import json, sys
+auto, lean = (json.load(open(f"{sys.argv[1]}/{d}/run.json")) for d in ("adamw-parts-k2", "adamw-parts-lean"))
+sys.exit(not (auto["config"]["memory"] == "auto" and {r["memory"] for r in auto["ranks"]} == {"fast"}
+              and {r["memory"] for r in lean["ranks"]} == {"lean"}))
+PY
 
 # --- point to point, stopped and resumed: each worker goes on from its own batch (server 0
 # counts them into every checkpoint), so backup with every gradient in and async with one
@@ -231,6 +244,8 @@ check "dry run: 2 parameter servers + 2 workers" grep -q "2 parameter servers + 
 check "dry run: rank 1 owns the second range" grep -qE "rank 1 owns parameters \[[0-9]+, 203530\)" "$scratch/plan.log"
 check "dry run: ranks 0 and 1 are servers" bash -c "[ \$(grep -cE 'rank [0-9]+ +server +host' '$scratch/plan.log') = 2 ]"
 check "dry run: the exchange line says it is sharded" grep -q "exchange  sharded over 2 servers" "$scratch/plan.log"
+check "dry run: the host's --memory, why, and its peak under fast and under lean" \
+  grep -qE "memory    host .*: fast \(--memory auto: [0-9.]+ GiB under fast before activations, within half of its [0-9.]+ GiB; at the peak [0-9.]+ GiB under fast, [0-9.]+ GiB under lean\)" "$scratch/plan.log"
 with_timeout 60 "$mpirun" -np 4 "$pstrain" --device cpu --threads 1 --model mlp --dataset synthetic --servers 2 --dry-run \
   --compress int8 --train-dir "$scratch/plan-int8" > "$scratch/plan-int8.log" 2>&1
 check "dry run: whole tensors for int8 leave mlp's ranges uneven, and it says so" \

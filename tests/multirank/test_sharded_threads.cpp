@@ -66,6 +66,18 @@ TEST(ShardedThreads, ServersGiveOneServersWeightsWithAdamWUpdatingEachPartOnArri
   expectServersAgree(cfg, "adamw, each part on arrival");
 }
 
+// --memory lean (auto takes fast on this machine): one server's streamed buckets and the K
+// servers' parts give their pages back once sent and keep a few in flight, each server takes
+// two parts per worker at a time; the same weights.
+TEST(ShardedThreads, ServersGiveOneServersWeightsUnderMemoryLean) {
+  torch::set_num_threads(1);
+  testsupport::ScratchDir scratch("sharded-lean");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
+  cfg.memory = config::MemoryUse::Lean;
+  ASSERT_TRUE(cfg.leanMemory() && cfg.streamsGradients());
+  expectServersAgree(cfg, "sgd momentum, --memory lean", 3, {2, 4});
+}
+
 // --overlap off: each server sums its whole range, then updates it.
 TEST(ShardedThreads, ServersGiveOneServersWeightsWithOverlapOff) {
   torch::set_num_threads(1);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,11 @@ using namespace pstrain;
 
 namespace {
 
-config::TrainConfig configOf(const std::vector<std::string>& flags) { return config::parseTrainFlags(flags).cfg; }
+// The figures of --memory lean, unless a test gives --memory.
+config::TrainConfig configOf(std::vector<std::string> flags) {
+  if (std::find(flags.begin(), flags.end(), "--memory") == flags.end()) flags.insert(flags.end(), {"--memory", "lean"});
+  return config::parseTrainFlags(flags).cfg;
+}
 
 constexpr double kMib = 1 << 20;
 constexpr std::int64_t kParameters = 100'000'000;
@@ -62,7 +67,7 @@ TEST(MemoryPlan, ServersHoldTheirRangesAndBf16WeightsHalveTheWorkers) {
   EXPECT_NEAR(p[0].perParameterBytes, (4 + 8 + 4) / 2.0, 1e-9);
   EXPECT_NEAR(p[2].perParameterBytes, 2, 1e-9);
   // Each host: a server and a worker; the largest model, from the fixed part and the bytes a parameter.
-  const std::string text = training::describeMemory(kParameters, ranks, p);
+  const std::string text = training::describeMemory(cfg, kParameters, ranks, training::chooseMemory(cfg, kParameters, ranks));
   EXPECT_NE(text.find("host a (ranks 0, 2)"), std::string::npos) << text;
   const double host = p[0].peakMib + p[2].peakMib, perParameter = p[0].perParameterBytes + p[2].perParameterBytes;
   const double largest = (4096 - (host - perParameter * kParameters / kMib)) * kMib / perParameter;
@@ -80,7 +85,7 @@ TEST(MemoryPlan, AHostThatDoesNotFitIsNamed) {
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_NE(lines[0].find("host small-mac: "), std::string::npos) << lines[0];
   EXPECT_NE(lines[0].find("it has 4.00 GiB"), std::string::npos) << lines[0];
-  const std::string text = training::describeMemory(kParameters, ranks, p);
+  const std::string text = training::describeMemory(cfg, kParameters, ranks, training::chooseMemory(cfg, kParameters, ranks));
   EXPECT_NE(text.find(fmt::format("host small-mac (ranks 0): {:.2f} GiB of its 4.00 GiB: DOES NOT FIT", p[0].peakMib / 1024)),
             std::string::npos) << text;
 }
@@ -118,4 +123,50 @@ TEST(MemoryPlan, DilocoServerZeroOfTwoKeepsStateForItsRangeOnly) {
   EXPECT_NEAR(raw[1].peakMib, 400 + 16 * (kParameters / 2) / kMib, 1);
   const auto defaults = training::predictMemory(configOf({"--mode", "diloco", "--servers", "2"}), kParameters, ranks);
   EXPECT_GT(defaults[0].peakMib, defaults[1].peakMib - 400 + 600 + 4 * (kParameters / 2) / kMib - 1);
+}
+
+// --memory fast: the worker keeps its whole gradient buffer (4 bytes a parameter beyond the
+// step, measured lean, and no buckets in flight), and each server of a range takes every
+// worker's every part at once (4 bytes a parameter of its range per worker) instead of a
+// ring of two parts per worker. AdamW without clipping updates each part on arrival: no sum.
+TEST(MemoryPlan, FastKeepsTheGradientAndTakesEveryWorkersPartsAtOnce) {
+  const std::int64_t half = kParameters / 2;
+  const std::vector<training::RankMeasure> ranks = {measure("a", 400, -1, half), measure("b", 400, -1, half),
+                                                    measure("a", 500, 200, kParameters),
+                                                    measure("b", 500, 200, kParameters)};
+  const auto fast = training::predictMemory(configOf({"--optimizer", "adamw", "--servers", "2", "--memory", "fast"}),
+                                            kParameters, ranks);
+  EXPECT_NEAR(fast[0].peakMib, 400 + (8 + 4 * 2) * half / kMib, 1e-6);
+  EXPECT_NEAR(fast[2].peakMib, 500 + 200 + 4 * kParameters / kMib, 1e-6);
+  EXPECT_NEAR(fast[2].perParameterBytes, 8, 1e-9);
+  const auto lean = training::predictMemory(configOf({"--optimizer", "adamw", "--servers", "2"}), kParameters, ranks);
+  EXPECT_NEAR(lean[0].peakMib, 400 + 8 * half / kMib + 4 * 2 * 2, 1e-6);
+  EXPECT_NEAR(lean[2].peakMib, 500 + 200 + 16, 1e-6);
+}
+
+// --memory auto, per host: fast where the host's peak under fast before activations (what a
+// start-up knows: the step is left out) is within half its memory, lean where it is over;
+// the dry run's lines say which, why, and the peak under each.
+TEST(MemoryPlan, AutoTakesFastWithinHalfOfAHostAndLeanOverIt) {
+  const auto cfg = configOf({"--optimizer", "sgd", "--momentum", "0", "--memory", "auto"});
+  const std::int64_t n = 10'000'000;  // 38 MiB of weights
+  std::vector<training::RankMeasure> ranks = {measure("big", 300, -1, n), measure("big", 400, 3000, n),
+                                              measure("small", 1800, 100, n)};
+  const auto choices = training::chooseMemory(cfg, n, ranks);
+  ASSERT_EQ(choices.size(), 2u);
+  // big: 300 + 400 + 38 (the kept gradient), the measured step left out: within 2048 MiB.
+  EXPECT_EQ(choices.at("big").use, config::MemoryUse::Fast) << choices.at("big").why;
+  EXPECT_NE(choices.at("big").why.find("within half of its 4.00 GiB"), std::string::npos) << choices.at("big").why;
+  // small: 1800 + 38 (within 2048 alone), with the server's 300 beside it: over.
+  ranks[0].host = "small";
+  const auto tight = training::chooseMemory(cfg, n, ranks);
+  EXPECT_EQ(tight.at("small").use, config::MemoryUse::Lean);
+  EXPECT_NE(tight.at("small").why.find("over half of its 4.00 GiB"), std::string::npos) << tight.at("small").why;
+  const std::string text = training::describeMemory(cfg, n, ranks, tight);
+  EXPECT_NE(text.find("host small: lean (--memory auto: "), std::string::npos) << text;
+  EXPECT_NE(text.find("under fast, "), std::string::npos) << text;
+  // Given, the flag is taken as it is.
+  const auto given = training::chooseMemory(configOf({"--memory", "fast"}), n, ranks);
+  EXPECT_EQ(given.at("small").use, config::MemoryUse::Fast);
+  EXPECT_EQ(given.at("small").why, "--memory fast");
 }

@@ -110,10 +110,12 @@ exchanges::StepEstimate cost(const exchanges::StepCost& c) {
 }
 
 // The server: the optimizer's state, the sum unless it updates each bucket on arrival, the
-// bfloat16 weights it sends (converted whole). A worker: the whole gradient unless it streams.
+// bfloat16 weights it sends (converted whole). A worker: the whole gradient unless it
+// streams under --memory lean.
 exchanges::Memory memory(const config::TrainConfig& cfg, const config::Layout&) {
   exchanges::Memory m;
-  m.held = exchanges::weightBytes(cfg) + (cfg.streamsGradients() ? 0 : 4);
+  m.held = exchanges::weightBytes(cfg);
+  exchanges::addGradientBuffer(m, cfg, cfg.streamsGradients());
   m.worker = exchanges::residualBytes(cfg);
   m.server = exchanges::stateBytes(cfg) + (cfg.updatesOnArrival() ? 0 : 4) + (cfg.bf16Weights() ? 2 : 0);
   return m;

@@ -210,7 +210,7 @@ class RoundsWorker {
       const std::int64_t at = roundStart + h * span / steps;
       trainer_.computeGradient(batch++, at, update_.lossScale());
       const bool applied = update_.apply(optim::learningRate(cfg_, 1, at, total_), 1, at);
-      local_.up.release(0, local_.grad.numel());  // the next backward writes every float of it
+      if (cfg_.leanMemory()) local_.up.release(0, local_.grad.numel());  // the next backward writes every float of it
       round.add(local_.trailer, rank_, applied);
       trainer_.loadWeights();  // on a device: the weights the update changed on the host
       if (inFlight_ && !rebased_) {

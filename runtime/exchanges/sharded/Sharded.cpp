@@ -58,14 +58,21 @@ StepEstimate cost(const StepCost& c) {
 }
 
 // A server: its range's optimizer state, and the range's sum unless it updates each part on
-// arrival, beside a ring of two parts per worker (Wire.h; bfloat16 weights go through a few
-// staged parts). A worker: the parts in flight, or its whole gradient where it does not stream.
+// arrival, beside a ring of two parts per worker under --memory lean, a slot for every
+// worker's every part under fast (ServedRange::receiveGradients; bfloat16 weights go through
+// a few staged parts). A worker: the parts in flight (lean), or its whole gradient where it
+// does not stream or keeps it (fast).
 Memory memory(const config::TrainConfig& cfg, const config::Layout& layout) {
   Memory m;
-  m.held = weightBytes(cfg) + (cfg.streamsGradients() ? 0 : 4);
+  m.held = weightBytes(cfg);
+  addGradientBuffer(m, cfg, cfg.streamsGradients());
   m.worker = residualBytes(cfg);
   m.server = stateBytes(cfg) + (cfg.updatesOnArrival() ? 0 : 4) + decodingBytes(cfg);
-  m.serverMib = static_cast<double>(kPartBytes) / (1 << 20) * 2 * layout.workers();
+  if (cfg.leanMemory()) {
+    m.serverMib = static_cast<double>(kPartBytes) / (1 << 20) * 2 * layout.workers();
+  } else {
+    m.server += 4.0 * layout.workers();
+  }
   return m;
 }
 
