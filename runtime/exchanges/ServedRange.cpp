@@ -158,7 +158,9 @@ void ServedRange::receiveGradients(const std::string& context, const StepPlan& p
 }
 
 std::size_t ServedRange::useSlots(std::size_t count) {
-  const std::size_t bytes = codec_ ? codec_->maxFrameBytes() : kPartFloats * sizeof(float);
+  // A raw part is at most kPartFloats and never more than the range.
+  const std::size_t bytes = codec_ ? codec_->maxFrameBytes()
+                                   : static_cast<std::size_t>(std::min(kPartFloats, range_.size())) * sizeof(float);
   if (slots_.size() < count) slots_.resize(count, std::vector<char>(bytes));
   return count;
 }

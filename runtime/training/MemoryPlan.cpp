@@ -50,7 +50,7 @@ std::vector<RankMemory> predictMemory(const config::TrainConfig& cfg, std::int64
       p.perParameterBytes = (4 * static_cast<double>(m.held) + held.server * range + beyond) / std::max(n, 1.0);
       p.parts = fmt::format("{} as loaded + {} of optimizer state and sums", gib(m.residentMib), gib(extra));
     } else {
-      const double inFlight = mine.leanMemory() ? kInFlightMib : 0;
+      const double inFlight = mine.leanMemory() ? std::min(kInFlightMib, 4 * n / kMib) : 0;  // never more than a gradient
       const double extra = std::max(m.stepMib, 0.0) + inFlight + (held.worker + held.keptGradient) * n / kMib;
       p.peakMib = std::max(m.peakMib, m.residentMib + extra);
       p.perParameterBytes = held.held + held.worker;
