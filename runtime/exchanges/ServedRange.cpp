@@ -115,7 +115,9 @@ void ServedRange::receiveGradients(const std::string& context, const StepPlan& p
   // --memory fast: a slot for every message, all received at once, so that every worker
   // sends its every part as fast as the links take them. Lean, raw: two slots per worker, so
   // that every worker's next part is on its way while one is added; coded: two frames.
-  const std::size_t ring = useSlots(!cfg_.leanMemory() ? messages : codec_ ? 2 : 2 * static_cast<std::size_t>(workers));
+  std::size_t slots = codec_ ? 2 : 2 * static_cast<std::size_t>(workers);
+  if (!cfg_.leanMemory()) slots = messages;
+  const std::size_t ring = useSlots(slots);
   auto partOf = [&](std::size_t m) { return parts - 1 - static_cast<std::int64_t>(m / workers); };
   std::vector<std::size_t> got(messages), requests(messages);
   const bool eachPart = update_.eachPart();

@@ -187,7 +187,8 @@ std::string hostAddresses() {
   return fmt::format("{}", fmt::join(addresses, ", "));
 }
 
-protocol::Facts memoryNow(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model);
+training::RankMeasure memoryNow(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model);
+protocol::Facts memoryFacts(const training::RankMeasure& m);
 
 // This rank's facts for the handshake: the flags the ranks must agree on, what must match
 // (protocol, parameters, data, files of the user's) and what is only recorded ("info.").
@@ -216,7 +217,7 @@ Facts factsOf(comm::Communicator& comm, const config::TrainConfig& cfg, const co
   mine.emplace_back("info.blas-reference", info.blas.reference ? "1" : "0");
   mine.emplace_back("info.yield-when-idle", info.yieldWhenIdle);
   mine.emplace_back("info.startup", metrics::Startup::process().json());
-  for (auto& [key, value] : memoryNow(comm, cfg, model)) mine.emplace_back("info.memory." + key, value);
+  for (auto& [key, value] : memoryFacts(memoryNow(comm, cfg, model))) mine.emplace_back("info.memory." + key, value);
   return mine;
 }
 
@@ -247,40 +248,49 @@ void trainInRoles(comm::Communicator& comm, StartedRun& started, models::Net& mo
   }
 }
 
-// This rank's memory as it is loaded (training/MemoryPlan.h), as facts: its host's, its own
-// now and at its peak so far, the parameters whose weights it holds.
-protocol::Facts memoryNow(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model) {
-  const std::int64_t n = models::parameterCount(model);
-  std::int64_t held = n;
+// This rank's memory as it is loaded (training/MemoryPlan.h): its host's, its own now and at
+// its peak so far (the start-up's, loading the model), the parameters whose weights it
+// holds; no step.
+training::RankMeasure memoryNow(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model) {
+  training::RankMeasure m;
+  m.host = comm.hostName();
+  m.hostMib = portable::memoryLimitBytes() / double(1 << 20);
+  m.residentMib = portable::residentMib();
+  m.peakMib = portable::peakRssMib();
+  m.held = models::parameterCount(model);
   if (const auto needed = weightsNeeded(cfg, comm.rank())) {
     const models::FlatSpan span = needed(model);
-    held = std::min(span.end, n) - std::max<std::int64_t>(span.begin, 0);
+    m.held = std::min(span.end, m.held) - std::max<std::int64_t>(span.begin, 0);
   }
-  return {{"host", comm.hostName()},
-          {"host-mib", fmt::format("{:.1f}", portable::memoryLimitBytes() / double(1 << 20))},
-          {"resident-mib", fmt::format("{:.1f}", portable::residentMib())},
-          {"peak-mib", fmt::format("{:.1f}", portable::peakRssMib())},  // the start-up's, loading the model
-          {"step-mib", "-1"},
-          {"held", std::to_string(held)}};
+  return m;
 }
 
-// memoryNow, and a computing rank's step, measured on its first batch (last: the trial binds
-// the model's parameters to its messages).
+// A rank's memory as facts (memoryOf reads them back).
+protocol::Facts memoryFacts(const training::RankMeasure& m) {
+  return {{"host", m.host},
+          {"host-mib", fmt::format("{:.1f}", m.hostMib)},
+          {"resident-mib", fmt::format("{:.1f}", m.residentMib)},
+          {"peak-mib", fmt::format("{:.1f}", m.peakMib)},
+          {"step-mib", fmt::format("{:.1f}", m.stepMib)},
+          {"held", std::to_string(m.held)}};
+}
+
+// memoryNow, and a computing rank's step, measured on its first batch (after the peak so far
+// is read; last: the trial binds the model's parameters to its messages).
 protocol::Facts measureMemory(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
                               const data::Dataset* train, c10::Device device) {
-  protocol::Facts facts = memoryNow(comm, cfg, model);
+  training::RankMeasure m = memoryNow(comm, cfg, model);
   const config::Layout layout(cfg, comm.size());
-  if (!layout.computes(comm.rank()) || !train) return facts;
-  const roles::StepMemory step = roles::measureStep(cfg, model, *train, device, layout.workerIndex(comm.rank()),
-                                                    layout.workers(), comm.rank(), comm.size());
-  for (auto& [key, value] : facts) {
-    if (key == "resident-mib") value = fmt::format("{:.1f}", step.beforeMib);
-    if (key == "step-mib") value = fmt::format("{:.1f}", step.stepMib);
+  if (layout.computes(comm.rank()) && train) {
+    const roles::StepMemory step = roles::measureStep(cfg, model, *train, device, layout.workerIndex(comm.rank()),
+                                                      layout.workers(), comm.rank(), comm.size());
+    m.residentMib = step.beforeMib;
+    m.stepMib = step.stepMib;
   }
-  return facts;
+  return memoryFacts(m);
 }
 
-// A rank's memory facts (memoryNow's, or measureMemory's), those whose keys start `prefix`.
+// A rank's memory facts (memoryFacts'), those whose keys start `prefix`.
 training::RankMeasure memoryOf(const std::map<std::string, std::string>& facts, const std::string& prefix = "") {
   training::RankMeasure m;
   m.host = facts.at(prefix + "host");
