@@ -155,10 +155,13 @@ void StepLink::waitStarted() {
 }
 
 void StepLink::finishStep(const std::string& context) {
-  while (!inFlight_.empty()) finishOldestBucket();
+  // The rest of the step's collectives start first, in the workers' order, so that none
+  // waits for the buckets' reductions to end (MPI moves them all while this rank waits);
+  // then those end, their pages given back under lean.
   started_.push_back(comm_.startReduceSum(messages_.tail(), messages_.tailFloats(), 0, context));
   for (const Bucket& b : buckets_) startWeightsDown(b, context);
   startDownTail(context);
+  while (!inFlight_.empty()) finishOldestBucket();
   waitStarted();
 }
 
@@ -207,8 +210,9 @@ void StepLink::reduceUpInBuckets(const std::vector<Bucket>& buckets,
 }
 
 void StepLink::finishUp(const std::string& context) {
+  const std::size_t rest = comm_.startReduceSum(messages_.tail(), messages_.tailFloats(), 0, context);  // as finishStep
   while (!inFlight_.empty()) finishOldestBucket();
-  comm_.wait(comm_.startReduceSum(messages_.tail(), messages_.tailFloats(), 0, context));
+  comm_.wait(rest);
   countUp(messages_.upBytes());
 }
 
