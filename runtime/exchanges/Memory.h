@@ -30,6 +30,9 @@ struct Memory {
   double leadCopy = 0;
   // A server's buffers that do not grow with the model, MiB (the sharded ring of parts).
   double serverMib = 0;
+  // A server under lean: the most that the receive slots the plan spares it (beyond
+  // serverMib's) can take, bytes a parameter of its range (fast's slots beyond lean's).
+  double spareSlots = 0;
   // A computing rank under --memory fast: the gradient buffer that a streamed (lean) step
   // gives back bucket by bucket, and that fast keeps whole: bytes a parameter beyond the
   // measured step (which is measured lean: roles::measureStep).

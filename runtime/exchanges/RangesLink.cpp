@@ -38,7 +38,8 @@ RangesLink::RangesLink(comm::Communicator& comm, const config::TrainConfig& cfg,
       tail_(tail),
       ranges_(serverRanges(model, cfg)),
       parts_(partBuckets(model, ranges_)),
-      lean_(cfg.leanMemory()) {
+      lean_(cfg.leanMemory()),
+      leanPartsInFlight_(std::max<std::size_t>(4, static_cast<std::size_t>(cfg.leanInFlightBytes(false)) / kPartBytes)) {
   if (cfg.compressesWeights()) {  // a decoder and a frame's room per range (each server codes its own)
     for (const KeyRange& range : ranges_) {
       weightDecoders_.push_back(codec::makeCodec(cfg.weightCodec(), range.shapes, 0, "compress-weights"));
@@ -101,8 +102,7 @@ StepHeader RangesLink::receiveCodedDown(const std::string& context) {
 }
 
 void RangesLink::startPart(const Bucket& part, const std::string& context) {
-  constexpr std::size_t kPartsInFlight = 4;  // lean: 16 MiB
-  while (lean_ && inFlight_.size() >= kPartsInFlight) finishOldestPart();
+  while (lean_ && inFlight_.size() >= leanPartsInFlight_) finishOldestPart();
   const auto range = std::upper_bound(ranges_.begin(), ranges_.end(), part.begin,
                                       [](std::int64_t at, const KeyRange& r) { return at < r.end; });
   const int server = static_cast<int>(range - ranges_.begin());

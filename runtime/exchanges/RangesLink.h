@@ -78,6 +78,7 @@ class RangesLink {
   std::vector<std::vector<char>> weightFrames_;                    // by range: its frame's room
   double codecSeconds_ = 0;  // since the last trailer
   const bool lean_;          // --memory lean: few parts out, their pages given back
+  const std::size_t leanPartsInFlight_;  // lean: at least 4 (16 MiB), more as the plan spares
 };
 
 }  // namespace pstrain::exchanges

@@ -114,9 +114,15 @@ void ServedRange::receiveGradients(const std::string& context, const StepPlan& p
   const std::size_t messages = static_cast<std::size_t>(parts * workers);
   // --memory fast: a slot for every message, all received at once, so that every worker
   // sends its every part as fast as the links take them. Lean, raw: two slots per worker, so
-  // that every worker's next part is on its way while one is added; coded: two frames.
-  std::size_t slots = codec_ ? 2 : 2 * static_cast<std::size_t>(workers);
-  if (!cfg_.leanMemory()) slots = messages;
+  // that every worker's next part is on its way while one is added, and as many more as the
+  // plan spares (leanInFlightBytes), up to fast's; coded: two frames.
+  std::size_t slots = messages;
+  if (codec_) {
+    slots = 2;
+  } else if (cfg_.leanMemory()) {
+    const std::size_t spare = static_cast<std::size_t>(cfg_.leanInFlightBytes(true)) / slotBytes();
+    slots = std::min(messages, 2 * static_cast<std::size_t>(workers) + spare);
+  }
   const std::size_t ring = useSlots(slots);
   auto partOf = [&](std::size_t m) { return parts - 1 - static_cast<std::int64_t>(m / workers); };
   std::vector<std::size_t> got(messages), requests(messages);
@@ -159,11 +165,13 @@ void ServedRange::receiveGradients(const std::string& context, const StepPlan& p
   bytesIn_ = bytes / workers;
 }
 
-std::size_t ServedRange::useSlots(std::size_t count) {
+std::size_t ServedRange::slotBytes() const {
   // A raw part is at most kPartFloats and never more than the range.
-  const std::size_t bytes = codec_ ? codec_->maxFrameBytes()
-                                   : static_cast<std::size_t>(std::min(kPartFloats, range_.size())) * sizeof(float);
-  if (slots_.size() < count) slots_.resize(count, std::vector<char>(bytes));
+  return codec_ ? codec_->maxFrameBytes() : static_cast<std::size_t>(std::min(kPartFloats, range_.size())) * sizeof(float);
+}
+
+std::size_t ServedRange::useSlots(std::size_t count) {
+  if (slots_.size() < count) slots_.resize(count, std::vector<char>(slotBytes()));
   return count;
 }
 

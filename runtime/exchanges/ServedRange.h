@@ -62,6 +62,7 @@ class ServedRange {
   // At least `count` slots, each a part's or a frame's room (made on first use: sync's
   // servers take two per worker, point to point's two); returns `count`.
   std::size_t useSlots(std::size_t count);
+  std::size_t slotBytes() const;  // a slot's: a coded frame's most, or a raw part's (at most the range)
 
   comm::Communicator& comm_;
   const config::TrainConfig& cfg_;

@@ -16,7 +16,8 @@ StepLink::StepLink(comm::Communicator& comm, const config::TrainConfig& cfg, con
       messages_(messages),
       up_(makeUpFrame(cfg, model, messages, seed)),
       down_(makeDownFrame(cfg, model, messages, seed)),
-      lean_(cfg.leanMemory()) {
+      lean_(cfg.leanMemory()),
+      leanInFlightBytes_(cfg.leanInFlightBytes(false)) {
   if (cfg.bf16Weights() && messages.weights.scalar_type() == at::kFloat) {  // the server's, to bfloat16 workers
     bf16Wire_ = std::make_unique<FloatBuffer>(weightFloats(static_cast<std::size_t>(messages.weights.numel()), true));
   }
@@ -105,10 +106,9 @@ void StepLink::finishRoundExchange(const std::string& context) {
 
 void StepLink::startBucket(const Bucket& bucket, const std::string& context) {
   comm_.progress();
-  if (lean_) {  // out at once: two buckets, or as many as fit in 16 MiB
-    constexpr std::int64_t kBytesInFlight = std::int64_t(16) << 20;
+  if (lean_) {  // out at once: two buckets, or as many as fit in lean's bytes in flight
     const std::size_t window = static_cast<std::size_t>(
-        std::max<std::int64_t>(2, kBytesInFlight / std::max<std::int64_t>(1, (bucket.end - bucket.begin) * 4)));
+        std::max<std::int64_t>(2, leanInFlightBytes_ / std::max<std::int64_t>(1, (bucket.end - bucket.begin) * 4)));
     while (inFlight_.size() >= window) finishOldestBucket();
   }
   buckets_.push_back(bucket);

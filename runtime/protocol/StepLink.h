@@ -97,6 +97,7 @@ class StepLink {
   std::vector<std::size_t> started_;   // requests of this step not waited for yet
   std::deque<std::pair<std::size_t, Bucket>> inFlight_;  // worker: bucket reductions out, oldest first
   const bool lean_;  // --memory lean: few buckets out, and their pages (and the staged bf16 ones) given back
+  const std::int64_t leanInFlightBytes_;  // lean: the buckets out at once (TrainConfig::leanInFlightBytes)
   Bytes roundInbox_;                    // where startRoundExchange() receives the down message
 };
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "runtime/config/Layout.h"
@@ -12,10 +13,27 @@ namespace pstrain::training {
 namespace {
 
 constexpr double kMib = 1 << 20;
-// A worker's gradient in flight: StepLink and the sharded worker keep at most 16 MiB out.
-constexpr double kInFlightMib = 16;
 
 std::string gib(double mib) { return fmt::format("{:.2f} GiB", mib / 1024); }
+
+}  // namespace
+
+namespace {
+
+// Each host's predicted peak with every host under `use`; lean with the spare that
+// `spares` gives the host (none: lean's least).
+std::map<std::string, double> hostPeaks(const config::TrainConfig& cfg, std::int64_t parameters,
+                                        const std::vector<RankMeasure>& ranks, config::MemoryUse use,
+                                        const MemoryChoices* spares = nullptr) {
+  MemoryChoices all;
+  for (const RankMeasure& m : ranks) {
+    all[m.host] = {use, "", spares && use == config::MemoryUse::Lean ? spares->at(m.host).spareMib : 0};
+  }
+  const std::vector<RankMemory> predicted = predictMemory(cfg, parameters, ranks, all);
+  std::map<std::string, double> peaks;
+  for (std::size_t r = 0; r < ranks.size(); ++r) peaks[ranks[r].host] += predicted[r].peakMib;
+  return peaks;
+}
 
 }  // namespace
 
@@ -33,6 +51,7 @@ std::vector<RankMemory> predictMemory(const config::TrainConfig& cfg, std::int64
     const RankMeasure& m = ranks[static_cast<std::size_t>(r)];
     config::TrainConfig mine = cfg;
     mine.memory = choices.at(m.host).use;  // as the host's ranks run
+    mine.leanSpareMib = choices.at(m.host).spareMib;
     // Bytes a parameter, the same for every rank of a role and choice: the exchange's own figures.
     const exchanges::Memory held = exchangeFor(mine).memory(mine, layout);
     RankMemory p;
@@ -45,12 +64,14 @@ std::vector<RankMemory> predictMemory(const config::TrainConfig& cfg, std::int64
         range = static_cast<double>(layout.heldBy(0, parameters));
         beyond = held.leadCopy * (n - range);
       }
-      const double extra = (held.server * range + beyond) / kMib + held.serverMib;
+      const double spared = mine.leanMemory() ? std::min(mine.leanInFlightBytes(true) / kMib, held.spareSlots * range / kMib) : 0;
+      const double extra = (held.server * range + beyond) / kMib + held.serverMib + spared;
       p.peakMib = std::max(m.peakMib, m.residentMib + extra);
       p.perParameterBytes = (4 * static_cast<double>(m.held) + held.server * range + beyond) / std::max(n, 1.0);
       p.parts = fmt::format("{} as loaded + {} of optimizer state and sums", gib(m.residentMib), gib(extra));
     } else {
-      const double inFlight = mine.leanMemory() ? std::min(kInFlightMib, 4 * n / kMib) : 0;  // never more than a gradient
+      // StepLink and the sharded worker's parts out (never more than a gradient).
+      const double inFlight = mine.leanMemory() ? std::min(mine.leanInFlightBytes(false) / kMib, 4 * n / kMib) : 0;
       const double extra = std::max(m.stepMib, 0.0) + inFlight + (held.worker + held.keptGradient) * n / kMib;
       p.peakMib = std::max(m.peakMib, m.residentMib + extra);
       p.perParameterBytes = held.held + held.worker;
@@ -73,23 +94,30 @@ MemoryChoices chooseMemory(const config::TrainConfig& cfg, std::int64_t paramete
   // What a start-up knows: no step.
   std::vector<RankMeasure> loaded = ranks;
   for (RankMeasure& m : loaded) m.stepMib = -1;
-  MemoryChoices fast;
-  for (const RankMeasure& m : ranks) fast[m.host] = {config::MemoryUse::Fast, ""};
-  const std::vector<RankMemory> predicted = predictMemory(cfg, parameters, loaded, fast);
-  std::map<std::string, double> peakMib, memoryMib;
-  for (std::size_t r = 0; r < ranks.size(); ++r) {
-    peakMib[ranks[r].host] += predicted[r].peakMib;
-    memoryMib[ranks[r].host] = ranks[r].hostMib;
+  const auto underFast = hostPeaks(cfg, parameters, loaded, config::MemoryUse::Fast);
+  const auto underLean = hostPeaks(cfg, parameters, loaded, config::MemoryUse::Lean);  // lean's least
+  std::map<std::string, double> memoryMib;
+  std::map<std::string, int> rankCount;
+  for (const RankMeasure& m : ranks) {
+    memoryMib[m.host] = m.hostMib;
+    ++rankCount[m.host];
   }
-  for (const auto& [host, peak] : peakMib) {
+  for (const auto& [host, peak] : underFast) {
     const double memory = memoryMib[host];
     MemoryChoice& c = choices[host];
     if (memory <= 0) {
       c = {config::MemoryUse::Fast, "--memory auto: its memory is unknown"};
+    } else if (peak <= memory / 2) {
+      c = {config::MemoryUse::Fast,
+           fmt::format("--memory auto: {} under fast before activations, within half of its {}", gib(peak), gib(memory))};
     } else {
-      c.use = peak <= memory / 2 ? config::MemoryUse::Fast : config::MemoryUse::Lean;
-      c.why = fmt::format("--memory auto: {} under fast before activations, {} half of its {}", gib(peak),
-                          c.use == config::MemoryUse::Fast ? "within" : "over", gib(memory));
+      const int count = rankCount[host];
+      c.use = config::MemoryUse::Lean;
+      c.spareMib = std::floor(std::max(memory / 2 - underLean.at(host), 0.0) / count);
+      c.why = fmt::format("--memory auto: {} under fast before activations, over half of its {}; {}", gib(peak),
+                          gib(memory), c.spareMib > 0 ? fmt::format("each of its {} rank(s) may keep {:.0f} MiB more in "
+                                                                     "flight than lean's least", count, c.spareMib)
+                                                      : "lean's least in flight (no room left under half)");
     }
   }
   return choices;
@@ -125,14 +153,9 @@ std::string rankList(const std::vector<int>& ranks) {
 std::string describeMemory(const config::TrainConfig& cfg, std::int64_t parameters,
                            const std::vector<RankMeasure>& ranks, const MemoryChoices& choices) {
   const std::vector<RankMemory> predicted = predictMemory(cfg, parameters, ranks, choices);
-  // Each host's peak under either choice, beside the one taken.
-  std::map<std::string, double> underFast, underLean;
-  for (const auto& [use, peaks] : {std::pair{config::MemoryUse::Fast, &underFast}, {config::MemoryUse::Lean, &underLean}}) {
-    MemoryChoices all;
-    for (const auto& [host, c] : choices) all[host] = {use, ""};
-    const std::vector<RankMemory> p = predictMemory(cfg, parameters, ranks, all);
-    for (std::size_t r = 0; r < ranks.size(); ++r) (*peaks)[ranks[r].host] += p[r].peakMib;
-  }
+  // Each host's peak under either choice (lean with what the plan spares it), beside the one taken.
+  auto underFast = hostPeaks(cfg, parameters, ranks, config::MemoryUse::Fast);
+  auto underLean = hostPeaks(cfg, parameters, ranks, config::MemoryUse::Lean, &choices);
   std::string out;
   bool measured = true;
   for (std::size_t r = 0; r < ranks.size(); ++r) {

@@ -148,7 +148,8 @@ void writeRunJson(const config::TrainConfig& cfg, const RunInfo& info,
     const bool computes = layout.computes(static_cast<int>(r));
     rank.add("rank", static_cast<std::int64_t>(r)).add("role", peers ? "peer" : computes ? "worker" : "server");
     rank.add("host", facts[r].at("info.host")).add("pid", static_cast<std::int64_t>(std::stoll(facts[r].at("info.pid"))));
-    rank.add("memory", nameOf(memory.at(facts[r].at("info.memory.host")).use));  // its host's --memory
+    const training::MemoryChoice& hosts = memory.at(facts[r].at("info.memory.host"));  // its host's --memory
+    rank.add("memory", nameOf(hosts.use)).add("lean_spare_mib", hosts.spareMib);
     rank.add("device", facts[r].at("info.device"));
     rank.add("torch", facts[r].at("info.torch")).add("threads", facts[r].at("info.threads"));
     rank.add("blas", facts[r].at("info.blas"));
@@ -370,6 +371,7 @@ StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, mo
   started.run.virtualShards = std::stoi(started.facts[0].at("resolved-virtual-shards"));
   started.memory = chooseMemory(cfg, model, started.facts);
   started.run.memoryChosen = started.memory.at(comm.hostName()).use;
+  started.run.leanSpareMib = started.memory.at(comm.hostName()).spareMib;
   checkBatchFitsShards(started.run, started.trainSamples);
   const exchanges::Exchange& exchange = training::exchangeFor(started.run);
   if (exchange.check) exchange.check(started.run, model);

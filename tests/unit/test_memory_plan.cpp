@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -169,4 +170,54 @@ TEST(MemoryPlan, AutoTakesFastWithinHalfOfAHostAndLeanOverIt) {
   const auto given = training::chooseMemory(configOf({"--memory", "fast"}), n, ranks);
   EXPECT_EQ(given.at("small").use, config::MemoryUse::Fast);
   EXPECT_EQ(given.at("small").why, "--memory fast");
+}
+
+// --memory auto on a host where fast does not fit within half its memory but lean's least
+// does: lean, and its ranks share what is left of that half for more in flight (each
+// rank's TrainConfig::leanSpareMib): a worker's buckets (up to its gradient), a server's
+// receive slots (up to fast's: 4 bytes a parameter of its range per worker). The host's
+// peak under lean then comes to that half. With --memory lean as given: lean's least.
+TEST(MemoryPlan, AutoSparesALeanHostsRoomForMoreInFlight) {
+  const auto cfg = configOf({"--optimizer", "sgd", "--momentum", "0", "--servers", "2", "--memory", "auto"});
+  const std::int64_t half = kParameters / 2;
+  const std::vector<training::RankMeasure> ranks = {measure("a", 800, -1, half), measure("b", 800, -1, half),
+                                                    measure("a", 900, 300, kParameters),
+                                                    measure("b", 900, 300, kParameters)};
+  // Fast, per host: 800 + 8 * half (every part of 2 workers) + 900 + 4 * kParameters (the
+  // kept gradient) = 2462 MiB, over 2048. Lean's least: 800 + 16 + 900 + 16 = 1732.
+  const auto choices = training::chooseMemory(cfg, kParameters, ranks);
+  const training::MemoryChoice& a = choices.at("a");
+  ASSERT_EQ(a.use, config::MemoryUse::Lean) << a.why;
+  const double spare = std::floor((2048 - 1732.0) / 2);
+  EXPECT_EQ(a.spareMib, spare);
+  EXPECT_NE(a.why.find(fmt::format("each of its 2 rank(s) may keep {:.0f} MiB more in flight", spare)), std::string::npos)
+      << a.why;
+  const auto p = training::predictMemory(cfg, kParameters, ranks, choices);
+  EXPECT_NEAR(p[0].peakMib, 800 + 16 + spare, 1e-6);
+  EXPECT_NEAR(p[2].peakMib, 900 + 300 + 16 + spare, 1e-6);
+  EXPECT_LE(p[0].peakMib + p[2].peakMib - 300, 2048);  // before activations: within half
+  // The dry run's peak under lean is with the spare.
+  const std::string text = training::describeMemory(cfg, kParameters, ranks, choices);
+  EXPECT_NE(text.find(fmt::format("{:.2f} GiB under lean)", (p[0].peakMib + p[2].peakMib) / 1024)), std::string::npos)
+      << text;
+  // A spare beyond what the buffers can take stops at them; a 2 M model's worker keeps at
+  // most its gradient (7.6 MiB) in flight even under lean's least 16 MiB.
+  config::TrainConfig spared = configOf({"--optimizer", "sgd", "--momentum", "0", "--servers", "2"});
+  training::MemoryChoices wide = choices;
+  for (auto& [host, c] : wide) c.spareMib = 100000;
+  const auto most = training::predictMemory(spared, kParameters, ranks, wide);
+  EXPECT_NEAR(most[0].peakMib, 800 + 16 + 8 * half / kMib, 1e-6);  // fast's slots
+  EXPECT_NEAR(most[2].peakMib, 900 + 300 + 4 * kParameters / kMib, 1e-6);  // the whole gradient in flight
+  const std::int64_t small = 2'000'000;
+  const auto oneServer = configOf({"--optimizer", "sgd", "--momentum", "0"});
+  const std::vector<training::RankMeasure> pair = {measure("a", 800, -1, small), measure("a", 900, 300, small)};
+  EXPECT_NEAR(training::predictMemory(oneServer, small, pair)[1].peakMib, 900 + 300 + 4 * small / kMib, 1e-6);
+  // No room left under half: lean's least, said so.
+  std::vector<training::RankMeasure> tight = ranks;
+  tight[0].residentMib = tight[0].peakMib = 1200;
+  const auto least = training::chooseMemory(cfg, kParameters, tight);
+  EXPECT_EQ(least.at("a").spareMib, 0);
+  EXPECT_NE(least.at("a").why.find("lean's least in flight"), std::string::npos) << least.at("a").why;
+  // Given, lean is lean's least.
+  EXPECT_EQ(training::chooseMemory(spared, kParameters, ranks).at("a").spareMib, 0);
 }

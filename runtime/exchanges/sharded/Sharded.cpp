@@ -58,10 +58,11 @@ StepEstimate cost(const StepCost& c) {
 }
 
 // A server: its range's optimizer state, and the range's sum unless it updates each part on
-// arrival, beside a ring of two parts per worker under --memory lean, a slot for every
-// worker's every part under fast (ServedRange::receiveGradients; bfloat16 weights go through
-// a few staged parts). A worker: the parts in flight (lean), or its whole gradient where it
-// does not stream or keeps it (fast).
+// arrival, beside a ring of two parts per worker under --memory lean (and the slots the plan
+// spares, up to fast's), a slot for every worker's every part under fast
+// (ServedRange::receiveGradients; bfloat16 weights go through a few staged parts). A worker:
+// the parts in flight (lean), or its whole gradient where it does not stream or keeps it
+// (fast).
 Memory memory(const config::TrainConfig& cfg, const config::Layout& layout) {
   Memory m;
   m.held = weightBytes(cfg);
@@ -70,6 +71,7 @@ Memory memory(const config::TrainConfig& cfg, const config::Layout& layout) {
   m.server = stateBytes(cfg) + (cfg.updatesOnArrival() ? 0 : 4) + decodingBytes(cfg);
   if (cfg.leanMemory()) {
     m.serverMib = static_cast<double>(kPartBytes) / (1 << 20) * 2 * layout.workers();
+    m.spareSlots = 4.0 * layout.workers();
   } else {
     m.server += 4.0 * layout.workers();
   }
