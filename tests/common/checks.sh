@@ -97,3 +97,17 @@ assert a.keys() == b.keys(), "different tensors"
 print(max((a[k] - b[k]).abs().max().item() for k in a))
 PY
 }
+# wide_mlp FILE HIDDEN: a 784-HIDDEN-10 perceptron as a TorchScript file (PyTorch)
+wide_mlp() {
+  "$PSTRAIN_PYTHON" - "$1" "$2" <<'PY'
+import sys, torch
+class Wide(torch.nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(784, hidden), torch.nn.Linear(hidden, 10)
+    def forward(self, x):
+        return torch.log_softmax(self.fc2(torch.relu(self.fc1(x.flatten(1)))), 1)
+torch.manual_seed(0)  # traced: scripting needs the class's source in a file
+torch.jit.trace(Wide(int(sys.argv[2])), torch.zeros(2, 1, 28, 28)).save(sys.argv[1])
+PY
+}

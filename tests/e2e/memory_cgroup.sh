@@ -74,19 +74,52 @@ check "pstrain --servers 4 --precision bf16-weights, every Mac capped at $cap Mi
 # One host of 700 MiB (a cgroup of every rank): the dry run measures the host by the
 # cgroup's limit, not the machine's memory. In one of 300 MiB, a run of the 64 M GPT is
 # killed for memory, and its surviving ranks say so (mpirun says "signal 9").
-in_cgroup() {  # in_cgroup MIB ARGS...: 3 ranks of pstrain in a new cgroup of MIB MiB
-  local cgroup=$controller/${group}-$1 mib=$1; shift
+in_cgroup() {  # in_cgroup MIB NP ARGS...: NP ranks of pstrain in a new cgroup of MIB MiB (removed after)
+  local cgroup=$controller/${group}-$1 mib=$1 np=$2 rc; shift 2
   mkdir "$cgroup" && echo $((mib << 20)) > "$cgroup/memory.limit_in_bytes" || return 1
-  with_timeout 300 "$mpirun" -np 3 bash -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cgroup" "$pstrain" --threads 1 \
+  with_timeout 300 "$mpirun" -np "$np" bash -c 'echo $$ > "$0/cgroup.procs" && exec "$@"' "$cgroup" "$pstrain" --threads 1 \
     --timeout 600 --doorbell off "$@"
+  rc=$?
+  rmdir "$cgroup"
+  return $rc
 }
-in_cgroup 700 --model mlp --dataset synthetic --steps 3 --dry-run --train-dir small-plan > small-plan.log 2>&1
+in_cgroup 700 3 --model mlp --dataset synthetic --steps 3 --dry-run --train-dir small-plan > small-plan.log 2>&1
 sed -n '/memory    host/p' small-plan.log | sed 's/^/     /'
 check "dry run in a 700 MiB cgroup: the host's memory is the cgroup's limit (0.68 GiB)" \
   has small-plan.log "memory    host .* of its 0.68 GiB"
-in_cgroup 300 --model gpt.pt --dataset train.bin --block-size 128 --batch-size 4 --optimizer adamw --steps 3 \
+in_cgroup 300 3 --model gpt.pt --dataset train.bin --block-size 128 --batch-size 4 --optimizer adamw --steps 3 \
   --checkpoint-every 0 --train-dir small-run > small-run.log 2>&1
 rc=$?
 check "a run killed for memory in a 300 MiB cgroup: its other ranks name the OOM killer (exit $rc)" \
   eval '[ $rc -ne 0 ] && has small-run.log "OOM killer ended [0-9]+ process\(es\) of this host.s memory cgroup"'
+
+# --memory auto on a host with some room, but not fast's: lean, whose ranks share the room
+# left under half the host's memory for more in flight (a worker's buckets, a server's
+# receive slots beyond two parts a worker), with fast's floats. The model: 9.5 M parameters,
+# 2 servers (5 parts of 4 MiB a range) and 2 workers. The host: a cgroup whose half is 8 MiB
+# under the plan's peak under fast before activations (a dry run on the whole machine says
+# it), so that fast does not fit and lean's least (about 40 MiB less here) does.
+wide_mlp wider.pt 12000 || exit 1
+spare=(--model wider.pt --steps 6 --log-every 1 --checkpoint-every 0 --servers 2 --optimizer sgd --momentum 0.9)
+with_timeout 300 "$mpirun" -np 4 "$pstrain" --threads 1 --timeout 600 --doorbell off "${spare[@]}" --memory fast \
+  --train-dir spare-fast > spare-fast.log 2>&1 || { tail -5 spare-fast.log; exit 1; }
+with_timeout 300 "$mpirun" -np 4 "$pstrain" --threads 1 --timeout 600 --doorbell off "${spare[@]}" --dry-run \
+  --train-dir spare-plan > spare-plan.log 2>&1 || { tail -5 spare-plan.log; exit 1; }
+fast_gib=$(sed -n 's/.*--memory auto: \([0-9.]*\) GiB under fast before activations.*/\1/p' spare-plan.log | head -1)
+cap=$(python3 -c "print(2 * (round(${fast_gib:-0} * 1024) - 8))")
+in_cgroup "$cap" 4 "${spare[@]}" --dry-run --train-dir spare-capped-plan > spare-capped-plan.log 2>&1
+sed -n '/memory    host .*: lean/p' spare-capped-plan.log | sed 's/^/     /'
+in_cgroup "$cap" 4 "${spare[@]}" --train-dir spare-capped > spare-capped.log 2>&1 || tail -5 spare-capped.log
+spared=$(python3 -c '
+import json, sys
+ranks = json.load(open("spare-capped/run.json"))["ranks"]
+print(ranks[0]["lean_spare_mib"] if {r["memory"] for r in ranks} == {"lean"} else -1)' 2> /dev/null)
+echo "     a host of $cap MiB (fast: ${fast_gib:-?} GiB before activations): lean, each rank ${spared:-?} MiB more in flight"
+check "--memory auto, a host between lean's least and fast: lean, its room spared (said by the dry run)" \
+  has spare-capped-plan.log "host .*: lean \(--memory auto: .*each of its 4 rank\(s\) may keep [1-9][0-9]* MiB more in flight"
+# Fewer than fast's slots and buckets (a spare under 20 MiB: under 10 slots, under the 36 MiB gradient).
+check "run.json: lean on every rank, with a spare between lean's least and fast's ($spared MiB)" \
+  python3 -c "import sys; sys.exit(not 0 < float('${spared:-0}') < 20)"
+check "--memory auto, lean with a spare: fast's weights exactly" \
+  test "$(max_weight_diff spare-fast/trained_model.pt spare-capped/trained_model.pt)" = 0.0
 checks_done

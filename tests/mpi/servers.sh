@@ -75,19 +75,6 @@ check "adamw: every step's gradient norm ($norm) is above the clip (0.01): clipp
 # runtime/exchanges/Servers.h, RangeUpdate::beginParts): a model file of 2.4 M parameters
 # holds two parts per range at K = 2 (9.5 M, three at K = 4, after the brief). From a fresh
 # start and resumed from a K-server checkpoint: one server's weights and its gradient norms.
-wide_mlp() {  # wide_mlp FILE HIDDEN: a 784-HIDDEN-10 perceptron as a TorchScript file
-  "$PSTRAIN_PYTHON" - "$1" "$2" <<'PY'
-import sys, torch
-class Wide(torch.nn.Module):
-    def __init__(self, hidden):
-        super().__init__()
-        self.fc1, self.fc2 = torch.nn.Linear(784, hidden), torch.nn.Linear(hidden, 10)
-    def forward(self, x):
-        return torch.log_softmax(self.fc2(torch.relu(self.fc1(x.flatten(1)))), 1)
-torch.manual_seed(0)  # traced: scripting needs the class's source in a file
-torch.jit.trace(Wide(int(sys.argv[2])), torch.zeros(2, 1, 28, 28)).save(sys.argv[1])
-PY
-}
 # parts NAME K FILE FLAGS...: 12 steps over 1 server and K, and K resumed at step 6 (its
 # checkpoint copied into a new train dir): within 1e-5 of one server, grad_norm equal.
 parts() {
