@@ -285,6 +285,9 @@ class Lead {
       zero_.own().receiveGradientOf(worker, ServedRange::Use::Drop, s_.stopContext);
       sendDown({worker}, step, s_.stopContext);
     }
+    // The waiting ones' gradients went into no update: the last checkpoint counts their
+    // batches as not taken, so that a resumed run computes them again, as the whole run did.
+    for (int worker : waiting_) --batches_[workerIndex(worker)];
     waiting_.clear();
     tell({Arrival::End, -1});
     std::cout << counts_.summary(s_.cfg.modeInfo().name) << std::endl;
