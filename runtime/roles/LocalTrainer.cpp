@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <thread>
+#include <utility>
 
 #include "runtime/Errors.h"
 #include "runtime/metrics/Clock.h"
@@ -106,22 +107,28 @@ void LocalTrainer::streamGradients(std::vector<Bucket> buckets, std::function<vo
     // Called by autograd with this parameter's gradient, before it accumulates it into
     // .grad (undefined at each backward, so it steals the tensor: no copy), whence each
     // bucket takes its part of it once the bucket is complete.
-    parameters[i].register_hook([this, i](const at::Tensor&) { onGradient(static_cast<int>(i)); });
+    parameters[i].register_hook([this, i](const at::Tensor& gradient) { onGradient(static_cast<int>(i), gradient); });
   }
 }
 
-void LocalTrainer::onGradient(int parameter) {
+void LocalTrainer::onGradient(int parameter, const at::Tensor& gradient) {
   // Before the last micro-batch autograd sums the gradients into .grad by itself.
   if (!lastMicroBatch_) return;
-  takeArrived();  // the one before: autograd has stored its gradient in .grad by now
+  if (releaseNext_ >= 0) parameters_[std::exchange(releaseNext_, -1)].mutable_grad() = at::Tensor();  // stored by now
   arriving_ = parameter;
+  arrivingGradient_ = gradient;
+  arrived(parameter);
+  handOverReadyBuckets();
+  arriving_ = -1;
+  arrivingGradient_ = at::Tensor();
 }
 
-void LocalTrainer::takeArrived() {
-  if (arriving_ < 0) return;
-  arrived(arriving_);
-  arriving_ = -1;
-  handOverReadyBuckets();
+void LocalTrainer::releaseGradient(int parameter) {
+  if (parameter == arriving_) {
+    releaseNext_ = parameter;  // autograd stores its gradient in .grad after this hook
+  } else {
+    parameters_[parameter].mutable_grad() = at::Tensor();
+  }
 }
 
 void LocalTrainer::arrived(int parameter) {
@@ -133,13 +140,18 @@ void LocalTrainer::fill(const Bucket& bucket) {
   for (int p : bucket.parameters) {
     const std::int64_t from = std::max(bucket.begin, offsets_[p]), to = std::min(bucket.end, offsets_[p + 1]);
     at::Tensor part = messages_.grad.narrow(0, from, to - from);
-    const at::Tensor& gradient = parameters_[p].grad();
+    auto partOf = [&](const at::Tensor& whole) { return whole.reshape({-1}).narrow(0, from - offsets_[p], to - from); };
+    // The parameter whose hook runs: the hook's gradient, plus what earlier micro-batches
+    // left in .grad (summed here, a bucket's part at a time); any other: its .grad.
+    const at::Tensor& stored = parameters_[p].grad();
+    const at::Tensor fresh = p == arriving_ ? arrivingGradient_ : at::Tensor();
     if (injectedValue_ != 0) {
       part.fill_(injectedValue_);  // --inject-overflow, --inject-nan
-    } else if (!gradient.defined()) {
+    } else if (!stored.defined() && !fresh.defined()) {
       part.zero_();  // a parameter the loss did not reach
     } else {
-      const at::Tensor source = gradient.reshape({-1}).narrow(0, from - offsets_[p], to - from);
+      const at::Tensor source = stored.defined() && fresh.defined() ? partOf(stored) + partOf(fresh)
+                                                                    : partOf(fresh.defined() ? fresh : stored);
       if (device_.is_cpu()) {
         at::mul_out(part, source, at::scalar_tensor(scale_));  // one pass, not a copy and a multiply
       } else {
@@ -158,7 +170,7 @@ void LocalTrainer::handOverReadyBuckets() {
     ready_(buckets_[b]);
     // A parameter whose every bucket went: its gradient is no longer needed.
     for (int p : buckets_[b].parameters) {
-      if (--bucketsLeft_[p] == 0) parameters_[p].mutable_grad() = at::Tensor();
+      if (--bucketsLeft_[p] == 0) releaseGradient(p);
     }
   }
 }
@@ -202,7 +214,7 @@ float LocalTrainer::forwardBackward(std::int64_t batch, const data::Prefetcher::
     scale_ = multiplier;
     injectedValue_ = batch == overflowBatch_ ? INFINITY : batch == nanBatch_ ? NAN : 0.0f;
     nextReady_ = 0;
-    arriving_ = -1;
+    arriving_ = releaseNext_ = -1;
     missing_.clear();
     for (const auto& b : buckets_) missing_.push_back(static_cast<int>(b.parameters.size()));
     arrived_.assign(parameters_.size(), false);
@@ -253,7 +265,6 @@ float LocalTrainer::forwardBackward(std::int64_t batch, const data::Prefetcher::
   if (streaming) {
     // A parameter whose gradient did not come with the last micro-batch: what earlier ones
     // left in .grad, or zero if the loss never reached it.
-    takeArrived();
     for (std::size_t i = 0; i < parameters_.size(); ++i) {
       if (!arrived_[i]) arrived(static_cast<int>(i));
     }

@@ -107,18 +107,24 @@ class LocalTrainer {
   std::vector<std::int64_t> offsets_;  // where each parameter starts in the flat gradient, and its end last
   std::vector<at::Tensor> parameters_;  // the model's, in order (handles to the same tensors)
   std::vector<int> missing_;
-  std::vector<bool> arrived_;     // by parameter, in this step: its gradient is in .grad
+  std::vector<bool> arrived_;     // by parameter, in this step: its gradient came (its hook ran)
   std::vector<int> bucketsLeft_;  // by parameter: its buckets not handed over yet in this step
-  int arriving_ = -1;             // the parameter whose hook ran last: its gradient reaches .grad next
+  // The parameter whose hook runs, and the gradient the hook got (autograd adds it to .grad
+  // only after the hook); -1 outside a hook.
+  int arriving_ = -1;
+  at::Tensor arrivingGradient_;
+  int releaseNext_ = -1;          // a parameter whose buckets all went in its own hook: its .grad goes next
   std::size_t nextReady_ = 0;
   float scale_ = 1;  // a virtual shard's batch's sample count over the loss scale, for gradient x count
   bool lastMicroBatch_ = true;  // the step's last: the hooks hand gradients over in it only
   std::function<void(const protocol::Bucket&)> ready_;
-  void onGradient(int parameter);
-  void takeArrived();             // the arriving parameter's gradient is in .grad: hand over what is ready
+  // A parameter's hook: its gradient came; the buckets it completes go out at once, inside
+  // backward (as soon as they can, so that the sends overlap the rest of it).
+  void onGradient(int parameter, const at::Tensor& gradient);
+  void releaseGradient(int parameter);  // lets go of its .grad (now, or after its hook: releaseNext_)
   void arrived(int parameter);    // its buckets miss one parameter less
-  // Writes each of the bucket's parameters' part of its .grad (undefined: zero) x scale_ into
-  // messages.grad, final once the device has run what was queued.
+  // Writes each of the bucket's parameters' part of its gradient (the hook's, or .grad;
+  // undefined: zero) x scale_ into messages.grad, final once the device has run what was queued.
   void fill(const protocol::Bucket& bucket);
   // Fills the buckets complete in order and hands them over (waiting for the device first),
   // and lets go of each gradient whose every bucket went.
