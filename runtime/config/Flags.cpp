@@ -217,7 +217,8 @@ const std::vector<Flag> kFlags = {
      "and a server takes every worker's parts at once, so that sends overlap backward and nothing is faulted in again "
      "each step; lean: each gradient bucket's pages go back once sent and a server takes two parts per worker at a "
      "time (the least memory, slower on fast links); auto: fast on each host where the memory plan under fast stays "
-     "within half of its memory (--dry-run and --doctor say which and why), else lean",
+     "within half of its memory (--dry-run and --doctor say which and why), else lean with as much more in flight as "
+     "the rest of that half allows",
      &TrainConfig::memory, A::Compared, nullptr, nullptr},
     {"bucket-kb", "Run", "overlap: gradient bucket size in KiB",
      &TrainConfig::bucketKb, A::Fingerprint, nullptr, [](const TrainConfig& c) {
