@@ -30,8 +30,9 @@ struct Memory {
   double leadCopy = 0;
   // A server's buffers that do not grow with the model, MiB (the sharded ring of parts).
   double serverMib = 0;
-  // A server under lean: the most that the receive slots the plan spares it (beyond
-  // serverMib's) can take, bytes a parameter of its range (fast's slots beyond lean's).
+  // A server under lean: a bound on what the receive slots the plan spares it (beyond
+  // serverMib's) can take, bytes a parameter of its range (fast's slots, lean's two a
+  // worker included: the plan may count up to serverMib too much there).
   double spareSlots = 0;
   // A computing rank under --memory fast: the gradient buffer that a streamed (lean) step
   // gives back bucket by bucket, and that fast keeps whole: bytes a parameter beyond the

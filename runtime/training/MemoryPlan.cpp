@@ -16,10 +16,6 @@ constexpr double kMib = 1 << 20;
 
 std::string gib(double mib) { return fmt::format("{:.2f} GiB", mib / 1024); }
 
-}  // namespace
-
-namespace {
-
 // Each host's predicted peak with every host under `use`; lean with the spare that
 // `spares` gives the host (none: lean's least).
 std::map<std::string, double> hostPeaks(const config::TrainConfig& cfg, std::int64_t parameters,
