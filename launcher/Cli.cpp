@@ -146,7 +146,7 @@ cxxopts::Options evalOptions(const EvalCommand& d) {
                "by the model's state_dict names: FILE.safetensors by that format's spec (each tie once, its other "
                "names in __metadata__: what mlx.core.load and safetensors' load_file read), else a state dict "
                "(torch.load, load_state_dict); written whole or not at all", defaulted(d.exportPath))
-    ("step", "with --export: the checkpoint of this step (default: the newest)", defaulted(d.exportStep))
+    ("step", "with --export: the checkpoint of this step (default: the newest)", cxxopts::value<std::int64_t>())
     ("h,help", "print this help");
   // clang-format on
   return options;
@@ -198,9 +198,11 @@ EvalCommand parseEvalCommand(int argc, char** argv) {
     command.threads = r["threads"].as<int>();
     command.predictionsPath = r["predictions"].as<std::string>();
     command.exportPath = r["export"].as<std::string>();
-    command.exportStep = r["step"].as<std::int64_t>();
-    if (command.exportStep != -1 && command.exportPath.empty()) throw ConfigError("--step chooses what --export writes");
-    if (command.exportStep < -1) throw ConfigError("--step must be a step of the run (0 or more)");
+    if (r.count("step")) {
+      if (command.exportPath.empty()) throw ConfigError("--step chooses what --export writes");
+      command.exportStep = r["step"].as<std::int64_t>();
+      if (command.exportStep < 0) throw ConfigError("--step must be a step of the run (0 or more)");
+    }
     command.plot = r.count("plot") > 0;
     command.trustModel = r.count("trust-model") > 0;
     command.tensorboard = config::parseOnOff("tensorboard", r["tensorboard"].as<std::string>()) == config::OnOff::On;

@@ -21,9 +21,11 @@
 #include "launcher/ErrorLine.h"
 #include "launcher/Device.h"
 #include "models/Registry.h"
+#include "models/StateDict.h"
 #include "models/ScriptModel.h"
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
+#include "runtime/Text.h"
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/checkpoint/WeightsFile.h"
 #include "runtime/config/TrainConfig.h"
@@ -116,6 +118,7 @@ class Evaluator {
     checkpoint::Checkpoint ckpt = checkpoint::read(published);
     const data::Dataset& test = testSet(ckpt);
     auto model = models::makeModel(modelOf(ckpt), test.classes);
+    checkLoss(ckpt, *model, published.path);
     models::loadStateDict(*model, ckpt.modelState, published.path);
     model->to(device_);
     // The test split must fit the model as the training split did (an id past its vocabulary
@@ -139,6 +142,17 @@ class Evaluator {
     throw ConfigError(fmt::format("the checkpoints are of the model file {}: pass --model FILE to evaluate them "
                                   "(pseval runs a model file only when you name it)",
                                   ckpt.modelPath.empty() ? ckpt.model : ckpt.modelPath));
+  }
+
+  // The loss the checkpoint was trained with must be one the model computes: its own (the
+  // loss "model") for a model whose forward takes the targets, a --loss row for another.
+  void checkLoss(const checkpoint::Checkpoint& ckpt, const models::Net& model, const std::string& path) const {
+    try {
+      loss::lossForModel(ckpt.loss, /*lossFromTargets=*/false, model, modelOf(ckpt));
+    } catch (const ConfigError& e) {
+      throw ConfigError(fmt::format("{}: trained with the loss '{}', which does not fit the model {}: {}", path,
+                                    printable(ckpt.loss), modelOf(ckpt), e.what()));
+    }
   }
 
   const data::Dataset& testSet(const checkpoint::Checkpoint& ckpt) {
@@ -238,8 +252,36 @@ void prepareOutDir(const launcher::EvalCommand& cmd) {
   }
 }
 
+// --export's FILE, before anything is read or written: a name whose format pstrain writes
+// (.safetensors, .pt, .pth), in a folder that exists, that is a regular file if it is there
+// at all (a FIFO or a device node is never replaced), and not among the train dir's
+// published checkpoints.
+void checkExportTarget(const launcher::EvalCommand& cmd) {
+  const fs::path target(cmd.exportPath);
+  const std::string name = target.filename().string();
+  const auto refuse = [&](const std::string& why) {
+    throw ConfigError(fmt::format("--export {}: {}", cmd.exportPath, why));
+  };
+  if (!endsWith(name, ".safetensors") && !endsWith(name, ".pt") && !endsWith(name, ".pth")) {
+    refuse("pseval writes FILE.safetensors (Hugging Face, MLX) or FILE.pt (a state dict for torch.load), and this "
+           "name is neither (the extension decides the format, in lower case)");
+  }
+  const fs::path folder = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::error_code error;
+  if (!fs::is_directory(folder, error)) refuse(fmt::format("there is no folder {} to write it in", folder.string()));
+  const fs::file_status status = fs::status(target, error);
+  if (fs::exists(status) && !fs::is_regular_file(status)) {
+    refuse("it is there and not a regular file (a folder, a FIFO or a device): pseval replaces only a file");
+  }
+  const fs::path checkpoints = fs::path(cmd.trainDir) / rundir::kCheckpoints;
+  if (fs::is_directory(checkpoints, error) && fs::equivalent(folder, checkpoints, error)) {
+    refuse(fmt::format("it is in {}, among the run's checkpoints, which pseval never replaces", checkpoints.string()));
+  }
+}
+
 // --export: the weights of the newest published checkpoint (or --step's) into cmd.exportPath.
 void exportWeights(const launcher::EvalCommand& cmd) {
+  checkExportTarget(cmd);
   const auto published = rundir::listPublished((fs::path(cmd.trainDir) / rundir::kCheckpoints).string());
   if (published.empty()) throw Error(fmt::format("{}/ckpt: no published checkpoints to export", cmd.trainDir));
   auto chosen = published.end() - 1;

@@ -23,6 +23,7 @@
 #include "launcher/Device.h"
 #include "launcher/Doctor.h"
 #include "models/Registry.h"
+#include "models/StateDict.h"
 #include "models/ScriptModel.h"
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
@@ -172,24 +173,25 @@ void printRequested(const launcher::TrainCommand& cli) {
   if (cli.listModes) printModes();
 }
 
-// --init-from: the model's weights from the file, on every rank (a fine-tune's frozen
-// weights never travel: each rank takes them from its copy); cfg.initFromIdentity, which the
-// handshake compares, from what was read.
+// --init-from: the model's weights from the file, on every rank, each tensor read straight
+// into the model (a fine-tune's frozen weights never travel: each rank takes them from its
+// copy); cfg.initFromIdentity, which the handshake compares, from what was read.
 void initFrom(models::Net& model, config::TrainConfig& cfg, int rank) {
-  checkpoint::WeightsFile file;
-  try {
-    file = checkpoint::readWeightsFile(cfg.initFrom);
-  } catch (const ConfigError& e) {
-    throw ConfigError(fmt::format("--init-from {}", e.what()));
-  }
-  const std::vector<std::string> kept = models::loadPretrained(model, file.tensors, "--init-from " + cfg.initFrom);
-  cfg.initFromIdentity = file.identity;
+  const std::string source = "--init-from " + cfg.initFrom;
+  const models::Pretrained loaded = [&] {
+    try {
+      return models::loadPretrained(model, checkpoint::WeightsReader(cfg.initFrom), source);
+    } catch (const ConfigError& e) {
+      if (std::string(e.what()).rfind(source, 0) == 0) throw;
+      throw ConfigError(fmt::format("--init-from {}", e.what()));
+    }
+  }();
+  cfg.initFromIdentity = loaded.identity;
   if (rank != 0) return;
-  std::cout << fmt::format("pstrain: --init-from {}: {} tensors ({}){}", cfg.initFrom, file.tensors.size(),
-                           file.identity,
-                           kept.empty() ? "" : fmt::format("; {} trained tensor(s) it lacks keep the model's values "
-                                                           "(a fine-tune's adapters): {}", kept.size(),
-                                                           fmt::join(kept, ", ")))
+  std::cout << fmt::format("pstrain: --init-from {}: {} tensors ({}){}", cfg.initFrom, loaded.tensors, loaded.identity,
+                           loaded.kept.empty() ? "" : fmt::format("; {} trained tensor(s) it lacks keep the model's values "
+                                                                  "(a fine-tune's adapters): {}", loaded.kept.size(),
+                                                                  fmt::join(loaded.kept, ", ")))
             << std::endl;
 }
 

@@ -128,16 +128,6 @@ std::shared_ptr<Net> makeModel(const std::string& name, int classes, const Weigh
   throw ConfigError(fmt::format("unknown model '{}' (known: {})", name, known));
 }
 
-std::vector<std::pair<std::string, at::Tensor>> stateDict(const Net& model) {
-  std::vector<std::pair<std::string, at::Tensor>> entries;
-  for (const auto& item : model.named_parameters()) entries.emplace_back(item.key(), item.value());
-  for (auto& entry : model.frozen()) entries.push_back(std::move(entry));
-  for (const auto& item : model.named_buffers()) entries.emplace_back(item.key(), item.value());
-  const std::map<std::string, at::Tensor> named(entries.begin(), entries.end());
-  for (const auto& [alias, name] : model.ties()) entries.emplace_back(alias, named.at(name));
-  return entries;
-}
-
 OwnLoss Net::forwardWithTargets(const at::Tensor&, const at::Tensor&) {
   throw InternalError("forwardWithTargets() of a model that does not compute its own loss");
 }
@@ -160,122 +150,6 @@ std::string describeParameters(const Net& model) {
   if (frozen > 0) text += fmt::format(", {} frozen", frozen);
   for (const auto& [alias, name] : model.ties()) text += fmt::format(", {} tied to {}", alias, name);
   return text;
-}
-
-std::string parameterSignature(const Net& model) {
-  std::string signature;
-  for (const auto& [key, tensor] : stateDict(model)) {
-    if (!signature.empty()) signature += ",";
-    signature += key + ":";
-    for (std::int64_t i = 0; i < tensor.dim(); ++i) {
-      signature += (i ? "x" : "") + std::to_string(tensor.size(i));
-    }
-  }
-  return signature;
-}
-
-void loadStateDict(Net& model, const std::vector<std::pair<std::string, at::Tensor>>& state,
-                   const std::string& source) {
-  auto own = stateDict(model);
-  std::map<std::string, at::Tensor> given(state.begin(), state.end());
-  if (given.size() != own.size()) {
-    throw CheckpointError(fmt::format("{}: holds {} tensors, the model has {} (a checkpoint of another model?)",
-                                      source, given.size(), own.size()));
-  }
-  torch::NoGradGuard noGrad;
-  for (auto& [key, tensor] : own) {
-    auto it = given.find(key);
-    if (it == given.end()) {
-      throw CheckpointError(fmt::format("{}: has no '{}' (a checkpoint of another model?)", source, key));
-    }
-    if (it->second.sizes() != tensor.sizes()) {
-      throw CheckpointError(fmt::format("{}: '{}' has shape {}, the model needs {}", source, key,
-                                        fmt::join(it->second.sizes(), "x"), fmt::join(tensor.sizes(), "x")));
-    }
-    try {
-      tensor.copy_(it->second);
-    } catch (const std::exception& e) {
-      std::string why = e.what();
-      throw CheckpointError(fmt::format("{}: '{}' cannot be loaded ({})", source, key, why.substr(0, why.find('\n'))));
-    }
-  }
-}
-
-std::vector<std::string> loadPretrained(Net& model, const std::vector<std::pair<std::string, at::Tensor>>& weights,
-                                        const std::string& source) {
-  std::map<std::string, std::size_t> given, order;  // by name: where in `weights` (given: those not matched yet)
-  std::vector<std::string> unexpected, missing, misshapen, unequal, kept;
-  for (std::size_t i = 0; i < weights.size(); ++i) given.emplace(weights[i].first, i);
-  order = given;
-  // Each tensor of the model with all its names (a tie's several), in stateDict()'s order.
-  std::vector<std::pair<at::Tensor, std::vector<std::string>>> tensors;
-  std::map<const void*, std::size_t> index;
-  for (const auto& [name, tensor] : stateDict(model)) {
-    const auto [at, fresh] = index.emplace(tensor.unsafeGetTensorImpl(), tensors.size());
-    if (fresh) tensors.push_back({tensor, {}});
-    tensors[at->second].second.push_back(name);
-  }
-  std::set<const void*> trained;
-  std::map<const void*, std::int64_t> offsets;  // of each trained parameter in the flat layout
-  std::int64_t offset = 0;
-  for (const auto& p : model.parameters()) {
-    trained.insert(p.unsafeGetTensorImpl());
-    offsets[p.unsafeGetTensorImpl()] = offset;
-    offset += p.numel();
-  }
-  const bool fineTune = !model.frozen().empty();
-  const FlatSpan held = model.heldWeights();
-  torch::NoGradGuard noGrad;
-  for (auto& [tensor, names] : tensors) {
-    std::vector<std::string> present;
-    for (const std::string& n : names) {
-      if (given.count(n)) present.push_back(n);
-    }
-    for (const std::string& n : names) given.erase(n);  // what is left is unexpected
-    const bool isTrained = trained.count(tensor.unsafeGetTensorImpl()) > 0;
-    if (present.empty()) {
-      (isTrained && fineTune ? kept : missing).push_back(fmt::format("{}", fmt::join(names, " = ")));
-      continue;
-    }
-    bool fits = true;
-    for (const std::string& n : present) {
-      const at::Tensor& other = weights[order.at(n)].second;
-      if (other.sizes() != tensor.sizes()) {
-        misshapen.push_back(fmt::format("{} is [{}], the model's [{}]", n, fmt::join(other.sizes(), ", "),
-                                        fmt::join(tensor.sizes(), ", ")));
-        fits = false;
-      }
-    }
-    if (!fits) continue;
-    const at::Tensor& value = weights[order.at(present.front())].second;
-    for (const std::string& n : present) {
-      if (!torch::equal(weights[order.at(n)].second.to(value.scalar_type()), value)) {
-        unequal.push_back(fmt::format("{} and {}", present.front(), n));
-        fits = false;
-      }
-    }
-    if (!fits) continue;
-    if (isTrained) {  // a parameter whose values this rank never holds is left so
-      const std::int64_t begin = offsets.at(tensor.unsafeGetTensorImpl());
-      if (begin + tensor.numel() <= held.begin || begin >= held.end) continue;
-    }
-    tensor.copy_(value);
-  }
-  for (const auto& [name, i] : given) unexpected.push_back(name);
-  std::string problems;
-  const auto say = [&](const std::vector<std::string>& names, const char* what) {
-    if (!names.empty()) problems += fmt::format("; {} ({}): {}", what, names.size(), fmt::join(names, ", "));
-  };
-  say(missing, "missing");
-  say(unexpected, "unexpected");
-  say(misshapen, "of another shape");
-  say(unequal, "tied in the model but unequal in the file");
-  if (!problems.empty()) {
-    throw ConfigError(printable(fmt::format("{}: does not fit the model's state_dict{}; its names and shapes must be "
-                                            "the model's (those of model.state_dict() in PyTorch)", source,
-                                            problems)));
-  }
-  return kept;
 }
 
 }  // namespace pstrain::models

@@ -84,10 +84,6 @@ const ModelInfo& modelInfo(const std::string& name);
 // spares a model file's reader the values of the weights a rank never uses.
 std::shared_ptr<Net> makeModel(const std::string& name, int classes = 10, const WeightsNeeded& needed = {});
 
-// Every tensor of the model by its state_dict key: the trained parameters, the frozen
-// weights, the buffers, then each tie's further names (the same tensor again).
-std::vector<std::pair<std::string, at::Tensor>> stateDict(const Net& model);
-
 // The trained parameters' elements (the flat buffer's size).
 std::int64_t parameterCount(const torch::nn::Module& module);
 // The frozen weights' elements.
@@ -95,28 +91,5 @@ std::int64_t frozenCount(const Net& model);
 // "15616 parameters"; with frozen weights or ties: "768 trained parameters, 15616 frozen,
 // lm_head.weight tied to transformer.wte.weight" (the announcement, the dry run).
 std::string describeParameters(const Net& model);
-
-// "conv1.weight:20x1x5x5,conv1.bias:20,..." over stateDict(): compared across ranks at start-up.
-std::string parameterSignature(const Net& model);
-
-}  // namespace pstrain::models
-
-namespace pstrain::models {
-
-// Copies `state` into `model`'s tensors (stateDict()'s). Throws CheckpointError, naming
-// `source`, unless keys and shapes match exactly (a checkpoint of another model, say).
-void loadStateDict(Net& model, const std::vector<std::pair<std::string, at::Tensor>>& state,
-                   const std::string& source);
-
-// Copies pretrained `weights` (by state_dict name, any dtype, converted) into `model`, as
-// torchtune's recipes load a checkpoint: names and shapes strictly, but a tie needs one of
-// its names (safetensors writes a tie once; several given must be equal), and the trained
-// parameters of a model with frozen weights (a fine-tune's adapters, which no pretrained
-// file has) may be missing: they keep the model's values. Parameters wholly outside
-// model.heldWeights() are not written (they hold no values). Returns the names of those
-// kept; throws ConfigError naming `source` and listing every missing, unexpected, unequal
-// or misshapen name at once.
-std::vector<std::string> loadPretrained(Net& model, const std::vector<std::pair<std::string, at::Tensor>>& weights,
-                                        const std::string& source);
 
 }  // namespace pstrain::models

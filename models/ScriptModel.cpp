@@ -164,8 +164,8 @@ void checkBeforeLoading(caffe2::serialize::PyTorchStreamReader& archive, const z
     return std::string(static_cast<const char*>(data.get()), size);
   };
   const auto named = [&](const char* pickleName) {
-    const auto found = contents.globals.find(pickleName);
-    return found == contents.globals.end() ? std::vector<zip::PickleGlobal>() : found->second;
+    const auto found = contents.pickles.find(pickleName);
+    return found == contents.pickles.end() ? std::vector<zip::PickleGlobal>() : found->second.globals();
   };
   std::vector<c10::IValue> constants;
   for (const zip::PickleGlobal& global : named("constants")) {

@@ -3,6 +3,7 @@
 // the lines that name ranks.
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,19 +30,42 @@ inline bool endsWith(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// `text` safe to print on a terminal: control bytes (an escape sequence's ESC among them)
-// and DEL as \xNN, so that text from another program (a discovery script) cannot move the
-// cursor, recolour or retitle the terminal it is shown on.
+// `text` safe to print on a terminal: control bytes (an escape sequence's ESC among them),
+// DEL, the C1 controls (U+0080 to U+009F: CSI among them) and bytes that are not UTF-8 as
+// \xNN, so that text from another program or file (a discovery script, a forged header)
+// cannot move the cursor, recolour or retitle the terminal it is shown on.
 inline std::string printable(const std::string& text) {
   static const char* const kHex = "0123456789abcdef";
   std::string out;
-  for (const unsigned char c : text) {
-    if (c < 0x20 || c == 0x7f) {
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 0xf];
+  const auto escape = [&](unsigned char c) {
+    out += "\\x";
+    out += kHex[c >> 4];
+    out += kHex[c & 0xf];
+  };
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x80) {
+      if (c < 0x20 || c == 0x7f) escape(c);
+      else out += static_cast<char>(c);
+      ++i;
+      continue;
+    }
+    // A UTF-8 sequence, whole and shortest, of a character past the C1 controls: as it is.
+    const std::size_t length = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    std::uint32_t cp = length == 2 ? c & 0x1F : length == 3 ? c & 0x0F : c & 0x07;
+    bool whole = length > 0 && i + length <= text.size();
+    for (std::size_t k = 1; whole && k < length; ++k) {
+      const auto b = static_cast<unsigned char>(text[i + k]);
+      whole = (b & 0xC0) == 0x80;
+      cp = cp << 6 | (b & 0x3F);
+    }
+    const std::uint32_t least = length == 2 ? 0xA0 : length == 3 ? 0x800 : 0x10000;
+    if (whole && cp >= least && cp <= 0x10FFFF && !(cp >= 0xD800 && cp < 0xE000)) {
+      out.append(text, i, length);
+      i += length;
     } else {
-      out += static_cast<char>(c);
+      escape(c);
+      ++i;
     }
   }
   return out;

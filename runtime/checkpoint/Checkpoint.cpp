@@ -2,8 +2,6 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <caffe2/serialize/inline_container.h>
-#include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/torch.h>
 #include <unistd.h>
@@ -18,7 +16,7 @@
 #include <limits>
 
 #include "runtime/Errors.h"
-#include "runtime/checkpoint/BytesReader.h"
+#include "runtime/checkpoint/WeightsFile.h"
 #include "runtime/optim/LossScale.h"
 #include "runtime/rundir/AtomicFile.h"
 #include "runtime/rundir/ReadFile.h"
@@ -43,68 +41,12 @@ c10::Dict<std::string, at::Tensor> tensorDict(const TensorList& list) {
   return dict;
 }
 
-// `t` as read from a file: libtorch does not check that its sizes, strides and offset stay
-// within its storage (a crafted file makes every later read go out of bounds). Refuses one
-// that does not, and returns it contiguous (what the flat copies into messages expect).
-at::Tensor checkedTensor(const at::Tensor& t, const std::string& path, const std::string& name) {
-  const auto fail = [&](const std::string& why) {
-    return CheckpointError(fmt::format("{}: tensor '{}' {} (a damaged or crafted file)", path, name, why));
-  };
-  if (!t.has_storage() || t.is_sparse()) throw fail("is not a dense tensor");
-  if (t.storage_offset() < 0) throw fail("has a negative offset");
-  for (std::int64_t d = 0; d < t.dim(); ++d) {
-    if (t.size(d) < 0 || t.stride(d) < 0) throw fail("has a negative size or stride");
-  }
-  if (t.numel() > 0) {
-    // The last element's index from the storage's start; past 2^64 it is out of bounds anyway.
-    unsigned __int128 last = static_cast<std::uint64_t>(t.storage_offset());
-    for (std::int64_t d = 0; d < t.dim() && last <= std::numeric_limits<std::uint64_t>::max(); ++d) {
-      last += static_cast<unsigned __int128>(t.size(d) - 1) * static_cast<std::uint64_t>(t.stride(d));
-    }
-    if (last >= t.storage().nbytes() / std::max<std::size_t>(t.element_size(), 1)) {
-      throw fail(fmt::format("reaches past its storage ({} bytes): sizes {}, strides {}, offset {}",
-                             t.storage().nbytes(), t.sizes(), t.strides(), t.storage_offset()));
-    }
-  }
-  return t.contiguous();
-}
-
-TensorList tensorList(const c10::IValue& value, const std::string& path, const std::string& what) {
-  if (!value.isGenericDict()) throw CheckpointError(fmt::format("{}: '{}' is not a dict", path, what));
-  TensorList list;
-  for (const auto& item : value.toGenericDict()) {
-    if (!item.key().isString() || !item.value().isTensor()) {
-      throw CheckpointError(fmt::format("{}: '{}' holds a non-tensor entry", path, what));
-    }
-    const std::string& name = item.key().toStringRef();
-    list.emplace_back(name, checkedTensor(item.value().toTensor(), path, what + "." + name));
-  }
-  return list;
-}
-
 // The whole of the regular file `path` (a FIFO or a device put in a checkpoint's place is
 // refused instead of waited on).
 std::string readFile(const std::string& path) {
   return rundir::readRegularFile(path, [&](const std::string& what) {
     throw CheckpointError(fmt::format("{}: {}", path, what));
   });
-}
-
-// torch::pickle_load, after zip::checkArchive, reading through a BytesReader.
-c10::IValue unpickle(const std::string& bytes, const std::string& path) {
-  zip::checkArchive(bytes, zip::ArchiveKind::Checkpoint, [&](const std::string& what) {
-    throw CheckpointError(fmt::format("{}: not a valid checkpoint archive ({})", path, what));
-  });
-  try {
-    caffe2::serialize::PyTorchStreamReader reader(std::make_shared<BytesReader>(bytes));
-    return torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"",
-                                             /*type_resolver=*/c10::nullopt, /*obj_loader=*/c10::nullopt,
-                                             /*device=*/c10::nullopt, reader);
-  } catch (const std::exception& e) {
-    std::string why = e.what();
-    throw CheckpointError(fmt::format("{}: not a readable torch pickle ({})", path,
-                                      why.substr(0, why.find('\n'))));
-  }
 }
 
 struct Written {
@@ -224,9 +166,125 @@ std::string publish(const std::string& dir, const Checkpoint& ckpt, const Record
 
 namespace {
 
-// Decodes the unpickled dict; throws CheckpointError (or c10::Error on a type mismatch,
-// which read() turns into one).
-Checkpoint decode(const c10::IValue& top, const std::string& path);
+using zip::Pickled;
+using Kind = Pickled::Kind;
+
+// A checkpoint's dict as its pickle made it (read by WeightsReader: no libtorch unpickler),
+// decoded; throws CheckpointError naming `path` and the entry.
+class Decoder {
+ public:
+  Decoder(const WeightsReader& reader, const std::string& path)
+      : reader_(reader), p_(*reader.pickled()), path_(path) {}
+
+  Checkpoint decode() {
+    const Pickled::Id top = p_.top();
+    if (p_.kind(top) != Kind::Dict) bad("not a checkpoint dict");
+    const Pickled::Id meta = need(top, "__meta__", Kind::Dict, "__meta__");
+    if (integer(meta, "format") != kFormat) {
+      bad(fmt::format("checkpoint format {} is not {}", integer(meta, "format"), kFormat));
+    }
+    Checkpoint ckpt;
+    decodeMeta(meta, ckpt);
+    ckpt.modelState = tensors(need(top, "model", Kind::Dict, "model"), "model");
+    const Pickled::Id optimizer = need(top, "optimizer", Kind::Dict, "optimizer");
+    const std::vector<Pickled::Id>& items = p_.items(optimizer);
+    for (std::size_t i = 0; i + 1 < items.size(); i += 2) {
+      if (p_.kind(items[i]) != Kind::Text) bad("'optimizer' has a key that is not a name");
+      const std::string name(p_.text(items[i]));
+      if (name == "step") {
+        if (p_.kind(items[i + 1]) != Kind::Int || p_.integer(items[i + 1]) < 0) bad("optimizer.step is not a count");
+        ckpt.optimizerSteps = p_.integer(items[i + 1]);
+      } else {
+        ckpt.optimizerState.emplace_back(name, tensors(items[i + 1], "optimizer." + name));
+      }
+    }
+    if (const auto scaler = find(top, "scaler")) {
+      if (p_.kind(*scaler) != Kind::Dict) bad("'scaler' is not a dict");
+      ckpt.lossScale = Checkpoint::LossScale{number(*scaler, "scale"), integer(*scaler, "_growth_tracker"),
+                                             integer(*scaler, "growth_interval")};
+    }
+    return ckpt;
+  }
+
+ private:
+  [[noreturn]] void bad(const std::string& what) const { throw CheckpointError(fmt::format("{}: {}", path_, what)); }
+
+  std::optional<Pickled::Id> find(Pickled::Id dict, const char* key) const {
+    return p_.find(dict, key, [&](const std::string& what) { bad(what); });
+  }
+  Pickled::Id need(Pickled::Id dict, const char* key, Kind kind, const std::string& what) const {
+    const auto value = find(dict, key);
+    if (!value || p_.kind(*value) != kind) bad(fmt::format("{} missing", what));
+    return *value;
+  }
+  std::int64_t integer(Pickled::Id dict, const char* key) const {
+    return p_.integer(need(dict, key, Kind::Int, fmt::format("__meta__.{}", key)));
+  }
+  std::string text(Pickled::Id dict, const char* key) const {
+    return std::string(p_.text(need(dict, key, Kind::Text, fmt::format("__meta__.{}", key))));
+  }
+  double number(Pickled::Id dict, const char* key) const {
+    const auto value = find(dict, key);
+    if (value && p_.kind(*value) == Kind::Float) return p_.real(*value);
+    if (value && p_.kind(*value) == Kind::Int) return static_cast<double>(p_.integer(*value));
+    bad(fmt::format("scaler.{} missing", key));
+  }
+  TensorList tensors(Pickled::Id dict, const std::string& what) const {
+    TensorList list;
+    try {
+      for (const StoredTensor& t : reader_.tensorsOf(dict, what)) list.emplace_back(t.name, reader_.read(t));
+    } catch (const ConfigError& e) {
+      throw CheckpointError(e.what());
+    }
+    return list;
+  }
+
+  void decodeMeta(Pickled::Id meta, Checkpoint& ckpt) const {
+    ckpt.step = integer(meta, "step");
+    ckpt.epoch = integer(meta, "epoch");
+    ckpt.model = text(meta, "model");
+    ckpt.dataset = text(meta, "dataset");
+    ckpt.syntheticSize = integer(meta, "synthetic_size");
+    ckpt.fingerprint = text(meta, "fingerprint");
+    // Optional: checkpoints of earlier versions lack them.
+    const auto has = [&](const char* key) { return find(meta, key).has_value(); };
+    if (has("loss")) ckpt.loss = text(meta, "loss");
+    if (has("model_path")) ckpt.modelPath = text(meta, "model_path");
+    if (has("virtual_shards")) ckpt.virtualShards = integer(meta, "virtual_shards");
+    if (has("batch_size")) ckpt.batchSize = integer(meta, "batch_size");
+    if (has("block_size")) ckpt.blockSize = integer(meta, "block_size");
+    if (has("ignore_index")) ckpt.ignoreIndex = integer(meta, "ignore_index");
+    if (has("optimizer_rule")) ckpt.optimizerRule = text(meta, "optimizer_rule");
+    if (has("configuration")) ckpt.configuration = text(meta, "configuration");
+    if (has("init_from")) ckpt.initFrom = text(meta, "init_from");
+    if (const auto batches = find(meta, "worker_batches")) {
+      if (p_.kind(*batches) != Kind::List) bad("__meta__.worker_batches is not a list");
+      for (const Pickled::Id batch : p_.items(*batches)) {
+        if (p_.kind(batch) != Kind::Int || p_.integer(batch) < 0) {
+          bad("__meta__.worker_batches holds a value that is not a batch");
+        }
+        ckpt.workerBatches.push_back(p_.integer(batch));
+      }
+    }
+  }
+
+  const WeightsReader& reader_;
+  const Pickled& p_;
+  const std::string& path_;
+};
+
+// The archive `bytes` (of `path`) open as a file of weights; CheckpointError for one that is
+// not sound.
+WeightsReader openArchive(std::string_view bytes, const std::string& path) {
+  if (bytes.substr(0, 4) != std::string_view("PK\x03\x04", 4)) {
+    throw CheckpointError(fmt::format("{}: not a valid checkpoint archive (not a zip archive)", path));
+  }
+  try {
+    return WeightsReader(bytes, path);
+  } catch (const ConfigError& e) {
+    throw CheckpointError(fmt::format("not a valid checkpoint archive: {}", e.what()));
+  }
+}
 
 }  // namespace
 
@@ -249,103 +307,14 @@ Checkpoint read(const rundir::Published& published) {
   if (zip::crc32Of(0, bytes.data(), bytes.size()) != expectedCrc) {
     throw CheckpointError(fmt::format("{}: checksum mismatch (the file is corrupt)", path));
   }
-  c10::IValue top = unpickle(bytes, path);
-  try {
-    Checkpoint ckpt = decode(top, path);
-    if (ckpt.step != published.step) {  // another step's files copied over these
-      throw CheckpointError(fmt::format("{}: holds step {}, but its name says step {} (another checkpoint's files "
-                                        "copied over it?)", path, ckpt.step, published.step));
-    }
-    return ckpt;
-  } catch (const CheckpointError&) {
-    throw;
-  } catch (const std::exception& e) {
-    std::string why = e.what();
-    throw CheckpointError(fmt::format("{}: not a pstrain checkpoint ({})", path, why.substr(0, why.find('\n'))));
-  }
-}
-
-namespace {
-
-Checkpoint decode(const c10::IValue& top, const std::string& path) {
-  if (!top.isGenericDict()) throw CheckpointError(fmt::format("{}: not a checkpoint dict", path));
-  GenericDict dict = top.toGenericDict();
-  for (const char* key : {"model", "optimizer", "__meta__"}) {
-    if (!dict.contains(key)) throw CheckpointError(fmt::format("{}: no '{}' entry", path, key));
-  }
-  GenericDict meta = dict.at("__meta__").toGenericDict();
-  auto metaInt = [&](const char* key) {
-    if (!meta.contains(key) || !meta.at(key).isInt()) {
-      throw CheckpointError(fmt::format("{}: __meta__.{} missing", path, key));
-    }
-    return meta.at(key).toInt();
-  };
-  auto metaString = [&](const char* key) {
-    if (!meta.contains(key) || !meta.at(key).isString()) {
-      throw CheckpointError(fmt::format("{}: __meta__.{} missing", path, key));
-    }
-    return meta.at(key).toStringRef();
-  };
-  if (metaInt("format") != kFormat) {
-    throw CheckpointError(fmt::format("{}: checkpoint format {} is not {}", path, metaInt("format"), kFormat));
-  }
-  Checkpoint ckpt;
-  ckpt.step = metaInt("step");
-  ckpt.epoch = metaInt("epoch");
-  ckpt.model = metaString("model");
-  ckpt.dataset = metaString("dataset");
-  ckpt.syntheticSize = metaInt("synthetic_size");
-  ckpt.fingerprint = metaString("fingerprint");
-  if (meta.contains("loss")) ckpt.loss = metaString("loss");
-  if (meta.contains("model_path")) ckpt.modelPath = metaString("model_path");
-  if (meta.contains("virtual_shards")) ckpt.virtualShards = metaInt("virtual_shards");
-  if (meta.contains("batch_size")) ckpt.batchSize = metaInt("batch_size");
-  if (meta.contains("block_size")) ckpt.blockSize = metaInt("block_size");
-  if (meta.contains("ignore_index")) ckpt.ignoreIndex = metaInt("ignore_index");
-  if (meta.contains("optimizer_rule")) ckpt.optimizerRule = metaString("optimizer_rule");
-  if (meta.contains("configuration")) ckpt.configuration = metaString("configuration");
-  if (meta.contains("init_from")) ckpt.initFrom = metaString("init_from");
-  if (meta.contains("worker_batches")) {
-    const c10::IValue& batches = meta.at("worker_batches");
-    if (!batches.isList()) throw CheckpointError(fmt::format("{}: __meta__.worker_batches is not a list", path));
-    for (const c10::IValue& batch : batches.toListRef()) {
-      if (!batch.isInt() || batch.toInt() < 0) {
-        throw CheckpointError(fmt::format("{}: __meta__.worker_batches holds a value that is not a batch", path));
-      }
-      ckpt.workerBatches.push_back(batch.toInt());
-    }
-  }
-  ckpt.modelState = tensorList(dict.at("model"), path, "model");
-  if (!dict.at("optimizer").isGenericDict()) throw CheckpointError(fmt::format("{}: 'optimizer' is not a dict", path));
-  for (const auto& item : dict.at("optimizer").toGenericDict()) {
-    if (!item.key().isString()) throw CheckpointError(fmt::format("{}: 'optimizer' has a key that is not a name", path));
-    const std::string& name = item.key().toStringRef();
-    if (name == "step") {
-      if (!item.value().isInt() || item.value().toInt() < 0) throw CheckpointError(fmt::format("{}: optimizer.step", path));
-      ckpt.optimizerSteps = item.value().toInt();
-    } else {
-      ckpt.optimizerState.emplace_back(name, tensorList(item.value(), path, "optimizer." + name));
-    }
-  }
-  if (dict.contains("scaler")) {
-    if (!dict.at("scaler").isGenericDict()) throw CheckpointError(fmt::format("{}: 'scaler' is not a dict", path));
-    const GenericDict scaler = dict.at("scaler").toGenericDict();
-    auto number = [&](const char* key) {
-      if (!scaler.contains(key) || !(scaler.at(key).isDouble() || scaler.at(key).isInt())) {
-        throw CheckpointError(fmt::format("{}: scaler.{} missing", path, key));
-      }
-      return scaler.at(key).isInt() ? static_cast<double>(scaler.at(key).toInt()) : scaler.at(key).toDouble();
-    };
-    auto whole = [&](const char* key) {
-      if (!scaler.contains(key) || !scaler.at(key).isInt()) throw CheckpointError(fmt::format("{}: scaler.{} missing", path, key));
-      return scaler.at(key).toInt();
-    };
-    ckpt.lossScale = Checkpoint::LossScale{number("scale"), whole("_growth_tracker"), whole("growth_interval")};
+  const WeightsReader reader = openArchive(bytes, path);
+  Checkpoint ckpt = Decoder(reader, path).decode();
+  if (ckpt.step != published.step) {  // another step's files copied over these
+    throw CheckpointError(fmt::format("{}: holds step {}, but its name says step {} (another checkpoint's files "
+                                      "copied over it?)", path, ckpt.step, published.step));
   }
   return ckpt;
 }
-
-}  // namespace
 
 void writeOptimizerState(const std::string& path, const Checkpoint& ckpt, const RecordSource& source) {
   writePickle(path, optimizerDict(ckpt), nullptr, source);
@@ -462,13 +431,12 @@ void writeStateDict(const std::string& path, const TensorList& state, const Reco
 }
 
 TensorList readStateDict(const std::string& path) {
-  c10::IValue value = unpickle(readFile(path), path);
+  const std::string bytes = readFile(path);
+  const WeightsReader reader = openArchive(bytes, path);
   try {
-    return tensorList(value, path, "state_dict");
-  } catch (const CheckpointError&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw CheckpointError(fmt::format("{}: not a state_dict ({})", path, e.what()));
+    return reader.readAll();
+  } catch (const ConfigError& e) {
+    throw CheckpointError(e.what());
   }
 }
 

@@ -32,19 +32,24 @@ struct SafetensorsHeader {
   std::uint64_t dataStart = 0;  // where the tensors' bytes begin in the file: 8 + N
 };
 
-// The bytes an element of `dtype` takes (a code of the spec); 0 for a code that is not one.
-std::size_t safetensorsElementSize(const std::string& dtype);
+// N of the safetensors file of `fileSize` bytes that begins with `first` (its first 8 bytes
+// or more), checked: within the file and the spec's limit, and long enough for "{}". Calls
+// `fail` (which must throw) otherwise: a file whose N is 0 is refused before anything more
+// of it is read.
+std::uint64_t safetensorsHeaderLength(std::string_view first, std::uint64_t fileSize, const zip::Fail& fail);
 
-// The header of the safetensors file `bytes`, checked: N within the file and the limit, a
-// JSON object of no duplicate name whose entries each have a dtype of the spec, a shape of
-// counts and data offsets that hold exactly its elements, within the data, which they cover
-// whole without overlapping, and metadata of strings only. Calls `fail` (which must throw)
-// with what is wrong at the first problem.
-SafetensorsHeader readSafetensorsHeader(std::string_view bytes, const zip::Fail& fail);
+// The header `text` (the N bytes after the first 8) of a safetensors file of `fileSize`
+// bytes, checked: a JSON object (zip/Json.h: strict, UTF-8, bounded nesting) of no duplicate
+// name whose entries each have a dtype of the spec, a shape of counts and data offsets that
+// hold exactly its elements, within the data, which they cover whole without overlapping, and
+// metadata of strings only. Calls `fail` (which must throw) with what is wrong at the first
+// problem.
+SafetensorsHeader readSafetensorsHeader(std::string_view text, std::uint64_t fileSize, const zip::Fail& fail);
 
 // The 8 bytes of N and the header of `tensors`, whose data offsets it sets (laid out back
-// to back in their order), with `metadata`; padded with spaces so that the data begin at a
-// multiple of 8 bytes, as Hugging Face's writer aligns them.
+// to back in their order), with `metadata` after "format": "pt" (which transformers' loader
+// requires of every file); padded with spaces so that the data begin at a multiple of 8
+// bytes, as Hugging Face's writer aligns them.
 std::string writeSafetensorsHeader(std::vector<SafetensorsEntry>& tensors,
                                    const std::vector<std::pair<std::string, std::string>>& metadata);
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <set>
 #include <sstream>
 
 #include "runtime/Errors.h"
@@ -46,8 +47,11 @@ std::string encodeFacts(const Facts& facts) {
   return encoded;
 }
 
-std::map<std::string, std::string> decodeFacts(const std::string& encoded, int rank) {
-  std::map<std::string, std::string> facts;
+namespace {
+
+// A rank's facts in the order it states them.
+Facts decodeFactList(const std::string& encoded, int rank) {
+  Facts facts;
   std::istringstream lines(encoded);
   std::string line;
   while (std::getline(lines, line)) {
@@ -55,8 +59,16 @@ std::map<std::string, std::string> decodeFacts(const std::string& encoded, int r
     if (eq == std::string::npos) {
       throw CommError(fmt::format("rank {} sent a malformed start-up fact (a different pstrain version?)", rank));
     }
-    facts[unescaped(line.substr(0, eq), rank)] = unescaped(line.substr(eq + 1), rank);
+    facts.emplace_back(unescaped(line.substr(0, eq), rank), unescaped(line.substr(eq + 1), rank));
   }
+  return facts;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> decodeFacts(const std::string& encoded, int rank) {
+  std::map<std::string, std::string> facts;
+  for (auto& [key, value] : decodeFactList(encoded, rank)) facts[key] = std::move(value);
   return facts;
 }
 
@@ -64,31 +76,41 @@ std::vector<std::map<std::string, std::string>> handshake(comm::Communicator& co
                                                           const Facts& mine) {
   std::vector<std::string> all = comm.allGather(encodeFacts(mine), "start-up handshake");
   std::vector<std::map<std::string, std::string>> facts;
-  for (std::size_t r = 0; r < all.size(); ++r) facts.push_back(decodeFacts(all[r], static_cast<int>(r)));
-  // Compare in the order this rank states its facts, so every rank reports the same field.
-  for (const auto& [key, ignored] : mine) {
+  // Every rank's keys in the order the ranks state them, rank 0's first: the same sequence on
+  // every rank, so that every rank reports the same field.
+  std::vector<std::string> keys;
+  std::set<std::string> seen;
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    const Facts list = decodeFactList(all[r], static_cast<int>(r));
+    for (const auto& [key, value] : list) {
+      if (seen.insert(key).second) keys.push_back(key);
+    }
+    facts.push_back(decodeFacts(all[r], static_cast<int>(r)));
+  }
+  for (const std::string& key : keys) {
     if (key.rfind("info.", 0) == 0) continue;
     int first = -1;
     for (std::size_t r = 0; r < facts.size(); ++r) {
-      auto it = facts[r].find(key);
-      const std::string value = it == facts[r].end() ? "(missing)" : it->second;
-      if (value.empty()) continue;
+      const auto it = facts[r].find(key);
+      if (it == facts[r].end()) continue;  // not a fact of this rank's (a server's data set)
       if (first < 0) {
         first = static_cast<int>(r);
         continue;
       }
       const std::string& reference = facts[first][key];
+      const std::string& value = it->second;
       if (value != reference) {
         // What each rank says it is of (its "info." fact, a file's path), when it says so.
         const std::string infoKey = "info." + key;  // (a structured binding is not captured before C++20)
         auto about = [&](std::size_t rank) {
           auto info = facts[rank].find(infoKey);
-          return info == facts[rank].end() ? std::string() : " (" + info->second + ")";
+          return info == facts[rank].end() || info->second.empty() ? std::string() : " (" + info->second + ")";
         };
+        const auto said = [](const std::string& v) { return v.empty() ? std::string("nothing") : "'" + v + "'"; };
         throw CollectiveConfigError(fmt::format(
-            "ranks disagree on '{}': '{}'{} on rank {} but '{}'{} on rank {}; start every rank with "
+            "ranks disagree on '{}': {}{} on rank {} but {}{} on rank {}; start every rank with "
             "the same flags, binary and data",
-            key, reference, about(first), first, value, about(r), r));
+            key, said(reference), about(static_cast<std::size_t>(first)), first, said(value), about(r), r));
       }
     }
   }

@@ -13,10 +13,12 @@ namespace pstrain::protocol {
 using Facts = std::vector<std::pair<std::string, std::string>>;
 
 // Gathers every rank's facts, indexed by rank. A fact whose key starts with "info." is only
-// recorded; any other fact must have the same value on every rank that states it with a
-// non-empty value. Throws CollectiveConfigError, the same on every rank, naming the first field that
-// differs, its values and the ranks (and, for a field "X", each rank's "info.X": what the
-// value is of, such as a file's path).
+// recorded; any other fact must have the same value on every rank that states it, an empty
+// value included (a rank without --init-from states an empty file identity, and is
+// compared); a rank leaves out a fact that is not its (a server has no data set). Throws
+// CollectiveConfigError, the same on every rank, naming the first field that differs, its
+// values and the ranks (and, for a field "X", each rank's "info.X": what the value is of,
+// such as a file's path).
 std::vector<std::map<std::string, std::string>> handshake(comm::Communicator& comm,
                                                           const Facts& mine);
 

@@ -1,4 +1,5 @@
 #include "runtime/Stop.h"
+#include "models/StateDict.h"
 #include "runtime/rundir/AtomicFile.h"
 #include "runtime/roles/Publisher.h"
 

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 namespace pstrain::rundir {
 namespace {
@@ -50,6 +51,42 @@ std::string readRegularFile(const std::string& path, const ReadFail& fail) {
   }
   bytes.resize(got);
   return bytes;
+}
+
+InputFile::InputFile(const std::string& path, const ReadFail& fail) : path_(path), fd_(openRegularFile(path, fail)) {
+  struct stat info {};
+  ::fstat(fd_, &info);
+  size_ = static_cast<std::uint64_t>(info.st_size);
+}
+
+InputFile::InputFile(InputFile&& other) noexcept : path_(std::move(other.path_)), fd_(other.fd_), size_(other.size_) {
+  other.fd_ = -1;
+}
+
+InputFile& InputFile::operator=(InputFile&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    path_ = std::move(other.path_);
+    fd_ = other.fd_;
+    size_ = other.size_;
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+InputFile::~InputFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void InputFile::read(std::uint64_t at, void* out, std::size_t n, const ReadFail& fail) const {
+  auto* into = static_cast<char*>(out);
+  while (n > 0) {
+    const ssize_t got = ::pread(fd_, into, n, static_cast<off_t>(at));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) failWith(fail, std::string("cannot read (") + std::strerror(errno) + ")");
+    if (got == 0) failWith(fail, "shorter than when it was opened (changed while read?)");
+    into += got, at += static_cast<std::uint64_t>(got), n -= static_cast<std::size_t>(got);
+  }
 }
 
 }  // namespace pstrain::rundir

@@ -12,6 +12,7 @@
 #include <optional>
 #include <sstream>
 
+#include "models/StateDict.h"
 #include "runtime/Errors.h"
 #include "runtime/config/Devices.h"
 #include "runtime/config/Flags.h"
@@ -198,14 +199,16 @@ Facts factsOf(comm::Communicator& comm, const config::TrainConfig& cfg, const co
   Facts mine = config::agreedFields(cfg);
   mine.emplace_back("protocol", kProtocolVersion);
   mine.emplace_back("parameters", models::parameterSignature(model));
-  mine.emplace_back("train-samples", train ? std::to_string(train->size()) : "");
-  mine.emplace_back("resolved-virtual-shards", comm.rank() == 0 ? std::to_string(run.virtualShards) : "");
+  // Facts that are not a rank's are left out (a server has no data set; rank 0 decides the
+  // virtual shards), never stated empty: an empty fact is compared as any other.
+  if (train) mine.emplace_back("train-samples", std::to_string(train->size()));
+  if (comm.rank() == 0) mine.emplace_back("resolved-virtual-shards", std::to_string(run.virtualShards));
   // Files of the user's: the same contents on every rank, whatever their paths.
   mine.emplace_back("model-file", model.fileIdentity());
   mine.emplace_back("init-from-file", cfg.initFromIdentity);
   mine.emplace_back("info.init-from-file", cfg.initFrom);
   mine.emplace_back("info.model-file", cfg.model);
-  mine.emplace_back("dataset-file", train ? train->fileIdentity : "");
+  if (train) mine.emplace_back("dataset-file", train->fileIdentity);
   mine.emplace_back("info.dataset-file", cfg.dataset);
   mine.emplace_back("info.token-ids", train ? train->storedIds : "");
   mine.emplace_back("info.host", comm.hostName());
@@ -366,7 +369,7 @@ StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, mo
   checkServerHosts(cfg, started.facts);
   if (comm.rank() == 0) warnOfReferenceBlas(cfg, started.facts);
   for (const auto& rank : started.facts) {
-    if (!rank.at("train-samples").empty()) started.trainSamples = std::stoll(rank.at("train-samples"));
+    if (const auto samples = rank.find("train-samples"); samples != rank.end()) started.trainSamples = std::stoll(samples->second);
   }
   started.run.virtualShards = std::stoi(started.facts[0].at("resolved-virtual-shards"));
   started.memory = chooseMemory(cfg, model, started.facts);

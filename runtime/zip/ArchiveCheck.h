@@ -16,16 +16,9 @@
 //     file's code (torch.jit.save deflates it), each such record at most kMaxInflated bytes
 //     inflated and all of them kMaxInflatedTotal (a zip bomb cannot make every rank
 //     allocate gigabytes);
-//   - each pickle is made of the protocol-2 opcodes libtorch reads (one row each in
-//     ArchiveCheck.cpp), their lengths within the pickle, memo ids assigned in order, no
-//     opcode taking more items than there are above its innermost MARK;
-//   - each persistent id is a storage ("storage", torch.<Type>Storage, key, device, count)
-//     whose count times its element size is exactly the size of its record;
-//   - each tensor that a pickle rebuilds (torch._utils._rebuild_tensor_v2, _rebuild_qtensor)
-//     is a view within its storage: its offset, sizes and strides literal non-negative
-//     integers whose last element lies before the storage's end (libtorch makes the view
-//     whatever it says, and every later read of it would go out of bounds); sparse tensors,
-//     whose indices no check follows, are refused.
+//   - each pickle passes zip/Pickle.h's reader (a checkpoint's under its Weights rules, a
+//     model file's under its ModelFile rules): nesting, memory, opcodes, stack and memo,
+//     storages exactly the size of their records, tensors within their storages.
 #include <cstdint>
 #include <map>
 #include <set>
@@ -33,16 +26,10 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/zip/Pickle.h"
 #include "runtime/zip/ZipDirectory.h"
 
 namespace pstrain::zip {
-
-// A name that a pickle's GLOBAL opcode looks up: module "torch._utils", name
-// "_rebuild_tensor_v2"; module "__torch__.model", name "Net" (a TorchScript class).
-struct PickleGlobal {
-  std::string module, name;
-  std::string qualified() const { return module + "." + name; }
-};
 
 // What the archive is: a checkpoint (torch.save's form: data.pkl, no objects, every record
 // stored) or a model file (torch.jit.save's: data.pkl and constants.pkl, whose pickles make
@@ -52,20 +39,39 @@ enum class ArchiveKind { Checkpoint, ModelFile };
 constexpr std::uint64_t kMaxInflated = std::uint64_t(64) << 20;
 constexpr std::uint64_t kMaxInflatedTotal = std::uint64_t(256) << 20;
 
+// The largest pickle read (a state dict of a million tensors takes about 100 MB of it).
+constexpr std::uint64_t kMaxPickleBytes = std::uint64_t(256) << 20;
+
+// What the check found. Move it, never copy it: its pickles' texts view its pickleBytes.
 struct ArchiveContents {
+  ArchiveContents() = default;
+  ArchiveContents(ArchiveContents&&) = default;
+  ArchiveContents& operator=(ArchiveContents&&) = default;
+  ArchiveContents(const ArchiveContents&) = delete;
+  ArchiveContents& operator=(const ArchiveContents&) = delete;
+
   std::string root;  // the folder libtorch reads every record from: the first record's
-  // The GLOBALs each checked pickle names, in order, by the pickle's name ("data").
-  std::map<std::string, std::vector<PickleGlobal>> globals;
+  // Each checked pickle's bytes, and what it made, by the pickle's name ("data", "constants").
+  std::map<std::string, std::string> pickleBytes;
+  std::map<std::string, Pickled> pickles;
   // The records that data.pkl's persistent ids name (lower case: "archive/data/0"), those of
   // storages of one element or more.
   std::set<std::string> storages;
-  // Every stored (uncompressed) record's bytes, by its lower-case name: views of the archive.
-  std::map<std::string, std::string_view> stored;
+  // Where every stored (uncompressed) record's data lie in the archive, by its lower-case name.
+  std::map<std::string, Span> stored;
+  // The CRC-32 of every record's name, size and the CRC-32 the directory records of its data:
+  // what the archive says it holds, without reading its data.
+  std::uint32_t directoryCrc = 0;
 };
 
-// Checks the archive `bytes` of `kind`: its pickles ("data" for <root>/data.pkl, whose
+// Checks the archive of `size` bytes that `read` reads (only its directory, its headers and
+// its pickles: a storage's data are not read): its pickles ("data" for <root>/data.pkl, whose
 // storages are <root>/data/<key>; a model file's "constants" too, if there). Calls `fail`
 // (which must throw) with what is wrong at the first problem.
+ArchiveContents checkArchive(std::uint64_t size, const ReadAt& read, ArchiveKind kind, const Fail& fail);
+// The same of the archive `bytes`.
 ArchiveContents checkArchive(std::string_view bytes, ArchiveKind kind, const Fail& fail);
+// The bytes of the record whose data are `data` in the archive `bytes`.
+std::string_view recordOf(std::string_view bytes, const Span& data);
 
 }  // namespace pstrain::zip

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "models/Registry.h"
+#include "models/StateDict.h"
 #include "runtime/checkpoint/Checkpoint.h"
 
 using namespace pstrain;

@@ -23,12 +23,12 @@ endfunction()
 file(GLOB PSTRAIN_CONFIG_SOURCES ${PROJECT_SOURCE_DIR}/runtime/config/*.cpp)  # the registry's names
 pstrain_fuzz_library(fuzz_readers data/Idx.cpp data/Cifar.cpp data/Npz.cpp data/TokenFile.cpp
   runtime/protocol/Handshake.cpp runtime/protocol/StepProtocol.cpp runtime/comm/Doorbell.cpp runtime/net/Interfaces.cpp
-  runtime/zip/ArchiveCheck.cpp runtime/zip/WeightsPickle.cpp runtime/zip/ZipDirectory.cpp runtime/zip/ZipWriter.cpp
+  runtime/zip/ArchiveCheck.cpp runtime/zip/Json.cpp runtime/zip/Pickle.cpp runtime/zip/ZipDirectory.cpp runtime/zip/ZipWriter.cpp
   runtime/checkpoint/Safetensors.cpp runtime/metrics/Json.cpp runtime/Portable.cpp
   runtime/Process.cpp runtime/rundir/AtomicFile.cpp runtime/rundir/ReadFile.cpp runtime/rundir/RunFiles.cpp
   ${PSTRAIN_CONFIG_SOURCES})
 pstrain_fuzz_library(fuzz_torch_readers runtime/checkpoint/Checkpoint.cpp runtime/checkpoint/WeightsFile.cpp models/ModelFile.cpp models/ScriptModel.cpp
-  models/Registry.cpp models/ResNet.cpp models/Vgg.cpp)
+  models/Registry.cpp models/ResNet.cpp models/StateDict.cpp models/Vgg.cpp)
 target_link_libraries(fuzz_torch_readers PUBLIC ${TORCH_LIBRARIES})  # and fuzz_readers, by each fuzzer (below)
 target_precompile_headers(fuzz_torch_readers PRIVATE <torch/torch.h>)
 

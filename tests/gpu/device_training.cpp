@@ -12,6 +12,7 @@
 #include <iostream>
 #include <string>
 
+#include "models/StateDict.h"
 #include "runtime/comm/mpi/MpiComm.h"
 #include "runtime/training/Training.h"
 #include "tests/common/Reference.h"

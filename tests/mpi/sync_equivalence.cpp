@@ -11,6 +11,7 @@
 #include <iostream>
 #include <string>
 
+#include "models/StateDict.h"
 #include "launcher/Device.h"
 #include "runtime/comm/mpi/MpiComm.h"
 #include "runtime/training/Training.h"

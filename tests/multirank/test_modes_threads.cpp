@@ -5,6 +5,7 @@
 #include <cstring>
 #include <iostream>
 
+#include "models/StateDict.h"
 #include "runtime/Errors.h"
 #include "runtime/comm/InProcessComm.h"
 #include "runtime/training/Training.h"

@@ -5,6 +5,7 @@
 
 #include <iostream>
 
+#include "models/StateDict.h"
 #include "tests/common/Reference.h"
 #include "tests/common/ScratchDir.h"
 #include "tests/common/TrainOnThreads.h"

@@ -8,6 +8,7 @@
 #include <map>
 #include <thread>
 
+#include "models/StateDict.h"
 #include "runtime/Errors.h"
 #include "runtime/comm/InProcessComm.h"
 #include "runtime/loss/Evaluation.h"

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "models/Registry.h"
+#include "models/StateDict.h"
 #include "runtime/Errors.h"
 #include "runtime/protocol/FlatParameters.h"
 

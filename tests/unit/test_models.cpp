@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "models/Registry.h"
+#include "models/StateDict.h"
 #include "runtime/Errors.h"
 #include "runtime/protocol/FlatParameters.h"
 

@@ -28,6 +28,7 @@
 
 #include "models/ModelFile.h"
 #include "models/Registry.h"
+#include "models/StateDict.h"
 #include "models/ScriptModel.h"
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"

@@ -3,10 +3,13 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "runtime/Errors.h"
 #include "runtime/protocol/Handshake.h"
 #include "runtime/protocol/StepProtocol.h"
+#include "tests/common/Ranks.h"
 
 using namespace pstrain;
 
@@ -37,4 +40,37 @@ TEST(Handshake, ValuesAreEscapedOnTheWire) {
   EXPECT_EQ(back.at("model"), "lenet");
   EXPECT_THROW(protocol::decodeFacts("a=b\\x\n", 1), CommError);
   EXPECT_THROW(protocol::decodeFacts("a=b\\", 1), CommError);
+}
+
+// Every fact that a rank states is compared, an empty one too: a host whose --config lacks
+// --init-from states no file (an empty identity) and trained on its model file's frozen
+// weights, 0.11 off the others', while the handshake skipped it. A fact a rank leaves out
+// (a server has no data set) is not compared; the same field is named on every rank.
+TEST(Handshake, AnEmptyFactIsComparedAndALeftOutOneIsNot) {
+  comm::InProcessWorld world(3);
+  std::vector<std::string> said(3);
+  const auto errors = testsupport::runRanks(world, [&](int r) {
+    protocol::Facts facts = {{"model", "gpt.pt"}, {"init-from-file", r == 2 ? "" : "crc32 1234abcd, 10 bytes"},
+                             {"info.init-from-file", r == 2 ? "" : "base.safetensors"}};
+    if (r > 0) facts.emplace_back("train-samples", "100");
+    try {
+      protocol::handshake(world.rank(r), facts);
+    } catch (const CollectiveConfigError& e) {
+      said[static_cast<std::size_t>(r)] = e.what();
+    }
+  });
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(errors[static_cast<std::size_t>(r)], "");
+    EXPECT_EQ(said[static_cast<std::size_t>(r)],
+              "ranks disagree on 'init-from-file': 'crc32 1234abcd, 10 bytes' (base.safetensors) on rank 0 but nothing "
+              "on rank 2; start every rank with the same flags, binary and data");
+  }
+  comm::InProcessWorld agreed(3);
+  const auto none = testsupport::runRanks(agreed, [&](int r) {
+    protocol::Facts facts = {{"model", "gpt.pt"}, {"init-from-file", ""}};
+    if (r > 0) facts.emplace_back("train-samples", std::to_string(100));
+    if (r == 0) facts.emplace_back("resolved-virtual-shards", "2");
+    protocol::handshake(agreed.rank(r), facts);
+  });
+  EXPECT_EQ(none, std::vector<std::string>(3));
 }
