@@ -16,6 +16,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "launcher/Cli.h"
 #include "launcher/Device.h"
 #include "models/Registry.h"
+#include "runtime/checkpoint/WeightsFile.h"
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
 #include "runtime/Process.h"
@@ -115,20 +117,21 @@ std::string trainDirProblem(const std::string& trainDir, double checkpointBytes,
   return "";
 }
 
-// The model's parameters: a zoo model's count, or a model file's size over 4 (its weights
-// are float32).
-std::int64_t parametersOf(const config::TrainConfig& cfg) {
-  if (config::isModelFile(cfg.model)) {
-    std::error_code ec;
-    const auto bytes = fs::file_size(cfg.model, ec);
-    return ec ? 0 : static_cast<std::int64_t>(bytes / 4);
-  }
-  return models::parameterCount(*models::makeModel(cfg.model, data::datasetInfo(cfg.dataset).classes));
+// The model as the run makes it: its trained parameters (models::parameterCount, what the
+// run's memory plan counts) and its frozen weights, which every rank holds beside them.
+struct ModelSize {
+  std::int64_t trained = 0, frozen = 0;
+};
+ModelSize sizeOf(const config::TrainConfig& cfg) {
+  const auto model = models::makeModel(cfg.model, config::isModelFile(cfg.model) ? 0 : data::datasetInfo(cfg.dataset).classes);
+  return {models::parameterCount(*model), models::frozenCount(*model)};
 }
 
 // A checkpoint's size, at most: the weights and up to two optimizer states (Adam's moments),
-// float32.
-double checkpointBytes(const config::TrainConfig& cfg) { return 3 * 4.0 * static_cast<double>(parametersOf(cfg)); }
+// float32; the frozen weights once.
+double checkpointBytes(const ModelSize& size) {
+  return 4.0 * (3 * static_cast<double>(size.trained) + static_cast<double>(size.frozen));
+}
 
 // Ends the job with status 2 when the check has not finished within --timeout, naming what
 // it was waiting for: an unreachable rank would otherwise hang it.
@@ -187,6 +190,15 @@ protocol::Facts factsOf(const config::TrainConfig& cfg, comm::mpi::MpiComm& comm
     }
   }
   if (config::isModelFile(cfg.model)) facts.emplace_back("model:" + cfg.model, sampleOf(cfg.model));
+  if (!cfg.initFrom.empty()) {  // its structure, read and checked as the run reads it (no tensor read)
+    try {
+      const checkpoint::WeightsReader weights(cfg.initFrom);
+      facts.emplace_back("init-from:" + cfg.initFrom, fmt::format("{} tensors, crc32 {:08x} of its structure",
+                                                                  weights.tensors().size(), weights.structureCrc()));
+    } catch (const Error& e) {
+      facts.emplace_back("init-from-problem", fmt::format("--init-from {}", e.what()));
+    }
+  }
   return facts;
 }
 
@@ -199,13 +211,10 @@ using RankFacts = std::map<std::string, std::string>;
 struct MemoryVerdict {
   std::vector<std::string> problems, choices;
 };
-MemoryVerdict checkMemory(const config::TrainConfig& cfg, std::vector<RankFacts>& all) {
-  std::int64_t parameters = 0;
-  try {
-    parameters = parametersOf(cfg);
-  } catch (const Error&) {  // the model or data set: reported by its own check
-    return {};
-  }
+MemoryVerdict checkMemory(const config::TrainConfig& cfg, const std::optional<ModelSize>& size,
+                          std::vector<RankFacts>& all) {
+  if (!size) return {};  // the model or data set: reported by its own check
+  const std::int64_t parameters = size->trained;
   const config::Layout layout(cfg, static_cast<int>(all.size()));
   const double weightBytes = cfg.bf16Weights() ? 2 : 4;
   std::vector<training::RankMeasure> ranks;
@@ -215,8 +224,11 @@ MemoryVerdict checkMemory(const config::TrainConfig& cfg, std::vector<RankFacts>
     m.host = f["host"];
     m.hostMib = std::stod(f["host-mib"]);
     m.held = layout.heldBy(r, parameters);
+    // What the run measures once it holds the model: its trained weights held, and every
+    // frozen one (bfloat16 on a worker under bf16-weights).
+    const double bytes = layout.serves(r) ? 4.0 : weightBytes;
     m.residentMib = std::stod(f["resident-mib"]) +
-                    (layout.serves(r) ? 4.0 : weightBytes) * static_cast<double>(m.held) / (1 << 20);
+                    bytes * static_cast<double>(m.held + size->frozen) / (1 << 20);
     ranks.push_back(m);
   }
   MemoryVerdict verdict;
@@ -264,6 +276,11 @@ std::vector<double> timeRoundTrips(comm::mpi::MpiComm& comm) {
 }
 
 // Rank 0: every rank's facts compared, one line per problem naming rank, host and fix.
+// A fact that samples a file every rank must hold alike: "data:PATH", "model:PATH", "init-from:PATH".
+bool isFileFact(const std::string& key) {
+  return key.rfind("data:", 0) == 0 || key.rfind("model:", 0) == 0 || key.rfind("init-from:", 0) == 0;
+}
+
 std::vector<std::string> problemsOf(std::vector<RankFacts>& all) {
   std::vector<std::string> problems;
   auto problem = [&](int r, const std::string& text) {
@@ -282,7 +299,7 @@ std::vector<std::string> problemsOf(std::vector<RankFacts>& all) {
       problem(r, fmt::format("libtorch {}, rank 0 has {}: build pstrain against the same libtorch major version "
                              "on every host", f["torch"], zero.at("torch")));
     }
-    for (const char* key : {"device-problem", "data-problem", "firewall", "train-dir-problem"}) {
+    for (const char* key : {"device-problem", "data-problem", "init-from-problem", "firewall", "train-dir-problem"}) {
       if (!f[key].empty()) problem(r, f[key]);
     }
     const double offset = std::stod(f["clock"]) - std::stod(zero.at("clock"));
@@ -291,7 +308,7 @@ std::vector<std::string> problemsOf(std::vector<RankFacts>& all) {
                              "sudo systemsetup -setusingnetworktime on; Linux: timedatectl set-ntp true)", offset));
     }
     for (const auto& [key, sample] : f) {
-      if (key.rfind("data:", 0) != 0 && key.rfind("model:", 0) != 0) continue;
+      if (!isFileFact(key)) continue;
       if (!files.count(key)) files[key] = majority(all, key);
       const std::string path = key.substr(key.find(':') + 1);
       if (sample == "missing" || sample == "unreadable" || sample == "not a regular file") {
@@ -317,13 +334,13 @@ std::string reportOf(std::vector<RankFacts>& all, const std::vector<double>& rou
     ++hosts[f["host"]];
     skew = std::max(skew, std::abs(std::stod(f["clock"]) - std::stod(zero.at("clock"))));
     for (const auto& fact : f) {
-      if (fact.first.rfind("data:", 0) == 0 || fact.first.rfind("model:", 0) == 0) files.insert(fact.first);
+      if (isFileFact(fact.first)) files.insert(fact.first);
     }
   }
   std::string out = fmt::format("pstrain --doctor: {} rank(s) on {} host(s); {}; libtorch {}; {}; BLAS: {}\n", all.size(),
                                 hosts.size(), zero.at("build"), zero.at("torch"),
                                 zero.at("mpi").substr(0, zero.at("mpi").find('\n')), zero.at("blas"));
-  out += fmt::format("  files compared: {} (data set and model, on every rank that reads them); clock skew at most "
+  out += fmt::format("  files compared: {} (data set, model and --init-from, on every rank that reads them); clock skew at most "
                      "{:.3f} s; round trips from rank 0 at most {:.2f} ms\n", files.size(), skew,
                      1e3 * *std::max_element(roundTrips.begin(), roundTrips.end()));
   if (!trainDirFound.empty()) out += fmt::format("  train dir {}: {}\n", trainDir, trainDirFound);
@@ -347,14 +364,13 @@ int runDoctor(comm::mpi::MpiComm& comm, const config::TrainConfig& cfg) {
   watchdog.phase("every rank looked at its files");
   protocol::Facts mine = factsOf(cfg, comm);
   std::string trainDirFound;
+  std::optional<ModelSize> size;  // rank 0's: the model as the run makes it
   if (rank == 0) {
-    std::string problem;
     try {
-      problem = trainDirProblem(cfg.trainDir, checkpointBytes(cfg), trainDirFound);
-    } catch (const Error&) {  // the model or data set that sizes a checkpoint: reported by its own check
-      problem = trainDirProblem(cfg.trainDir, 0, trainDirFound);
+      size = sizeOf(cfg);
+    } catch (const Error&) {  // the model or data set that sizes it: reported by its own check
     }
-    mine.emplace_back("train-dir-problem", problem);
+    mine.emplace_back("train-dir-problem", trainDirProblem(cfg.trainDir, size ? checkpointBytes(*size) : 0, trainDirFound));
   }
   comm.barrier("doctor: clocks");
   mine.emplace_back("clock", fmt::format("{:.6f}", std::chrono::duration<double>(
@@ -367,7 +383,7 @@ int runDoctor(comm::mpi::MpiComm& comm, const config::TrainConfig& cfg) {
     std::vector<RankFacts> all;
     for (int r = 0; r < comm.size(); ++r) all.push_back(protocol::decodeFacts(gathered[static_cast<std::size_t>(r)], r));
     std::vector<std::string> problems = problemsOf(all);
-    const MemoryVerdict memory = checkMemory(cfg, all);
+    const MemoryVerdict memory = checkMemory(cfg, size, all);
     for (const std::string& p : memory.problems) problems.push_back(p);
     std::cout << reportOf(all, roundTrips, cfg.trainDir, trainDirFound, memory, problems, metrics::secondsSince(start))
               << std::flush;

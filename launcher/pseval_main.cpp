@@ -294,7 +294,12 @@ void exportWeights(const launcher::EvalCommand& cmd) {
                                     cmd.exportStep, cmd.trainDir, steps));
     }
   }
-  const checkpoint::Checkpoint ckpt = checkpoint::read(*chosen);
+  checkpoint::Checkpoint ckpt;
+  try {
+    ckpt = checkpoint::read(*chosen);
+  } catch (const CheckpointError& e) {  // the one file asked for: a refusal, not a skip
+    throw ConfigError(e.what());
+  }
   checkpoint::writeWeightsFile(cmd.exportPath, ckpt.modelState);
   std::cout << fmt::format("pseval: step {}'s weights ({} tensors of {}) written to {}", ckpt.step,
                            ckpt.modelState.size(), ckpt.model, cmd.exportPath)

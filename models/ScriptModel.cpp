@@ -36,9 +36,15 @@
 #include "runtime/Text.h"
 #include "runtime/checkpoint/BytesReader.h"
 #include "runtime/zip/ArchiveCheck.h"
+#include "runtime/zip/Json.h"
 
 namespace pstrain::models {
 namespace {
+
+// The record where pstrain's own facts about a model file go (tools/model_file.py writes it
+// with torch.jit.save's _extra_files): what TorchScript drops, such as which buffers were
+// registered with persistent=False.
+constexpr const char* kFactsRecord = "extra/pstrain.json";
 
 constexpr const char* kCheckModelFlag = "--check-model";
 // The check process's: the file is its standard input (the descriptor the loader opened).
@@ -274,7 +280,10 @@ class ScriptNet : public Net {
   // seen by the TorchScript code that reads it), one that does not is frozen, and a tensor
   // met again under another name is a tie. Tensors that view one storage otherwise (other
   // shapes or offsets of one tensor) would be untied by their binding: refused.
-  ScriptNet(torch::jit::Module module, std::string path, std::string identity)
+  // Buffers in `nonPersistent` (registered with persistent=False, as the file's facts say)
+  // are the module's own: moved with it, never in stateDict(), exchanged or checkpointed, as
+  // PyTorch's state_dict() leaves them out.
+  ScriptNet(torch::jit::Module module, std::string path, std::string identity, std::set<std::string> nonPersistent)
       : module_(std::move(module)), path_(std::move(path)), identity_(std::move(identity)) {
     std::map<const void*, std::string> named;     // by tensor: the name it was met under first
     std::map<const void*, std::string> storages;  // by storage: the tensor's that holds it
@@ -314,9 +323,18 @@ class ScriptNet : public Net {
       owner->register_parameter(leaf, p.value, true);
     }
     for (const auto& b : module_.named_buffers(/*recurse=*/true)) {
+      if (nonPersistent.erase(b.name)) {
+        internal_.push_back(b.value);
+        continue;
+      }
       if (!claim(b.name, b.value, true)) continue;
       auto [owner, leaf] = ownerOf(b.name);
       owner->register_buffer(leaf, b.value);
+    }
+    if (!nonPersistent.empty()) {
+      throw ConfigError(fmt::format("{}: its {} names '{}' a non-persistent buffer, and the module has no buffer of "
+                                    "that name; save the model again with tools/model_file.py", path_, kFactsRecord,
+                                    printable(*nonPersistent.begin())));
     }
     const c10::FunctionSchema& schema = module_.get_method("forward").function().getSchema();
     declared_ = describeForward(schema);
@@ -360,6 +378,7 @@ class ScriptNet : public Net {
     Net::to(device, nonBlocking);
     torch::NoGradGuard noGrad;
     for (auto& [name, w] : frozen_) w.set_data(w.to(device, nonBlocking));
+    for (at::Tensor& b : internal_) b.set_data(b.to(device, nonBlocking));
   }
   using Net::to;
 
@@ -417,6 +436,7 @@ class ScriptNet : public Net {
   std::string declared_;  // forwardSignature()
   bool ownLoss_ = false;  // its forward takes the targets
   std::vector<std::pair<std::string, at::Tensor>> frozen_;
+  std::vector<at::Tensor> internal_;  // the non-persistent buffers
   std::vector<std::pair<std::string, std::string>> ties_;
   FlatSpan held_;
 };
@@ -426,7 +446,35 @@ class ScriptNet : public Net {
 // no zip bomb), whose large storages are storages (ModelFile::confirmStorages) and, unless
 // trusted, passes checkBeforeLoading, in this process: the check process's work, and the
 // loader's own.
-void checkArchive(const ModelFile& file, const std::string& path) {
+// The buffers the file's facts name non-persistent ({"non_persistent_buffers": [NAME, ...]}),
+// none without that record. ConfigError for facts that are not that.
+std::set<std::string> nonPersistentBuffers(const ModelFile& file, const zip::ArchiveContents& contents,
+                                           const std::string& path) {
+  const auto record = contents.stored.find(lowerCase(contents.root) + "/" + kFactsRecord);
+  if (record == contents.stored.end()) return {};
+  const zip::Span span = record->second;
+  const auto bad = [&](const std::string& what) {
+    throw ConfigError(fmt::format("{}: its {} {}; save the model again with tools/model_file.py", path, kFactsRecord,
+                                  printable(what)));
+  };
+  if (span.end - span.begin > (1u << 20)) bad("is larger than any facts of a model");
+  const std::string text(file.image().substr(static_cast<std::size_t>(span.begin), static_cast<std::size_t>(span.end - span.begin)));
+  const zip::JsonValue facts = zip::parseJson(text, bad);
+  const zip::JsonValue* names = facts.member("non_persistent_buffers");
+  if (facts.kind != zip::JsonValue::Kind::Object || (names && names->kind != zip::JsonValue::Kind::Array)) {
+    bad("is not an object whose \"non_persistent_buffers\" is a list of names");
+  }
+  std::set<std::string> out;
+  for (const zip::JsonValue& name : names ? names->items : std::vector<zip::JsonValue>{}) {
+    if (name.kind != zip::JsonValue::Kind::String) bad("names a buffer by other than a string");
+    out.insert(name.text);
+  }
+  return out;
+}
+
+// The image's archive checked (returns the buffers that the file's facts say are
+// non-persistent).
+std::set<std::string> checkArchive(const ModelFile& file, const std::string& path) {
   const std::string_view bytes = file.image();
   const zip::ArchiveContents contents =
       zip::checkArchive(bytes, zip::ArchiveKind::ModelFile, [&](const std::string& what) {
@@ -435,6 +483,7 @@ void checkArchive(const ModelFile& file, const std::string& path) {
                                       printable(what), path));
       });
   file.confirmStorages(contents.storages);
+  std::set<std::string> nonPersistent = nonPersistentBuffers(file, contents, path);
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> archive;
   try {  // checks the format version
     archive = std::make_unique<caffe2::serialize::PyTorchStreamReader>(std::make_shared<checkpoint::BytesReader>(bytes));
@@ -448,7 +497,7 @@ void checkArchive(const ModelFile& file, const std::string& path) {
     throw ConfigError(fmt::format("{}: not a TorchScript file (not a PyTorch archive: {}); save the model with "
                                   "torch.jit.script(model).save(\"{}\")", path, why, path));
   }
-  if (modelFilePolicy().trusted) return;
+  if (modelFilePolicy().trusted) return nonPersistent;
   try {
     checkBeforeLoading(*archive, contents, path);
   } catch (const Error&) {
@@ -457,6 +506,7 @@ void checkArchive(const ModelFile& file, const std::string& path) {
     throw ConfigError(fmt::format("{}: a damaged TorchScript archive ({}); export the model again with "
                                   "torch.jit.script(model).save(\"{}\")", path, firstLine(e.what()), path));
   }
+  return nonPersistent;
 }
 
 // checkArchive in the check process, for an untrusted `file` (its descriptor as the process's
@@ -595,7 +645,7 @@ std::shared_ptr<Net> loadScriptModel(const std::string& path, const WeightsNeede
   const ModelFile file(path);
   const bool trusted = modelFilePolicy().trusted;
   if (!trusted && !modelCheckCommand().empty()) checkArchiveApart(file, path);
-  checkArchive(file, path);
+  const std::set<std::string> nonPersistent = checkArchive(file, path);
   torch::jit::setGraphExecutorOptimize(false);
   torch::jit::Module module;
   std::vector<Deferred> deferred;
@@ -611,7 +661,7 @@ std::shared_ptr<Net> loadScriptModel(const std::string& path, const WeightsNeede
   }
   // And what loading made, against whatever the compile above did not reach.
   if (!trusted) checkGraphs(*module._ivalue()->compilation_unit(), path);
-  auto net = std::make_shared<ScriptNet>(std::move(module), path, file.identity());
+  auto net = std::make_shared<ScriptNet>(std::move(module), path, file.identity(), nonPersistent);
   net->readStorages(file, deferred, needed ? needed(*net) : FlatSpan{});
   return net;
 }

@@ -232,7 +232,7 @@ class Decoder {
   TensorList tensors(Pickled::Id dict, const std::string& what) const {
     TensorList list;
     try {
-      for (const StoredTensor& t : reader_.tensorsOf(dict, what)) list.emplace_back(t.name, reader_.read(t));
+      for (const StoredTensor& t : reader_.tensorsOf(dict, "'" + what + "'")) list.emplace_back(t.name, reader_.read(t));
     } catch (const ConfigError& e) {
       throw CheckpointError(e.what());
     }
@@ -322,10 +322,12 @@ void writeOptimizerState(const std::string& path, const Checkpoint& ckpt, const 
 
 namespace {
 
-// The stream a TorchScript module is saved to (writeArchive): a large write within
-// `stable` memory (a tensor's storage, which PyTorch's zip writer writes straight from the
-// tensor's memory) is kept as where it points, to be read when the archive is written again;
-// anything else is copied as it comes (the writer's own buffers do not outlive the write).
+// The stream a TorchScript module is saved to (writeArchive): a write within `stable` memory
+// (a tensor's storage, which PyTorch's zip writer writes straight from the tensor's memory),
+// however small, is kept as where it points, to be read through the source when the archive
+// is written again: a small model's one flat storage of another server's range holds
+// placeholders here (a 62 KB one was copied stale under a threshold of 64 KiB). Anything else
+// is copied as it comes (the writer's own buffers do not outlive the write).
 class CapturedArchive : public std::streambuf {
  public:
   explicit CapturedArchive(const std::vector<MemoryRange>& stable) : stable_(stable) {}
@@ -337,10 +339,10 @@ class CapturedArchive : public std::streambuf {
       out = static_cast<char*>(out) + bytes;
     });
   }
-  // Gives [at, at + n) of the archive to `write`, the large writes' bytes through `source`.
+  // Gives [at, at + n) of the archive to `write`, the stable writes' bytes through `source`.
   void give(std::uint64_t at, std::uint64_t n, const RecordSource& source, const RecordWrite& write) const {
-    each(at, n, [&](const char* data, std::size_t bytes, bool large) {
-      if (!large || !source || !source(data, bytes, write)) write(data, bytes);
+    each(at, n, [&](const char* data, std::size_t bytes, bool stable) {
+      if (!stable || !source || !source(data, bytes, write)) write(data, bytes);
     });
   }
   std::uint64_t size() const { return size_; }
@@ -354,7 +356,7 @@ class CapturedArchive : public std::streambuf {
         return s >= from && bytes <= r.bytes && s - from <= static_cast<std::ptrdiff_t>(r.bytes - bytes);
       });
     };
-    if (bytes >= kLarge && inStable()) {
+    if (bytes > 0 && inStable()) {
       pieces_.push_back({size_, s, bytes, {}});
     } else {
       if (pieces_.empty() || pieces_.back().memory) pieces_.push_back({size_, nullptr, 0, {}});
@@ -372,14 +374,13 @@ class CapturedArchive : public std::streambuf {
   }
 
  private:
-  static constexpr std::size_t kLarge = 64 << 10;
   struct Piece {
     std::uint64_t at;
-    const char* memory;  // a large write's; null: `copied`
+    const char* memory;  // a stable write's; null: `copied`
     std::size_t bytes;
     std::string copied;
   };
-  // Calls `f(data, bytes, large)` for each part of [at, at + n) in order.
+  // Calls `f(data, bytes, stable)` for each part of [at, at + n) in order.
   template <typename F>
   void each(std::uint64_t at, std::uint64_t n, const F& f) const {
     auto p = std::upper_bound(pieces_.begin(), pieces_.end(), at, [](std::uint64_t x, const Piece& q) { return x < q.at; });

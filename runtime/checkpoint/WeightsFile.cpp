@@ -133,6 +133,11 @@ struct WeightsReader::Impl {
   // torch.save's archive (one file): what its check found.
   std::optional<zip::ArchiveContents> archive;
   mutable std::uint64_t made = 0;  // bytes of tensors read whole (read(t))
+  // The tensors read whole, by where they are: names of one view of one storage (a tie, as
+  // torch.save writes it) are one tensor, as torch.load makes them.
+  using Place = std::tuple<std::size_t, std::uint64_t, std::int64_t, std::vector<std::int64_t>, std::vector<std::int64_t>,
+                           const zip::ElementType*>;
+  mutable std::map<Place, at::Tensor> madeAt;
 
   void addCrc(std::string_view text) { crc = zip::crc32Of(crc, text.data(), text.size()); }
 
@@ -204,17 +209,17 @@ struct WeightsReader::Impl {
 
   std::vector<StoredTensor> tensorsOf(zip::Pickled::Id dict, const std::string& what) const {
     const zip::Pickled& p = pickled();
-    if (p.kind(dict) != zip::Pickled::Kind::Dict) refuse(files[0].path(), fmt::format("'{}' is not a dict", what));
+    if (p.kind(dict) != zip::Pickled::Kind::Dict) refuse(files[0].path(), fmt::format("{} is not a dict", what));
     std::vector<StoredTensor> out;
     std::set<std::string_view> names;
     const std::vector<zip::Pickled::Id>& items = p.items(dict);
     for (std::size_t i = 0; i + 1 < items.size(); i += 2) {
       if (p.kind(items[i]) != zip::Pickled::Kind::Text || p.kind(items[i + 1]) != zip::Pickled::Kind::Tensor) {
-        refuse(files[0].path(), fmt::format("'{}' holds an entry that is not a name and a tensor", what));
+        refuse(files[0].path(), fmt::format("{} holds an entry that is not a name and a tensor", what));
       }
       const std::string_view name = p.text(items[i]);
       if (!names.insert(name).second) {
-        refuse(files[0].path(), fmt::format("'{}' names '{}' twice (torch.load would keep the last, this reader "
+        refuse(files[0].path(), fmt::format("{} names '{}' twice (torch.load would keep the last of them, pstrain "
                                             "neither: which is meant?)", what, printable(std::string(name))));
       }
       out.push_back(storedOf(items[i + 1], std::string(name)));
@@ -237,7 +242,7 @@ struct WeightsReader::Impl {
     };
     const zip::Pickled::Id top = p.top();
     if (allTensors(top)) {
-      tensors = tensorsOf(top, "the state dict");
+      tensors = tensorsOf(top, "its state dict");
       return;
     }
     if (p.kind(top) != Kind::Dict) {
@@ -246,7 +251,7 @@ struct WeightsReader::Impl {
     const zip::Fail twice = [&](const std::string& what) { refuse(path, what); };
     for (const char* key : {"model", "state_dict"}) {
       if (const auto found = p.find(top, key, twice); found && allTensors(*found)) {
-        tensors = tensorsOf(*found, key);
+        tensors = tensorsOf(*found, fmt::format("its state dict (\"{}\")", key));
         return;
       }
     }
@@ -435,6 +440,8 @@ void WeightsReader::read(const StoredTensor& t, at::Tensor& into, std::uint32_t*
 }
 
 at::Tensor WeightsReader::read(const StoredTensor& t) const {
+  const Impl::Place place{t.file, t.storage, t.offset, t.sizes, t.strides, t.type};
+  if (const auto it = impl_->madeAt.find(place); it != impl_->madeAt.end()) return it->second;
   const std::uint64_t limit = 4 * impl_->bytes + (1 << 20);
   impl_->made += static_cast<std::uint64_t>(t.numel()) * t.type->bytes;
   if (impl_->made > limit) {
@@ -442,6 +449,7 @@ at::Tensor WeightsReader::read(const StoredTensor& t) const {
   }
   at::Tensor out = at::empty(t.sizes, at::TensorOptions().dtype(scalarTypeOf(*t.type)));
   read(t, out);
+  impl_->madeAt.emplace(place, out);
   return out;
 }
 

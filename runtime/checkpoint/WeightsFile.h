@@ -68,9 +68,10 @@ class WeightsReader {
   // at a time; `crc` (unless null) goes on over the bytes read. A view with gaps reads the
   // span of its storage it covers.
   void read(const StoredTensor& t, at::Tensor& into, std::uint32_t* crc = nullptr) const;
-  // `t` as a new contiguous CPU tensor of its own type. ConfigError once the tensors made add
-  // up to more than 4 times the files' bytes (a crafted pickle that views one storage over
-  // and over).
+  // `t` as a contiguous CPU tensor of its own type, made once for each place it views: names
+  // of one view of one storage (a tie, as torch.save writes it) are one tensor, as torch.load
+  // makes them. ConfigError once the tensors made add up to more than 4 times the files'
+  // bytes (a crafted pickle that views one storage over and over, each time otherwise).
   at::Tensor read(const StoredTensor& t) const;
   // Every tensor, read (readWeights's).
   TensorList readAll() const;
@@ -86,8 +87,8 @@ class WeightsReader {
   const zip::Pickled* pickled() const;
   StoredTensor stored(zip::Pickled::Id tensor, const std::string& name) const;
   // The tensors of the pickle's dict `dict` (text keys, tensor values), by their keys.
-  // ConfigError, naming `what`, for a key that is not a string, a value that is not a tensor
-  // or a name set twice.
+  // ConfigError, naming `what` ("its state dict"), for a key that is not a string, a value
+  // that is not a tensor or a name set twice.
   std::vector<StoredTensor> tensorsOf(zip::Pickled::Id dict, const std::string& what) const;
 
  private:

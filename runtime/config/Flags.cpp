@@ -427,9 +427,12 @@ const std::vector<Flag> kFlags = {
        requireOneOf("weight-decay-scope", c.weightDecayScope, {"all", "matrices"}); }},
     {"init-from", "Model and data",
      "start from pretrained weights: FILE of torch.save(model.state_dict()) (or nanoGPT's ckpt.pt, {\"model\": ...}, "
-     "torch.compile's _orig_mod. prefix removed) or a .safetensors file, by the model's state_dict names and shapes, "
-     "checked strictly (a fine-tune's adapters, missing from it, keep the model file's values); every rank reads its "
-     "own copy, the same bytes; --resume goes on from the checkpoint instead",
+     "torch.compile's _orig_mod. prefix removed), a .safetensors file, or the hub's shards (a folder, or its "
+     "model.safetensors.index.json), by the model's state_dict names and shapes, checked strictly (a fine-tune's "
+     "adapters, missing from it, keep the model file's values); every rank reads its own copy, only the tensors it "
+     "holds, and the ranks compare its structure and frozen weights; --resume goes on from the checkpoint's weights "
+     "instead, and then only the frozen weights it gives must be the checkpoint's (any --init-from, or none, that gives "
+     "them is accepted)",
      &TrainConfig::initFrom, A::HostLocal, nullptr, nullptr},
     {"dry-run", "Run", "check config, data, model, devices and world size on every rank, print the plan, train nothing",
      &TrainConfig::dryRun, A::Compared, nullptr, nullptr},

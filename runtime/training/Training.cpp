@@ -318,19 +318,30 @@ training::MemoryChoices chooseMemory(const config::TrainConfig& cfg, const model
 
 namespace {
 
-// --resume goes on from the checkpoint's weights, whatever --init-from says; but every rank
-// took the frozen weights (never sent) from --init-from's file, which must then be the one
-// the run started from.
-void checkInitFrom(const checkpoint::Checkpoint& resume, const config::TrainConfig& cfg) {
-  if (resume.initFrom == cfg.initFromIdentity) return;
-  const auto said = [](const std::string& identity) {
-    return identity.empty() ? std::string("no --init-from") : "an --init-from file of " + identity;
-  };
-  throw ConfigError(fmt::format("--resume: step {} was trained from {}, this command gives {}. --resume takes "
-                                "precedence over --init-from (the checkpoint's weights go on), but each rank takes a "
-                                "model's frozen weights from the file: give the run's --init-from file again, or start "
-                                "a new run from this one with --overwrite", resume.step, said(resume.initFrom),
-                                said(cfg.initFromIdentity)));
+// --resume goes on from the checkpoint's weights, whatever --init-from says; but only rank 0
+// loads the checkpoint, and every rank took the frozen weights (never sent) from the model
+// file and --init-from's file (which the handshake finds equal on every rank). So they must
+// be the checkpoint's, bit for bit: a model file replaced between a run and its --resume
+// (same names and shapes, another base) would have the workers train the adapters against
+// a base that no checkpoint holds.
+void checkFrozenWeights(const checkpoint::Checkpoint& resume, const models::Net& model) {
+  const std::map<std::string, at::Tensor> saved(resume.modelState.begin(), resume.modelState.end());
+  std::vector<std::string> differ;
+  for (const auto& [name, tensor] : model.frozen()) {
+    const auto it = saved.find(name);
+    if (it != saved.end() && it->second.sizes() == tensor.sizes() &&
+        torch::equal(it->second.to(tensor.scalar_type()), tensor.to(torch::kCPU))) {
+      continue;
+    }
+    differ.push_back(name);
+  }
+  if (differ.empty()) return;
+  throw ConfigError(fmt::format(
+      "--resume: the model's frozen weights are not those step {} was trained with ({} of {} differ: {}{}): its "
+      "model file or --init-from file changed since. Every rank takes the frozen weights from those files (they never "
+      "travel), so give the run's files again, or start a new run from this one with --overwrite",
+      resume.step, differ.size(), model.frozen().size(), fmt::join(differ.begin(), differ.begin() + std::min<std::size_t>(differ.size(), 5), ", "),
+      differ.size() > 5 ? ", ..." : ""));
 }
 
 }  // namespace
@@ -338,6 +349,11 @@ void checkInitFrom(const checkpoint::Checkpoint& resume, const config::TrainConf
 StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
                     const data::Dataset* train, c10::Device device, const RunInfo& info) {
   checkWorld(cfg, comm.size());
+  if (models::parameterCount(model) == 0) {  // every rank alike, before anything waits
+    throw ConfigError(fmt::format("--model {}: it has nothing to train: none of its parameters requires grad ({} frozen "
+                                  "weights); set requires_grad on the parameters to train (a fine-tune's adapters) "
+                                  "before exporting it", cfg.model, models::frozenCount(model)));
+  }
   comm.setTimeoutSeconds(cfg.timeoutSeconds);
   comm.setStallWarningSeconds(cfg.stallWarningSeconds);
   StartedRun started;
@@ -349,7 +365,7 @@ StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, mo
     started.run.virtualShards = resolveVirtualShards(cfg, config::Layout(cfg, comm.size()).workers(), resume);
   }
   if (started.resume) {
-    checkInitFrom(*started.resume, cfg);
+    checkFrozenWeights(*started.resume, model);
     if (started.resume->fingerprint != started.run.fingerprint()) {
       std::cout << fmt::format("pstrain: resume: the configuration differs from the one that wrote step {}{}; "
                                "continuing with the new one", started.resume->step,

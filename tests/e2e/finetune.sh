@@ -19,10 +19,14 @@
 #      groups, over 1 and 2 servers;
 #   6. LoRA's bytes per step in every mode with a server (sync, backup, async, diloco,
 #      localsgd), over 1 and 2 servers: under 20% of a full fine-tune's; frozen untouched;
+#      trained_model.torchscript.pt equal to trained_model.pt, for the tied full model and
+#      the LoRA one alike;
 #   7. bad input, each exit 2 with no train dir written: safetensors files truncated or
 #      forged (offsets out of range, overlapping, a huge header, an unknown dtype), a state
 #      dict of wrong shapes, a pickle that would run code, a model returning two scalars,
-#      --loss given to a model of its own loss; --resume with another --init-from.
+#      --loss given to a model of its own loss; --resume whose frozen weights are not the
+#      checkpoint's (another --init-from's base, a replaced model file), a rank without
+#      --init-from.
 # Usage: finetune.sh PSTRAIN PSEVAL MPIRUN SCRATCH
 set -uo pipefail
 pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
@@ -132,12 +136,12 @@ for name, e in sorted(header.items(), key=lambda item: item[1]["data_offsets"]):
     at = end
     t = torch.frombuffer(bytearray(data[begin:end]), dtype=torch.float32).view(e["shape"])
     ok = ok and torch.equal(t, ours[name])
-ok = ok and at == len(data) and meta == {"head.weight": "tokens.weight"} and len(header) + 1 == len(ours)
+ok = ok and at == len(data) and meta == {"format": "pt", "head.weight": "tokens.weight"} and len(header) + 1 == len(ours)
 pt = torch.load("nano-export.pt", weights_only=True)
 print(ok and pt.keys() == ours.keys() and all(torch.equal(pt[k], ours[k]) for k in ours))
 PY
 )
-check "pseval --export x.safetensors parses by the spec (each tie once, in __metadata__) and equals trained_model.pt; the .pt too" \
+check "pseval --export x.safetensors parses by the spec (each tie once, in __metadata__ after \"format\": \"pt\") and equals trained_model.pt; the .pt too" \
   test "$exported" = True
 
 brief_ends_here
@@ -216,6 +220,17 @@ state = model.state_dict()
 frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
 sys.exit(not (frozen and all(torch.equal(ours[n], state[n]) for n in frozen)))
 PY
+    # The TorchScript module is written from the same weights as trained_model.pt, every
+    # byte through the servers' ranges (a small model's flat storage was once written stale).
+    for m in lora full; do
+      check "$m, $mode, $k server(s): trained_model.torchscript.pt holds trained_model.pt's weights exactly" \
+        "$python" - "$m-$mode-k$k" <<'PY'
+import sys, torch
+ours = torch.load(sys.argv[1] + "/trained_model.pt")
+script = torch.jit.load(sys.argv[1] + "/trained_model.torchscript.pt").state_dict()
+sys.exit(not (ours.keys() == script.keys() and all(torch.equal(ours[k], script[k]) for k in ours)))
+PY
+    done
   done
 done
 
@@ -283,10 +298,34 @@ refused_cleanly "--loss cross-entropy for a model of its own loss" "computes its
   --loss cross-entropy
 gpt plain.pt
 refused_cleanly "--loss model for a model without one" "computes no loss of its own" --model plain.pt --loss model
-# A resume with another --init-from: the checkpoint's weights go on, the frozen ones are the file's.
-train resumed --model lora.pt --init-from base.safetensors --steps 10 --checkpoint-every 5
-refused "--resume with another --init-from: refused, saying --resume takes precedence" \
-  "--resume takes precedence over --init-from" with_timeout 60 "$mpirun" -np 3 "$pstrain" "${common[@]}" \
-  --dataset text/train.bin --block-size 16 "${adamw[@]}" --model lora.pt --init-from pretrained.pt --train-dir resumed --resume
+# --resume: the checkpoint's weights go on, and the frozen weights every rank takes from its
+# files (they never travel) must be the checkpoint's, bit for bit: another --init-from
+# giving another base is refused, as is a model file replaced by one of another base (same
+# names and shapes); the same base given again, as another file, goes on.
+train resumed --model lora.pt --init-from base.safetensors --steps 10 --checkpoint-every 5 --stop-at 5
+resume_with() {  # resume_with MODEL INIT_FROM: the resumed run's command
+  with_timeout 60 "$mpirun" -np 3 "$pstrain" "${common[@]}" --dataset text/train.bin --block-size 16 "${adamw[@]}" \
+    --steps 10 --checkpoint-every 5 --model "$1" --init-from "$2" --train-dir resumed --resume
+}
+refused "--resume with an --init-from of another base: refused, naming the frozen weights" \
+  "the model's frozen weights are not those step 5 was trained with" resume_with lora.pt pretrained.pt
+cp lora.pt lora-kept.pt
+gpt lora.pt --tie --own-loss --lora 4 --seed 5  # replaced in place: the same path, names and shapes
+refused "--resume with the model file replaced by one of another base (same names and shapes): refused" \
+  "the model's frozen weights are not those step 5 was trained with" resume_with lora.pt base.safetensors
+mv lora-kept.pt lora.pt
+"$pseval" --train-dir init-pt --export base-again.pt > /dev/null 2>&1
+resume_with lora.pt base-again.pt > resumed-again.log 2>&1
+check "--resume with the same base in another file (another --init-from): goes on" \
+  eval 'has resumed-again.log "resum" && test -s resumed/trained_model.pt'
+# A rank without --init-from (its host's --config lacks the line) trains on its model file's
+# frozen weights: the handshake compares an empty identity too.
+printf 'init-from = base.safetensors\n' > with.conf
+: > without.conf
+refused "a rank without --init-from: refused by the handshake" "ranks disagree on 'init-from-file'" \
+  with_timeout 60 "$mpirun" -np 1 "$pstrain" "${common[@]}" --config with.conf --dataset text/train.bin --block-size 16 \
+  --steps 2 --model lora.pt --train-dir bad-run : -np 1 "$pstrain" "${common[@]}" --config with.conf --dataset \
+  text/train.bin --block-size 16 --steps 2 --model lora.pt --train-dir bad-run : -np 1 "$pstrain" "${common[@]}" \
+  --config without.conf --dataset text/train.bin --block-size 16 --steps 2 --model lora.pt --train-dir bad-run
 
 checks_done
