@@ -117,9 +117,17 @@ refused_cleanly "--init-from nanoGPT's ckpt.pt holding both X and _orig_mod.X: r
 brief_ends_here
 
 # --- 3. files that would take memory ------------------------------------------------------
-truncate -s 3G sparse.safetensors
+# peak.py COMMAND...: runs COMMAND, then prints "peak N KiB", its peak resident memory.
+cat > peak.py <<'PY'
+import resource, subprocess, sys
+status = subprocess.call(sys.argv[1:])
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+print("peak %d KiB" % (peak // 1024 if sys.platform == "darwin" else peak), file=sys.stderr)
+sys.exit(status)
+PY
+"$python" -c "open('sparse.safetensors', 'wb').truncate(3 << 30)"
 start=$(now_seconds)
-with_timeout 60 "$mpirun" -np 2 /usr/bin/time -f "peak %M KiB" "$pstrain" "${common[@]}" --dataset text/train.bin \
+with_timeout 60 "$mpirun" -np 2 "$python" peak.py "$pstrain" "${common[@]}" --dataset text/train.bin \
   --block-size 16 --steps 5 --model plain.pt --init-from sparse.safetensors --train-dir bad-run > sparse.log 2>&1
 rc=$? took=$(awk -v a="$start" -v b="$(now_seconds)" 'BEGIN { printf "%.1f", b - a }')
 peak=$(grep -oE "peak [0-9]+ KiB" sparse.log | awk '{ if ($2 > m) m = $2 } END { print m + 0 }')
@@ -132,7 +140,7 @@ import zipfile
 with zipfile.ZipFile("nones.pt", "w", zipfile.ZIP_STORED) as z:
     z.writestr("archive/data.pkl", b"\x80\x02(" + b"N" * 8000000 + b"l.")
 PY
-with_timeout 60 "$mpirun" -np 2 /usr/bin/time -f "peak %M KiB" "$pstrain" "${common[@]}" --dataset text/train.bin \
+with_timeout 60 "$mpirun" -np 2 "$python" peak.py "$pstrain" "${common[@]}" --dataset text/train.bin \
   --block-size 16 --steps 5 --model plain.pt --init-from nones.pt --train-dir bad-run > nones.log 2>&1
 rc=$?
 peak=$(grep -oE "peak [0-9]+ KiB" nones.log | awk '{ if ($2 > m) m = $2 } END { print m + 0 }')
