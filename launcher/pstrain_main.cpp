@@ -216,22 +216,35 @@ void trainOrProbe(comm::mpi::MpiComm& comm, const config::TrainConfig& given, st
         "(MPI_THREAD_SERIALIZED); use --overlap off", device.str()));
   }
   if (computes) roles::checkPrecision(device, config::precisionInfo(cfg.precision));
+  // A worker computing in bfloat16 holds a frozen base in it: made so, and read so from --init-from.
+  const bool halfFrozen = computes && config::precisionInfo(cfg.precision).kind == config::PrecisionKind::Bf16;
   models::modelFilePolicy() = {cfg.trustModel, cfg.timeoutSeconds, [&comm](const std::string& message) {
     launcher::printErrorLine(fmt::format("pstrain: error: rank {}: {}", comm.rank(), message));
     comm::mpi::MpiSession::abortJob(kConfigErrorExit);
-  }};
+  }, halfFrozen};
   torch::manual_seed(cfg.seed);
   // A zoo model is made for the dataset's classes; a model file is what it is.
   auto model = models::makeModel(cfg.model, config::isModelFile(cfg.model) ? 0 : data::datasetInfo(cfg.dataset).classes,
                                  training::weightsNeeded(cfg, comm.rank()));
   cfg.loss = loss::lossForModel(cfg.loss, cfg.lossFromTargets, *model, cfg.model);
-  if (!cfg.initFrom.empty()) initFrom(*model, cfg, comm.rank());
+  if (!cfg.initFrom.empty()) {
+    initFrom(*model, cfg, comm.rank());
+  } else if (!model->unfilled().empty()) {
+    throw ConfigError(fmt::format("--model {}: the file holds no values for {} of its tensors ({}{}): it is a model's "
+                                  "architecture (tools/hf_model.py writes one): give its weights with --init-from "
+                                  "HUB_DIR", cfg.model, model->unfilled().size(), model->unfilled().front(),
+                                  model->unfilled().size() > 1 ? ", ..." : ""));
+  }
   model->to(device);
-  if (computes && cfg.bf16Weights()) {
+  if (halfFrozen) {
     // --precision bf16-weights: a worker holds the weights in bfloat16 from now on, each
-    // float32 tensor going as its copy comes (the buffers stay float32), the frozen ones too.
+    // float32 tensor going as its copy comes (the buffers stay float32); under bf16 and
+    // bf16-weights alike, the frozen ones too (those the file held no values for are so
+    // already: never whole in float32).
     torch::NoGradGuard noGrad;
-    for (auto& p : model->parameters()) p.set_data(p.to(torch::kBFloat16));
+    if (cfg.bf16Weights()) {
+      for (auto& p : model->parameters()) p.set_data(p.to(torch::kBFloat16));
+    }
     for (auto& [name, w] : model->frozen()) {
       if (w.scalar_type() == torch::kFloat32) w.set_data(w.to(torch::kBFloat16));
     }

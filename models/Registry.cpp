@@ -128,6 +128,11 @@ std::shared_ptr<Net> makeModel(const std::string& name, int classes, const Weigh
   throw ConfigError(fmt::format("unknown model '{}' (known: {})", name, known));
 }
 
+const ModelFacts& Net::facts() const {
+  static const ModelFacts none;
+  return none;
+}
+
 OwnLoss Net::forwardWithTargets(const at::Tensor&, const at::Tensor&) {
   throw InternalError("forwardWithTargets() of a model that does not compute its own loss");
 }

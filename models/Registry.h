@@ -21,6 +21,19 @@ struct FlatSpan {
   std::int64_t begin = 0, end = std::numeric_limits<std::int64_t>::max();
 };
 
+// What a model file says of itself beyond TorchScript (its extra/pstrain.json, written by
+// tools/model_file.py and tools/hf_model.py): how a pretrained file's names map to its own,
+// and the whole record, which checkpoints keep (the exports read it).
+struct ModelFacts {
+  std::string json;  // the record as the file has it ("": none)
+  // transformers' base_model_prefix ("model", "transformer"): a pretrained file of the bare
+  // model names its tensors without "<prefix>." (GPT-2's hub file).
+  std::string basePrefix;
+  // Names of a pretrained file that are left unread, as transformers leaves them ('#' stands
+  // for a layer number: GPT-2's "h.#.attn.bias").
+  std::vector<std::string> ignored;
+};
+
 class Net;
 // The part of a model's weights whose values a rank uses, given the model (its shapes).
 using WeightsNeeded = std::function<FlatSpan(const Net&)>;
@@ -63,6 +76,12 @@ class Net : public torch::nn::Module {
   // hold no values (their memory, never written, takes none where its pages are fresh), and
   // nothing may read them (FlatParameters.h's bindParameters copies none of them).
   virtual FlatSpan heldWeights() const { return {}; }
+  // The facts its file gives (none for the zoo's).
+  virtual const ModelFacts& facts() const;
+  // Its tensors that its file holds no values for (tools/hf_model.py writes a hub model's
+  // architecture, each base tensor a placeholder), by their first names: --init-from must
+  // give every one of them.
+  virtual std::vector<std::string> unfilled() const { return {}; }
 };
 
 

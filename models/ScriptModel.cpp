@@ -283,8 +283,10 @@ class ScriptNet : public Net {
   // Buffers in `nonPersistent` (registered with persistent=False, as the file's facts say)
   // are the module's own: moved with it, never in stateDict(), exchanged or checkpointed, as
   // PyTorch's state_dict() leaves them out.
-  ScriptNet(torch::jit::Module module, std::string path, std::string identity, std::set<std::string> nonPersistent)
-      : module_(std::move(module)), path_(std::move(path)), identity_(std::move(identity)) {
+  ScriptNet(torch::jit::Module module, std::string path, std::string identity, std::set<std::string> nonPersistent,
+            ModelFacts facts)
+      : module_(std::move(module)), path_(std::move(path)), identity_(std::move(identity)), facts_(std::move(facts)) {
+    fillPlaceholders();
     std::map<const void*, std::string> named;     // by tensor: the name it was met under first
     std::map<const void*, std::string> storages;  // by storage: the tensor's that holds it
     std::set<const void*> buffers;
@@ -394,6 +396,8 @@ class ScriptNet : public Net {
 
   std::string fileIdentity() const override { return identity_; }
   FlatSpan heldWeights() const override { return held_; }
+  const ModelFacts& facts() const override { return facts_; }
+  std::vector<std::string> unfilled() const override { return unfilled_; }
 
   // Reads the storages that loading `file` left unread (`deferred`), but those only of
   // parameters wholly outside `needed`, which then hold no values (heldWeights).
@@ -416,6 +420,27 @@ class ScriptNet : public Net {
   }
 
  private:
+  // Each tensor that the file holds no values for (a placeholder: fewer elements in its
+  // storage than it views, as tools/hf_model.py writes a hub model's base) made whole, once
+  // for all its names (its TensorImpl is the module's: a tie stays one): in bfloat16 where
+  // frozen and modelFilePolicy().halfFrozen, else in its own type. Its memory is untouched
+  // (fresh pages) until --init-from reads into it.
+  void fillPlaceholders() {
+    std::set<const void*> done;
+    const auto fill = [&](const std::string& name, const at::Tensor& t, bool frozen) {
+      if (t.numel() == 0 || !t.has_storage() || !done.insert(t.unsafeGetTensorImpl()).second) return;
+      const std::size_t needs = static_cast<std::size_t>(t.numel()) * t.element_size();
+      if (t.storage().nbytes() >= needs && t.is_contiguous()) return;  // holds its values
+      const bool half = frozen && modelFilePolicy().halfFrozen && t.scalar_type() == at::kFloat;
+      at::Tensor whole = at::empty(t.sizes(), t.options().dtype(half ? at::kBFloat16 : t.scalar_type()));
+      torch::NoGradGuard noGrad;
+      at::Tensor(t).set_data(whole);
+      unfilled_.push_back(name);
+    };
+    for (const auto& p : module_.named_parameters(/*recurse=*/true)) fill(p.name, p.value, !p.value.requires_grad());
+    for (const auto& b : module_.named_buffers(/*recurse=*/true)) fill(b.name, b.value, false);
+  }
+
   // The module that holds `dotted`'s last part, made on the way: "layer1.0.conv1.weight"
   // is "weight" of child "conv1" of child "0" of child "layer1".
   std::pair<torch::nn::Module*, std::string> ownerOf(const std::string& dotted) {
@@ -433,6 +458,8 @@ class ScriptNet : public Net {
   torch::jit::Module module_;
   std::string path_;
   std::string identity_;
+  ModelFacts facts_;
+  std::vector<std::string> unfilled_;
   std::string declared_;  // forwardSignature()
   bool ownLoss_ = false;  // its forward takes the targets
   std::vector<std::pair<std::string, at::Tensor>> frozen_;
@@ -446,10 +473,14 @@ class ScriptNet : public Net {
 // no zip bomb), whose large storages are storages (ModelFile::confirmStorages) and, unless
 // trusted, passes checkBeforeLoading, in this process: the check process's work, and the
 // loader's own.
-// The buffers the file's facts name non-persistent ({"non_persistent_buffers": [NAME, ...]}),
-// none without that record. ConfigError for facts that are not that.
-std::set<std::string> nonPersistentBuffers(const ModelFile& file, const zip::ArchiveContents& contents,
-                                           const std::string& path) {
+// What the file says of itself (kFactsRecord): {"non_persistent_buffers": [NAME, ...],
+// "hf": {"base_model_prefix": PREFIX, "ignore_unexpected": [NAME, ...], ...}, ...}; nothing
+// without that record. ConfigError for facts that are not that.
+struct FileFacts {
+  ModelFacts model;
+  std::set<std::string> nonPersistent;  // buffers registered with persistent=False
+};
+FileFacts factsOf(const ModelFile& file, const zip::ArchiveContents& contents, const std::string& path) {
   const auto record = contents.stored.find(lowerCase(contents.root) + "/" + kFactsRecord);
   if (record == contents.stored.end()) return {};
   const zip::Span span = record->second;
@@ -457,24 +488,37 @@ std::set<std::string> nonPersistentBuffers(const ModelFile& file, const zip::Arc
     throw ConfigError(fmt::format("{}: its {} {}; save the model again with tools/model_file.py", path, kFactsRecord,
                                   printable(what)));
   };
-  if (span.end - span.begin > (1u << 20)) bad("is larger than any facts of a model");
-  const std::string text(file.image().substr(static_cast<std::size_t>(span.begin), static_cast<std::size_t>(span.end - span.begin)));
-  const zip::JsonValue facts = zip::parseJson(text, bad);
-  const zip::JsonValue* names = facts.member("non_persistent_buffers");
-  if (facts.kind != zip::JsonValue::Kind::Object || (names && names->kind != zip::JsonValue::Kind::Array)) {
-    bad("is not an object whose \"non_persistent_buffers\" is a list of names");
+  if (span.end - span.begin > (std::uint64_t(64) << 20)) bad("is larger than any facts of a model");
+  FileFacts out;
+  out.model.json = std::string(file.image().substr(static_cast<std::size_t>(span.begin), static_cast<std::size_t>(span.end - span.begin)));
+  const zip::JsonValue facts = zip::parseJson(out.model.json, bad);
+  if (facts.kind != zip::JsonValue::Kind::Object) bad("is not a JSON object");
+  const auto names = [&](const zip::JsonValue* list, const char* what) {
+    std::vector<std::string> found;
+    if (!list) return found;
+    if (list->kind != zip::JsonValue::Kind::Array) bad(fmt::format("'{}' is not a list of names", what));
+    for (const zip::JsonValue& name : list->items) {
+      if (name.kind != zip::JsonValue::Kind::String) bad(fmt::format("'{}' holds other than a name", what));
+      found.push_back(name.text);
+    }
+    return found;
+  };
+  for (std::string& name : names(facts.member("non_persistent_buffers"), "non_persistent_buffers")) {
+    out.nonPersistent.insert(std::move(name));
   }
-  std::set<std::string> out;
-  for (const zip::JsonValue& name : names ? names->items : std::vector<zip::JsonValue>{}) {
-    if (name.kind != zip::JsonValue::Kind::String) bad("names a buffer by other than a string");
-    out.insert(name.text);
+  if (const zip::JsonValue* hf = facts.member("hf")) {
+    if (hf->kind != zip::JsonValue::Kind::Object) bad("'hf' is not an object");
+    if (const zip::JsonValue* prefix = hf->member("base_model_prefix")) {
+      if (prefix->kind != zip::JsonValue::Kind::String) bad("'hf.base_model_prefix' is not a name");
+      out.model.basePrefix = prefix->text;
+    }
+    out.model.ignored = names(hf->member("ignore_unexpected"), "hf.ignore_unexpected");
   }
   return out;
 }
 
-// The image's archive checked (returns the buffers that the file's facts say are
-// non-persistent).
-std::set<std::string> checkArchive(const ModelFile& file, const std::string& path) {
+// The image's archive checked; returns the file's facts.
+FileFacts checkArchive(const ModelFile& file, const std::string& path) {
   const std::string_view bytes = file.image();
   const zip::ArchiveContents contents =
       zip::checkArchive(bytes, zip::ArchiveKind::ModelFile, [&](const std::string& what) {
@@ -483,7 +527,7 @@ std::set<std::string> checkArchive(const ModelFile& file, const std::string& pat
                                       printable(what), path));
       });
   file.confirmStorages(contents.storages);
-  std::set<std::string> nonPersistent = nonPersistentBuffers(file, contents, path);
+  FileFacts facts = factsOf(file, contents, path);
   std::unique_ptr<caffe2::serialize::PyTorchStreamReader> archive;
   try {  // checks the format version
     archive = std::make_unique<caffe2::serialize::PyTorchStreamReader>(std::make_shared<checkpoint::BytesReader>(bytes));
@@ -497,7 +541,7 @@ std::set<std::string> checkArchive(const ModelFile& file, const std::string& pat
     throw ConfigError(fmt::format("{}: not a TorchScript file (not a PyTorch archive: {}); save the model with "
                                   "torch.jit.script(model).save(\"{}\")", path, why, path));
   }
-  if (modelFilePolicy().trusted) return nonPersistent;
+  if (modelFilePolicy().trusted) return facts;
   try {
     checkBeforeLoading(*archive, contents, path);
   } catch (const Error&) {
@@ -506,7 +550,7 @@ std::set<std::string> checkArchive(const ModelFile& file, const std::string& pat
     throw ConfigError(fmt::format("{}: a damaged TorchScript archive ({}); export the model again with "
                                   "torch.jit.script(model).save(\"{}\")", path, firstLine(e.what()), path));
   }
-  return nonPersistent;
+  return facts;
 }
 
 // checkArchive in the check process, for an untrusted `file` (its descriptor as the process's
@@ -645,7 +689,7 @@ std::shared_ptr<Net> loadScriptModel(const std::string& path, const WeightsNeede
   const ModelFile file(path);
   const bool trusted = modelFilePolicy().trusted;
   if (!trusted && !modelCheckCommand().empty()) checkArchiveApart(file, path);
-  const std::set<std::string> nonPersistent = checkArchive(file, path);
+  FileFacts facts = checkArchive(file, path);
   torch::jit::setGraphExecutorOptimize(false);
   torch::jit::Module module;
   std::vector<Deferred> deferred;
@@ -661,7 +705,8 @@ std::shared_ptr<Net> loadScriptModel(const std::string& path, const WeightsNeede
   }
   // And what loading made, against whatever the compile above did not reach.
   if (!trusted) checkGraphs(*module._ivalue()->compilation_unit(), path);
-  auto net = std::make_shared<ScriptNet>(std::move(module), path, file.identity(), nonPersistent);
+  auto net = std::make_shared<ScriptNet>(std::move(module), path, file.identity(), std::move(facts.nonPersistent),
+                                         std::move(facts.model));
   net->readStorages(file, deferred, needed ? needed(*net) : FlatSpan{});
   return net;
 }

@@ -58,6 +58,10 @@ struct ModelFilePolicy {
   // end the process (nothing else stops the code a load runs). Unset: the message on
   // stderr, then exit 2.
   std::function<void(const std::string& message)> onStuckLoad;
+  // The frozen weights that a file holds no values for (Net::unfilled) are made in
+  // bfloat16: a worker under --precision bf16 or bf16-weights holds its frozen base in half
+  // the memory, and --init-from reads it straight into that, never in float32 whole.
+  bool halfFrozen = false;
 };
 ModelFilePolicy& modelFilePolicy();
 

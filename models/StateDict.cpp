@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -75,9 +76,27 @@ namespace {
 
 constexpr std::string_view kCompiledPrefix = "_orig_mod.";  // torch.compile's module's names
 
-// The model's name for a file's name.
-std::string modelName(std::string name) {
+// Whether `name` matches `pattern`, where '#' stands for a run of digits (a layer number).
+bool matches(const std::string& name, const std::string& pattern) {
+  std::size_t n = 0;
+  for (std::size_t p = 0; p < pattern.size(); ++p) {
+    if (pattern[p] != '#') {
+      if (n >= name.size() || name[n++] != pattern[p]) return false;
+      continue;
+    }
+    const std::size_t start = n;
+    while (n < name.size() && name[n] >= '0' && name[n] <= '9') ++n;
+    if (n == start) return false;
+  }
+  return n == name.size();
+}
+
+// The model's name for a file's name, as transformers maps them: torch.compile's
+// "_orig_mod." taken off; a name the model lacks that it has under its base prefix (a
+// checkpoint of the bare model: GPT-2's hub file) given that prefix.
+std::string modelName(std::string name, const std::set<std::string>& own, const std::string& basePrefix) {
   if (name.compare(0, kCompiledPrefix.size(), kCompiledPrefix) == 0) name.erase(0, kCompiledPrefix.size());
+  if (!basePrefix.empty() && !own.count(name) && own.count(basePrefix + "." + name)) return basePrefix + "." + name;
   return name;
 }
 
@@ -114,14 +133,22 @@ std::vector<Target> targetsOf(const Net& model) {
 
 Pretrained loadPretrained(Net& model, const checkpoint::WeightsReader& file, const std::string& source) {
   const std::vector<checkpoint::StoredTensor>& stored = file.tensors();
+  const ModelFacts& facts = model.facts();
+  std::set<std::string> own;
+  for (const auto& [name, tensor] : stateDict(model)) own.insert(name);
   std::map<std::string, std::size_t> byName;  // the model's name -> the file's tensor
   std::vector<std::string> twice, unexpected, missing, misshapen, unequal;
   for (std::size_t i = 0; i < stored.size(); ++i) {
-    const std::string name = modelName(stored[i].name);
+    const std::string name = modelName(stored[i].name, own, facts.basePrefix);
+    if (!own.count(name) && std::any_of(facts.ignored.begin(), facts.ignored.end(),
+                                        [&](const std::string& p) { return matches(stored[i].name, p); })) {
+      continue;  // left unread, as transformers leaves it
+    }
     if (!byName.emplace(name, i).second) {
       twice.push_back(fmt::format("{} (as {} and {})", name, stored[byName.at(name)].name, stored[i].name));
     }
   }
+  const std::vector<std::string> unfilled = model.unfilled();
   std::vector<Target> targets = targetsOf(model);
   Pretrained result;
   result.tensors = stored.size();
@@ -138,7 +165,14 @@ Pretrained loadPretrained(Net& model, const checkpoint::WeightsReader& file, con
                                         fmt::join(t.tensor.sizes(), ", ")));
       }
     }
-    if (t.given.empty()) (t.trained && fineTune ? result.kept : missing).push_back(fmt::format("{}", fmt::join(t.names, " = ")));
+    // A fine-tune's adapters may be missing (they keep the model's values), but never a
+    // tensor the model file holds no values for.
+    const bool placeholder = std::any_of(t.names.begin(), t.names.end(), [&](const std::string& n) {
+      return std::find(unfilled.begin(), unfilled.end(), n) != unfilled.end();
+    });
+    if (t.given.empty()) {
+      (t.trained && fineTune && !placeholder ? result.kept : missing).push_back(fmt::format("{}", fmt::join(t.names, " = ")));
+    }
   }
   for (const auto& [name, i] : byName) unexpected.push_back(name);
   std::string problems;

@@ -46,9 +46,11 @@ struct Pretrained {
 // checkpoint: names and shapes strictly, but a tie needs one of its names (safetensors
 // writes a tie once; several given must be equal), and the trained parameters of a model
 // with frozen weights (a fine-tune's adapters, which no pretrained file has) may be missing:
-// they keep the model's values. The file's names are the model's once torch.compile's
-// "_orig_mod." is taken off; a name given twice so (nanoGPT's ckpt.pt holding both X and
-// _orig_mod.X) is refused. Names and shapes are checked before any tensor is read, and
+// they keep the model's values (but never a tensor its file holds no values for:
+// Net::unfilled). The file's names are the model's as transformers maps them: torch.compile's
+// "_orig_mod." taken off, a name the model has only under its facts' base prefix given it
+// (GPT-2's hub file), the facts' ignored names left unread; a name given twice so (nanoGPT's
+// ckpt.pt holding both X and _orig_mod.X) is refused. Names and shapes are checked before any tensor is read, and
 // every missing, unexpected, misshapen or unequal name is listed in one ConfigError naming
 // `source`. Each tensor is read straight into the model's (converted from the file's type);
 // parameters wholly outside model.heldWeights() are not read at all.

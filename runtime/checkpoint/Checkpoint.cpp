@@ -137,6 +137,8 @@ std::string publish(const std::string& dir, const Checkpoint& ckpt, const Record
   meta.insert("optimizer_rule", ckpt.optimizerRule);
   meta.insert("configuration", ckpt.configuration);
   if (!ckpt.initFrom.empty()) meta.insert("init_from", ckpt.initFrom);
+  if (!ckpt.initFromPath.empty()) meta.insert("init_from_path", ckpt.initFromPath);
+  if (!ckpt.modelFacts.empty()) meta.insert("model_facts", ckpt.modelFacts);
   if (!ckpt.workerBatches.empty()) {
     c10::impl::GenericList batches(c10::AnyType::get());  // a plain list: no TorchScript tag
     for (std::int64_t batch : ckpt.workerBatches) batches.push_back(batch);
@@ -257,6 +259,8 @@ class Decoder {
     if (has("optimizer_rule")) ckpt.optimizerRule = text(meta, "optimizer_rule");
     if (has("configuration")) ckpt.configuration = text(meta, "configuration");
     if (has("init_from")) ckpt.initFrom = text(meta, "init_from");
+    if (has("init_from_path")) ckpt.initFromPath = text(meta, "init_from_path");
+    if (has("model_facts")) ckpt.modelFacts = text(meta, "model_facts");
     if (const auto batches = find(meta, "worker_batches")) {
       if (p_.kind(*batches) != Kind::List) bad("__meta__.worker_batches is not a list");
       for (const Pickled::Id batch : p_.items(*batches)) {

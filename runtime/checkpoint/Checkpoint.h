@@ -8,7 +8,8 @@
 //    "__meta__": {"format": 1, "step", "epoch", "model", "dataset", "synthetic_size",
 //                  "fingerprint", "loss", "model_path", "virtual_shards", "batch_size",
 //                  "block_size", "ignore_index", "optimizer_rule", "configuration",
-//                  "worker_batches" (point to point only), "init_from"}}
+//                  "worker_batches" (point to point only), "init_from", "init_from_path",
+//                  "model_facts"}}
 // (the meta entries from "loss" on are optional: checkpoints of earlier versions lack them.)
 // It is *published* by <dir>/step-NNNNNNNN.ok, written only after the .pt is complete,
 // fsync'd and renamed into place; the .ok records the .pt's size and CRC-32 so a reader
@@ -50,8 +51,12 @@ struct Checkpoint {
   // Point to point (backup, async), where each worker counts its own batches: the batch each
   // computes next, by worker index; empty in other modes and in earlier versions.
   std::vector<std::int64_t> workerBatches;
-  // --init-from's file ("crc32 ..., N bytes"; empty: none): a resumed run must give the same.
-  std::string initFrom;
+  // --init-from's identity ("crc32 ... of its structure and frozen weights, N bytes"; empty:
+  // none) and its absolute path (the hub folder whose config and tokenizer an export copies).
+  std::string initFrom, initFromPath;
+  // The model file's facts (models::ModelFacts::json: its family, LoRA, ...; empty: none),
+  // what pseval --export --format reads.
+  std::string modelFacts;
   TensorList modelState;   // state_dict, in order
   // The optimizer's state per parameter, by torch.optim's names, and the updates it counted
   // (Adam's step; 0 for SGD); empty before the first update with such state.

@@ -335,6 +335,8 @@ checkpoint::Checkpoint Publisher::snapshot(std::int64_t stepsDone) const {
   ckpt.blockSize = cfg_.blockSize;
   ckpt.ignoreIndex = cfg_.ignoreIndex;
   ckpt.initFrom = cfg_.initFromIdentity;
+  if (!cfg_.initFrom.empty()) ckpt.initFromPath = fs::absolute(cfg_.initFrom).string();
+  ckpt.modelFacts = model_.facts().json;
   if (checkpointExtras_) checkpointExtras_(ckpt);
   return ckpt;
 }
