@@ -147,6 +147,11 @@ cxxopts::Options evalOptions(const EvalCommand& d) {
                "names in __metadata__: what mlx.core.load and safetensors' load_file read), else a state dict "
                "(torch.load, load_state_dict); written whole or not at all", defaulted(d.exportPath))
     ("step", "with --export: the checkpoint of this step (default: the newest)", cxxopts::value<std::int64_t>())
+    ("format", "with --export DIR: hf (a hub folder: the adapters merged into the base, W + alpha/r B A, in the "
+               "hub's names, sharded past 5 GB, with the config and tokenizer of --init-from's folder: "
+               "from_pretrained(DIR), mlx_lm.load(DIR)), peft (adapter_model.safetensors and adapter_config.json: "
+               "PeftModel.from_pretrained) or mlx (adapters.safetensors and adapter_config.json: mlx_lm.generate "
+               "--adapter-path DIR); a model of tools/hf_model.py's", cxxopts::value<std::string>())
     ("h,help", "print this help");
   // clang-format on
   return options;
@@ -198,6 +203,13 @@ EvalCommand parseEvalCommand(int argc, char** argv) {
     command.threads = r["threads"].as<int>();
     command.predictionsPath = r["predictions"].as<std::string>();
     command.exportPath = r["export"].as<std::string>();
+    if (r.count("format")) {
+      if (command.exportPath.empty()) throw ConfigError("--format says what --export writes");
+      command.exportFormat = r["format"].as<std::string>();
+      if (command.exportFormat != "hf" && command.exportFormat != "peft" && command.exportFormat != "mlx") {
+        throw ConfigError(fmt::format("--format {}: hf, peft or mlx", command.exportFormat));
+      }
+    }
     if (r.count("step")) {
       if (command.exportPath.empty()) throw ConfigError("--step chooses what --export writes");
       command.exportStep = r["step"].as<std::int64_t>();

@@ -44,6 +44,7 @@ struct EvalCommand {
   bool tensorboard = true;      // test metrics per checkpoint into a TensorBoard event file in the train dir
   std::string exportPath;       // write a checkpoint's weights there (.safetensors or a state dict) instead of evaluating
   std::int64_t exportStep = -1; // which checkpoint --export writes (-1: the newest)
+  std::string exportFormat;     // "" (a file, by its extension), "hf", "peft" or "mlx" (a folder)
   std::string helpText;
 };
 

@@ -20,6 +20,7 @@
 #include "launcher/Cli.h"
 #include "launcher/ErrorLine.h"
 #include "launcher/Device.h"
+#include "launcher/Export.h"
 #include "models/Registry.h"
 #include "models/StateDict.h"
 #include "models/ScriptModel.h"
@@ -27,7 +28,6 @@
 #include "runtime/Portable.h"
 #include "runtime/Text.h"
 #include "runtime/checkpoint/Checkpoint.h"
-#include "runtime/checkpoint/WeightsFile.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/metrics/Clock.h"
 #include "runtime/metrics/Json.h"
@@ -252,60 +252,6 @@ void prepareOutDir(const launcher::EvalCommand& cmd) {
   }
 }
 
-// --export's FILE, before anything is read or written: a name whose format pstrain writes
-// (.safetensors, .pt, .pth), in a folder that exists, that is a regular file if it is there
-// at all (a FIFO or a device node is never replaced), and not among the train dir's
-// published checkpoints.
-void checkExportTarget(const launcher::EvalCommand& cmd) {
-  const fs::path target(cmd.exportPath);
-  const std::string name = target.filename().string();
-  const auto refuse = [&](const std::string& why) {
-    throw ConfigError(fmt::format("--export {}: {}", cmd.exportPath, why));
-  };
-  if (!endsWith(name, ".safetensors") && !endsWith(name, ".pt") && !endsWith(name, ".pth")) {
-    refuse("pseval writes FILE.safetensors (Hugging Face, MLX) or FILE.pt (a state dict for torch.load), and this "
-           "name is neither (the extension decides the format, in lower case)");
-  }
-  const fs::path folder = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::error_code error;
-  if (!fs::is_directory(folder, error)) refuse(fmt::format("there is no folder {} to write it in", folder.string()));
-  const fs::file_status status = fs::status(target, error);
-  if (fs::exists(status) && !fs::is_regular_file(status)) {
-    refuse("it is there and not a regular file (a folder, a FIFO or a device): pseval replaces only a file");
-  }
-  const fs::path checkpoints = fs::path(cmd.trainDir) / rundir::kCheckpoints;
-  if (fs::is_directory(checkpoints, error) && fs::equivalent(folder, checkpoints, error)) {
-    refuse(fmt::format("it is in {}, among the run's checkpoints, which pseval never replaces", checkpoints.string()));
-  }
-}
-
-// --export: the weights of the newest published checkpoint (or --step's) into cmd.exportPath.
-void exportWeights(const launcher::EvalCommand& cmd) {
-  checkExportTarget(cmd);
-  const auto published = rundir::listPublished((fs::path(cmd.trainDir) / rundir::kCheckpoints).string());
-  if (published.empty()) throw Error(fmt::format("{}/ckpt: no published checkpoints to export", cmd.trainDir));
-  auto chosen = published.end() - 1;
-  if (cmd.exportStep >= 0) {
-    chosen = std::find_if(published.begin(), published.end(), [&](const auto& p) { return p.step == cmd.exportStep; });
-    if (chosen == published.end()) {
-      std::string steps;
-      for (const auto& p : published) steps += (steps.empty() ? "" : ", ") + std::to_string(p.step);
-      throw ConfigError(fmt::format("--step {}: no published checkpoint of that step in {}/ckpt (steps: {})",
-                                    cmd.exportStep, cmd.trainDir, steps));
-    }
-  }
-  checkpoint::Checkpoint ckpt;
-  try {
-    ckpt = checkpoint::read(*chosen);
-  } catch (const CheckpointError& e) {  // the one file asked for: a refusal, not a skip
-    throw ConfigError(e.what());
-  }
-  checkpoint::writeWeightsFile(cmd.exportPath, ckpt.modelState);
-  std::cout << fmt::format("pseval: step {}'s weights ({} tensors of {}) written to {}", ckpt.step,
-                           ckpt.modelState.size(), ckpt.model, cmd.exportPath)
-            << std::endl;
-}
-
 }  // namespace
 
 // pseval's exit status when it evaluated what it could but skipped a checkpoint that failed
@@ -333,7 +279,7 @@ int main(int argc, char** argv) {
       throw ConfigError(fmt::format("{}: no such directory", cmd.trainDir));
     }
     if (!cmd.exportPath.empty()) {
-      exportWeights(cmd);
+      launcher::exportWeights(cmd);
       return 0;
     }
     prepareOutDir(cmd);

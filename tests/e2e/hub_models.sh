@@ -7,7 +7,10 @@
 #   2. a qwen2 stored in bfloat16, with its q/k/v biases and untied; a gpt2 from a file of the
 #      hub's names (no "transformer.", no lm_head, the old attention masks beside): the same;
 #   3. LoRA (PEFT's targets) on the sharded llama, 2 workers, 20 steps of AdamW (eps 1e-3):
-#      the adapters within 1e-6 of PyTorch's, the frozen tensors bit for bit the hub's;
+#      the adapters within 1e-6 of PyTorch's, the frozen tensors bit for bit the hub's; its
+#      exports: PEFT's names, shapes and config, mlx-lm's transposed adapters and config, the
+#      merged hub folder (W + alpha/r B A, no adapter left), whose model, loaded as a hub
+#      model, gives the LoRA model's logits;
 #   (the default tier stops here)
 #   4. a full fine-tune of the qwen2: within 1e-6 of PyTorch;
 #   5. bad input, each exit 2 with nothing written: an unknown model_type, another
@@ -15,7 +18,7 @@
 #      shape, no --init-from for a hub model's architecture (pstrain).
 # Usage: hub_models.sh PSTRAIN PSEVAL MPIRUN SCRATCH
 set -uo pipefail
-pstrain=$1 mpirun=$3 scratch=$4
+pstrain=$1 pseval=$2 mpirun=$3 scratch=$4
 here=$(cd "$(dirname "$0")" && pwd)
 tools=$here/../../tools
 source "$here/../common/checks.sh"
@@ -156,6 +159,57 @@ read -r diff adapters same <<< "$result"
 echo "     LoRA on the sharded llama: $adapters adapters vs AdamW over them in PyTorch: max abs diff ${diff:-?}"
 check "LoRA from a sharded hub folder: the adapters are PyTorch's (<= 1e-6)" ge 1e-6 "${diff:-1}"
 check "LoRA from a sharded hub folder: the frozen tensors are the hub's, bit for bit" test "${same:-}" = True
+
+# --- the exports: hf (merged), peft, mlx ---------------------------------------------------
+for format in hf peft mlx; do
+  "$pseval" --train-dir lora --export "lora-$format" --format "$format" > "export-$format.log" 2>&1 || cat "export-$format.log"
+done
+check "pseval --export --format peft|mlx|hf: PEFT's names, shapes and config; mlx-lm's, transposed; the merged folder" \
+  "$python" - <<'PY'
+import json, struct, sys, torch
+def read(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    meta = header.pop("__metadata__")
+    assert meta.get("format") == "pt", meta
+    return {k: torch.frombuffer(bytearray(raw[8 + n + e["data_offsets"][0]:8 + n + e["data_offsets"][1]]),
+                                dtype=torch.float32).view(e["shape"]) for k, e in header.items()}
+ours = torch.load("lora/trained_model.pt")
+modules = [k[:-len(".lora_A.weight")] for k in ours if k.endswith(".lora_A.weight")]
+scale = 16.0 / 4
+peft = read("lora-peft/adapter_model.safetensors")
+config = json.load(open("lora-peft/adapter_config.json"))
+ok = config["peft_type"] == "LORA" and config["task_type"] == "CAUSAL_LM" and config["r"] == 4 and config["lora_alpha"] == 16
+ok = ok and sorted(config["target_modules"]) == ["q_proj", "v_proj"] and len(peft) == 2 * len(modules) == 8
+mlx = read("lora-mlx/adapters.safetensors")
+mconfig = json.load(open("lora-mlx/adapter_config.json"))
+ok = ok and mconfig["fine_tune_type"] == "lora" and mconfig["lora_parameters"]["rank"] == 4
+ok = ok and mconfig["lora_parameters"]["scale"] == scale and mconfig["num_layers"] == 2
+hf = read("lora-hf/model.safetensors")
+ok = ok and not any("lora" in k for k in hf) and "lm_head.weight" not in hf and len(hf) == 20
+ok = ok and json.load(open("lora-hf/config.json")) == json.load(open("llama/config.json"))
+for m in modules:
+    a, b = ours[m + ".lora_A.weight"], ours[m + ".lora_B.weight"]
+    ok = ok and torch.equal(peft["base_model.model." + m + ".lora_A.weight"], a) and torch.equal(peft["base_model.model." + m + ".lora_B.weight"], b)
+    ok = ok and torch.equal(mlx[m + ".lora_a"], a.t()) and torch.equal(mlx[m + ".lora_b"], b.t())
+    ok = ok and torch.allclose(hf[m + ".weight"], ours[m + ".weight"] + scale * b @ a, rtol=0, atol=1e-6)
+    ok = ok and b.abs().max() > 0  # the adapters trained
+sys.exit(not ok)
+PY
+# The merged folder is a hub folder: the plain model loaded from it gives the LoRA model's logits.
+hf lora-hf merged.pt || exit 1
+loaded lora-hf merged.pt merged-loaded
+diff=$("$python" - <<'PY' 2>&1 | tail -1
+import torch
+ids = torch.randint(0, 76, (3, 16), generator=torch.Generator().manual_seed(2))
+merged, _ = torch.jit.load("merged-loaded/trained_model.torchscript.pt").eval()(ids, ids)
+lora, _ = torch.jit.load("lora/trained_model.torchscript.pt").eval()(ids, ids)
+print(f"{((merged - lora).abs().max() / lora.abs().max()).item():.3g}")
+PY
+)
+echo "     the merged hf folder, loaded as a hub model: its logits against the LoRA model's: ${diff:-?} of their size"
+check "pseval --export --format hf: a hub folder whose model gives the LoRA model's logits (<= 1e-5)" ge 1e-5 "${diff:-1}"
 
 brief_ends_here
 
