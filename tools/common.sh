@@ -13,7 +13,7 @@ BUILD_DIR=${BUILD_DIR:-$PSTRAIN_ROOT/build}
 # slow reference BLAS until an optimized one is installed (README, "The BLAS"). Not the
 # -serial build: it is not safe to call from two threads at once (wrong results).
 DEBIAN_PACKAGES=(g++ cmake ccache libtorch-dev libopenblas0-pthread libopenmpi-dev openmpi-bin libcxxopts-dev libfmt-dev
-                 zlib1g-dev libgtest-dev dataset-fashion-mnist python3-torch python3-numpy gnuplot-nox
+                 zlib1g-dev libgtest-dev dataset-fashion-mnist python3-torch python3-numpy python3-jinja2 gnuplot-nox
                  clang libclang-rt-14-dev libc++-dev libc++abi-dev shellcheck lsof iproute2)
 BREW_PACKAGES=(cmake ccache pytorch open-mpi fmt cxxopts googletest gnuplot)
 
