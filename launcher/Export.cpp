@@ -193,7 +193,8 @@ class NewFolder {
 void writeJson(const std::string& path, const std::string& json) { rundir::atomicWrite(path, json + "\n"); }
 
 // hf: W + alpha/r B A for each adapted module, the adapters gone; each tensor once (a tie
-// under its first name, as save_pretrained leaves the tied head out); shards past 5 GB.
+// under its first name, as the checkpoint records it: save_pretrained leaves the tied head
+// out); shards past 5 GB.
 void exportHf(const EvalCommand& cmd, const checkpoint::Checkpoint& ckpt, const HubModel& m, NewFolder& out) {
   const fs::path hub = hubFolder(cmd, ckpt, m);
   const auto state = byName(ckpt.modelState);
@@ -209,10 +210,11 @@ void exportHf(const EvalCommand& cmd, const checkpoint::Checkpoint& ckpt, const 
     }
   }
   TensorList tensors;
-  std::set<const void*> written;
+  std::set<std::string> aliases;
+  for (const auto& [alias, name] : ckpt.ties) aliases.insert(alias);
   std::uint64_t total = 0;
   for (const auto& [name, tensor] : ckpt.modelState) {
-    if (isAdapter(name) || (tensor.numel() > 0 && !written.insert(tensor.data_ptr()).second)) continue;
+    if (isAdapter(name) || aliases.count(name)) continue;
     const auto it = merged.find(name);
     tensors.emplace_back(name, it != merged.end() ? it->second : tensor);
     total += tensors.back().second.nbytes();
@@ -320,7 +322,7 @@ void exportWeights(const EvalCommand& cmd) {
   checkTarget(cmd);
   const checkpoint::Checkpoint ckpt = chosenCheckpoint(cmd);
   if (cmd.exportFormat.empty()) {
-    checkpoint::writeWeightsFile(cmd.exportPath, ckpt.modelState);
+    checkpoint::writeWeightsFile(cmd.exportPath, ckpt.modelState, ckpt.ties);
     std::cout << fmt::format("pseval: step {}'s weights ({} tensors of {}) written to {}", ckpt.step,
                              ckpt.modelState.size(), ckpt.model, cmd.exportPath)
               << std::endl;

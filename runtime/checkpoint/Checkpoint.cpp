@@ -139,6 +139,11 @@ std::string publish(const std::string& dir, const Checkpoint& ckpt, const Record
   if (!ckpt.initFrom.empty()) meta.insert("init_from", ckpt.initFrom);
   if (!ckpt.initFromPath.empty()) meta.insert("init_from_path", ckpt.initFromPath);
   if (!ckpt.modelFacts.empty()) meta.insert("model_facts", ckpt.modelFacts);
+  if (!ckpt.ties.empty()) {
+    GenericDict ties = stringKeyedDict();
+    for (const auto& [alias, name] : ckpt.ties) ties.insert(alias, name);
+    meta.insert("ties", ties);
+  }
   if (!ckpt.workerBatches.empty()) {
     c10::impl::GenericList batches(c10::AnyType::get());  // a plain list: no TorchScript tag
     for (std::int64_t batch : ckpt.workerBatches) batches.push_back(batch);
@@ -261,6 +266,14 @@ class Decoder {
     if (has("init_from")) ckpt.initFrom = text(meta, "init_from");
     if (has("init_from_path")) ckpt.initFromPath = text(meta, "init_from_path");
     if (has("model_facts")) ckpt.modelFacts = text(meta, "model_facts");
+    if (const auto ties = find(meta, "ties")) {
+      if (p_.kind(*ties) != Kind::Dict) bad("__meta__.ties is not a dict");
+      const std::vector<Pickled::Id>& pairs = p_.items(*ties);
+      for (std::size_t i = 0; i + 1 < pairs.size(); i += 2) {
+        if (p_.kind(pairs[i]) != Kind::Text || p_.kind(pairs[i + 1]) != Kind::Text) bad("__meta__.ties holds other than names");
+        ckpt.ties.emplace_back(std::string(p_.text(pairs[i])), std::string(p_.text(pairs[i + 1])));
+      }
+    }
     if (const auto batches = find(meta, "worker_batches")) {
       if (p_.kind(*batches) != Kind::List) bad("__meta__.worker_batches is not a list");
       for (const Pickled::Id batch : p_.items(*batches)) {

@@ -9,7 +9,7 @@
 //                  "fingerprint", "loss", "model_path", "virtual_shards", "batch_size",
 //                  "block_size", "ignore_index", "optimizer_rule", "configuration",
 //                  "worker_batches" (point to point only), "init_from", "init_from_path",
-//                  "model_facts"}}
+//                  "model_facts", "ties"}}
 // (the meta entries from "loss" on are optional: checkpoints of earlier versions lack them.)
 // It is *published* by <dir>/step-NNNNNNNN.ok, written only after the .pt is complete,
 // fsync'd and renamed into place; the .ok records the .pt's size and CRC-32 so a reader
@@ -29,6 +29,8 @@
 namespace pstrain::checkpoint {
 
 using TensorList = std::vector<std::pair<std::string, at::Tensor>>;
+// A model's ties: each further name of a tensor, with the name it has first (Net::ties).
+using Ties = std::vector<std::pair<std::string, std::string>>;
 
 struct Checkpoint {
   std::int64_t step = 0;   // optimizer steps completed
@@ -57,6 +59,8 @@ struct Checkpoint {
   // The model file's facts (models::ModelFacts::json: its family, LoRA, ...; empty: none),
   // what pseval --export --format reads.
   std::string modelFacts;
+  // The model's ties ({alias: name}; empty in earlier versions): what an export writes once.
+  Ties ties;
   TensorList modelState;   // state_dict, in order
   // The optimizer's state per parameter, by torch.optim's names, and the updates it counted
   // (Adam's step; 0 for SGD); empty before the first update with such state.

@@ -469,15 +469,20 @@ TensorKey keyOf(const at::Tensor& t) {
   return {t.numel() > 0 ? t.data_ptr() : nullptr, t.sizes().vec(), t.strides().vec(), t.scalar_type()};
 }
 
-void writeSafetensors(const std::string& path, const TensorList& tensors) {
+void writeSafetensors(const std::string& path, const TensorList& tensors, const Ties& given) {
   std::vector<SafetensorsEntry> entries;
   std::vector<at::Tensor> data;
-  std::vector<std::pair<std::string, std::string>> ties;
+  Ties ties;
   std::map<TensorKey, std::string> written;
+  const std::map<std::string, std::string> aliases(given.begin(), given.end());
   for (const auto& [name, tensor] : tensors) {
+    if (const auto alias = aliases.find(name); alias != aliases.end()) {
+      ties.emplace_back(name, alias->second);
+      continue;
+    }
     const at::Tensor t = tensor.to(torch::kCPU);
     const auto [first, fresh] = written.emplace(keyOf(t), name);
-    if (!fresh && t.numel() > 0) {
+    if (given.empty() && !fresh && t.numel() > 0) {  // no ties recorded: a tensor met again is one
       ties.emplace_back(name, first->second);
       continue;
     }
@@ -495,8 +500,8 @@ void writeSafetensors(const std::string& path, const TensorList& tensors) {
 
 }  // namespace
 
-void writeWeightsFile(const std::string& path, const TensorList& tensors) {
-  if (endsWith(path, ".safetensors")) return writeSafetensors(path, tensors);
+void writeWeightsFile(const std::string& path, const TensorList& tensors, const Ties& ties) {
+  if (endsWith(path, ".safetensors")) return writeSafetensors(path, tensors, ties);
   writeStateDict(path, tensors);
 }
 

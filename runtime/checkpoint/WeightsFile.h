@@ -107,11 +107,12 @@ at::ScalarType scalarTypeOf(const zip::ElementType& type);
 const zip::ElementType* elementTypeOf(at::ScalarType type);
 
 // Writes `tensors` to `path` atomically: for a path ending in .safetensors by its spec, each
-// tensor once, every further name of a tensor written already (a tie) in __metadata__ as
+// tensor once, every further name of a tensor (a tie: `ties`' aliases, as the checkpoint
+// records them; without them, a name whose tensor is one written already) in __metadata__ as
 // "NAME": "NAME WRITTEN" (as Hugging Face's writer leaves a tie's copy out), "format": "pt"
 // first; else as torch.save's state dict (writeStateDict: a tie's names sharing one
 // storage). Float, half, bfloat16, integer and bool tensors. Throws CheckpointError on a
 // failed write.
-void writeWeightsFile(const std::string& path, const TensorList& tensors);
+void writeWeightsFile(const std::string& path, const TensorList& tensors, const Ties& ties = {});
 
 }  // namespace pstrain::checkpoint

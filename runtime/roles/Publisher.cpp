@@ -337,6 +337,7 @@ checkpoint::Checkpoint Publisher::snapshot(std::int64_t stepsDone) const {
   ckpt.initFrom = cfg_.initFromIdentity;
   if (!cfg_.initFrom.empty()) ckpt.initFromPath = fs::absolute(cfg_.initFrom).string();
   ckpt.modelFacts = model_.facts().json;
+  ckpt.ties = model_.ties();
   if (checkpointExtras_) checkpointExtras_(ckpt);
   return ckpt;
 }
