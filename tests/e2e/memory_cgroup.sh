@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (Also: --memory auto between lean and fast; a LoRA model's choice made alike by --doctor,
+# the dry run and the run.)
 # Bigger than one Mac, as a user sees it: each of 4 "Macs" (a server and a worker: ranks k
 # and 4 + k) in a memory cgroup of its own, capped below what plain PyTorch needs to train
 # the same model alone (tools/benchmarks/lm_step_python.py's loop: AdamW, clipping, one
@@ -131,4 +133,27 @@ check "run.json: lean on every rank, with a spare between lean's least and fast'
   python3 -c "import sys; sys.exit(not 0 < float('${spared:-0}') < 20)"
 check "--memory auto, lean with a spare: fast's weights exactly" \
   test "$(max_weight_diff spare-fast/trained_model.pt spare-capped/trained_model.pt)" = 0.0
+
+# A LoRA model (a 64 M-weight base frozen, 0.2 M adapters): --doctor, the dry run and the run
+# count its trained parameters in one function (models::parameterCount), and its frozen
+# weights as what every rank holds, so they choose alike. The host: a cgroup whose half lies
+# 300 MiB above the dry run's plan under fast, far under what counting every weight as trained
+# plans (the doctor's file size / 4 once: lean where the run took fast).
+"$PSTRAIN_PYTHON" "$(dirname "$0")/../../tools/gpt_model.py" lora.pt --vocab 50257 --block-size 128 --layers 4 --heads 8 \
+  --embd 512 --lora 4 > /dev/null || exit 1
+lora=(--model lora.pt --dataset train.bin --block-size 128 --batch-size 4 --steps 2 --checkpoint-every 0 --optimizer adamw)
+with_timeout 300 "$mpirun" -np 2 "$pstrain" --threads 1 --timeout 600 --doorbell off "${lora[@]}" --dry-run \
+  --train-dir lora-plan > lora-plan.log 2>&1 || { tail -5 lora-plan.log; exit 1; }
+fast_gib=$(sed -n 's/.*--memory auto: \([0-9.]*\) GiB under fast before activations.*/\1/p' lora-plan.log | head -1)
+cap=$(python3 -c "print(2 * (round(${fast_gib:-0} * 1024) + 300))")
+in_cgroup "$cap" 2 "${lora[@]}" --doctor --train-dir lora-doctor > lora-doctor.log 2>&1
+in_cgroup "$cap" 2 "${lora[@]}" --dry-run --train-dir lora-capped-plan > lora-capped-plan.log 2>&1
+in_cgroup "$cap" 2 "${lora[@]}" --train-dir lora-capped > lora-capped.log 2>&1 || tail -5 lora-capped.log
+sed -n '/memory: host\|memory    host/p' lora-doctor.log lora-capped-plan.log | sed 's/^/     /'
+chosen=$(python3 -c '
+import json
+print(" ".join(sorted({r["memory"] for r in json.load(open("lora-capped/run.json"))["ranks"]})))' 2> /dev/null)
+check "a LoRA model in a $cap MiB host: --doctor, the dry run and run.json choose alike (fast)" \
+  eval "has lora-doctor.log 'memory: host .*: fast' && has lora-capped-plan.log 'memory    host .*: fast' && \
+        test '${chosen:-}' = fast"
 checks_done
