@@ -57,8 +57,8 @@ struct PickledTensor {
 };
 
 // Memory a pickle's values may take, per byte of it and beside: a state dict's pickle makes
-// about 5 bytes of values per byte (tests: the measured figure), a crafted one of empty
-// lists 50.
+// about 10 bytes of values per byte (unit.WeightsFile prints the measured figure), a crafted
+// one of empty lists 50.
 constexpr std::uint64_t kValueBytesPerByte = 24;
 constexpr std::uint64_t kValueBytesFloor = std::uint64_t(4) << 20;
 
