@@ -400,7 +400,8 @@ class ScriptNet : public Net {
   std::vector<std::string> unfilled() const override { return unfilled_; }
 
   // Reads the storages that loading `file` left unread (`deferred`), but those only of
-  // parameters wholly outside `needed`, which then hold no values (heldWeights).
+  // parameters wholly outside `needed`, which then hold no values (heldWeights), as the
+  // placeholders outside it do.
   void readStorages(const ModelFile& file, const std::vector<Deferred>& deferred, const FlatSpan& needed) {
     std::set<const void*> outside, used;  // storages of parameters wholly outside `needed`; of every other tensor
     std::int64_t at = 0;
@@ -417,6 +418,9 @@ class ScriptNet : public Net {
         file.fill(d.at, d.data, d.bytes);
       }
     }
+    // Placeholders hold no values: those outside `needed` never will (--init-from reads only
+    // the parameters a rank holds), and nothing may copy them.
+    if (!unfilled_.empty()) held_ = needed;
   }
 
  private:

@@ -12,7 +12,9 @@
 #      merged hub folder (W + alpha/r B A, no adapter left), whose model, loaded as a hub
 #      model, gives the LoRA model's logits;
 #   (the default tier stops here)
-#   4. a full fine-tune of the qwen2: within 1e-6 of PyTorch;
+#   4. a full fine-tune of the qwen2: within 1e-6 of PyTorch; a 1 GB sharded folder: each
+#      rank's memory as loaded grows by at most its own share of the weights (a server's
+#      range, a worker's all), read with no second copy;
 #   5. bad input, each exit 2 with nothing written: an unknown model_type, another
 #      rope_scaling type (hf_model.py); a shard missing from the index, a tensor of the wrong
 #      shape, no --init-from for a hub model's architecture (pstrain).
@@ -230,6 +232,51 @@ PY
 )
 echo "     a full fine-tune of the qwen2: max abs diff ${result:-?} from PyTorch"
 check "a full fine-tune from a bfloat16 hub folder: PyTorch's (<= 1e-6)" ge 1e-6 "${result:-1}"
+
+# --- a 1 GB sharded folder: each rank reads only its share -----------------------------------
+# A llama of 291 M float32 weights in 4 shards (1.1 GB), fully trained: 2 servers (each holds
+# half the weights) and a worker (all of them). The dry run measures each rank as loaded.
+"$python" - "$tools" <<'PY' || exit 1
+import json, os, sys, torch
+sys.path.insert(0, sys.argv[1])
+from gpt_model import save_safetensors
+c = {"model_type": "llama", "vocab_size": 32000, "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 20,
+     "num_attention_heads": 16, "num_key_value_heads": 4, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+     "max_position_embeddings": 256, "hidden_act": "silu"}
+os.makedirs("big", exist_ok=True)
+json.dump(c, open("big/config.json", "w"))
+h, i = 1024, 2816
+shapes = {"model.embed_tokens.weight": (32000, h), "lm_head.weight": (32000, h), "model.norm.weight": (h,)}
+for l in range(20):
+    for n, s in [("self_attn.q_proj", (h, h)), ("self_attn.k_proj", (256, h)), ("self_attn.v_proj", (256, h)),
+                 ("self_attn.o_proj", (h, h)), ("mlp.gate_proj", (i, h)), ("mlp.up_proj", (i, h)), ("mlp.down_proj", (h, i))]:
+        shapes[f"model.layers.{l}.{n}.weight"] = s
+    for n in ("input_layernorm", "post_attention_layernorm"):
+        shapes[f"model.layers.{l}.{n}.weight"] = (h,)
+names, index = list(shapes), {}
+for s in range(4):
+    file = f"model-{s + 1:05d}-of-00004.safetensors"
+    save_safetensors({k: 0.02 * torch.randn(*shapes[k]) for k in names[s::4]}, f"big/{file}")
+    index.update({k: file for k in names[s::4]})
+json.dump({"metadata": {}, "weight_map": index}, open("big/model.safetensors.index.json", "w"))
+PY
+hf big big.pt || exit 1
+loaded_gib() {  # loaded_gib LOG: each rank's "GiB as loaded", in rank order
+  sed -n 's/.*memory    rank \([0-9]*\) .* \([0-9.]*\) GiB as loaded.*/\2/p' "$1" | tr '\n' ' '
+}
+run_logged big-plan with_timeout 300 "$mpirun" -np 3 "$pstrain" "${common[@]}" --model big.pt --init-from big --servers 2 \
+  --batch-size 1 --optimizer sgd --lr 1e-3 --steps 1 --dry-run --train-dir big-plan
+run_logged small-plan with_timeout 120 "$mpirun" -np 3 "$pstrain" "${common[@]}" --model llama.pt --init-from llama \
+  --servers 2 --batch-size 1 --optimizer sgd --lr 1e-3 --steps 1 --dry-run --train-dir small-plan
+read -r server0 server1 worker <<< "$(loaded_gib big-plan.log)"
+read -r base0 base1 baseworker <<< "$(loaded_gib small-plan.log)"
+echo "     a 1.1 GB sharded folder, as loaded: servers ${server0:-?} and ${server1:-?} GiB, the worker ${worker:-?} GiB (a tiny model's: ${base0:-?}, ${base1:-?}, ${baseworker:-?} GiB)"
+# The weights are 1.084 GiB: each server's share half of it, the worker's all; 5% beside.
+check "--init-from a 1 GB sharded folder: each server grows by at most its half of the weights" \
+  python3 -c "import sys; sys.exit(not (${server0:-9} - ${base0:-0} <= 0.542 * 1.05 and ${server1:-9} - ${base1:-0} <= 0.542 * 1.05))"
+check "--init-from a 1 GB sharded folder: the worker grows by at most the weights, read with no second copy" \
+  python3 -c "import sys; sys.exit(not ${worker:-9} - ${baseworker:-0} <= 1.084 * 1.05)"
+rm -rf big
 
 # --- 5. bad input ----------------------------------------------------------------------------
 bad_config() {  # bad_config NAME PATTERN PYTHON: a copy of llama/ whose config PYTHON changed (c)
