@@ -14,6 +14,7 @@
 
 #include "data/ReadAt.h"
 #include "runtime/Errors.h"
+#include "runtime/FileLimits.h"
 #include "runtime/zip/ZipDirectory.h"
 
 namespace pstrain::data {
@@ -198,14 +199,8 @@ NpyArray npyFileHeader(const unsigned char* head, std::size_t size, const std::m
 }
 
 std::uint64_t NpyArray::elements() const {
-  std::uint64_t n = 1;
-  for (auto d : shape) {
-    if (d != 0 && n > std::numeric_limits<std::uint64_t>::max() / static_cast<std::uint64_t>(d)) {
-      return std::numeric_limits<std::uint64_t>::max();
-    }
-    n *= static_cast<std::uint64_t>(d);
-  }
-  return n;
+  // The one overflow-checked count of every reader (FileLimits.h); past 2^62 no file holds it.
+  return elementCount(shape).value_or(std::numeric_limits<std::uint64_t>::max());
 }
 
 NpzFile::NpzFile(const std::string& path) : path_(path) {
