@@ -2,9 +2,11 @@
 // zip/Json, models::loadPretrained): the formats by their specs, every malformed or hostile
 // file a ConfigError naming it (deep, huge or overflowing ones among them), a pretrained
 // state dict's names and shapes held strictly.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <string>
