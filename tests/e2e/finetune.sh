@@ -309,10 +309,15 @@ resume_with() {  # resume_with MODEL INIT_FROM: the resumed run's command
 }
 refused "--resume with an --init-from of another base: refused, naming the frozen weights" \
   "the model's frozen weights are not those step 5 was trained with" resume_with lora.pt pretrained.pt
+# A run whose base is its model file's: that file replaced in place between the run and its
+# --resume (the same path, names and shapes, another base) is refused.
+train resumed-file --model lora.pt --steps 10 --checkpoint-every 5 --stop-at 5
 cp lora.pt lora-kept.pt
-gpt lora.pt --tie --own-loss --lora 4 --seed 5  # replaced in place: the same path, names and shapes
+gpt lora.pt --tie --own-loss --lora 4 --seed 5
 refused "--resume with the model file replaced by one of another base (same names and shapes): refused" \
-  "the model's frozen weights are not those step 5 was trained with" resume_with lora.pt base.safetensors
+  "the model's frozen weights are not those step 5 was trained with" with_timeout 60 "$mpirun" -np 3 "$pstrain" \
+  "${common[@]}" --dataset text/train.bin --block-size 16 "${adamw[@]}" --steps 10 --checkpoint-every 5 --model lora.pt \
+  --train-dir resumed-file --resume
 mv lora-kept.pt lora.pt
 "$pseval" --train-dir init-pt --export base-again.pt > /dev/null 2>&1
 resume_with lora.pt base-again.pt > resumed-again.log 2>&1
