@@ -265,6 +265,25 @@ struct WeightsReader::Impl {
                              keys.empty() ? "nothing" : keys));
   }
 
+  // One file (files[0]) by its first bytes: torch.save's archive, the legacy format (refused),
+  // else safetensors.
+  void openFile() {
+    const Source& source = files[0];
+    const std::string first = source.read(0, static_cast<std::size_t>(std::min<std::uint64_t>(12, source.size())));
+    const auto startsWith = [&](std::string_view prefix) { return std::string_view(first).substr(0, prefix.size()) == prefix; };
+    if (startsWith("PK\x03\x04")) {
+      openArchive();
+      takeStateDict();
+    } else if (startsWith("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8")) {
+      // torch.save's format before PyTorch 1.6 (and with _use_new_zipfile_serialization=False):
+      // a pickle (protocol 2) of its magic number, then the data's.
+      refuse(source.path(), "torch.save's legacy format (before PyTorch 1.6, or _use_new_zipfile_serialization=False), "
+                            "which pstrain does not read: save it again with torch.save(torch.load(FILE), FILE)");
+    } else {
+      openSafetensors(0);
+    }
+  }
+
   // The hub's shards: the index (model.safetensors.index.json) at `index`, each shard it
   // names opened, every tensor in the shard the index says, each once.
   void openShards(const std::string& index) {
@@ -315,8 +334,6 @@ struct WeightsReader::Impl {
 
 namespace {
 
-bool startsWith(std::string_view bytes, std::string_view prefix) { return bytes.substr(0, prefix.size()) == prefix; }
-
 // What `path` names: the index of shards, or one file (a folder: what the hub puts in it).
 std::string fileOf(const std::string& path, bool& index) {
   std::error_code error;
@@ -342,21 +359,7 @@ WeightsReader::WeightsReader(const std::string& path) : impl_(std::make_unique<I
     impl_->openShards(file);
   } else {
     impl_->files.emplace_back(file);
-  }
-  if (!index) {
-    const Source& source = impl_->files[0];
-    const std::string first = source.read(0, static_cast<std::size_t>(std::min<std::uint64_t>(12, source.size())));
-    if (startsWith(first, "PK\x03\x04")) {
-      impl_->openArchive();
-      impl_->takeStateDict();
-    } else if (startsWith(first, "\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8")) {
-      // torch.save's format before PyTorch 1.6 (and with _use_new_zipfile_serialization=False):
-      // a pickle (protocol 2) of its magic number, then the data's.
-      refuse(file, "torch.save's legacy format (before PyTorch 1.6, or _use_new_zipfile_serialization=False), which "
-                   "pstrain does not read: save it again with torch.save(torch.load(FILE), FILE)");
-    } else {
-      impl_->openSafetensors(0);
-    }
+    impl_->openFile();
   }
   for (const Source& s : impl_->files) impl_->bytes += s.size();
 }
@@ -365,12 +368,7 @@ WeightsReader::WeightsReader(std::string_view bytes, const std::string& path) : 
   impl_->path = path;
   impl_->files.emplace_back(bytes, path);
   impl_->bytes = bytes.size();
-  if (startsWith(bytes, "PK\x03\x04")) {
-    impl_->openArchive();
-    impl_->takeStateDict();
-  } else {
-    impl_->openSafetensors(0);
-  }
+  impl_->openFile();
 }
 
 WeightsReader::WeightsReader(WeightsReader&&) noexcept = default;

@@ -1,13 +1,9 @@
 #include "runtime/zip/ArchiveCheck.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
-#include <algorithm>
-#include <cctype>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 
 #include "runtime/Text.h"
 
