@@ -131,6 +131,31 @@ check "llama: the shards were read by their index" has llama-loaded.log "--init-
 check "gpt2: the hub's bare names got their prefix, its old masks left unread (30 tensors in the file)" \
   has gpt2-loaded.log "--init-from gpt2: 30 tensors"
 
+# The llama in bfloat16, as --precision bf16-weights runs it (weights in bf16, autocast):
+# its RMSNorm is float32 arithmetic on bf16 activations (only the last rounding to bf16 may
+# differ), and its logits are the float32 reference's within bf16's precision.
+half=$("$python" - "$here/../common" llama llama-loaded <<'PY' 2>&1 | tail -1
+import json, sys, torch
+sys.path.insert(0, sys.argv[1])
+import hf_reference
+config = json.load(open(sys.argv[2] + "/config.json"))
+weights = {k: v.bfloat16().float() for k, v in torch.load(sys.argv[2] + "/weights.pt").items()}
+ids = torch.randint(0, 76, (3, 16), generator=torch.Generator().manual_seed(1))
+model = torch.jit.load(sys.argv[3] + "/trained_model.torchscript.pt").eval().to(torch.bfloat16)
+x = torch.randn(3, 16, config["hidden_size"], generator=torch.Generator().manual_seed(2)).bfloat16()
+w, eps = model.model.norm.weight, config["rms_norm_eps"]
+theirs = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)).bfloat16()
+norm = ((model.model.norm(x) / w).float() - theirs.float()).abs().max() / theirs.float().abs().max()
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    ours, _ = model(ids, ids)
+theirs = hf_reference.logits(config, weights, ids)
+print(f"{norm.item():.3g} {((ours.float() - theirs).abs().max() / theirs.abs().max()).item():.3g}")
+PY
+)
+echo "     llama in bfloat16: RMSNorm against float32 arithmetic, logits against the float32 reference: ${half:-?}"
+check "llama in bfloat16: RMSNorm is float32 arithmetic (<= one bf16 step), logits within 3e-2 of the reference" \
+  bash -c '[ "$(echo "$0" | awk "{print (\$1 <= 0.0079 && \$2 <= 0.03)}")" = 1 ]' "${half:-1 1}"
+
 # --- 3. LoRA on the sharded llama against PyTorch ----------------------------------------
 hf llama llama-lora.pt --lora 4 || exit 1
 # shellcheck disable=SC2054 # --betas takes B1,B2
