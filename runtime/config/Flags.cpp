@@ -127,8 +127,8 @@ const std::vector<Flag> kFlags = {
                            c.peerTimeoutMs)); }},
     {"local-steps", "Modes",
      "diloco: inner optimizer steps each worker runs alone between two exchanges (H), or auto: measured in the "
-     "first rounds (of 10 steps), the fewest in [10, 500] that keep the exchange under 5% of a round (10% where that "
-     "takes more than 50)",
+     "first rounds (of 10 steps), the H in [10, 500] of the shortest predicted time to a loss: longer rounds send "
+     "less but need more steps (with overlapped rounds: the fewest whose compute hides the exchange)",
      &TrainConfig::localStepsFlag, A::Fingerprint, whenDiloco, [](const TrainConfig& c) { c.fixedLocalSteps(); }},
     {"outer-lr", "Modes", "diloco: the outer optimizer's learning rate on the averaged pseudo-gradient",
      &TrainConfig::outerLr, A::Fingerprint, whenOuterStep, [](const TrainConfig& c) {
@@ -142,8 +142,8 @@ const std::vector<Flag> kFlags = {
                fmt::format("--outer-momentum must be in [0, 1) (got {})", c.outerMomentum)); }},
     {"overlap-rounds", "Modes",
      "diloco: on | off | auto: start each round from the local weights while the last round's exchange travels, "
-     "and move the round's progress onto the new global weights as soon as they are in; auto: on when even the "
-     "exchange would take over 10% of a round even at --local-steps 500 (bare --overlap-rounds: on)",
+     "and move the round's progress onto the new global weights as soon as they are in; auto: on where the first "
+     "rounds predict that it reaches a loss sooner (bare --overlap-rounds: on)",
      &TrainConfig::overlapRoundsFlag, A::Fingerprint, whenDiloco, [](const TrainConfig& c) {
        require(c.overlapRoundsFlag != Switch::On || c.modeInfo().runsLocalRounds(),
                "--overlap-rounds overlaps the rounds of local steps: --mode diloco or localsgd only"); }, "on"},

@@ -140,7 +140,7 @@ struct TrainConfig {
   bool balance() const {
     return balanceFlag == Switch::On || (balanceFlag == Switch::Auto && modeInfo().runsLocalRounds());
   }
-  // --local-steps as a number; 0 for auto (measured in round kMeasuredRound, the second:
+  // --local-steps as a number; 0 for auto (measured in the first rounds:
   // exchanges/rounds/RoundsPlan.h).
   std::int64_t fixedLocalSteps() const;
 

@@ -232,20 +232,35 @@ AutoRounds autoRounds(const config::TrainConfig& cfg, const ProbeMeasurements& m
   return a;
 }
 
-// diloco's predictions by H, and what its defaults would choose.
+// diloco's predictions by H, and what its defaults would choose and why, with its predicted
+// time to a loss against one worker's and sync's (RoundsPlan.h's model: `workers` workers in
+// sync need 1/workers of one worker's steps, rounds of H local steps roundsSteps(H) times
+// sync's).
 std::string localStepsLine(const std::vector<LocalStepsPrediction>& rounds, const ProbeMeasurements& m,
-                           const AutoRounds& chosen) {
-  const double alone = m.batchSamples / *std::min_element(m.computeSeconds.begin(), m.computeSeconds.end());
+                           const AutoRounds& chosen, const std::vector<Prediction>& predictions, int workers) {
+  const double fastest = *std::min_element(m.computeSeconds.begin(), m.computeSeconds.end());
+  const double alone = m.batchSamples / fastest;
   std::string out = "  diloco by --local-steps H, fastest codecs: samples/s (x one worker, communication share):\n   ";
   for (const auto& r : rounds) {
     out += fmt::format(" H={}: {:.0f} ({:.2f}x, {:.0f}%);", r.localSteps, r.prediction.samplesPerSecond,
                        r.prediction.samplesPerSecond / alone, 100 * r.commShare);
   }
+  const auto& d = chosen.decision;
   out += fmt::format("\n  diloco: --local-steps auto would take {} local steps a round{} (a step {:.3f} s, the round's "
-                     "exchange {:.3f} s)\n", chosen.decision.localSteps,
-                     chosen.decision.overlap ? ", each round's exchange hidden behind the next (overlap pays)"
-                                             : ", rounds not overlapped (overlap does not pay)",
-                     chosen.stepSeconds, chosen.exchangeSeconds);
+                     "exchange {:.3f} s): {}\n", d.localSteps,
+                     d.overlap ? ", each round's exchange hidden behind the next" : ", rounds not overlapped",
+                     chosen.stepSeconds, chosen.exchangeSeconds, exchanges::rounds::whyRounds(d));
+  const Prediction* sync = nullptr;
+  for (const Prediction& p : predictions) {
+    if (p.mode == config::Mode::Sync && p.workers == workers && p.servers == 1 &&
+        (!sync || p.samplesPerSecond > sync->samplesPerSecond)) {
+      sync = &p;
+    }
+  }
+  if (d.predicted > 0 && sync) {
+    out += fmt::format("  diloco: predicted time to a loss {:.2f}x one worker's and {:.2f}x sync's (>1: sooner)\n",
+                       workers * fastest / d.predicted, sync->stepSeconds / d.predicted);
+  }
   return out;
 }
 
@@ -465,7 +480,7 @@ void report(const config::TrainConfig& cfg, c10::Device device, const std::vecto
   out += "  recommendation: " + advice + "\n";
   const auto rounds = predictLocalSteps(m, workers, kLocalSteps);
   const AutoRounds chosen = autoRounds(cfg, m, workers);
-  out += localStepsLine(rounds, m, chosen);
+  out += localStepsLine(rounds, m, chosen, predictions, workers);
   const NetworkAdvice net = adviseNetwork(cfg, computing, m, predictions, network);
   out += net.text;
   std::cout << out << std::flush;

@@ -137,7 +137,7 @@ defaults() {  # defaults DIR [flags...]
 run_logged defaults defaults "$scratch/defaults"
 grep 'pstrain: diloco' defaults.log | sed 's/^/     /'
 check "defaults: the first rounds measured H, said on stdout and in run.json" \
-  bash -c "grep -q 'round 2 took .* s a local step' defaults.log && python3 -c \"import json,sys; r = json.load(open('$scratch/defaults/run.json'))['rounds']; sys.exit(0 if 10 <= r['local_steps'] <= 500 and r['local_steps_setting'] == 'auto' else 1)\""
+  bash -c "grep -q 'rounds 2 to 3 took .* s a local step' defaults.log && python3 -c \"import json,sys; r = json.load(open('$scratch/defaults/run.json'))['rounds']; sys.exit(0 if 10 <= r['local_steps'] <= 500 and r['local_steps_setting'] == 'auto' else 1)\""
 check "defaults: each way at most a quarter of float32's bytes" \
   test "$(metric "$scratch/defaults" "last['bytes_received'] * 4 <= last['raw_bytes_received'] and last['bytes_sent'] * 4 <= last['raw_bytes_sent'] and last['step'] == 120")" = True
 "$pseval" --train-dir "$scratch/defaults" > defaults-eval.log 2>&1
@@ -151,7 +151,7 @@ wait $pid
 run_logged defaults_resumed defaults "$scratch/defaults-killed" --resume
 trained=$(metric "$scratch/defaults-killed" "last['step'] == 120 and last['loss'] < 2 * $(metric "$scratch/defaults" "last['loss']") + 0.05")
 check "defaults: --resume measures H again and ends as well trained as the uninterrupted run" \
-  bash -c "grep -q 'resuming at step' defaults_resumed.log && grep -q 'round 2 took' defaults_resumed.log && [ $trained = True ]"
+  bash -c "grep -q 'resuming at step' defaults_resumed.log && grep -q 'rounds 2 to 3 took' defaults_resumed.log && [ $trained = True ]"
 "$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" --discovery-interval 1 --max-restarts 2 \
   -- "${base[@]}" --straggle 1:40,2:40 --log-every 1 --train-dir "$scratch/defaults-elastic" > defaults-elastic.log 2>&1 &
 supervisor=$!

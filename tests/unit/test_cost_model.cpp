@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "runtime/exchanges/rounds/RoundsPlan.h"
 #include "runtime/probe/CostModel.h"
 
 using namespace pstrain::probe;
@@ -179,4 +180,52 @@ TEST(CostModel, DilocoSpreadsOneChainedExchangeOverItsLocalSteps) {
   EXPECT_EQ(byH[2].prediction.gradientCodec, "tiny");
   EXPECT_EQ(byH[2].prediction.weightCodec, "half");
   EXPECT_NEAR(byH[2].commShare, 0.006555 / 0.106555, 1e-9);
+}
+
+// --local-steps auto and --overlap-rounds auto (exchanges/rounds/RoundsPlan.h): the H and
+// overlap of the shortest predicted time to a loss, on the links tools/bench-lowcomm measures
+// (a step of 0.022 s; the round's exchange 1.2 s at 2 Mbit/s, 0.25 s at 10, 0.005 on the
+// loopback).
+TEST(RoundsDecision, OverlapsWhereTheExchangeWouldSlowShortRoundsAndNotOnAFastLink) {
+  using namespace pstrain::exchanges::rounds;
+  const RoundsPlan automatic;  // H auto, overlap auto
+  const RoundsDecision slow = chooseRounds(automatic, 0.022, 1.2);
+  EXPECT_TRUE(slow.overlap);
+  EXPECT_EQ(slow.localSteps, 82);  // the fewest whose compute (1.80 s) is 1.5 exchanges
+  EXPECT_GT(slow.otherLocalSteps, 100);  // not overlapped, it would need long rounds
+  EXPECT_LT(slow.predicted, slow.otherPredicted);
+  const RoundsDecision medium = chooseRounds(automatic, 0.022, 0.25);
+  EXPECT_TRUE(medium.overlap);
+  EXPECT_EQ(medium.localSteps, 18);
+  const RoundsDecision fast = chooseRounds(automatic, 0.022, 0.005);
+  EXPECT_FALSE(fast.overlap);  // nothing to hide: a fresh start each round is worth more
+  EXPECT_GE(fast.localSteps, kMinAutoLocalSteps);
+  EXPECT_LE(fast.localSteps, static_cast<std::int64_t>(kFreeLocalSteps));
+  // Longer rounds cost steps, overlap a little; a hidden exchange costs no time.
+  EXPECT_LT(roundsSteps(25, false), roundsSteps(100, false));
+  EXPECT_LT(roundsSteps(100, false), roundsSteps(100, true));
+  EXPECT_DOUBLE_EQ(roundsStepSeconds(100, true, 0.022, 1.2), 0.022);
+  EXPECT_DOUBLE_EQ(roundsStepSeconds(100, false, 0.022, 1.2), 0.022 + 0.012);
+}
+
+TEST(RoundsDecision, FixedSettingsAreKeptAndAFixedHStillChoosesItsOverlap) {
+  using namespace pstrain::exchanges::rounds;
+  RoundsPlan plan;
+  plan.localSteps = 50;
+  EXPECT_TRUE(chooseRounds(plan, 0.022, 1.2).overlap);    // 50 steps do not hide 1.2 s, but half of it
+  EXPECT_FALSE(chooseRounds(plan, 0.022, 0.005).overlap);
+  EXPECT_EQ(chooseRounds(plan, 0.022, 1.2).localSteps, 50);
+  plan.overlap = pstrain::config::Switch::Off;
+  const RoundsDecision apart = chooseRounds(plan, 0.022, 1.2);
+  EXPECT_FALSE(apart.overlap);
+  EXPECT_EQ(apart.localSteps, 50);
+  plan.localSteps = 0;
+  const RoundsDecision best = chooseRounds(plan, 0.022, 1.2);  // H auto, never overlapped
+  EXPECT_FALSE(best.overlap);
+  for (std::int64_t h : {kMinAutoLocalSteps, std::int64_t(50), kMaxAutoLocalSteps}) {
+    EXPECT_LE(roundsSteps(best.localSteps, false) * roundsStepSeconds(best.localSteps, false, 0.022, 1.2),
+              roundsSteps(h, false) * roundsStepSeconds(h, false, 0.022, 1.2));
+  }
+  EXPECT_EQ(whyRounds(best).find("against"), std::string::npos);  // nothing compared
+  EXPECT_NE(whyRounds(chooseRounds(RoundsPlan(), 0.022, 1.2)).find("against"), std::string::npos);
 }

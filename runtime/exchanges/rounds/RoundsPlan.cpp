@@ -61,23 +61,59 @@ std::vector<std::int64_t> endsOf(const std::vector<exchanges::KeyRange>& ranges)
   return ends;
 }
 
+double roundsSteps(std::int64_t localSteps, bool overlap) {
+  const double h = static_cast<double>(std::max<std::int64_t>(localSteps, 1));
+  return (1 + kCostPerDoubling * std::max(0.0, std::log2(h / kFreeLocalSteps))) * (overlap ? 1 + kOverlapCost : 1);
+}
+
+double roundsStepSeconds(std::int64_t localSteps, bool overlap, double stepSeconds, double exchangeSeconds) {
+  const double h = static_cast<double>(std::max<std::int64_t>(localSteps, 1));
+  if (overlap) return std::max(stepSeconds, kHideFactor * exchangeSeconds / h);
+  return stepSeconds + exchangeSeconds / h;
+}
+
 RoundsDecision chooseRounds(const RoundsPlan& plan, double stepSeconds, double exchangeSeconds) {
   const double step = std::max(stepSeconds, 1e-6), exchange = std::max(exchangeSeconds, 0.0);
-  auto bounded = [](double h) {
-    return std::clamp<std::int64_t>(static_cast<std::int64_t>(std::ceil(h)), kMinAutoLocalSteps, kMaxAutoLocalSteps);
+  auto cost = [&](std::int64_t H, bool overlap) {
+    return roundsSteps(H, overlap) * roundsStepSeconds(H, overlap, step, exchange);
   };
-  // The H whose exchange is `share` of its round: exchange / (H step + exchange).
-  auto under = [&](double share) { return exchange * (1 - share) / (share * step); };
-  const double needed = under(kShortShare) <= kShortRound ? under(kShortShare) : under(kLongShare);
+  // The best H of one way: a fixed one, the smallest that hides an overlapped exchange, or
+  // the best of the range without overlap.
+  auto best = [&](bool overlap) {
+    if (plan.localSteps > 0) return plan.localSteps;
+    if (overlap) {
+      return std::clamp<std::int64_t>(static_cast<std::int64_t>(std::ceil(kHideFactor * exchange / step)),
+                                      kMinAutoLocalSteps, kMaxAutoLocalSteps);
+    }
+    std::int64_t chosen = kMinAutoLocalSteps;
+    for (std::int64_t H = kMinAutoLocalSteps; H <= kMaxAutoLocalSteps; ++H) {
+      if (cost(H, false) < cost(chosen, false)) chosen = H;
+    }
+    return chosen;
+  };
   RoundsDecision d;
-  if (plan.overlap == config::Switch::Auto) {
-    d.overlap = plan.localSteps > 0 ? exchange > kLongShare * (plan.localSteps * step + exchange)
-                                    : needed > kMaxAutoLocalSteps;
-  } else {
+  if (plan.overlap != config::Switch::Auto) {
     d.overlap = plan.overlap == config::Switch::On;
+    d.localSteps = best(d.overlap);
+    if (plan.localSteps == 0) d.predicted = cost(d.localSteps, d.overlap);
+    return d;
   }
-  d.localSteps = plan.localSteps > 0 ? plan.localSteps : d.overlap ? bounded(1.25 * exchange / step) : bounded(needed);
+  const std::int64_t overlapped = best(true), apart = best(false);
+  d.overlap = cost(overlapped, true) < cost(apart, false);
+  d.localSteps = d.overlap ? overlapped : apart;
+  d.otherLocalSteps = d.overlap ? apart : overlapped;
+  d.predicted = cost(d.localSteps, d.overlap);
+  d.otherPredicted = cost(d.otherLocalSteps, !d.overlap);
   return d;
+}
+
+std::string whyRounds(const RoundsDecision& d) {
+  if (d.predicted == 0) return "as the flags fix them";
+  const std::string kind = d.overlap ? "overlapped" : "not overlapped";
+  if (d.otherPredicted == 0) return fmt::format("{} rounds of {} local steps: {:.4f} s a step of sync's quality", kind, d.localSteps, d.predicted);
+  return fmt::format("{} rounds of {} local steps: {:.4f} s a step of sync's quality, against {:.4f} {} at {}", kind,
+                     d.localSteps, d.predicted, d.otherPredicted, d.overlap ? "not overlapped" : "overlapped",
+                     d.otherLocalSteps);
 }
 
 void writeDecision(const RoundsDecision& decision, float* out) {
@@ -138,11 +174,12 @@ std::string roundsDryRun(const config::TrainConfig& cfg, std::int64_t total, std
   } else {
     out += fmt::format(
         "  rounds    local steps auto: the first rounds, of {} local steps{} on each worker, measure a step and the "
-        "exchange (round {}); the rest have the fewest in [{}, {}] that keep the exchange under {:.0f}% of a round "
-        "(under {:.0f}% where that takes more than {}) (lr above is the inner rule, its state kept across rounds, reset "
-        "on --resume); the weights down and the pseudo-gradient up once a round ({} + {} bytes raw)\n",
-        kFirstRoundSteps, cfg.balance() ? " (dealt by measured speed)" : "", kMeasuredRound, kMinAutoLocalSteps,
-        kMaxAutoLocalSteps, 100 * kShortShare, 100 * kLongShare, kShortRound, down, up);
+        "exchange (rounds 2 to {}); the rest have the H in [{}, {}] of the shortest predicted time to a loss (a round "
+        "of H steps needs 1 + {} x log2(H / {}) times sync's steps; an overlapped one hides its exchange when its H steps "
+        "last {} exchanges) (lr above is the inner rule, its state kept across rounds, reset on --resume); the "
+        "weights down and the pseudo-gradient up once a round ({} + {} bytes raw)\n",
+        kFirstRoundSteps, cfg.balance() ? " (dealt by measured speed)" : "", kMeasuredRounds, kMinAutoLocalSteps,
+        kMaxAutoLocalSteps, kCostPerDoubling, kFreeLocalSteps, kHideFactor, down, up);
   }
   out += fmt::format("  coding    {}\n", codingOf(plan));
   std::string overlap;
@@ -150,10 +187,8 @@ std::string roundsDryRun(const config::TrainConfig& cfg, std::int64_t total, std
     overlap = "; each round's exchange travels during the next round, whose progress then moves onto the new global "
               "weights as soon as they are in (--overlap-rounds)";
   } else if (plan.overlap == config::Switch::Auto) {
-    overlap = fmt::format("; rounds overlap their exchange (--overlap-rounds) if the first rounds show that it {}",
-                          plan.localSteps > 0 ? fmt::format("takes over {:.0f}% of a round", 100 * kLongShare)
-                                              : fmt::format("would take over {:.0f}% of a round even at {} local steps",
-                                                            100 * kLongShare, kMaxAutoLocalSteps));
+    overlap = "; rounds overlap their exchange (--overlap-rounds) where the measuring rounds predict that to reach a "
+              "loss sooner";
   }
   if (cfg.modeInfo().averages) {
     out += fmt::format("  outer     none: the global weights become the mean of the workers' weights, weighted by their "

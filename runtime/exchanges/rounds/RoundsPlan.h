@@ -3,12 +3,14 @@
 // and the announcement: the local steps of a round (H), whether a round's exchange travels
 // during the next round, and the codecs of the two directions.
 //
-// --local-steps auto and --overlap-rounds auto are decided by rank 0 from the run's
-// kMeasuredRound-th round (the rounds until the decision have kFirstRoundSteps local steps
-// and never overlap): the slowest worker's seconds per step and the seconds the rest of the
-// round took, the exchange (chooseRounds). The decision holds for the rest of the run (from
-// the round after the next: the next is announced already), goes to every worker in each
-// down message, to stdout and to run.json; a relaunched run measures again.
+// --local-steps auto and --overlap-rounds auto are decided by rank 0 from the run's measuring
+// rounds (kMeasuredRounds: until the decision, rounds have kFirstRoundSteps local steps and
+// never overlap): the slowest worker's seconds per step and the seconds the rest of the round
+// took, the exchange (the larger of the measuring rounds': a shaped link's first burst makes
+// one round's exchange look quicker than the link sustains). chooseRounds picks the H and
+// overlap of the shortest predicted time to a loss. The decision holds for the rest of the
+// run (from the round after the next: the next is announced already), goes to every worker
+// in each down message, to stdout and to run.json; a relaunched run measures again.
 #include <cstdint>
 #include <string>
 
@@ -33,29 +35,45 @@ RoundsPlan roundsPlanOf(const config::TrainConfig& cfg);
 std::vector<exchanges::KeyRange> roundsRanges(const models::Net& model, const config::TrainConfig& cfg);
 std::vector<std::int64_t> endsOf(const std::vector<exchanges::KeyRange>& ranges);
 
-// The bounds of an auto H and the length of the measuring first rounds. The share of a
-// round that the exchange may take: kShortShare while that keeps rounds short (up to
-// kShortRound steps), else kLongShare: each step of H costs some val loss, fast in a short
-// run (tools/bench-lowcomm), so long rounds are worth less speed.
+// The bounds of an auto H, the length of the measuring first rounds, and how many measure.
 constexpr std::int64_t kMinAutoLocalSteps = 10, kMaxAutoLocalSteps = 500, kFirstRoundSteps = kMinAutoLocalSteps;
-constexpr int kMeasuredRound = 2;
-constexpr double kShortShare = 0.05, kLongShare = 0.1;
-constexpr std::int64_t kShortRound = 50;
+constexpr int kMeasuredRounds = 3;  // rounds 2 and 3 measure (the first's down message is the whole weights)
 
-// What the rounds are from the second on: H, and whether they overlap.
+// The time-to-loss model auto decides by, measured with tools/bench-lowcomm's time-to-loss
+// rows (the byte-level LM, 2 workers, AdamW; docs/benchmarks.md):
+// - a round of H local steps needs roundsSteps(H) times the steps of sync to reach a loss:
+//   1 up to kFreeLocalSteps, then kCostPerDoubling more for each doubling of H (measured: H
+//   29 about 1.0, H 100 about 1.4, H 441 about 2.0);
+// - an overlapped round trains from weights a round older: kOverlapCost more (measured: none
+//   at H 20 and 100; kept above 0 so that overlap is chosen where it saves time);
+// - its exchange is hidden when H steps of compute last kHideFactor times the measured
+//   exchange (an overlapped exchange moves on only between steps, relay by relay).
+constexpr double kFreeLocalSteps = 25, kCostPerDoubling = 0.25, kOverlapCost = 0.02, kHideFactor = 1.5;
+
+// The steps to a loss of rounds of H local steps, over sync's (the model above).
+double roundsSteps(std::int64_t localSteps, bool overlap);
+// The seconds per step of such rounds, a step taking `stepSeconds` and an exchange
+// `exchangeSeconds`: the exchange added to each round, or overlapped, hidden (or not).
+double roundsStepSeconds(std::int64_t localSteps, bool overlap, double stepSeconds, double exchangeSeconds);
+
+// What the rounds are from the decision on, and why: the predicted time to a loss of the
+// choice and of the other way (overlapped or not), as seconds per step of sync's quality.
 struct RoundsDecision {
   std::int64_t localSteps = 0;
   bool overlap = false;
+  double predicted = 0, otherPredicted = 0;  // 0: fixed by the flags, nothing compared
+  std::int64_t otherLocalSteps = 0;
 };
-// `plan`'s decision given a measuring round's `stepSeconds`, the slowest worker's seconds
-// per local step, and `exchangeSeconds`, what the rest of the round took. An auto H is the
-// smallest in [kMinAutoLocalSteps, kMaxAutoLocalSteps] that keeps the exchange under
-// kShortShare of a round if that H is at most kShortRound, else under kLongShare. Auto
-// overlap is on only when no H can (the one needed is past kMaxAutoLocalSteps, or a fixed
-// H's share is over kLongShare): an overlapped round costs more val loss than a longer one
-// (tools/bench-lowcomm); an auto H is then the smallest whose round computes a quarter
-// longer than the exchange takes.
+// `plan`'s decision given the measuring rounds' `stepSeconds`, the slowest worker's seconds
+// per local step, and `exchangeSeconds`: each auto choice minimizes
+// roundsSteps x roundsStepSeconds. An auto H with overlap is the smallest in
+// [kMinAutoLocalSteps, kMaxAutoLocalSteps] that hides the exchange (or the most, where none
+// can); without, the best in that range. Auto overlap compares the two; a fixed H compares
+// itself overlapped and not.
 RoundsDecision chooseRounds(const RoundsPlan& plan, double stepSeconds, double exchangeSeconds);
+// "overlapped rounds of 82 local steps hide the exchange: 0.032 s a step of sync's quality,
+// against 0.049 at 200 not overlapped": why, for stdout and the probe.
+std::string whyRounds(const RoundsDecision& d);
 
 // A down message begins with the decision the workers follow from their next round on, as
 // kDecisionFloats floats; readDecision throws CommError on values no server sends.

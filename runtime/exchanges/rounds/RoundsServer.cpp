@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <vector>
 
@@ -76,21 +77,28 @@ struct GlobalWeights {
   std::unique_ptr<FloatBuffer> copy;
 };
 
-// The decision from the measures of round kMeasuredRound (RoundsPlan.h's chooseRounds):
-// said on stdout and in run.json.
-RoundsDecision decide(Server& s, const RoundsPlan& plan, std::int64_t length, const StepStats& first) {
-  const double step = first.slowestComputeSeconds / static_cast<double>(std::max<std::int64_t>(length, 1));
-  const double exchange = std::max(0.0, first.exchangeSeconds - first.slowestComputeSeconds);
+// The decision from the measuring rounds (RoundsPlan.h's chooseRounds), each of `length`
+// local steps: the slowest worker's seconds a step over them, and the longest exchange (the
+// rest of a round). Said on stdout and in run.json.
+RoundsDecision decide(Server& s, const RoundsPlan& plan, std::int64_t length, const std::vector<StepStats>& measured) {
+  double step = 0, exchange = 0;
+  for (const StepStats& round : measured) {
+    step += round.slowestComputeSeconds / static_cast<double>(std::max<std::int64_t>(length, 1)) /
+            static_cast<double>(measured.size());
+    exchange = std::max(exchange, round.exchangeSeconds - round.slowestComputeSeconds);
+  }
   const RoundsDecision d = chooseRounds(plan, step, exchange);
-  std::cout << fmt::format("pstrain: diloco: round {} took {:.3f} s a local step and {:.3f} s to exchange: {} local "
-                           "steps a round from round {} on{}", kMeasuredRound, step, exchange, d.localSteps,
-                           kMeasuredRound + 2, d.overlap ? ", each exchanged during the next round" : "")
+  std::cout << fmt::format("pstrain: diloco: rounds 2 to {} took {:.3f} s a local step and up to {:.3f} s to exchange: "
+                           "{} local steps a round from round {} on{} ({})", kMeasuredRounds, step, exchange,
+                           d.localSteps, kMeasuredRounds + 2, d.overlap ? ", each exchanged during the next round" : "",
+                           whyRounds(d))
             << std::endl;
-  metrics::JsonObject measured;
-  measured.add("local_steps", d.localSteps).add("overlap", d.overlap);
-  measured.add("local_steps_setting", plan.localSteps > 0 ? std::to_string(plan.localSteps) : std::string(config::kAuto));
-  measured.add("step_s", step).add("exchange_s", exchange);
-  s.publisher->addToRunJson("rounds", measured);
+  metrics::JsonObject json;
+  json.add("local_steps", d.localSteps).add("overlap", d.overlap);
+  json.add("local_steps_setting", plan.localSteps > 0 ? std::to_string(plan.localSteps) : std::string(config::kAuto));
+  json.add("step_s", step).add("exchange_s", exchange);
+  if (d.predicted > 0) json.add("predicted_s_per_sync_step", d.predicted);
+  s.publisher->addToRunJson("rounds", json);
   return d;
 }
 
@@ -205,18 +213,47 @@ class RoundsLoop {
       const std::int64_t steps = length_;
       training = round(steps);
       // The second round is the first whose workers all started together (the first's down
-      // message, the whole weights, reached them one after another along the chain): it
-      // decides. After the first record, which rewrites run.json with the start-up's times.
-      if (++rounds == kMeasuredRound) {
-        decision_ = decide(s_, plan_, steps, lastStats_);
+      // message, the whole weights, reached them one after another along the chain): it and
+      // the next measure, and the last of them decides. After the first record, which
+      // rewrites run.json with the start-up's times.
+      if (++rounds >= 2 && rounds <= kMeasuredRounds) measured_.push_back(lastStats_);
+      if (rounds == kMeasuredRounds) {
+        decision_ = decide(s_, plan_, steps, measured_);
         balancer_ = balancerOf(decision_.localSteps);
       }
+      // From the second overlapped round on (the first started after its down message came),
+      // a round's period is its workers' compute when the exchange hides behind it.
+      if (rounds >= kMeasuredRounds + 3 && training) raiseUnhidden(rounds, steps);
     }
     s_.publisher->finish(step_);
     if (lead_) lead_->checkpoints().release();
   }
 
  private:
+  // An auto H whose overlapped exchange did not hide behind round `round` of `steps` steps
+  // (its period, as rank 0 saw it, more than kUnhiddenShare over the slowest worker's
+  // compute: the workers waited for the last round's exchange) grows to kRaiseMargin times
+  // the steps that the period took, at most kMaxAutoLocalSteps; it never shrinks. The
+  // measuring rounds see a link's bursts, not what it sustains under overlap.
+  void raiseUnhidden(int round, std::int64_t steps) {
+    constexpr double kUnhiddenShare = 0.1, kRaiseMargin = 1.25;
+    const std::int64_t H = decision_.localSteps;
+    const double compute = lastStats_.slowestComputeSeconds, period = lastStats_.exchangeSeconds;
+    if (plan_.localSteps > 0 || !decision_.overlap || steps != H || H >= kMaxAutoLocalSteps || compute <= 0 ||
+        period <= (1 + kUnhiddenShare) * compute) {
+      return;
+    }
+    const auto raised = std::clamp<std::int64_t>(
+        static_cast<std::int64_t>(std::ceil(kRaiseMargin * static_cast<double>(H) * period / compute)), H + 1,
+        kMaxAutoLocalSteps);
+    std::cout << fmt::format("pstrain: diloco: round {}'s exchange did not hide behind its {} local steps ({:.3f} s a "
+                             "round for {:.3f} s of compute): {} local steps a round from round {} on", round, H,
+                             period, compute, raised, round + 3)
+              << std::endl;
+    decision_.localSteps = raised;
+    balancer_ = balancerOf(raised);
+  }
+
   // The shares are by rank, the workers' from rank K on.
   ShareBalancer balancerOf(std::int64_t H) const {
     return ShareBalancer(static_cast<int>(firstWorker_), workers_,
@@ -228,16 +265,20 @@ class RoundsLoop {
   }
   // Whether the next round trains.
   bool trains() const { return step_ < s_.total && !s_.publisher->timeToStop(step_); }
-  // The next round's header and shares (or the stop): its first step, its inner lr, each
-  // worker's local steps; length_: its steps. Returns `train`.
+  // The next down message's header and shares (or the stop): its first step, its inner lr,
+  // each worker's local steps; length_: the steps of the round that comes up next. Its
+  // workers run it on this message's decision, unless the last message's overlapped: then
+  // they started it before this one could reach them, on the last one's H. Returns `train`.
   bool announce(bool train) {
     const std::int64_t H = decision_.localSteps;
     s_.setHeader(step_, train ? Control::Train : Control::Stop, train ? innerLr(step_) : 0);
-    length_ = std::min(H, s_.total - step_);
+    length_ = std::min(lastSent_.overlap ? lastSent_.localSteps : H, s_.total - step_);
+    lastSent_ = decision_;
+    const std::int64_t own = std::min(H, s_.total - step_);  // a round on this message's H from step_
     float* shares = s_.messages.shares.data_ptr<float>();
     balancer_.write(shares);
     float* byWorker = shares + firstWorker_;
-    if (length_ > 0 && length_ < H) std::fill_n(byWorker, workers_, static_cast<float>(length_));
+    if (own > 0 && own < H) std::fill_n(byWorker, workers_, static_cast<float>(own));
     counts_.localSteps.assign(byWorker, byWorker + workers_);
     return train;
   }
@@ -280,7 +321,8 @@ class RoundsLoop {
 
   Server& s_;
   const RoundsPlan plan_;
-  RoundsDecision decision_;
+  RoundsDecision decision_;  // what the next down message says
+  RoundsDecision lastSent_;  // what the last one said
   const int workers_;
   const std::int64_t weightCount_;
   RoundChain chain_;
@@ -292,6 +334,7 @@ class RoundsLoop {
   std::int64_t step_, length_ = 0;
   Period period_;
   StepStats lastStats_;
+  std::vector<StepStats> measured_;  // the measuring rounds' (kMeasuredRounds)
   bool warnedOfTimeout_ = false;
 };
 
