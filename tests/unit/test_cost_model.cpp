@@ -229,3 +229,14 @@ TEST(RoundsDecision, FixedSettingsAreKeptAndAFixedHStillChoosesItsOverlap) {
   EXPECT_EQ(whyRounds(best).find("against"), std::string::npos);  // nothing compared
   EXPECT_NE(whyRounds(chooseRounds(RoundsPlan(), 0.022, 1.2)).find("against"), std::string::npos);
 }
+
+TEST(RoundsDecision, AnOverlappedHThatDoesNotHideItsExchangeGrowsAndNeverShrinks) {
+  using namespace pstrain::exchanges::rounds;
+  EXPECT_EQ(raisedLocalSteps(10, 0.29, 0.25), 15);   // 16% waited: 1.25 x 10 x 0.29 / 0.25 = 14.5, up
+  EXPECT_EQ(raisedLocalSteps(10, 0.27, 0.25), 10);   // 8%: hidden enough
+  EXPECT_EQ(raisedLocalSteps(10, 0.10, 0.25), 10);   // quicker than the compute: never shrinks
+  EXPECT_EQ(raisedLocalSteps(400, 10.0, 1.0), kMaxAutoLocalSteps);
+  EXPECT_EQ(raisedLocalSteps(kMaxAutoLocalSteps, 10.0, 1.0), kMaxAutoLocalSteps);
+  EXPECT_EQ(raisedLocalSteps(10, 1.0, 0.0), 10);     // nothing measured
+  EXPECT_EQ(raisedLocalSteps(10, 0.2751, 0.25), 14);  // just over 10%: ceil(13.755), at least H + 1
+}

@@ -136,7 +136,9 @@ struct RoundChain::Impl {
       } else {
         upDecoders[i] = codec::makeCodec(k.up, shape, chunkSeed, "compress");
       }
-      wholeCodecs[i] = codec::makeCodec(lossyDown ? config::kRawCodec : k.down, shape, chunkSeed, "compress-weights");
+      // Under a lossy down codec every copy holds bfloat16 values (roundToCopy): the whole
+      // weights go as bfloat16, exactly, in half the bytes of float32.
+      wholeCodecs[i] = codec::makeCodec(lossyDown ? "bf16" : k.down, shape, chunkSeed, "compress-weights");
       if (lossyDown) updateCodecs[i] = codec::makeCodec(k.down, shape, chunkSeed, "compress-weights");
     }
     if (isServer() && rank > 0) base = serverEnds[static_cast<std::size_t>(rank) - 1];

@@ -107,6 +107,14 @@ RoundsDecision chooseRounds(const RoundsPlan& plan, double stepSeconds, double e
   return d;
 }
 
+std::int64_t raisedLocalSteps(std::int64_t localSteps, double periodSeconds, double computeSeconds) {
+  if (localSteps >= kMaxAutoLocalSteps || !(computeSeconds > 0) || !(periodSeconds > (1 + kUnhiddenShare) * computeSeconds)) {
+    return localSteps;
+  }
+  const double wanted = std::ceil(kRaiseMargin * static_cast<double>(localSteps) * periodSeconds / computeSeconds);
+  return std::clamp<std::int64_t>(static_cast<std::int64_t>(std::min(wanted, 1e9)), localSteps + 1, kMaxAutoLocalSteps);
+}
+
 std::string whyRounds(const RoundsDecision& d) {
   if (d.predicted == 0) return "as the flags fix them";
   const std::string kind = d.overlap ? "overlapped" : "not overlapped";

@@ -71,6 +71,13 @@ struct RoundsDecision {
 // can); without, the best in that range. Auto overlap compares the two; a fixed H compares
 // itself overlapped and not.
 RoundsDecision chooseRounds(const RoundsPlan& plan, double stepSeconds, double exchangeSeconds);
+// An auto H of overlapped rounds once running: a round whose period (as rank 0 sees it) was
+// more than kUnhiddenShare over the slowest worker's compute, `computeSeconds`, did not hide
+// its exchange (the workers waited for the last round's): H grows to kRaiseMargin times the
+// steps the period took, at most kMaxAutoLocalSteps. Otherwise, H. It never shrinks: the
+// measuring rounds see a link's bursts, not what it sustains under overlap.
+constexpr double kUnhiddenShare = 0.1, kRaiseMargin = 1.25;
+std::int64_t raisedLocalSteps(std::int64_t localSteps, double periodSeconds, double computeSeconds);
 // "overlapped rounds of 82 local steps hide the exchange: 0.032 s a step of sync's quality,
 // against 0.049 at 200 not overlapped": why, for stdout and the probe.
 std::string whyRounds(const RoundsDecision& d);

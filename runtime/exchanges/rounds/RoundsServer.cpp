@@ -231,21 +231,13 @@ class RoundsLoop {
 
  private:
   // An auto H whose overlapped exchange did not hide behind round `round` of `steps` steps
-  // (its period, as rank 0 saw it, more than kUnhiddenShare over the slowest worker's
-  // compute: the workers waited for the last round's exchange) grows to kRaiseMargin times
-  // the steps that the period took, at most kMaxAutoLocalSteps; it never shrinks. The
-  // measuring rounds see a link's bursts, not what it sustains under overlap.
+  // grows (RoundsPlan.h's raisedLocalSteps), said on stdout.
   void raiseUnhidden(int round, std::int64_t steps) {
-    constexpr double kUnhiddenShare = 0.1, kRaiseMargin = 1.25;
     const std::int64_t H = decision_.localSteps;
+    if (plan_.localSteps > 0 || !decision_.overlap || steps != H) return;
     const double compute = lastStats_.slowestComputeSeconds, period = lastStats_.exchangeSeconds;
-    if (plan_.localSteps > 0 || !decision_.overlap || steps != H || H >= kMaxAutoLocalSteps || compute <= 0 ||
-        period <= (1 + kUnhiddenShare) * compute) {
-      return;
-    }
-    const auto raised = std::clamp<std::int64_t>(
-        static_cast<std::int64_t>(std::ceil(kRaiseMargin * static_cast<double>(H) * period / compute)), H + 1,
-        kMaxAutoLocalSteps);
+    const std::int64_t raised = raisedLocalSteps(H, period, compute);
+    if (raised == H) return;
     std::cout << fmt::format("pstrain: diloco: round {}'s exchange did not hide behind its {} local steps ({:.3f} s a "
                              "round for {:.3f} s of compute): {} local steps a round from round {} on", round, H,
                              period, compute, raised, round + 3)
@@ -295,6 +287,7 @@ class RoundsLoop {
                          contextOf(true));
     s_.comm.expectLongWait();  // the workers train first
     chain_.finish();
+    checkRoundStart(step_);
     const std::int64_t first = step_;
     const bool skip = overflowedRound(s_, first, steps);
     step_ += steps;
@@ -307,6 +300,17 @@ class RoundsLoop {
     if (gather) lead_->gather(global_.sent(), contextOf(training));
     record(first, steps, update, applied, training);
     return training;
+  }
+  // Every worker's up message says at which step its round started (kVersion, summed along
+  // the chain): it must be the one rank 0 counts (`first`), or the two disagree on a round's
+  // H. Checked while the sum is a float's exact integer.
+  void checkRoundStart(std::int64_t first) const {
+    const double expected = static_cast<double>(first) * workers_;
+    const float said = s_.messages.trailer[kVersion];
+    if (expected < 16777216.0 && static_cast<double>(said) != expected) {
+      throw InternalError(fmt::format("diloco: the workers' round started at step {} (summed {}), rank 0 counted {}",
+                                      static_cast<double>(said) / workers_, said, first));
+    }
   }
   // The round's figures, from `first` over `steps` steps, into the metrics; `training`: the
   // run trains on (the checkpoint's ranges gathered for it can go).
