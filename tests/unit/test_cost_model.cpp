@@ -196,7 +196,7 @@ TEST(RoundsDecision, OverlapsWhereTheExchangeWouldSlowShortRoundsAndNotOnAFastLi
   EXPECT_LT(slow.predicted, slow.otherPredicted);
   const RoundsDecision medium = chooseRounds(automatic, 0.022, 0.25);
   EXPECT_TRUE(medium.overlap);
-  EXPECT_EQ(medium.localSteps, 18);
+  EXPECT_EQ(medium.localSteps, kMinOverlappedLocalSteps);  // 18 would hide 0.25 s, but no round under 20 does
   const RoundsDecision fast = chooseRounds(automatic, 0.022, 0.005);
   EXPECT_FALSE(fast.overlap);  // nothing to hide: a fresh start each round is worth more
   EXPECT_GE(fast.localSteps, kMinAutoLocalSteps);

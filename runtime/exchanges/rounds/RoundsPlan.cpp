@@ -83,7 +83,7 @@ RoundsDecision chooseRounds(const RoundsPlan& plan, double stepSeconds, double e
     if (plan.localSteps > 0) return plan.localSteps;
     if (overlap) {
       return std::clamp<std::int64_t>(static_cast<std::int64_t>(std::ceil(kHideFactor * exchange / step)),
-                                      kMinAutoLocalSteps, kMaxAutoLocalSteps);
+                                      kMinOverlappedLocalSteps, kMaxAutoLocalSteps);
     }
     std::int64_t chosen = kMinAutoLocalSteps;
     for (std::int64_t H = kMinAutoLocalSteps; H <= kMaxAutoLocalSteps; ++H) {
@@ -184,10 +184,10 @@ std::string roundsDryRun(const config::TrainConfig& cfg, std::int64_t total, std
         "  rounds    local steps auto: the first rounds, of {} local steps{} on each worker, measure a step and the "
         "exchange (rounds 2 to {}); the rest have the H in [{}, {}] of the shortest predicted time to a loss (a round "
         "of H steps needs 1 + {} x log2(H / {}) times sync's steps; an overlapped one hides its exchange when its H steps "
-        "last {} exchanges) (lr above is the inner rule, its state kept across rounds, reset on --resume); the "
+        "last {} exchanges, from {} steps) (lr above is the inner rule, its state kept across rounds, reset on --resume); the "
         "weights down and the pseudo-gradient up once a round ({} + {} bytes raw)\n",
         kFirstRoundSteps, cfg.balance() ? " (dealt by measured speed)" : "", kMeasuredRounds, kMinAutoLocalSteps,
-        kMaxAutoLocalSteps, kCostPerDoubling, kFreeLocalSteps, kHideFactor, down, up);
+        kMaxAutoLocalSteps, kCostPerDoubling, kFreeLocalSteps, kHideFactor, kMinOverlappedLocalSteps, down, up);
   }
   out += fmt::format("  coding    {}\n", codingOf(plan));
   std::string overlap;

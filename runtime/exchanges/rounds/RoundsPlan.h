@@ -47,8 +47,12 @@ constexpr int kMeasuredRounds = 3;  // rounds 2 and 3 measure (the first's down 
 // - an overlapped round trains from weights a round older: kOverlapCost more (measured: none
 //   at H 20 and 100; kept above 0 so that overlap is chosen where it saves time);
 // - its exchange is hidden when H steps of compute last kHideFactor times the measured
-//   exchange (an overlapped exchange moves on only between steps, relay by relay).
+//   exchange, and H is at least kMinOverlappedLocalSteps: an overlapped exchange moves on
+//   only between steps, a chunk and a relay at a time, so shorter rounds do not hide even a
+//   fast link's (measured at 10 Mbit/s: overlapped H 10 took 1600 steps to one worker's
+//   loss, H 20 1000).
 constexpr double kFreeLocalSteps = 25, kCostPerDoubling = 0.25, kOverlapCost = 0.02, kHideFactor = 1.5;
+constexpr std::int64_t kMinOverlappedLocalSteps = 20;
 
 // The steps to a loss of rounds of H local steps, over sync's (the model above).
 double roundsSteps(std::int64_t localSteps, bool overlap);
@@ -67,8 +71,8 @@ struct RoundsDecision {
 // `plan`'s decision given the measuring rounds' `stepSeconds`, the slowest worker's seconds
 // per local step, and `exchangeSeconds`: each auto choice minimizes
 // roundsSteps x roundsStepSeconds. An auto H with overlap is the smallest in
-// [kMinAutoLocalSteps, kMaxAutoLocalSteps] that hides the exchange (or the most, where none
-// can); without, the best in that range. Auto overlap compares the two; a fixed H compares
+// [kMinOverlappedLocalSteps, kMaxAutoLocalSteps] that hides the exchange (or the most, where
+// none can); without, the best in [kMinAutoLocalSteps, kMaxAutoLocalSteps]. Auto overlap compares the two; a fixed H compares
 // itself overlapped and not.
 RoundsDecision chooseRounds(const RoundsPlan& plan, double stepSeconds, double exchangeSeconds);
 // An auto H of overlapped rounds once running: a round whose period (as rank 0 sees it) was
