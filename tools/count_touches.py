@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What adding one more of a kind touches: DESIGN.md's "to add" table, counted on this tree.
 
-For each kind (an exchange, a mode, a dataset format, a codec, an update rule) it takes one
+For each kind (an exchange, a mode, a dataset format, a codec, an update rule, a weight-decay rule) it takes one
 that exists and lists every file outside that one's own files which names it, with the
 lines that do: what a new one of the kind would have to edit beside its own files. Tests
 and docs aside. The names searched are each example's identifiers in the code (its
@@ -27,6 +27,8 @@ KINDS = {
                                        r"\bkNpzFormat\b"]),
     "codec": ("int4", [], [r"\bInt4\b", r'"int4"']),
     "optimizer": ("adamw (Adam)", ["runtime/optim/Adam."], [r'"adamw"', r"optim/Adam\.(h|cpp)", r"\bAdam\(", r"\bAdamOptions\b"]),
+    "weight-decay-rule": ("matrices (--weight-decay-scope)", ["runtime/optim/MatrixSpans."],
+                          [r"DecayScope::Matrices\b", r'"matrices"', r"\bmatrixSpans\b", r"optim/MatrixSpans\.h"]),
 }
 SEARCHED = ["runtime", "launcher", "models", "data", "CMakeLists.txt"]
 

@@ -420,11 +420,10 @@ const std::vector<Flag> kFlags = {
        require(c.lossScaleWindow >= 1 && c.lossScaleWindow <= kMaxSteps,
                fmt::format("--loss-scale-window must be in [1, {}] (got {})", kMaxSteps, c.lossScaleWindow)); }},
     {"weight-decay-scope", "Optimization",
-     "all | matrices: the tensors --weight-decay falls on; all: every one (torch.optim's rule); matrices: those of two "
-     "dimensions or more, not biases nor norms (nanoGPT's parameter groups, timm, Hugging Face's Trainer)",
+     decayScopeNames() + ": the tensors --weight-decay falls on; " + decayScopeNames(/*withHelp=*/true),
      &TrainConfig::weightDecayScope, A::Fingerprint,
-     [](const TrainConfig& c, const std::string& v) { return unlessDefault(c, v, "all"); }, [](const TrainConfig& c) {
-       requireOneOf("weight-decay-scope", c.weightDecayScope, {"all", "matrices"}); }},
+     [](const TrainConfig& c, const std::string& v) { return unlessDefault(c, v, decayScopes().front().name); },
+     [](const TrainConfig& c) { decayScopeInfo(c.weightDecayScope); }},
     {"init-from", "Model and data",
      "start from pretrained weights: FILE of torch.save(model.state_dict()) (or nanoGPT's ckpt.pt, {\"model\": ...}, "
      "torch.compile's _orig_mod. prefix removed), a .safetensors file, or the hub's shards (a folder, or its "

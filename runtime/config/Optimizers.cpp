@@ -42,6 +42,24 @@ const OuterOptimizerInfo& outerOptimizerInfo(const std::string& name) {
 
 std::string outerOptimizerNames() { return namesOf(outerOptimizers()); }
 
+const std::vector<DecayScopeInfo>& decayScopes() {
+  static const std::vector<DecayScopeInfo> table = {
+      {"all", "every tensor (torch.optim's rule)", "", DecayScope::All},
+      {"matrices", "the tensors of two dimensions or more, not biases nor norms (nanoGPT's parameter groups, timm, "
+                   "Hugging Face's Trainer)", " (on tensors of 2+ dimensions only)", DecayScope::Matrices},
+  };
+  return table;
+}
+
+const DecayScopeInfo& decayScopeInfo(const std::string& name) { return rowNamed(decayScopes(), name, "weight-decay-scope"); }
+
+std::string decayScopeNames(bool withHelp) {
+  if (!withHelp) return namesOf(decayScopes());
+  std::string text;
+  for (const DecayScopeInfo& row : decayScopes()) text += fmt::format("{}{}: {}", text.empty() ? "" : "; ", row.name, row.help);
+  return text;
+}
+
 std::string describeOptimizer(const TrainConfig& cfg) {
   const OptimizerInfo& row = optimizerInfo(cfg.optimizer);
   std::string text = row.name;

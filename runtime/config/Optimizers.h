@@ -41,6 +41,21 @@ const OuterOptimizerInfo& outerOptimizerInfo(const std::string& name);
 // "sgd | nesterov".
 std::string outerOptimizerNames();
 
+// Where --weight-decay falls (--weight-decay-scope), one row each. A new rule is a row here
+// and the spans optim's factory works out for it (optim/Optimizer.cpp's makeOptimizer).
+enum class DecayScope { All, Matrices };
+struct DecayScopeInfo {
+  const char* name;
+  const char* help;    // what --help says of it
+  const char* dryRun;  // the dry run's words after "weight decay X" ("" for every tensor)
+  DecayScope scope;
+};
+const std::vector<DecayScopeInfo>& decayScopes();
+// The row of `name`; throws ConfigError naming --weight-decay-scope and the names otherwise.
+const DecayScopeInfo& decayScopeInfo(const std::string& name);
+// "all | matrices" (with withHelp: each row's help after its name).
+std::string decayScopeNames(bool withHelp = false);
+
 // The dry run's words for cfg's rule and its hyperparameters: "sgd, momentum 0.9 (Nesterov)",
 // "adamw, betas 0.9,0.999, eps 1e-08".
 std::string describeOptimizer(const TrainConfig& cfg);

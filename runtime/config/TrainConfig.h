@@ -53,7 +53,7 @@ struct TrainConfig {
   double momentum = 0.9;                  // sgd
   bool nesterov = false;                  // sgd
   double weightDecay = 0.0;               // an L2 term for sgd and adam; decoupled for adamw
-  std::string weightDecayScope = "all";   // all | matrices: the tensors it falls on (optim::matrixSpans)
+  std::string weightDecayScope = "all";   // a row of config/Optimizers.h's decayScopes(): the tensors it falls on
   std::string betas = "0.9,0.999";        // adam, adamw: "B1,B2" (adamBetas())
   double eps = 1e-8;                      // adam, adamw
   double clipGradNorm = 0;                // the averaged gradient's L2 norm at most this (0: off)

@@ -65,7 +65,7 @@ std::vector<KeyRange> keyRanges(const codec::Shapes& shapes, int servers, bool w
   cuts.push_back(total);
   std::vector<KeyRange> ranges;
   for (int k = 0; k < servers; ++k) {
-    KeyRange r{cuts[k], cuts[k + 1], {}, optim::matrixSpans(shapes, cuts[k], cuts[k + 1])};
+    KeyRange r{cuts[k], cuts[k + 1], {}};
     for (std::size_t t = 0; t < shapes.size(); ++t) {
       const std::int64_t begin = std::max(starts[t], r.begin), end = std::min(starts[t + 1], r.end);
       if (begin >= end) continue;

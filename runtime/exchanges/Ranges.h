@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "runtime/codec/Codec.h"
-#include "runtime/optim/MatrixSpans.h"
 
 namespace pstrain::exchanges {
 
@@ -20,7 +19,6 @@ constexpr std::int64_t kCutAlignFloats = 1024;  // 4 KiB
 struct KeyRange {
   std::int64_t begin = 0, end = 0;  // [begin, end) of the flat parameter vector
   codec::Shapes shapes;             // its tensors' shapes; a piece of a cut tensor is 1-D
-  optim::Spans matrices;            // its parts of the model's tensors of 2+ dimensions, in its coordinates
   std::int64_t size() const { return end - begin; }
 };
 

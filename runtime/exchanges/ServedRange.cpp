@@ -11,6 +11,7 @@
 #include "runtime/config/Codecs.h"
 #include "runtime/config/Layout.h"
 #include "runtime/exchanges/Wire.h"
+#include "runtime/protocol/FlatParameters.h"
 
 namespace pstrain::exchanges {
 
@@ -26,12 +27,13 @@ void add(float* sum, const float* values, std::int64_t n) {
 }  // namespace
 
 ServedRange::ServedRange(comm::Communicator& comm, const config::TrainConfig& cfg, KeyRange range, at::Tensor weights,
-                         bool eachPart)
+                         const codec::Shapes& modelShapes, bool eachPart)
     : comm_(comm),
       cfg_(cfg),
       ownWeights_(weights.defined() ? 0 : static_cast<std::size_t>(range.size())),
       range_(std::move(range)),
-      update_(cfg, range_, weights.defined() ? std::move(weights) : ownWeights_.view(0, range_.size()), eachPart) {
+      update_(cfg, range_, weights.defined() ? std::move(weights) : ownWeights_.view(0, range_.size()), modelShapes,
+              eachPart) {
   if (update_.eachPart()) partSum_.resize(static_cast<std::size_t>(std::min(kPartFloats, range_.size())));
   if (cfg.compressesGradients()) {
     const bool feedback = config::errorFeedbackOn(cfg.errorFeedback, cfg.gradientCodec());
@@ -46,7 +48,8 @@ ServedRange::ServedRange(comm::Communicator& comm, const config::TrainConfig& cf
 
 ServedRange::ServedRange(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model,
                          bool eachPart)
-    : ServedRange(comm, cfg, serverRanges(model, cfg)[static_cast<std::size_t>(comm.rank())], at::Tensor(), eachPart) {}
+    : ServedRange(comm, cfg, serverRanges(model, cfg)[static_cast<std::size_t>(comm.rank())], at::Tensor(),
+                  protocol::parameterShapes(model), eachPart) {}
 
 void ServedRange::startWeightsTo(const std::vector<int>& to, std::int64_t version, std::vector<std::size_t>& requests,
                                  const std::string& context) {
@@ -208,7 +211,8 @@ void ServedRange::receiveGradientOf(int worker, Use use, const std::string& cont
 ServerZero::ServerZero(roles::Server& s, bool eachPart)
     : s_(s),
       ranges_(serverRanges(s.model, s.cfg)),
-      own_(s.comm, s.cfg, ranges_[0], s.messages.weights.narrow(0, ranges_[0].begin, ranges_[0].size()), eachPart),
+      own_(s.comm, s.cfg, ranges_[0], s.messages.weights.narrow(0, ranges_[0].begin, ranges_[0].size()),
+           protocol::parameterShapes(s.model), eachPart),
       partials_(ranges_.size()),
       gather_(s.comm, ranges_, *s.optimizer, own_.update()) {
   s.publisher->setRecordSource([this](const void* data, std::size_t bytes, const checkpoint::RecordWrite& write) {

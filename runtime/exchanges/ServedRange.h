@@ -21,9 +21,10 @@ namespace pstrain::exchanges {
 
 class ServedRange {
  public:
-  // `weights`: as RangeUpdate's. `eachPart`: as RangeUpdate's (sync's updates on arrival).
+  // `weights`, `modelShapes`: as RangeUpdate's. `eachPart`: as RangeUpdate's (sync's updates
+  // on arrival).
   ServedRange(comm::Communicator& comm, const config::TrainConfig& cfg, KeyRange range, at::Tensor weights,
-              bool eachPart = false);
+              const codec::Shapes& modelShapes, bool eachPart = false);
   // Server k > 0's: range k of the run's ranges (serverRanges), its weights in memory of its own.
   ServedRange(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model, bool eachPart = false);
 

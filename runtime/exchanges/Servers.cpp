@@ -37,13 +37,14 @@ std::vector<KeyRange> serverRanges(const models::Net& model, const config::Train
   return keyRanges(shapes, cfg.servers, whole);
 }
 
-RangeUpdate::RangeUpdate(const config::TrainConfig& cfg, KeyRange range, at::Tensor weights, bool eachPart)
+RangeUpdate::RangeUpdate(const config::TrainConfig& cfg, KeyRange range, at::Tensor weights,
+                         const codec::Shapes& modelShapes, bool eachPart)
     : rule_(cfg.updateRule()),
       range_(std::move(range)),
       eachPart_(eachPart),
       weights_(std::move(weights)),
       sum_(eachPart ? 0 : static_cast<std::size_t>(range_.size())),
-      optimizer_(optim::makeOptimizer(rule_, range_.matrices)) {}
+      optimizer_(optim::makeOptimizer(rule_, modelShapes, range_.begin, range_.end)) {}
 
 namespace {
 

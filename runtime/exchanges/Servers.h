@@ -72,8 +72,10 @@ struct Verdict {
 class RangeUpdate {
  public:
   // `weights`: range.size() floats (server 0's: a view of the whole model's flat weights, so
-  // that its checkpoints need no copy of its own range).
-  RangeUpdate(const config::TrainConfig& cfg, KeyRange range, at::Tensor weights, bool eachPart = false);
+  // that its checkpoints need no copy of its own range); `modelShapes`: the model's tensors'
+  // shapes, in order (the range's rule works out its part of them: optim::makeOptimizer).
+  RangeUpdate(const config::TrainConfig& cfg, KeyRange range, at::Tensor weights, const codec::Shapes& modelShapes,
+              bool eachPart = false);
 
   const KeyRange& range() const { return range_; }
   optim::Optimizer& optimizer() { return *optimizer_; }

@@ -1,6 +1,7 @@
 #pragma once
-// Where --weight-decay-scope matrices lets weight decay fall. Torch-free: the servers' key
-// ranges (exchanges/Ranges.h) carry their part of it.
+// Where --weight-decay-scope matrices lets weight decay fall, for optim::makeOptimizer (the
+// one caller outside tests: a model's or a server's range's rule works out its own spans).
+// Torch-free.
 #include <algorithm>
 #include <cstdint>
 #include <functional>

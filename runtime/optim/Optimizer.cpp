@@ -96,14 +96,18 @@ std::unique_ptr<Optimizer> makeOptimizer(const std::string& name, const Hyperpar
   throw InternalError(fmt::format("optimizer '{}' has a row but no maker in optim/Optimizer.cpp", row.name));
 }
 
-std::unique_ptr<Optimizer> makeOptimizer(const config::TrainConfig& cfg, const Spans& matrices) {
-  Hyperparameters h{cfg.momentum, cfg.nesterov, cfg.weightDecay};
-  if (config::optimizerInfo(cfg.optimizer).adaptive) {
-    std::tie(h.beta1, h.beta2) = cfg.adamBetas();
-    h.eps = cfg.eps;
+std::unique_ptr<Optimizer> makeOptimizer(const config::TrainConfig& rule, const codec::Shapes& modelShapes,
+                                         std::int64_t begin, std::int64_t end) {
+  Hyperparameters h{rule.momentum, rule.nesterov, rule.weightDecay};
+  if (config::optimizerInfo(rule.optimizer).adaptive) {
+    std::tie(h.beta1, h.beta2) = rule.adamBetas();
+    h.eps = rule.eps;
   }
-  auto optimizer = makeOptimizer(cfg.optimizer, h);
-  if (cfg.weightDecayScope == "matrices") optimizer->decayOnlyWithin(matrices);
+  auto optimizer = makeOptimizer(rule.optimizer, h);
+  switch (config::decayScopeInfo(rule.weightDecayScope).scope) {
+    case config::DecayScope::All: break;
+    case config::DecayScope::Matrices: optimizer->decayOnlyWithin(matrixSpans(modelShapes, begin, end)); break;
+  }
   return optimizer;
 }
 

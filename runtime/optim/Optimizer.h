@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <memory>
 #include <string>
@@ -91,10 +92,14 @@ struct Hyperparameters {
 
 // The rule of row `name` with `h`; throws ConfigError for a name without a row.
 std::unique_ptr<Optimizer> makeOptimizer(const std::string& name, const Hyperparameters& h);
-// cfg's --optimizer with its --momentum, --nesterov, --weight-decay, --betas, --eps, on a
-// buffer whose tensors of two dimensions or more are `matrices` (matrixSpans): with
-// --weight-decay-scope matrices, weight decay falls there only.
-std::unique_ptr<Optimizer> makeOptimizer(const config::TrainConfig& cfg, const Spans& matrices);
+// The one way to make the rule of `rule` (its --optimizer with --momentum, --nesterov,
+// --weight-decay, --betas, --eps; a server's outer rule is TrainConfig::updateRule()) for
+// floats [begin, end) of the flat parameters of a model whose tensors are `modelShapes` (in
+// order): a worker's whole model, or a server's range. It works out where
+// --weight-decay-scope lets weight decay fall (MatrixSpans.h), in the range's coordinates.
+std::unique_ptr<Optimizer> makeOptimizer(const config::TrainConfig& rule, const codec::Shapes& modelShapes,
+                                         std::int64_t begin = 0,
+                                         std::int64_t end = std::numeric_limits<std::int64_t>::max());
 
 // torch.nn.utils.clip_grad_norm_'s factor for a gradient of L2 norm `norm` under
 // --clip-grad-norm `maxNorm`: min(1, maxNorm / (norm + 1e-6)); 1 when maxNorm is 0 (off).

@@ -146,7 +146,7 @@ Measured measure(comm::Communicator& comm, const config::TrainConfig& cfg, model
   }
   if (comm.rank() == 0) {
     at::Tensor weights = torch::randn({parameters}), grad = torch::randn({parameters});
-    const auto optimizer = optim::makeOptimizer(cfg, optim::matrixSpans(protocol::parameterShapes(model)));
+    const auto optimizer = optim::makeOptimizer(cfg, protocol::parameterShapes(model));
     optimizer->step(weights, grad, 1e-6, 2);
     mine.updateSeconds = medianSeconds(9, [&] { optimizer->step(weights, grad, 1e-6, 2); });
   }

@@ -30,7 +30,7 @@ UpdateState::UpdateState(comm::Communicator& comm, const config::TrainConfig& cf
       firstStep(firstStep),
       messages(models::parameterCount(model), bufferCount(model), comm.size(), device),
       rule(cfg.updateRule()),
-      optimizer(optim::makeOptimizer(rule, optim::matrixSpans(protocol::parameterShapes(model)))),
+      optimizer(optim::makeOptimizer(rule, protocol::parameterShapes(model))),
       update(rule, *optimizer, model, messages) {
   if (stepLink) link.emplace(comm, cfg, model, messages, linkSeed);
   if (comm.rank() == 0) {

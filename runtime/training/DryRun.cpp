@@ -108,7 +108,7 @@ void printPlan(const config::TrainConfig& cfg, const RankFacts& facts, std::int6
   const double target = optim::learningRate(cfg, perUpdate, cfg.warmupSteps, total + cfg.warmupSteps + 1);
   std::string rule = config::describeOptimizer(cfg);
   rule += fmt::format(", weight decay {}{}{}{}", cfg.weightDecay,
-                      cfg.weightDecay > 0 && cfg.weightDecayScope == "matrices" ? " (on tensors of 2+ dimensions only)" : "",
+                      cfg.weightDecay > 0 ? config::decayScopeInfo(cfg.weightDecayScope).dryRun : "",
                       cfg.clipGradNorm > 0 ? fmt::format(", gradient norm clipped to {}", cfg.clipGradNorm) : "",
                       cfg.lossScaling() ? fmt::format(", dynamic loss scale from {:g} (doubled after {} good updates, "
                                                       "halved on an overflow, whose update is skipped)",

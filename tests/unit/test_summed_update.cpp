@@ -52,7 +52,7 @@ TEST(OuterStep, DilocosNesterovStepIsTorchSgdOnTheMeanPseudoGradient) {
   const std::int64_t n = models::parameterCount(*model);
   protocol::StepMessages messages(n, protocol::bufferCount(*model), 3);
   protocol::bindParameters(*model, messages.weights);
-  auto outer = optim::makeOptimizer(rule, optim::matrixSpans(protocol::parameterShapes(*model)));
+  auto outer = optim::makeOptimizer(rule, protocol::parameterShapes(*model));
   roles::SummedUpdate update(rule, *outer, *model, messages);
 
   at::Tensor reference = messages.weights.clone().requires_grad_(true);
@@ -144,7 +144,7 @@ TEST(LossScale, AnOverflowedGradientIsSkippedAndHalvesTheScale) {
   const std::int64_t n = models::parameterCount(*model);
   protocol::StepMessages messages(n, protocol::bufferCount(*model), 2);
   protocol::bindParameters(*model, messages.weights);
-  auto adam = optim::makeOptimizer(cfg, optim::matrixSpans(protocol::parameterShapes(*model)));
+  auto adam = optim::makeOptimizer(cfg, protocol::parameterShapes(*model));
   roles::SummedUpdate update(cfg, *adam, *model, messages);
   ASSERT_NE(update.lossScaling(), nullptr);
   EXPECT_EQ(update.lossScale(), 65536.0);

@@ -9,6 +9,7 @@
 #include "runtime/Stop.h"
 #include "runtime/exchanges/rounds/RoundChain.h"
 #include "runtime/exchanges/rounds/RoundsPlan.h"
+#include "runtime/protocol/FlatParameters.h"
 #include "runtime/protocol/StepMessages.h"
 
 namespace pstrain::exchanges::rounds {
@@ -20,7 +21,8 @@ using namespace exchanges;
 OuterLead::OuterLead(Server& s)
     : s_(s),
       ranges_(roundsRanges(s.model, s.cfg)),
-      own_(s.cfg, ranges_[0], s.messages.weights.narrow(0, ranges_[0].begin, ranges_[0].size())),
+      own_(s.cfg, ranges_[0], s.messages.weights.narrow(0, ranges_[0].begin, ranges_[0].size()),
+           protocol::parameterShapes(s.model)),
       partials_(ranges_.size()),
       gather_(s.comm, ranges_, *s.optimizer, own_) {}
 
@@ -53,7 +55,7 @@ void followRounds(const RoleArgs& args) {
   const exchanges::KeyRange range = ranges[static_cast<std::size_t>(k)];
   const auto floats = static_cast<std::size_t>(range.size());
   const protocol::FloatBuffer weights(floats);  // the outer step's
-  RangeUpdate update(cfg, range, weights.view(0, range.size()));
+  RangeUpdate update(cfg, range, weights.view(0, range.size()), protocol::parameterShapes(args.model));
   const Start start = receiveStart(comm, update, args.model);
   // Seeded as server 0's chain (and one server's): the same codes whatever the servers.
   RoundChain chain(comm, endsOf(ranges), 0, 0, roundsPlanOf(cfg).codecs, cfg.seed * 7919u);

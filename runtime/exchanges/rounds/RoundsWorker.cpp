@@ -79,7 +79,7 @@ class RoundsWorker {
                 /*bf16Weights=*/!config::isLossless(plan_.codecs.down)),
         trainer_(cfg_, args.model, *args.train, args.device, local_, layout().workerIndex(rank_), layout().workers(),
                  rank_),
-        inner_(optim::makeOptimizer(cfg_, optim::matrixSpans(parameterShapes(args.model)))),
+        inner_(optim::makeOptimizer(cfg_, parameterShapes(args.model))),
         update_(cfg_, *inner_, args.model, local_),
         downFixed_(kDecisionFloats + kHeaderFloats + static_cast<std::size_t>(global_.downTail.numel())),
         // Seeded by the worker's place (1 for the first): the same codes whatever the servers.
