@@ -1,6 +1,6 @@
 #pragma once
 // Small messages between two ranks: a trivially copyable value sent whole, and received only
-// at exactly its size. Blocking, one at a time (the servers' lead messages, exchanges/Servers.h).
+// at exactly its size. Blocking, one at a time (the servers' lead messages, exchanges/LeadMessages.h).
 #include <fmt/format.h>
 
 #include <cstddef>

@@ -14,7 +14,9 @@
 #include "runtime/comm/Communicator.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/exchanges/Ranges.h"
-#include "runtime/exchanges/Servers.h"
+#include "runtime/exchanges/CheckpointGather.h"
+#include "runtime/exchanges/LeadMessages.h"
+#include "runtime/exchanges/RangeUpdate.h"
 #include "runtime/protocol/FlatParameters.h"
 
 namespace pstrain::exchanges {

@@ -3,12 +3,14 @@
 // server k holds range k of the global weights (and of the copy the workers hold, under a
 // lossy down codec) and of the outer optimizer's state, takes its range of the summed
 // pseudo-gradient from the chain (RoundChain.h) and sends its range down; server 0 runs the
-// rounds (RoundsServer.cpp) and decides for every server (exchanges/Servers.h).
+// rounds (RoundsServer.cpp) and decides for every server (exchanges/LeadMessages.h).
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "runtime/exchanges/Servers.h"
+#include "runtime/exchanges/CheckpointGather.h"
+#include "runtime/exchanges/LeadMessages.h"
+#include "runtime/exchanges/RangeUpdate.h"
 #include "runtime/roles/RoleArgs.h"
 #include "runtime/roles/ServerLoop.h"
 

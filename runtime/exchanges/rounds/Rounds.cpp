@@ -7,7 +7,8 @@
 #include "runtime/config/TrainConfig.h"
 #include "runtime/exchanges/rounds/RoundsMemory.h"
 #include "runtime/exchanges/rounds/RoundsPlan.h"
-#include "runtime/exchanges/Servers.h"
+#include "runtime/exchanges/LeadMessages.h"
+#include "runtime/exchanges/RangeUpdate.h"
 
 namespace pstrain::exchanges::rounds {
 namespace {

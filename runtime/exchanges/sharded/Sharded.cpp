@@ -8,7 +8,8 @@
 #include "runtime/Parts.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/exchanges/RangesWorker.h"
-#include "runtime/exchanges/Servers.h"
+#include "runtime/exchanges/LeadMessages.h"
+#include "runtime/exchanges/RangeUpdate.h"
 #include "runtime/exchanges/sharded/Shards.h"
 #include "runtime/protocol/FlatParameters.h"
 
