@@ -3,15 +3,16 @@
 #include <fmt/format.h>
 
 #include "runtime/Errors.h"
+#include "runtime/config/Switch.h"
 
 namespace pstrain::config {
 
 const std::vector<LossInfo>& losses() {
   static const std::vector<LossInfo> table = {
-      {"cross-entropy", "on logits", true, true},
-      {"nll", "on log-probabilities", true, true},
-      {"mse", "float targets", false, false},
-      {kModelLoss, "the model's own: its forward(x, y) returns it", false, false, true},
+      {"cross-entropy", LossKind::CrossEntropy, "on logits", true, true},
+      {"nll", LossKind::Nll, "on log-probabilities", true, true},
+      {"mse", LossKind::Mse, "float targets", false, false},
+      {kModelLoss, LossKind::Model, "the model's own: its forward(x, y) returns it", false, false, true},
   };
   return table;
 }
@@ -23,6 +24,12 @@ std::string lossNames(bool withHelp) {
   }
   return names;
 }
+
+bool lossIsAutomatic(const std::string& loss, bool lossFromTargets) {
+  return loss == kAuto || (lossFromTargets && loss == "mse");
+}
+
+bool isModelLoss(const std::string& loss) { return loss == kModelLoss; }
 
 const LossInfo& lossInfo(const std::string& name) {
   for (const auto& row : losses()) {

@@ -8,8 +8,12 @@
 
 namespace pstrain::config {
 
+// Which function computes a row (loss/Loss.cpp switches on it).
+enum class LossKind { CrossEntropy, Nll, Mse, Model };
+
 struct LossInfo {
   const char* name;
+  LossKind kind;
   const char* help;   // what the model's output is to it, for --help
   bool classTargets;  // integer class labels (one per sample or per position); else float targets
   bool zooOutputs;    // fits the zoo's models, whose outputs are class log-probabilities
@@ -24,6 +28,12 @@ constexpr const char* kModelLoss = "model";
 const std::vector<LossInfo>& losses();
 // The row of `name` ("auto" is not one); throws ConfigError naming --loss and the names otherwise.
 const LossInfo& lossInfo(const std::string& name);
+// Whether --loss `loss` leaves the choice to pstrain: auto, or the mse that auto resolved to
+// for float targets (`lossFromTargets`: TrainConfig::lossFromTargets).
+bool lossIsAutomatic(const std::string& loss, bool lossFromTargets);
+// Whether --loss `loss` is the model's own (kModelLoss); "auto" is not.
+bool isModelLoss(const std::string& loss);
+
 // "cross-entropy | nll | mse"; the same with each one's help: "cross-entropy (on logits) | ...".
 std::string lossNames(bool withHelp = false);
 

@@ -47,6 +47,9 @@ std::string canonicalNumber(double value) {
   return fmt::format("{:.17g}", value);
 }
 
+bool TrainConfig::linearLrScaling() const { return lrScaling == "linear"; }
+bool TrainConfig::cosineLrDecay() const { return lrDecay == "cosine"; }
+
 std::string TrainConfig::lossFunction() const {
   if (loss != "auto") return loss;
   return isModelFile(model) ? "cross-entropy" : "nll";

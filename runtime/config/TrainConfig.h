@@ -212,6 +212,9 @@ struct TrainConfig {
   // The loss, --loss auto resolved: nll for the zoo's models (their outputs are
   // log-probabilities), cross-entropy on the outputs (logits) of a model file.
   std::string lossFunction() const;
+  // --lr-scaling linear (the lr times the batches an update averages); --lr-decay cosine.
+  bool linearLrScaling() const;
+  bool cosineLrDecay() const;
   // --loss auto: lossFunction() picks the loss by the targets (a file's float targets: mse).
   bool lossByTargets() const { return loss == kAuto; }
 

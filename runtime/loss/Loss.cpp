@@ -57,12 +57,12 @@ using LossFunction = at::Tensor (*)(const at::Tensor& output, const at::Tensor& 
                                     Reduction reduction);
 
 // The function of each row of config/Losses.h: one line per loss.
-const std::pair<const char*, LossFunction> kLosses[] = {
-    {"cross-entropy", [](const at::Tensor& o, const at::Tensor& t, std::int64_t ignore, Reduction r) {
+const std::pair<config::LossKind, LossFunction> kLosses[] = {
+    {config::LossKind::CrossEntropy, [](const at::Tensor& o, const at::Tensor& t, std::int64_t ignore, Reduction r) {
        return classLoss("cross-entropy", true, o, t, ignore, r); }},
-    {"nll", [](const at::Tensor& o, const at::Tensor& t, std::int64_t ignore, Reduction r) {
+    {config::LossKind::Nll, [](const at::Tensor& o, const at::Tensor& t, std::int64_t ignore, Reduction r) {
        return classLoss("nll", false, o, t, ignore, r); }},
-    {"mse", [](const at::Tensor& o, const at::Tensor& t, std::int64_t, Reduction r) { return meanSquaredError(o, t, r); }},
+    {config::LossKind::Mse, [](const at::Tensor& o, const at::Tensor& t, std::int64_t, Reduction r) { return meanSquaredError(o, t, r); }},
 };
 
 }  // namespace
@@ -70,8 +70,8 @@ const std::pair<const char*, LossFunction> kLosses[] = {
 at::Tensor lossOf(const std::string& loss, const at::Tensor& output, const at::Tensor& target, std::int64_t ignoreIndex,
                   bool sum) {
   const config::LossInfo& row = config::lossInfo(loss);
-  for (const auto& [name, function] : kLosses) {
-    if (loss == name) return function(output, target, ignoreIndex, sum ? at::Reduction::Sum : at::Reduction::Mean);
+  for (const auto& [kind, function] : kLosses) {
+    if (row.kind == kind) return function(output, target, ignoreIndex, sum ? at::Reduction::Sum : at::Reduction::Mean);
   }
   throw InternalError(fmt::format("loss '{}' has a row but no function in loss/Loss.cpp", row.name));
 }
@@ -84,15 +84,15 @@ at::Tensor batchLoss(models::Net& model, const std::string& loss, const at::Tens
 
 std::string lossForModel(const std::string& loss, bool lossFromTargets, const models::Net& model,
                          const std::string& modelName) {
-  const bool automatic = loss == "auto" || (lossFromTargets && loss == "mse");
+  const bool automatic = config::lossIsAutomatic(loss, lossFromTargets);
   if (model.computesOwnLoss()) {
-    if (automatic || loss == config::kModelLoss) return config::kModelLoss;
+    if (automatic || config::isModelLoss(loss)) return config::kModelLoss;
     throw ConfigError(fmt::format("--loss {}: --model {} computes its own loss (its {} takes the targets), and pstrain "
                                   "trains it with that loss: leave --loss out (or --loss {}), or export a model whose "
                                   "forward(x) returns its outputs", loss, modelName, model.forwardSignature(),
                                   config::kModelLoss));
   }
-  if (loss == config::kModelLoss) {
+  if (config::isModelLoss(loss)) {
     const std::string declared = model.forwardSignature();
     throw ConfigError(fmt::format("--loss {}: --model {} computes no loss of its own ({}takes no targets); give it a "
                                   "forward(x, y) that returns its loss, or choose --loss {}", loss, modelName,

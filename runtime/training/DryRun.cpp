@@ -115,11 +115,11 @@ void printPlan(const config::TrainConfig& cfg, const RankFacts& facts, std::int6
                                                       optim::LossScale::kInitialScale, cfg.lossScaleWindow)
                                         : "");
   out += fmt::format("  lr        {:.4g}{}{}{}; {}\n", target,
-                     cfg.lrScaling == "linear" ? fmt::format(" (base {:.4g} x {} batches per update)", cfg.lr, perUpdate) : "",
+                     cfg.linearLrScaling() ? fmt::format(" (base {:.4g} x {} batches per update)", cfg.lr, perUpdate) : "",
                      cfg.warmupSteps > 0 ? fmt::format(", warm-up from {:.4g} over {} steps",
                                                        optim::learningRate(cfg, perUpdate, 0, total), cfg.warmupSteps)
                                          : "",
-                     cfg.lrDecay == "cosine" ? ", then cosine to 0" : ", then constant", rule);
+                     cfg.cosineLrDecay() ? ", then cosine to 0" : ", then constant", rule);
   out += fmt::format("  per step  server -> each worker {} bytes (weights{} + header); each worker -> server {} bytes (gradient{} + accounting)\n",
                      downBytes(parameters, buffers, ranks, precision.bf16Weights), buffers ? " + BatchNorm buffers" : "",
                      upBytes(parameters, buffers, ranks), buffers ? " + buffers" : "");
