@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -188,10 +189,15 @@ void initFrom(models::Net& model, config::TrainConfig& cfg, int rank) {
   }();
   cfg.initFromIdentity = loaded.identity;
   if (rank != 0) return;
+  // The kept tensors by name, the first few of them (a LoRA model keeps 4 a layer).
+  constexpr std::size_t kNamed = 4;
+  const std::size_t named = std::min(loaded.kept.size(), kNamed);
+  const std::string kept = fmt::format(
+      "{}{}", fmt::join(loaded.kept.begin(), loaded.kept.begin() + static_cast<std::ptrdiff_t>(named), ", "),
+      loaded.kept.size() > named ? fmt::format(" and {} more", loaded.kept.size() - named) : "");
   std::cout << fmt::format("pstrain: --init-from {}: {} tensors ({}){}", cfg.initFrom, loaded.tensors, loaded.identity,
                            loaded.kept.empty() ? "" : fmt::format("; {} trained tensor(s) it lacks keep the model's values "
-                                                                  "(a fine-tune's adapters): {}", loaded.kept.size(),
-                                                                  fmt::join(loaded.kept, ", ")))
+                                                                  "(a fine-tune's adapters): {}", loaded.kept.size(), kept))
             << std::endl;
 }
 

@@ -216,6 +216,9 @@ const std::vector<std::int64_t> kLocalSteps = {1, 2, 5, 10, 20, 50, 100, 200, 50
 struct AutoRounds {
   exchanges::rounds::RoundsDecision decision;
   double stepSeconds = 0, exchangeSeconds = 0;
+  // Its predicted time to a loss, as one worker's time over its own and as sync's over its
+  // own (>1: sooner); 0 where not predicted (withTimeToLoss).
+  double timesOneWorker = 0, timesSync = 0;
 };
 AutoRounds autoRounds(const config::TrainConfig& cfg, const ProbeMeasurements& m, int workers) {
   config::TrainConfig diloco = cfg;
@@ -232,14 +235,30 @@ AutoRounds autoRounds(const config::TrainConfig& cfg, const ProbeMeasurements& m
   return a;
 }
 
-// diloco's predictions by H, and what its defaults would choose and why, with its predicted
-// time to a loss against one worker's and sync's (RoundsPlan.h's model: `workers` workers in
-// sync need 1/workers of one worker's steps, rounds of H local steps roundsSteps(H) times
-// sync's).
-std::string localStepsLine(const std::vector<LocalStepsPrediction>& rounds, const ProbeMeasurements& m,
-                           const AutoRounds& chosen, const std::vector<Prediction>& predictions, int workers) {
+// `a` with its predicted time to a loss against one worker's and sync's (RoundsPlan.h's
+// model: `workers` workers in sync need 1/workers of one worker's steps, rounds of H local
+// steps roundsSteps(H) times sync's), where auto decided H (a.decision.predicted).
+AutoRounds withTimeToLoss(AutoRounds a, const ProbeMeasurements& m, const std::vector<Prediction>& predictions,
+                          int workers) {
+  const Prediction* sync = nullptr;
+  for (const Prediction& p : predictions) {
+    if (p.mode == config::Mode::Sync && p.workers == workers && p.servers == 1 &&
+        (!sync || p.samplesPerSecond > sync->samplesPerSecond)) {
+      sync = &p;
+    }
+  }
+  if (a.decision.predicted <= 0 || !sync) return a;
   const double fastest = *std::min_element(m.computeSeconds.begin(), m.computeSeconds.end());
-  const double alone = m.batchSamples / fastest;
+  a.timesOneWorker = workers * fastest / a.decision.predicted;
+  a.timesSync = sync->stepSeconds / a.decision.predicted;
+  return a;
+}
+
+// diloco's predictions by H, and what its defaults would choose and why, and its predicted
+// time to a loss.
+std::string localStepsLine(const std::vector<LocalStepsPrediction>& rounds, const ProbeMeasurements& m,
+                           const AutoRounds& chosen) {
+  const double alone = m.batchSamples / *std::min_element(m.computeSeconds.begin(), m.computeSeconds.end());
   std::string out = "  diloco by --local-steps H, fastest codecs: samples/s (x one worker, communication share):\n   ";
   for (const auto& r : rounds) {
     out += fmt::format(" H={}: {:.0f} ({:.2f}x, {:.0f}%);", r.localSteps, r.prediction.samplesPerSecond,
@@ -250,16 +269,9 @@ std::string localStepsLine(const std::vector<LocalStepsPrediction>& rounds, cons
                      "exchange {:.3f} s): {}\n", d.localSteps,
                      d.overlap ? ", each round's exchange hidden behind the next" : ", rounds not overlapped",
                      chosen.stepSeconds, chosen.exchangeSeconds, exchanges::rounds::whyRounds(d));
-  const Prediction* sync = nullptr;
-  for (const Prediction& p : predictions) {
-    if (p.mode == config::Mode::Sync && p.workers == workers && p.servers == 1 &&
-        (!sync || p.samplesPerSecond > sync->samplesPerSecond)) {
-      sync = &p;
-    }
-  }
-  if (d.predicted > 0 && sync) {
-    out += fmt::format("  diloco: predicted time to a loss {:.2f}x one worker's and {:.2f}x sync's (>1: sooner)\n",
-                       workers * fastest / d.predicted, sync->stepSeconds / d.predicted);
+  if (chosen.timesOneWorker > 0) {
+    out += fmt::format("  diloco: reaches a loss {:.2f}x as fast as one worker and {:.2f}x as fast as sync (predicted)\n",
+                       chosen.timesOneWorker, chosen.timesSync);
   }
   return out;
 }
@@ -454,6 +466,9 @@ std::string probeJson(const config::TrainConfig& cfg, c10::Device device, const 
   }
   probe.addRaw("diloco", metrics::jsonRawArray(byLocalSteps));
   probe.add("diloco_local_steps", chosen.decision.localSteps).add("diloco_overlap", chosen.decision.overlap);
+  if (chosen.timesOneWorker > 0) {
+    probe.add("diloco_time_to_loss_x_one_worker", chosen.timesOneWorker).add("diloco_time_to_loss_x_sync", chosen.timesSync);
+  }
   probe.addRaw("network", network);
   return probe.str();
 }
@@ -479,8 +494,8 @@ void report(const config::TrainConfig& cfg, c10::Device device, const std::vecto
   const std::string advice = recommendation(best(predictions, workers), m);
   out += "  recommendation: " + advice + "\n";
   const auto rounds = predictLocalSteps(m, workers, kLocalSteps);
-  const AutoRounds chosen = autoRounds(cfg, m, workers);
-  out += localStepsLine(rounds, m, chosen, predictions, workers);
+  const AutoRounds chosen = withTimeToLoss(autoRounds(cfg, m, workers), m, predictions, workers);
+  out += localStepsLine(rounds, m, chosen);
   const NetworkAdvice net = adviseNetwork(cfg, computing, m, predictions, network);
   out += net.text;
   std::cout << out << std::flush;

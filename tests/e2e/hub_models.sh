@@ -186,6 +186,8 @@ read -r diff adapters same <<< "$result"
 echo "     LoRA on the sharded llama: $adapters adapters vs AdamW over them in PyTorch: max abs diff ${diff:-?}"
 check "LoRA from a sharded hub folder: the adapters are PyTorch's (<= 1e-6)" ge 1e-6 "${diff:-1}"
 check "LoRA from a sharded hub folder: the frozen tensors are the hub's, bit for bit" test "${same:-}" = True
+check "LoRA from a sharded hub folder: the start-up line names the first 4 adapters the folder lacks, then counts" \
+  has lora.log "8 trained tensor\(s\) it lacks keep the model's values \(a fine-tune's adapters\): [^ ]+, [^ ]+, [^ ]+, [^ ]+ and 4 more$"
 
 # --- the exports: hf (merged), peft, mlx ---------------------------------------------------
 for format in hf peft mlx; do

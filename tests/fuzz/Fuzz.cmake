@@ -27,7 +27,7 @@ pstrain_fuzz_library(fuzz_readers data/Idx.cpp data/Cifar.cpp data/Npz.cpp data/
   runtime/checkpoint/Safetensors.cpp runtime/metrics/Json.cpp runtime/Portable.cpp
   runtime/Process.cpp runtime/rundir/AtomicFile.cpp runtime/rundir/ReadFile.cpp runtime/rundir/RunFiles.cpp
   ${PSTRAIN_CONFIG_SOURCES})
-pstrain_fuzz_library(fuzz_torch_readers runtime/checkpoint/Checkpoint.cpp runtime/checkpoint/WeightsFile.cpp models/ModelFile.cpp models/ScriptModel.cpp
+pstrain_fuzz_library(fuzz_torch_readers runtime/checkpoint/Checkpoint.cpp runtime/checkpoint/WeightsFile.cpp models/ModelFile.cpp models/ModelFileGuard.cpp models/ScriptModel.cpp
   models/Registry.cpp models/ResNet.cpp models/StateDict.cpp models/Vgg.cpp)
 target_link_libraries(fuzz_torch_readers PUBLIC ${TORCH_LIBRARIES})  # and fuzz_readers, by each fuzzer (below)
 target_precompile_headers(fuzz_torch_readers PRIVATE <torch/torch.h>)

@@ -41,8 +41,13 @@ for x in p["predictions"]:
 assert "x one worker" in p["recommendation"], p
 # What diloco's defaults would decide (exchanges/rounds/RoundsPlan.h): H within its clamp.
 assert 10 <= p["diloco_local_steps"] <= 500 and p["diloco_overlap"] in (True, False), p
+# ... and its predicted time to a loss, against one worker's (2 workers: at most 2x) and sync's.
+assert 0 < p["diloco_time_to_loss_x_one_worker"] <= 2 and p["diloco_time_to_loss_x_sync"] > 0, p
 PY
 check "probe says what diloco's --local-steps auto would take" grep -qE "diloco: --local-steps auto would take [0-9]+ local steps a round" <<<"$out"
+check "probe says why, and diloco's predicted time to a loss" \
+  grep -qE "s a step of sync's quality.*diloco: reaches a loss [0-9.]+x as fast as one worker and [0-9.]+x as fast as sync" \
+  <<<"$(tr '\n' ' ' <<<"$out")"
 
 # One worker 300 ms slower per batch: sync waits for it, backup and async need not.
 out=$(with_timeout 300 "$mpirun" -np 3 "$pstrain" "${job[@]}" --probe --straggle 2:300 --train-dir "$scratch/slow" 2>&1); rc=$?

@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   at::Tensor weights = torch::empty({n}), grad = torch::zeros({n});
   protocol::bindParameters(*model, weights);
   protocol::bindGradients(*model, grad);
-  auto optimizer = optim::makeOptimizer(cfg, optim::matrixSpans(protocol::parameterShapes(*model)));
+  auto optimizer = optim::makeOptimizer(cfg, protocol::parameterShapes(*model));
   model->train();
   std::int64_t step = 0;
   auto trainingStep = [&] {
