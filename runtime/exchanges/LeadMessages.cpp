@@ -1,15 +1,9 @@
 #include "runtime/exchanges/LeadMessages.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <torch/torch.h>
 
-#include <sstream>
-
 #include "runtime/Errors.h"
-#include "runtime/Portable.h"
-#include "runtime/metrics/Clock.h"
-#include "runtime/protocol/FlatParameters.h"
 #include "runtime/roles/ServerLoop.h"
 #include "runtime/roles/StepStats.h"
 #include "runtime/exchanges/RangeUpdate.h"

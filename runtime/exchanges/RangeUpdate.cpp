@@ -4,14 +4,10 @@
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
-#include <sstream>
-
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
 #include "runtime/metrics/Clock.h"
 #include "runtime/protocol/FlatParameters.h"
-#include "runtime/roles/ServerLoop.h"
-#include "runtime/roles/StepStats.h"
 
 namespace pstrain::exchanges {
 
