@@ -235,18 +235,25 @@ AutoRounds autoRounds(const config::TrainConfig& cfg, const ProbeMeasurements& m
   return a;
 }
 
+// The fastest prediction (of its codecs) of `mode` with `servers` servers and `workers`
+// workers; null where none was predicted.
+const Prediction* fastestOf(const std::vector<Prediction>& predictions, config::Mode mode, int servers, int workers) {
+  const Prediction* top = nullptr;
+  for (const auto& p : predictions) {
+    if (p.mode == mode && p.servers == servers && p.workers == workers &&
+        (!top || p.samplesPerSecond > top->samplesPerSecond)) {
+      top = &p;
+    }
+  }
+  return top;
+}
+
 // `a` with its predicted time to a loss against one worker's and sync's (RoundsPlan.h's
 // model: `workers` workers in sync need 1/workers of one worker's steps, rounds of H local
 // steps roundsSteps(H) times sync's), where auto decided H (a.decision.predicted).
 AutoRounds withTimeToLoss(AutoRounds a, const ProbeMeasurements& m, const std::vector<Prediction>& predictions,
                           int workers) {
-  const Prediction* sync = nullptr;
-  for (const Prediction& p : predictions) {
-    if (p.mode == config::Mode::Sync && p.workers == workers && p.servers == 1 &&
-        (!sync || p.samplesPerSecond > sync->samplesPerSecond)) {
-      sync = &p;
-    }
-  }
+  const Prediction* sync = fastestOf(predictions, config::Mode::Sync, 1, workers);
   if (a.decision.predicted <= 0 || !sync) return a;
   const double fastest = *std::min_element(m.computeSeconds.begin(), m.computeSeconds.end());
   a.timesOneWorker = workers * fastest / a.decision.predicted;
@@ -286,13 +293,7 @@ std::string predictionTable(const std::vector<Prediction>& predictions, int work
   auto row = [&](config::Mode mode, int servers, const std::string& name) {
     out += fmt::format("  {:<16}", name);
     for (int n = 1; n <= workers; ++n) {
-      const Prediction* top = nullptr;
-      for (const auto& p : predictions) {
-        if (p.mode == mode && p.servers == servers && p.workers == n &&
-            (!top || p.samplesPerSecond > top->samplesPerSecond)) {
-          top = &p;
-        }
-      }
+      const Prediction* top = fastestOf(predictions, mode, servers, n);
       out += fmt::format(" {:>18}", fmt::format("{:.0f} ({:.2f})", top->samplesPerSecond, top->efficiency));
     }
     out += "\n";
