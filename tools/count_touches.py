@@ -20,8 +20,8 @@ import sys
 KINDS = {
     "exchange": ("rounds (diloco, localsgd)", ["runtime/exchanges/rounds/"],
                  [r"\bkLocalRounds\b", r"Exchange::LocalRounds\b", r"\bLocalRounds,", r"exchanges/rounds/"]),
-    "server-exchange": ("sharded (sync with K servers)", ["runtime/exchanges/sharded/"],
-                        [r"\bkSharded\b", r"exchanges/sharded/"]),
+    "server-exchange": ("range servers (sync with K servers)", ["runtime/exchanges/range_servers/"],
+                        [r"\bkRangeServers\b", r"exchanges/range_servers/"]),
     "mode": ("localsgd", [], [r"Mode::LocalSgd\b", r"\bLocalSgd\b", r'"localsgd"']),
     "format": ("npz", ["data/Npz"], [r"\bNpz\.h\b", r"data/Npz(Format)?\.cpp", r'"npz"', r"\bnpz(File|Reader|Dataset)\b",
                                        r"\bkNpzFormat\b"]),

@@ -77,7 +77,7 @@ struct Checkpoint {
 };
 
 // Where a written file takes the bytes of memory that does not hold them (a placeholder for
-// what another rank holds: sharded servers' ranges): null, or a function that, for the
+// what another rank holds: K servers' ranges): null, or a function that, for the
 // `bytes` bytes at `data` when it has them, gives them to `write` in order, in pieces as it
 // likes (so that nothing is put together whole), and returns true; false for memory that
 // holds its own. Called once per tensor storage, in the file's order.

@@ -87,10 +87,10 @@ struct TrainConfig {
   MemoryUse memoryChosen = MemoryUse::Auto;
   // Under lean, what auto's plan spares each of the host's ranks for more transfers in
   // flight (MiB): its share of the room left under half the host's memory (0: lean's least,
-  // and always with --memory lean as given). See leanInFlightBytes().
+  // and always with --memory lean as given). See MemoryPolicy.
   double leanSpareMib = 0;
   // Parameter servers (ranks 0..servers-1, each owning a range of the weights: sync's
-  // sharded exchange, exchanges/sharded); the other ranks are workers.
+  // range servers' exchange, exchanges/range_servers); the other ranks are workers.
   int servers = 1;
   bool stackServers = false;              // allow two servers on a host while another host has none
 
@@ -201,13 +201,6 @@ struct TrainConfig {
   // Whether this rank gives the pages of what it has sent back at once and keeps few
   // transfers in flight (--memory lean, or auto resolved to it): see MemoryUse.
   bool leanMemory() const { return (memory == MemoryUse::Auto ? memoryChosen : memory) == MemoryUse::Lean; }
-  // Under lean, the bytes a rank keeps in flight before it waits for the oldest: a worker's
-  // gradient buckets or parts, a server's receive slots beyond two parts a worker. Lean's
-  // least (16 MiB a worker, none more for a server) plus leanSpareMib.
-  std::int64_t leanInFlightBytes(bool server) const {
-    return static_cast<std::int64_t>(((server ? 0.0 : kLeanInFlightMib) + leanSpareMib) * (1 << 20));
-  }
-  static constexpr double kLeanInFlightMib = 16;  // a lean worker's least in flight
 
   // The loss, --loss auto resolved: nll for the zoo's models (their outputs are
   // log-probabilities), cross-entropy on the outputs (logits) of a model file.

@@ -47,7 +47,7 @@ Start receiveStart(comm::Communicator& comm, RangeUpdate& update, models::Net& m
   return start;
 }
 
-Verdict decide(comm::Communicator& comm, roles::SummedUpdate& update, std::vector<Partial>& partials,
+Verdict decide(comm::Communicator& comm, roles::Admission& admission, const float* trailer, std::vector<Partial>& partials,
                std::int64_t step, Verdict v, double& gradNorm) {
   const std::string context = fmt::format("step {}", step);
   for (std::size_t k = 1; k < partials.size(); ++k) partials[k] = receiveValue<Partial>(comm, static_cast<int>(k), context);
@@ -59,10 +59,10 @@ Verdict decide(comm::Communicator& comm, roles::SummedUpdate& update, std::vecto
   }
   v.step = static_cast<double>(step);
   if (v.apply) {
-    v.divisor = update.divisor(step, [&] { return finiteGradient; }, [&] { return sumOfSquares; });
+    v.divisor = admission.divisor(trailer, step, [&] { return finiteGradient; }, [&] { return sumOfSquares; });
     v.apply = v.divisor != 0;
-    if (v.apply && !finiteGradient) throw update.nonFinite(step);
-    if (v.apply) gradNorm = update.gradNorm();
+    if (v.apply && !finiteGradient) throw admission.nonFinite(step);
+    if (v.apply) gradNorm = admission.gradNorm();
   }
   for (std::size_t k = 1; k < partials.size(); ++k) sendValue(comm, v, static_cast<int>(k), context);
   return v;

@@ -15,7 +15,7 @@
 #include "runtime/metrics/Json.h"
 #include "runtime/optim/Optimizer.h"
 #include "runtime/protocol/StepMessages.h"
-#include "runtime/roles/SummedUpdate.h"
+#include "runtime/roles/Admission.h"
 
 namespace pstrain::roles {
 struct Server;
@@ -81,10 +81,10 @@ void sendStarts(comm::Communicator& comm, const std::vector<KeyRange>& ranges, c
 Start receiveStart(comm::Communicator& comm, RangeUpdate& update, models::Net& model);
 
 // Server 0: every server's Partial into `partials` (its own is partials[0]), and the verdict
-// `v` (its lr, gather and train set) told to every server, with its divisor from
-// SummedUpdate's rules over the whole gradient, unless they skip the update (or v.apply is 0
-// already: skipped without asking). Sets `gradNorm` when applied.
-Verdict decide(comm::Communicator& comm, roles::SummedUpdate& update, std::vector<Partial>& partials,
+// `v` (its lr, gather and train set) told to every server, with its divisor from the
+// admission rules over the whole gradient (the summed `trailer`), unless they skip the update
+// (or v.apply is 0 already: skipped without asking). Sets `gradNorm` when applied.
+Verdict decide(comm::Communicator& comm, roles::Admission& admission, const float* trailer, std::vector<Partial>& partials,
                std::int64_t step, Verdict v, double& gradNorm);
 // Server k: its Partial to server 0, and server 0's Verdict.
 Verdict receiveVerdict(comm::Communicator& comm, const Partial& partial, const std::string& context);

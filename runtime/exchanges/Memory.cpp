@@ -21,7 +21,7 @@ double residualBytes(const config::TrainConfig& cfg) {
 void addGradientBuffer(Memory& m, const config::TrainConfig& cfg, bool streams) {
   if (!streams) {  // the whole gradient, written by the measured step too
     m.held += 4;
-  } else if (!cfg.leanMemory()) {
+  } else if (!config::MemoryPolicy(cfg).givesPagesBack()) {
     m.held += 4;
     m.keptGradient = 4;
   }

@@ -3,6 +3,7 @@
 // the memory plan (training/MemoryPlan.h): each exchange's row says its own
 // (Exchange::memory), following what its loops keep; change it with them. Torch-free.
 #include "runtime/config/Layout.h"
+#include "runtime/config/MemoryPolicy.h"
 #include "runtime/config/TrainConfig.h"
 
 namespace pstrain::exchanges {
@@ -28,12 +29,11 @@ struct Memory {
   // its range, the copy the workers hold (a lossy down codec).
   bool leadHoldsAll = false;
   double leadCopy = 0;
-  // A server's buffers that do not grow with the model, MiB (the sharded ring of parts).
-  double serverMib = 0;
-  // A server under lean: a bound on what the receive slots the plan spares it (beyond
-  // serverMib's) can take, bytes a parameter of its range (fast's slots, lean's two a
-  // worker included: the plan may count up to serverMib too much there).
-  double spareSlots = 0;
+  // A server that takes raw parts of its range into receive slots (ServedRange): from how
+  // many workers at once, beside those whose parts land in its sum (sync's K servers: every
+  // worker but the first, or all when it updates each part; point to point: one). The plan
+  // counts the slots as the memory policy gives them (config::MemoryPolicy::receiveSlots).
+  int slottedWorkers = 0;
   // A computing rank under --memory fast: the gradient buffer that a streamed (lean) step
   // gives back bucket by bucket, and that fast keeps whole: bytes a parameter beyond the
   // measured step (which is measured lean: roles::measureStep).

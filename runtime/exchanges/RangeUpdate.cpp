@@ -34,12 +34,12 @@ std::vector<KeyRange> serverRanges(const models::Net& model, const config::Train
 }
 
 RangeUpdate::RangeUpdate(const config::TrainConfig& cfg, KeyRange range, at::Tensor weights,
-                         const codec::Shapes& modelShapes, bool eachPart)
+                         const codec::Shapes& modelShapes, bool updatesOnArrival)
     : rule_(cfg.updateRule()),
       range_(std::move(range)),
-      eachPart_(eachPart),
+      updatesOnArrival_(updatesOnArrival),
       weights_(std::move(weights)),
-      sum_(eachPart ? 0 : static_cast<std::size_t>(range_.size())),
+      sum_(updatesOnArrival ? 0 : static_cast<std::size_t>(range_.size())),
       optimizer_(optim::makeOptimizer(rule_, modelShapes, range_.begin, range_.end)) {}
 
 namespace {
@@ -52,14 +52,14 @@ Error notFinite(std::int64_t step, int rank) {
 
 Partial RangeUpdate::partial(double updateSeconds, double bytesOut, double bytesIn) const {
   // Each part's update was its finite check (a non-finite gradient would have thrown).
-  if (eachPart_) return {partSumOfSquares_, 1.0, updateSeconds, bytesOut, bytesIn, portable::peakRssMib()};
+  if (updatesOnArrival_) return {partSumOfSquares_, 1.0, updateSeconds, bytesOut, bytesIn, portable::peakRssMib()};
   const at::Tensor sum = sum_.view(0, range_.size());
   return {optim::sumOfSquares(sum), roles::allFinite(sum) ? 1.0 : 0.0, updateSeconds, bytesOut, bytesIn,
           portable::peakRssMib()};
 }
 
 void RangeUpdate::apply(const Verdict& v, std::int64_t step, int rank) {
-  if (!v.apply || eachPart_) return;
+  if (!v.apply || updatesOnArrival_) return;
   const auto start = metrics::Clock::now();
   if (!optimizer_->step(weights_, sum_.view(0, range_.size()), v.lr, v.divisor)) throw notFinite(step, rank);
   updateSeconds_ += metrics::secondsSince(start);

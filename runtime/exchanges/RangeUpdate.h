@@ -27,7 +27,7 @@ bool rangesKeepTensorsWhole(const config::TrainConfig& cfg);
 
 // One server's key range: its weights, the workers' summed gradient of it, and the update
 // rule (cfg.updateRule(): the optimizer, or diloco's outer one) with its slice of the state.
-// With `eachPart` (cfg.updatesOnArrival()) there is no sum of the whole range: the
+// With `updatesOnArrival` (cfg.updatesOnArrival()) there is no sum of the whole range: the
 // caller sums each part and applyPart() updates it at once; apply() then does nothing.
 class RangeUpdate {
  public:
@@ -35,23 +35,23 @@ class RangeUpdate {
   // that its checkpoints need no copy of its own range); `modelShapes`: the model's tensors'
   // shapes, in order (the range's rule works out its part of them: optim::makeOptimizer).
   RangeUpdate(const config::TrainConfig& cfg, KeyRange range, at::Tensor weights, const codec::Shapes& modelShapes,
-              bool eachPart = false);
+              bool updatesOnArrival = false);
 
   const KeyRange& range() const { return range_; }
   optim::Optimizer& optimizer() { return *optimizer_; }
   const optim::Optimizer& optimizer() const { return *optimizer_; }
   const at::Tensor& weights() const { return weights_; }
-  float* sum() { return sum_.data(); }  // range().size() floats; none with eachPart
-  bool eachPart() const { return eachPart_; }
+  float* sum() { return sum_.data(); }  // range().size() floats; none with updatesOnArrival
+  bool updatesOnArrival() const { return updatesOnArrival_; }
 
   // The summed gradient's word to server 0, with this server's traffic (bytes per worker,
   // each way) and its update's seconds (takeUpdateSeconds(): the last step's, or with
-  // eachPart this one's).
+  // updatesOnArrival this one's).
   Partial partial(double updateSeconds, double bytesOut, double bytesIn) const;
   // The verdict's update of this range; throws naming `step` and `rank` when it leaves a
   // weight non-finite.
   void apply(const Verdict& v, std::int64_t step, int rank);
-  // With eachPart: beginParts() starts a step's update (counts it, for Adam's bias
+  // With updatesOnArrival: beginParts() starts a step's update (counts it, for Adam's bias
   // correction, and zeroes the norm's sum); then applyPart() updates floats [at, at + n) of
   // the range from `sum` (the workers' summed gradient of them; scratch), by `plan`, once
   // per part, in any order (they come last first), so that one step over every part equals
@@ -64,11 +64,11 @@ class RangeUpdate {
  private:
   const config::TrainConfig rule_;
   const KeyRange range_;
-  const bool eachPart_;
+  const bool updatesOnArrival_;
   at::Tensor weights_;
   protocol::FloatBuffer sum_;
   std::unique_ptr<optim::Optimizer> optimizer_;
-  double partSumOfSquares_ = 0;  // eachPart: of this step's parts so far
+  double partSumOfSquares_ = 0;  // updatesOnArrival: of this step's parts so far
   double updateSeconds_ = 0;  // since takeUpdateSeconds()
 };
 

@@ -39,8 +39,7 @@ RangesLink::RangesLink(comm::Communicator& comm, const config::TrainConfig& cfg,
       tail_(tail),
       ranges_(serverRanges(model, cfg)),
       parts_(partBuckets(model, ranges_)),
-      lean_(cfg.leanMemory()),
-      leanPartsInFlight_(std::max<std::size_t>(4, static_cast<std::size_t>(cfg.leanInFlightBytes(false)) / kPartBytes)) {
+      policy_(cfg) {
   if (cfg.compressesWeights()) {  // a decoder and a frame's room per range (each server codes its own)
     for (const KeyRange& range : ranges_) {
       weightDecoders_.push_back(codec::makeCodec(cfg.weightCodec(), range.shapes, 0, "compress-weights"));
@@ -103,7 +102,9 @@ StepHeader RangesLink::receiveCodedDown(const std::string& context) {
 }
 
 void RangesLink::startPart(const Bucket& part, const std::string& context) {
-  while (lean_ && inFlight_.size() >= leanPartsInFlight_) finishOldestPart();
+  while (inFlight_.size() >= policy_.sendWindow((part.end - part.begin) * static_cast<std::int64_t>(sizeof(float)))) {
+    finishOldestPart();
+  }
   const auto range = std::upper_bound(ranges_.begin(), ranges_.end(), part.begin,
                                       [](std::int64_t at, const KeyRange& r) { return at < r.end; });
   const int server = static_cast<int>(range - ranges_.begin());
@@ -167,7 +168,7 @@ void RangesLink::sendTail(const std::string& context) {
 void RangesLink::finishOldestPart() {
   const auto& [request, part] = inFlight_.front();
   comm_.wait(request);
-  if (lean_) messages_.up.release(part.begin, part.end - part.begin);
+  if (policy_.givesPagesBack()) messages_.up.release(part.begin, part.end - part.begin);
   inFlight_.pop_front();
 }
 

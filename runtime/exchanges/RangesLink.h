@@ -13,6 +13,7 @@
 #include "models/Registry.h"
 #include "runtime/codec/Codec.h"
 #include "runtime/comm/Communicator.h"
+#include "runtime/config/MemoryPolicy.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/exchanges/Ranges.h"
 #include "runtime/protocol/FlatParameters.h"
@@ -77,8 +78,7 @@ class RangesLink {
   std::vector<std::unique_ptr<codec::Codec>> weightDecoders_;      // by range, with a weight codec
   std::vector<std::vector<char>> weightFrames_;                    // by range: its frame's room
   double codecSeconds_ = 0;  // since the last trailer
-  const bool lean_;          // --memory lean: few parts out, their pages given back
-  const std::size_t leanPartsInFlight_;  // lean: at least 4 (16 MiB), more as the plan spares
+  const config::MemoryPolicy policy_;  // the parts out at once; lean gives their pages back
 };
 
 }  // namespace pstrain::exchanges

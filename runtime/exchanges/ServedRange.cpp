@@ -4,12 +4,14 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
 #include "runtime/roles/ServerLoop.h"
 #include "runtime/config/Codecs.h"
 #include "runtime/config/Layout.h"
+#include "runtime/config/MemoryPolicy.h"
 #include "runtime/exchanges/Wire.h"
 #include "runtime/protocol/FlatParameters.h"
 
@@ -27,14 +29,15 @@ void add(float* sum, const float* values, std::int64_t n) {
 }  // namespace
 
 ServedRange::ServedRange(comm::Communicator& comm, const config::TrainConfig& cfg, KeyRange range, at::Tensor weights,
-                         const codec::Shapes& modelShapes, bool eachPart)
+                         const codec::Shapes& modelShapes, bool updatesOnArrival, Messages messages)
     : comm_(comm),
       cfg_(cfg),
       ownWeights_(weights.defined() ? 0 : static_cast<std::size_t>(range.size())),
       range_(std::move(range)),
       update_(cfg, range_, weights.defined() ? std::move(weights) : ownWeights_.view(0, range_.size()), modelShapes,
-              eachPart) {
-  if (update_.eachPart()) partSum_.resize(static_cast<std::size_t>(std::min(kPartFloats, range_.size())));
+              updatesOnArrival) {
+  if (update_.updatesOnArrival()) partSum_.resize(static_cast<std::size_t>(std::min(kPartFloats, range_.size())));
+  if (messages == Messages::Elsewhere) return;
   if (cfg.compressesGradients()) {
     const bool feedback = config::errorFeedbackOn(cfg.errorFeedback, cfg.gradientCodec());
     // It only decodes, and a frame carries all that takes (randomk's indices): no seed.
@@ -47,9 +50,9 @@ ServedRange::ServedRange(comm::Communicator& comm, const config::TrainConfig& cf
 }
 
 ServedRange::ServedRange(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model,
-                         bool eachPart)
+                         bool updatesOnArrival)
     : ServedRange(comm, cfg, serverRanges(model, cfg)[static_cast<std::size_t>(comm.rank())], at::Tensor(),
-                  protocol::parameterShapes(model), eachPart) {}
+                  protocol::parameterShapes(model), updatesOnArrival) {}
 
 void ServedRange::startWeightsTo(const std::vector<int>& to, std::int64_t version, std::vector<std::size_t>& requests,
                                  const std::string& context) {
@@ -115,33 +118,36 @@ void ServedRange::receiveGradients(const std::string& context, const StepPlan& p
   const std::int64_t parts = codec_ ? 1 : partsOf(range_.size());
   // Message m: part partOf(m) of worker m % workers; the parts come last first (Wire.h).
   const std::size_t messages = static_cast<std::size_t>(parts * workers);
-  // --memory fast: a slot for every message, all received at once, so that every worker
-  // sends its every part as fast as the links take them. Lean, raw: two slots per worker, so
-  // that every worker's next part is on its way while one is added, and as many more as the
-  // plan spares (leanInFlightBytes), up to fast's; coded: two frames.
-  std::size_t slots = messages;
-  if (codec_) {
-    slots = 2;
-  } else if (cfg_.leanMemory()) {
-    const std::size_t spare = static_cast<std::size_t>(cfg_.leanInFlightBytes(true)) / slotBytes();
-    slots = std::min(messages, 2 * static_cast<std::size_t>(workers) + spare);
-  }
-  const std::size_t ring = useSlots(slots);
   auto partOf = [&](std::size_t m) { return parts - 1 - static_cast<std::int64_t>(m / workers); };
-  std::vector<std::size_t> got(messages), requests(messages);
-  const bool eachPart = update_.eachPart();
-  if (eachPart) update_.beginParts();
+  const bool updatesOnArrival = update_.updatesOnArrival();
+  if (updatesOnArrival) update_.beginParts();
+  // Raw, summed whole: worker 0's parts land straight in the sum, all posted at once. The
+  // other messages take a ring of slots, in order: the memory policy's count for raw parts
+  // (fast: one each), two frames for coded ones.
+  const bool inPlace = !codec_ && !updatesOnArrival;
+  std::vector<std::size_t> slotted;  // the messages that take a slot, in order
+  for (std::size_t m = 0; m < messages; ++m) {
+    if (!inPlace || m % workers != 0) slotted.push_back(m);
+  }
+  const int slottedWorkers = inPlace ? workers - 1 : workers;
+  const std::size_t ring =
+      useSlots(codec_ ? 2 : config::MemoryPolicy(cfg_).receiveSlots(slotted.size(), slottedWorkers, slotBytes()));
+  std::vector<std::size_t> got(messages), requests(messages), slotOf(messages);
+  for (std::size_t k = 0; k < slotted.size(); ++k) slotOf[slotted[k]] = k % std::max<std::size_t>(ring, 1);
   auto target = [&](std::size_t m) -> char* {
-    if (!codec_ && !eachPart && m % workers == 0) return reinterpret_cast<char*>(update_.sum() + partOf(m) * kPartFloats);
-    return slots_[m % ring].data();
+    if (inPlace && m % workers == 0) return reinterpret_cast<char*>(update_.sum() + partOf(m) * kPartFloats);
+    return slots_[slotOf[m]].data();
   };
   auto post = [&](std::size_t m) {
-    if (m >= messages) return;
     const std::size_t capacity = codec_ ? slots_[0].size() : partSize(range_.size(), partOf(m)) * sizeof(float);
     requests[m] = comm_.startReceive(target(m), capacity, first + static_cast<int>(m % workers), kGradTag, &got[m],
                                      context);
   };
-  for (std::size_t m = 0; m < ring; ++m) post(m);
+  if (inPlace) {
+    for (std::size_t m = 0; m < messages; m += static_cast<std::size_t>(workers)) post(m);
+  }
+  for (std::size_t k = 0; k < std::min(ring, slotted.size()); ++k) post(slotted[k]);
+  std::size_t nextSlotted = std::min(ring, slotted.size());  // the next slotted message to post
   if (codec_) std::fill_n(update_.sum(), range_.size(), 0.0f);
   comm_.expectLongWait();  // the workers compute first
   double bytes = 0;
@@ -153,7 +159,7 @@ void ServedRange::receiveGradients(const std::string& context, const StepPlan& p
     const float* values = valuesOf(target(m), got[m], part, rank, context);
     if (codec_) {
       add(update_.sum(), values, range_.size());
-    } else if (!eachPart) {
+    } else if (!updatesOnArrival) {
       if (m % workers) add(update_.sum() + part * kPartFloats, values, partSize(range_.size(), part));
     } else {
       const std::int64_t n = partSize(range_.size(), part);
@@ -163,7 +169,7 @@ void ServedRange::receiveGradients(const std::string& context, const StepPlan& p
         update_.applyPart(partSum_.data(), part * kPartFloats, n, plan, step, comm_.rank());
       }
     }
-    post(m + ring);
+    if ((!inPlace || m % workers != 0) && nextSlotted < slotted.size()) post(slotted[nextSlotted++]);  // its slot is free
   }
   bytesIn_ = bytes / workers;
 }
@@ -180,21 +186,24 @@ std::size_t ServedRange::useSlots(std::size_t count) {
 
 void ServedRange::receiveGradientOf(int worker, Use use, const std::string& context) {
   const std::int64_t parts = codec_ ? 1 : partsOf(range_.size());
-  // A raw first gradient lands in the sum; the rest comes through two slots.
+  // A raw first gradient lands in the sum. The rest comes through slots: the memory policy's
+  // count for one worker's raw parts, two frames for a coded one.
   const bool inPlace = use == Use::First && !codec_;
-  if (!inPlace) useSlots(2);
+  const std::size_t ring = inPlace ? 0
+                           : useSlots(codec_ ? 2 : config::MemoryPolicy(cfg_).receiveSlots(
+                                                         static_cast<std::size_t>(parts), 1, slotBytes()));
   std::vector<std::size_t> requests(static_cast<std::size_t>(parts)), got(static_cast<std::size_t>(parts));
   auto partOf = [&](std::int64_t m) { return parts - 1 - m; };  // the parts come last first (Wire.h)
   auto target = [&](std::int64_t m) -> char* {
     if (inPlace) return reinterpret_cast<char*>(update_.sum() + partOf(m) * kPartFloats);
-    return slots_[static_cast<std::size_t>(m % 2)].data();
+    return slots_[static_cast<std::size_t>(m) % ring].data();
   };
   auto post = [&](std::int64_t m) {
     if (m >= parts) return;
     const std::size_t capacity = codec_ ? slots_[0].size() : partSize(range_.size(), partOf(m)) * sizeof(float);
     requests[m] = comm_.startReceive(target(m), capacity, worker, kGradTag, &got[m], context);
   };
-  for (std::int64_t m = 0; m < (inPlace ? parts : 2); ++m) post(m);
+  for (std::int64_t m = 0; m < (inPlace ? parts : static_cast<std::int64_t>(ring)); ++m) post(m);
   double bytes = 0;
   for (std::int64_t m = 0; m < parts; ++m) {
     comm_.wait(requests[m]);
@@ -203,16 +212,18 @@ void ServedRange::receiveGradientOf(int worker, Use use, const std::string& cont
     const std::int64_t at = partOf(m) * kPartFloats, n = codec_ ? range_.size() : partSize(range_.size(), partOf(m));
     if (use == Use::Add) add(update_.sum() + at, values, n);
     if (use == Use::First && codec_) std::copy_n(values, n, update_.sum());
-    if (!inPlace) post(m + 2);
+    if (!inPlace) post(m + static_cast<std::int64_t>(ring));
   }
   bytesIn_ = bytes;
 }
 
-ServerZero::ServerZero(roles::Server& s, bool eachPart)
+ServerZero::ServerZero(roles::Server& s, std::vector<KeyRange> ranges, ServedRange::Messages messages,
+                       bool updatesOnArrival)
     : s_(s),
-      ranges_(serverRanges(s.model, s.cfg)),
+      ranges_(std::move(ranges)),
+      keepsWholeWeights_(messages == ServedRange::Messages::Elsewhere),
       own_(s.comm, s.cfg, ranges_[0], s.messages.weights.narrow(0, ranges_[0].begin, ranges_[0].size()),
-           protocol::parameterShapes(s.model), eachPart),
+           protocol::parameterShapes(s.model), updatesOnArrival, messages),
       partials_(ranges_.size()),
       gather_(s.comm, ranges_, *s.optimizer, own_.update()) {
   s.publisher->setRecordSource([this](const void* data, std::size_t bytes, const checkpoint::RecordWrite& write) {
@@ -222,7 +233,7 @@ ServerZero::ServerZero(roles::Server& s, bool eachPart)
 
 void ServerZero::start(const Start& start) {
   sendStarts(s_.comm, ranges_, start, s_.messages.weights, *s_.optimizer, own_.update().optimizer());
-  if (!start.train) return;
+  if (!start.train || keepsWholeWeights_) return;
   float* weights = s_.messages.weights.data_ptr<float>();
   portable::releasePages(weights + ranges_[0].end,
                          static_cast<std::size_t>(ranges_.back().end - ranges_[0].end) * sizeof(float));
@@ -240,6 +251,18 @@ void ServerZero::sendDown(const std::vector<int>& to, std::int64_t version, cons
   for (std::size_t request : requests) s_.comm.wait(request);
 }
 
-void ServerZero::gather(const std::string& context) { gather_.gather(s_.messages.weights.data_ptr<float>(), context); }
+Verdict ServerZero::decide(std::int64_t step, const Verdict& proposed, double& gradNorm) {
+  partials_[0] = own_.partial();
+  return exchanges::decide(s_.comm, s_.admission, s_.messages.trailer, partials_, step, proposed, gradNorm);
+}
+
+void ServerZero::apply(const Verdict& v, std::int64_t step, int contributors) {
+  own_.update().apply(v, step, 0);
+  if (v.apply) s_.update.averageBuffers(contributors);
+}
+
+void ServerZero::gather(const std::string& context) { gather(s_.messages.weights.data_ptr<float>(), context); }
+
+void ServerZero::gather(float* model, const std::string& context) { gather_.gather(model, context); }
 
 }  // namespace pstrain::exchanges

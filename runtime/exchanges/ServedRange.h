@@ -1,6 +1,6 @@
 #pragma once
 // One server's key range on the K servers' channels (Wire.h): its update (RangeUpdate), the
-// workers' gradients of it coming in, and its weights going out. The sharded exchange
+// workers' gradients of it coming in, and its weights going out. The range servers' exchange
 // (sync) takes every worker's gradient each step; the point-to-point exchange (backup,
 // async) takes one worker's at a time, as server 0 says.
 #include <ATen/core/Tensor.h>
@@ -23,12 +23,16 @@ namespace pstrain::exchanges {
 
 class ServedRange {
  public:
-  // `weights`, `modelShapes`: as RangeUpdate's. `eachPart`: as RangeUpdate's (sync's updates
+  // Who moves the range's messages: this object's calls below, with the codecs they take
+  // (Served), or the exchange its own way (Elsewhere: the rounds' chain; the range is then
+  // its update alone, and countTraffic() tells its bytes).
+  enum class Messages { Served, Elsewhere };
+  // `weights`, `modelShapes`: as RangeUpdate's. `updatesOnArrival`: as RangeUpdate's (sync's updates
   // on arrival).
   ServedRange(comm::Communicator& comm, const config::TrainConfig& cfg, KeyRange range, at::Tensor weights,
-              const codec::Shapes& modelShapes, bool eachPart = false);
+              const codec::Shapes& modelShapes, bool updatesOnArrival = false, Messages messages = Messages::Served);
   // Server k > 0's: range k of the run's ranges (serverRanges), its weights in memory of its own.
-  ServedRange(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model, bool eachPart = false);
+  ServedRange(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model, bool updatesOnArrival = false);
 
   RangeUpdate& update() { return update_; }
 
@@ -45,7 +49,7 @@ class ServedRange {
   // straight in the sum, the others' in a ring of slots (--memory lean: two per worker) that
   // receive while earlier parts are added. Coded, a frame per worker, into two slots
   // likewise. Under --memory fast every message has a slot, all received at once. Updating
-  // each part (RangeUpdate::eachPart), worker 0's part lands in the ring too, and each
+  // each part (RangeUpdate::updatesOnArrival), worker 0's part lands in the ring too, and each
   // part's sum is applied by `plan` as soon as the last worker's part is added.
   void receiveGradients(const std::string& context, const StepPlan& plan, std::int64_t step);
 
@@ -56,6 +60,8 @@ class ServedRange {
 
   // RangeUpdate::partial, with this server's traffic (per worker, each way) and update seconds.
   Partial partial() { return update_.partial(update_.takeUpdateSeconds(), bytesOut_, bytesIn_); }
+  // Messages::Elsewhere: the bytes of the last update's messages, each way.
+  void countTraffic(double out, double in) { bytesOut_ = out, bytesIn_ = in; }
 
  private:
   // One message of `rank`'s gradient of this range, `got` bytes at `bytes`: part `part`
@@ -85,19 +91,32 @@ class ServedRange {
 
 // Server 0 of the K servers, whatever the exchange: the run's ranges, range 0 served from a
 // view of the whole model's flat weights (s.messages.weights), every server's last Partial,
-// and the checkpoints gathered from the servers, which the Publisher's records read (its
-// record source is set here). Not copied or moved: the Publisher holds on to it.
+// each update's verdict, and the checkpoints gathered from the servers, which the
+// Publisher's records read (its record source is set here). Not copied or moved: the
+// Publisher holds on to it.
 class ServerZero {
  public:
-  // `eachPart`: range 0's (ServedRange).
-  ServerZero(roles::Server& s, bool eachPart);
+  // `ranges`: the exchange's (serverRanges; the rounds' roundsRanges). `messages`: range 0's
+  // (ServedRange); under Elsewhere server 0 keeps the whole model's weights throughout (the
+  // rounds' chain sends them whole). `updatesOnArrival`: range 0's.
+  ServerZero(roles::Server& s, std::vector<KeyRange> ranges, ServedRange::Messages messages,
+             bool updatesOnArrival = false);
   ServerZero(const ServerZero&) = delete;
   ServerZero& operator=(const ServerZero&) = delete;
 
   // Tells every other server `start`, with its range of the (resumed) weights and optimizer
-  // state, and gives range 0 its state. When start.train, the memory of the weights outside
-  // range 0 then goes: checkpoints and final files take them from their servers (gather()).
+  // state, and gives range 0 its state. When start.train and range 0 is Served, the memory
+  // of the weights outside range 0 then goes: checkpoints and final files take them from
+  // their servers (gather()).
   void start(const Start& start);
+
+  // One update's verdict: range 0's Partial beside every other server's, and `proposed` (its
+  // lr, gather and train set; apply 0: skipped without asking) decided by SummedUpdate's
+  // rules and told to every server (LeadMessages.h's decide). Sets `gradNorm` when applied.
+  Verdict decide(std::int64_t step, const Verdict& proposed, double& gradNorm);
+  // The verdict's update of range 0 (throws as RangeUpdate::apply), and, when applied, the
+  // buffers' mean over `contributors` batches.
+  void apply(const Verdict& v, std::int64_t step, int contributors);
 
   // The down message of update `version` to `to`: range 0 of the weights (ServedRange::
   // startWeightsTo), with the header and the rest (downTail: the buffers and shares), until
@@ -110,13 +129,16 @@ class ServerZero {
   const std::vector<Partial>& partials() const { return partials_; }
 
   // The whole model's weights and optimizer state, from every server's range, into what the
-  // Publisher reads (CheckpointGather), until release().
+  // Publisher reads (CheckpointGather), until release(): `model` (s.messages.weights
+  // without it) holds the weights outside range 0 meanwhile.
   void gather(const std::string& context);
+  void gather(float* model, const std::string& context);
   void release() { gather_.release(); }
 
  private:
   roles::Server& s_;
   const std::vector<KeyRange> ranges_;
+  const bool keepsWholeWeights_;  // Messages::Elsewhere
   ServedRange own_;
   std::vector<Partial> partials_;
   CheckpointGather gather_;

@@ -1,6 +1,6 @@
 #pragma once
 // The K servers' messages (DESIGN.md, "The step protocol": --servers), the channels that
-// sync's sharded exchange (sharded/) and the point-to-point exchange (point_to_point/) both
+// sync's range servers (range_servers/) and the point-to-point exchange (point_to_point/) both
 // run on. Ranks 0..K-1 are the servers, server k owning key range k (Ranges.h); the others
 // are workers. On channels of their own:
 //   down  server k -> a worker: range k of the weights in parts of kPartFloats, raw floats

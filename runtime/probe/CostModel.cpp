@@ -76,7 +76,7 @@ std::vector<Prediction> predict(const ProbeMeasurements& m) {
   }
   for (int n = 1; n <= workers; ++n) {
     for (const config::ModeInfo& mode : config::modes()) {
-      for (int servers : kShardedServers) {
+      for (int servers : kServerCounts) {
         const exchanges::Exchange& row = training::exchangeFor(mode.mode, servers);
         if (!row.cost || !row.costsServers) continue;
         for (const auto& [gradSpec, grad] : m.gradientCodecs) {

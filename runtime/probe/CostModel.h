@@ -35,12 +35,12 @@ struct Prediction {
 
 // Every mode that the model predicts (all but gossip, whose ranks average when they please)
 // x codec pair for 1..computeSeconds.size() workers (the first n measured ones), then each
-// mode whose exchange's row models K servers (Exchange::costsServers: sync's sharded
-// servers, backup's and async's) with kShardedServers of them. The peer
+// mode whose exchange's row models K servers (Exchange::costsServers: sync's K
+// servers, backup's and async's) with kServerCounts of them. The peer
 // modes send no weights: their weight codec reads kNoWeights. "none" must be among both codec
 // maps.
 std::vector<Prediction> predict(const ProbeMeasurements& m);
-constexpr int kShardedServers[] = {2, 4};
+constexpr int kServerCounts[] = {2, 4};
 constexpr const char* kNoWeights = "-";
 
 // Whether predict() covers `mode`.

@@ -53,7 +53,7 @@ std::vector<Bucket> gradientBuckets(const torch::nn::Module& module, std::int64_
 
 // Buckets of the flat gradient at the ranges `spans` ([begin, end), in the order given),
 // each with the parameters it overlaps: an exchange's own cut of the gradient (the
-// sharded servers' parts).
+// K servers' parts).
 std::vector<Bucket> bucketsAt(const torch::nn::Module& module,
                               const std::vector<std::pair<std::int64_t, std::int64_t>>& spans);
 

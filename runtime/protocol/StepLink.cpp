@@ -16,8 +16,7 @@ StepLink::StepLink(comm::Communicator& comm, const config::TrainConfig& cfg, con
       messages_(messages),
       up_(makeUpFrame(cfg, model, messages, seed)),
       down_(makeDownFrame(cfg, model, messages, seed)),
-      lean_(cfg.leanMemory()),
-      leanInFlightBytes_(cfg.leanInFlightBytes(false)) {
+      policy_(cfg) {
   if (cfg.bf16Weights() && messages.weights.scalar_type() == at::kFloat) {  // the server's, to bfloat16 workers
     bf16Wire_ = std::make_unique<FloatBuffer>(weightFloats(static_cast<std::size_t>(messages.weights.numel()), true));
   }
@@ -106,11 +105,8 @@ void StepLink::finishRoundExchange(const std::string& context) {
 
 void StepLink::startBucket(const Bucket& bucket, const std::string& context) {
   comm_.progress();
-  if (lean_) {  // out at once: two buckets, or as many as fit in lean's bytes in flight
-    const std::size_t window = static_cast<std::size_t>(
-        std::max<std::int64_t>(2, leanInFlightBytes_ / std::max<std::int64_t>(1, (bucket.end - bucket.begin) * 4)));
-    while (inFlight_.size() >= window) finishOldestBucket();
-  }
+  const std::size_t window = policy_.sendWindow((bucket.end - bucket.begin) * static_cast<std::int64_t>(sizeof(float)));
+  while (inFlight_.size() >= window) finishOldestBucket();
   buckets_.push_back(bucket);
   inFlight_.emplace_back(comm_.startReduceSum(messages_.up.data() + bucket.begin, bucket.end - bucket.begin, 0, context),
                          bucket);
@@ -119,7 +115,7 @@ void StepLink::startBucket(const Bucket& bucket, const std::string& context) {
 void StepLink::finishOldestBucket() {
   const auto& [request, bucket] = inFlight_.front();
   comm_.wait(request);
-  if (lean_) messages_.up.release(bucket.begin, bucket.end - bucket.begin);
+  if (policy_.givesPagesBack()) messages_.up.release(bucket.begin, bucket.end - bucket.begin);
   inFlight_.pop_front();
 }
 
@@ -148,7 +144,7 @@ void StepLink::startDownTail(const std::string& context) {
 void StepLink::waitStarted() {
   for (std::size_t request : started_) comm_.wait(request);
   started_.clear();
-  if (bf16Wire_ && lean_) bf16Wire_->release(0, static_cast<std::int64_t>(bf16Wire_->size()));
+  if (bf16Wire_ && policy_.givesPagesBack()) bf16Wire_->release(0, static_cast<std::int64_t>(bf16Wire_->size()));
   buckets_.clear();
   countUp(messages_.upBytes());
   countDown(messages_.downBytes());

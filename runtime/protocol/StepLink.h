@@ -13,6 +13,7 @@
 #include "models/Registry.h"
 #include "runtime/codec/Codec.h"
 #include "runtime/comm/Communicator.h"
+#include "runtime/config/MemoryPolicy.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/protocol/Frames.h"
@@ -96,8 +97,7 @@ class StepLink {
   std::vector<Bucket> buckets_;         // this step's buckets, in order
   std::vector<std::size_t> started_;   // requests of this step not waited for yet
   std::deque<std::pair<std::size_t, Bucket>> inFlight_;  // worker: bucket reductions out, oldest first
-  const bool lean_;  // --memory lean: few buckets out, and their pages (and the staged bf16 ones) given back
-  const std::int64_t leanInFlightBytes_;  // lean: the buckets out at once (TrainConfig::leanInFlightBytes)
+  const config::MemoryPolicy policy_;  // the buckets out at once; lean gives their pages (and the staged bf16 ones) back
   Bytes roundInbox_;                    // where startRoundExchange() receives the down message
 };
 

@@ -59,7 +59,7 @@ class LocalTrainer {
   // From the next computeGradient() on, the virtual shards computed are `shards` (--balance).
   void assign(std::vector<int> shards) { shards_ = std::move(shards); }
 
-  // Streaming (raw gradients: sync's overlap, the sharded servers' parts): from now on
+  // Streaming (raw gradients: sync's overlap, the K servers' parts): from now on
   // backward hands the gradient over bucket by bucket (`buckets`, in the order backward
   // completes them: from the flat gradient's end) as soon as each is complete, calling
   // `ready(bucket)` in bucket order from inside backward; messages.grad's range of that

@@ -24,7 +24,7 @@ Server::Server(const RoleArgs& a, bool stepLink)
 
 void Server::setHeader(std::int64_t step, Control control, double lr) {
   messages.setHeader({step, publisher->epochOf(std::min(step, std::max<std::int64_t>(total - 1, 0))), control,
-                      static_cast<float>(lr), static_cast<float>(update.lossScale()), 0});
+                      static_cast<float>(lr), static_cast<float>(admission.lossScale()), 0});
 }
 
 StepStats Period::close(Server& s, int contributors, const UpdateTime& update, bool updateWithin, bool applied) {

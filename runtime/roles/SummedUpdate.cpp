@@ -1,12 +1,10 @@
 #include "runtime/roles/SummedUpdate.h"
 
-#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <iostream>
 
 #include "runtime/protocol/StepProtocol.h"
 
@@ -28,55 +26,18 @@ bool allFinite(const at::Tensor& values) {
   return largest != kExponent;
 }
 
-SummedUpdate::SummedUpdate(const config::TrainConfig& cfg, optim::Optimizer& optimizer, models::Net& model,
+SummedUpdate::SummedUpdate(Admission& admission, optim::Optimizer& optimizer, models::Net& model,
                            protocol::StepMessages& messages)
-    : cfg_(cfg), optimizer_(optimizer), model_(model), messages_(messages) {
-  if (cfg.lossScaling()) lossScale_.emplace(cfg.lossScaleWindow);
-}
+    : admission_(admission), optimizer_(optimizer), model_(model), messages_(messages) {}
 
 bool SummedUpdate::apply(double lr, int contributors, std::int64_t step) {
   // Skipping needs the finite check before the update; otherwise the update's own pass is the
   // check (the job stops on a failed one).
-  const double by = divisor(step, [&] { return allFinite(messages_.grad); },
-                            [&] { return optim::sumOfSquares(messages_.grad); });
+  const double by = admission_.divisor(messages_.trailer, step, [&] { return allFinite(messages_.grad); },
+                                       [&] { return optim::sumOfSquares(messages_.grad); });
   if (by == 0) return false;
-  if (!optimizer_.step(messages_.weights, messages_.grad, lr, by)) throw nonFinite(step);
+  if (!optimizer_.step(messages_.weights, messages_.grad, lr, by)) throw admission_.nonFinite(step);
   averageBuffers(contributors);
-  return true;
-}
-
-double SummedUpdate::divisor(std::int64_t step, const std::function<bool()>& finiteGradient,
-                             const std::function<double()>& sumOfSquares) {
-  const float* trailer = messages_.trailer;
-  const double samples = trailer[kSamples];
-  if (!(std::isfinite(samples) && samples > 0)) throw Error(fmt::format("step {}: the workers sent {} samples", step, samples));
-  // Workers stop the job themselves on a non-finite loss unless --skip-nonfinite or loss
-  // scaling; an overflow can still appear only in the sum.
-  const bool finiteLoss = trailer[kNonFinite] == 0 && std::isfinite(trailer[kLossSum]);
-  if (!admits(step, finiteLoss, finiteGradient)) return 0;
-  if (!finiteLoss) throw nonFinite(step);
-  // clip_grad_norm_'s factor scales the averaged gradient: the divisor grows by its inverse.
-  gradNorm_ = std::sqrt(sumOfSquares()) / samples;
-  return samples / optim::clipFactor(gradNorm_, cfg_.clipGradNorm);
-}
-
-bool SummedUpdate::admits(std::int64_t step, bool finiteLoss, const std::function<bool()>& finiteGradient) {
-  if (lossScale_) {
-    const double scale = lossScale_->scale();
-    const bool finite = finiteLoss && finiteGradient();
-    lossScale_->record(finite, step);
-    if (!finite) {
-      std::cout << fmt::format("pstrain: step {}: the gradient overflowed at loss scale {:g}; update skipped, the "
-                               "scale is now {:g}", step, scale, lossScale_->scale())
-                << std::endl;
-      return false;
-    }
-  } else if (cfg_.skipNonfinite && !(finiteLoss && finiteGradient())) {
-    std::cout << fmt::format("pstrain: step {}: non-finite loss or gradient ({} worker(s) reported one); "
-                             "update skipped (--skip-nonfinite)", step, messages_.trailer[kNonFinite])
-              << std::endl;
-    return false;
-  }
   return true;
 }
 
@@ -89,35 +50,21 @@ void SummedUpdate::applyBucket(const Bucket& bucket, at::Tensor& grad, double lr
   sumOfSquares_ += optim::sumOfSquares(grad) / (samples * samples);
   if (!optimizer_.stepSlice(messages_.weights.narrow(0, bucket.begin, bucket.end - bucket.begin), grad, lr,
                             bucket.begin, n, samples)) {
-    throw nonFinite(step);
+    throw admission_.nonFinite(step);
   }
 }
 
 void SummedUpdate::finish(double samples, int contributors, std::int64_t step) {
-  gradNorm_ = std::sqrt(sumOfSquares_);
+  admission_.setGradNorm(std::sqrt(sumOfSquares_));
   sumOfSquares_ = -1;  // the next bucket starts a new update
-  expectSamples(samples, step);
+  admission_.expectSamples(messages_.trailer, samples, step);
   averageBuffers(contributors);
-}
-
-void SummedUpdate::expectSamples(double samples, std::int64_t step) const {
-  if (!sameCount(messages_.trailer[kSamples], samples)) {
-    throw Error(fmt::format("step {}: the workers sent {} samples, their shards hold {}", step,
-                            messages_.trailer[kSamples], samples));
-  }
 }
 
 void SummedUpdate::averageBuffers(int contributors) {
   if (messages_.serverBuffers.numel() == 0) return;
   messages_.serverBuffers.copy_(messages_.workerBuffers).div_(contributors);
   writeBuffers(model_, messages_.serverBuffers);
-}
-
-Error SummedUpdate::nonFinite(std::int64_t step) const {
-  return Error(fmt::format("step {}: the summed gradient of the workers is not finite{}; lower --lr{} "
-                           "(the last good checkpoint is kept)",
-                           step, cfg_.skipNonfinite ? " (the weights overflowed)" : "",
-                           cfg_.skipNonfinite ? "" : ", or --skip-nonfinite to drop such steps"));
 }
 
 StepStats summedStats(const StepMessages& messages, int contributors) {

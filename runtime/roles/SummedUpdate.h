@@ -5,13 +5,10 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
-#include <functional>
-#include <optional>
 
 #include "models/Registry.h"
-#include "runtime/Errors.h"
 #include "runtime/config/TrainConfig.h"
-#include "runtime/optim/LossScale.h"
+#include "runtime/roles/Admission.h"
 #include "runtime/optim/Optimizer.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/protocol/StepMessages.h"
@@ -21,61 +18,35 @@ namespace pstrain::roles {
 
 // Steps messages.weights (and `model`'s buffers) from messages.up, which holds the sum of the
 // up messages of `contributors` micro-batches (a worker's up message sums those of its
-// virtual shards). All references must outlive the object; one object serves a whole run.
+// virtual shards), as `admission` admits it. All references must outlive the object; one
+// object serves a whole run.
 class SummedUpdate {
  public:
-  SummedUpdate(const config::TrainConfig& cfg, optim::Optimizer& optimizer, models::Net& model,
-               protocol::StepMessages& messages);
+  SummedUpdate(Admission& admission, optim::Optimizer& optimizer, models::Net& model, protocol::StepMessages& messages);
 
   // Steps the weights with the gradient of the mean loss over trailer[kSamples] samples
   // (its L2 norm clipped to --clip-grad-norm first), and sets messages.serverBuffers (and
   // the model's buffers) to the micro-batches' mean buffers. Returns false, changing
-  // nothing, when the loss or gradient is not finite and --skip-nonfinite, or with loss
-  // scaling (which then halves the scale); throws Error naming `step` when it is not finite
-  // otherwise. With loss scaling the workers divided their gradients by the scale already.
+  // nothing, when the admission skips it (Admission::divisor); throws Error naming `step`
+  // when it is not finite otherwise. With loss scaling the workers divided their gradients
+  // by the scale already.
   bool apply(double lr, int contributors, std::int64_t step);
 
   // The same in pieces, for a step whose sample count is known beforehand (`samples`): each
   // bucket's summed gradient `grad` (scratch, left unspecified) as soon as it is there, then
-  // finish() once the rest of the up message is: it checks the
-  // sample count and averages the buffers. A step over every bucket equals apply(). Not
-  // under --skip-nonfinite or --clip-grad-norm (which need the whole gradient first).
+  // finish() once the rest of the up message is: it checks the sample count, sets the
+  // admission's gradNorm and averages the buffers. A step over every bucket equals apply().
+  // Not under --skip-nonfinite or --clip-grad-norm (which need the whole gradient first).
   void applyBucket(const protocol::Bucket& bucket, at::Tensor& grad, double lr, double samples, std::int64_t step);
   void finish(double samples, int contributors, std::int64_t step);
-  // Throws Error naming `step` unless the summed trailer counts `samples` samples (the
-  // count an update made on arrival divided by).
-  void expectSamples(double samples, std::int64_t step) const;
 
-  // The L2 norm of the last update's averaged gradient, before clipping.
-  double gradNorm() const { return gradNorm_; }
-
-  // apply()'s rules without the step, for a gradient held in ranges (exchanges/sharded): from
-  // the trailer, and the summed gradient's finiteness and sum of squares (each asked only
-  // where it matters), the divisor of the update (the samples over the clip factor; it sets
-  // gradNorm()), or 0 when the update is skipped (--skip-nonfinite, or an overflow under loss
-  // scaling, which is recorded and said). Throws Error naming `step` for a sample count that
-  // is not a positive number or a non-finite loss otherwise; a non-finite gradient that is
-  // not skipped is left to the caller (throw nonFinite()).
-  double divisor(std::int64_t step, const std::function<bool()>& finiteGradient,
-                 const std::function<double()>& sumOfSquares);
-  Error nonFinite(std::int64_t step) const;
   // messages.serverBuffers and the model's buffers: the mean of the summed ones.
   void averageBuffers(int contributors);
 
-  // What the next gradients' losses are to be multiplied by: the loss scale (1 without
-  // cfg.lossScaling()), and its state (null without).
-  double lossScale() const { return lossScale_ ? lossScale_->scale() : 1.0; }
-  optim::LossScale* lossScaling() { return lossScale_ ? &*lossScale_ : nullptr; }
-  const optim::LossScale* lossScaling() const { return lossScale_ ? &*lossScale_ : nullptr; }
-
  private:
-  bool admits(std::int64_t step, bool finiteLoss, const std::function<bool()>& finiteGradient);
-
-  const config::TrainConfig& cfg_;
+  Admission& admission_;
   optim::Optimizer& optimizer_;
   double sumOfSquares_ = -1;  // of the averaged gradient over this update's buckets so far; -1: none begun
-  double gradNorm_ = 0;
-  std::optional<optim::LossScale> lossScale_;  // with cfg.lossScaling()
   models::Net& model_;
   protocol::StepMessages& messages_;
 };

@@ -31,10 +31,11 @@ UpdateState::UpdateState(comm::Communicator& comm, const config::TrainConfig& cf
       messages(models::parameterCount(model), bufferCount(model), comm.size(), device),
       rule(cfg.updateRule()),
       optimizer(optim::makeOptimizer(rule, protocol::parameterShapes(model))),
-      update(rule, *optimizer, model, messages) {
+      admission(rule),
+      update(admission, *optimizer, model, messages) {
   if (stepLink) link.emplace(comm, cfg, model, messages, linkSeed);
   if (comm.rank() == 0) {
-    publisher.emplace(cfg, model, *optimizer, update.lossScaling(), updatesPerEpoch, total, firstStep);
+    publisher.emplace(cfg, model, *optimizer, admission.lossScaling(), updatesPerEpoch, total, firstStep);
   }
 }
 
@@ -69,7 +70,7 @@ bool stateFits(const UpdateState& s, const checkpoint::Checkpoint& ckpt) {
 }  // namespace
 
 void restoreUpdate(UpdateState& s, const checkpoint::Checkpoint& ckpt) {
-  optim::LossScale* lossScale = s.update.lossScaling();
+  optim::LossScale* lossScale = s.admission.lossScaling();
   if (lossScale && ckpt.lossScale) lossScale->restore(ckpt.lossScale->scale, ckpt.lossScale->goodSteps);
   if (!ckpt.optimizerState.empty() && !stateFits(s, ckpt)) {
     std::cout << fmt::format("pstrain: resume: step {}'s optimizer state belongs to {}, this run's rule is {}: it "

@@ -17,6 +17,7 @@
 #include "runtime/protocol/StepMessages.h"
 #include "runtime/roles/Publisher.h"
 #include "runtime/roles/StepStats.h"
+#include "runtime/roles/Admission.h"
 #include "runtime/roles/SummedUpdate.h"
 
 namespace pstrain::roles {
@@ -49,12 +50,13 @@ struct UpdateState {
   std::optional<protocol::StepLink> link;
   const config::TrainConfig rule;  // of this rank's updates (TrainConfig::updateRule: diloco's outer step)
   std::unique_ptr<optim::Optimizer> optimizer;  // rule's --optimizer
+  Admission admission;  // rule's: whether a summed gradient updates, divided by what, the loss scale
   SummedUpdate update;
   std::optional<Publisher> publisher;  // rank 0
 };
 
 // Gives s.optimizer the state saved in `ckpt` (each buffer flat, in model.parameters()
-// order), and s.update's loss scale the checkpoint's; throws CheckpointError when it does
+// order), and s.admission's loss scale the checkpoint's; throws CheckpointError when it does
 // not fit the model, the optimizer or --loss-scale-window.
 void restoreUpdate(UpdateState& s, const checkpoint::Checkpoint& ckpt);
 

@@ -9,7 +9,7 @@
 #include "runtime/exchanges/peers/Peers.h"
 #include "runtime/exchanges/point_to_point/PointToPoint.h"
 #include "runtime/exchanges/rounds/Rounds.h"
-#include "runtime/exchanges/sharded/Sharded.h"
+#include "runtime/exchanges/range_servers/RangeServers.h"
 #include "runtime/roles/RoleArgs.h"
 
 namespace pstrain::training {
@@ -19,7 +19,7 @@ namespace {
 // In the order they are asked: a row that takes some runs of its id before the one that
 // takes the rest.
 const exchanges::Exchange* const kExchanges[] = {
-    &exchanges::kSharded, &exchanges::kCollective, &exchanges::kPointToPoint, &exchanges::kAllReduce,
+    &exchanges::kRangeServers, &exchanges::kCollective, &exchanges::kPointToPoint, &exchanges::kAllReduce,
     &exchanges::kGossip,  &exchanges::kLocalRounds,
 };
 

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "runtime/config/Layout.h"
+#include "runtime/config/MemoryPolicy.h"
 #include "runtime/training/Exchanges.h"
 
 namespace pstrain::training {
@@ -23,7 +24,7 @@ std::map<std::string, double> hostPeaks(const config::TrainConfig& cfg, std::int
                                         const MemoryChoices* spares = nullptr) {
   MemoryChoices all;
   for (const RankMeasure& m : ranks) {
-    all[m.host] = {use, "", spares && use == config::MemoryUse::Lean ? spares->at(m.host).spareMib : 0};
+    all[m.host] = {use, "", spares && use == config::MemoryUse::Lean ? spares->at(m.host).leanSpareMib : 0};
   }
   const std::vector<RankMemory> predicted = predictMemory(cfg, parameters, ranks, all);
   std::map<std::string, double> peaks;
@@ -47,9 +48,10 @@ std::vector<RankMemory> predictMemory(const config::TrainConfig& cfg, std::int64
     const RankMeasure& m = ranks[static_cast<std::size_t>(r)];
     config::TrainConfig mine = cfg;
     mine.memory = choices.at(m.host).use;  // as the host's ranks run
-    mine.leanSpareMib = choices.at(m.host).spareMib;
+    mine.leanSpareMib = choices.at(m.host).leanSpareMib;
     // Bytes a parameter, the same for every rank of a role and choice: the exchange's own figures.
     const exchanges::Memory held = exchangeFor(mine).memory(mine, layout);
+    const config::MemoryPolicy policy(mine);  // the windows and slots its links take
     RankMemory p;
     p.role = layout.serves(r) ? "server" : cfg.modeInfo().peers() ? "peer" : "worker";
     if (layout.serves(r)) {
@@ -60,14 +62,16 @@ std::vector<RankMemory> predictMemory(const config::TrainConfig& cfg, std::int64
         range = static_cast<double>(layout.heldBy(0, parameters));
         beyond = held.leadCopy * (n - range);
       }
-      const double spared = mine.leanMemory() ? std::min(mine.leanInFlightBytes(true) / kMib, held.spareSlots * range / kMib) : 0;
-      const double extra = (held.server * range + beyond) / kMib + held.serverMib + spared;
+      const double slots = policy.receiveSlotBytes(m.held, held.slottedWorkers);
+      const double extra = (held.server * range + beyond + slots) / kMib;
       p.peakMib = std::max(m.peakMib, m.residentMib + extra);
-      p.perParameterBytes = (4 * static_cast<double>(m.held) + held.server * range + beyond) / std::max(n, 1.0);
+      // Fast's slots grow with the range; lean's are a few parts a worker.
+      const double growing = policy.givesPagesBack() ? 0 : slots;
+      p.perParameterBytes = (4 * static_cast<double>(m.held) + held.server * range + beyond + growing) / std::max(n, 1.0);
       p.parts = fmt::format("{} as loaded + {} of optimizer state and sums", gib(m.residentMib), gib(extra));
     } else {
-      // StepLink and the sharded worker's parts out (never more than a gradient).
-      const double inFlight = mine.leanMemory() ? std::min(mine.leanInFlightBytes(false) / kMib, 4 * n / kMib) : 0;
+      // A streaming worker's buckets or parts out (StepLink, RangesLink).
+      const double inFlight = policy.workerInFlightBytes(4 * n, mine.streamsGradients()) / kMib;
       const double extra = std::max(m.stepMib, 0.0) + inFlight + (held.worker + held.keptGradient) * n / kMib;
       p.peakMib = std::max(m.peakMib, m.residentMib + extra);
       p.perParameterBytes = held.held + held.worker;
@@ -109,10 +113,10 @@ MemoryChoices chooseMemory(const config::TrainConfig& cfg, std::int64_t paramete
     } else {
       const int count = rankCount[host];
       c.use = config::MemoryUse::Lean;
-      c.spareMib = std::floor(std::max(memory / 2 - underLean.at(host), 0.0) / count);
+      c.leanSpareMib = std::floor(std::max(memory / 2 - underLean.at(host), 0.0) / count);
       c.why = fmt::format("--memory auto: {} under fast before activations, over half of its {}; {}", gib(peak),
-                          gib(memory), c.spareMib > 0 ? fmt::format("each of its {} rank(s) may keep {:.0f} MiB more in "
-                                                                     "flight than lean's least", count, c.spareMib)
+                          gib(memory), c.leanSpareMib > 0 ? fmt::format("each of its {} rank(s) may keep {:.0f} MiB more in "
+                                                                     "flight than lean's least", count, c.leanSpareMib)
                                                       : "lean's least in flight (no room left under half)");
     }
   }

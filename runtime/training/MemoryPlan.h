@@ -36,7 +36,7 @@ struct RankMemory {
 struct MemoryChoice {
   config::MemoryUse use = config::MemoryUse::Lean;  // Fast or Lean
   std::string why;  // "--memory auto: 2.10 GiB under fast before activations, within half of its 23.59 GiB"
-  double spareMib = 0;  // auto's lean: each of the host's ranks' TrainConfig::leanSpareMib
+  double leanSpareMib = 0;  // auto's lean: each of the host's ranks' TrainConfig::leanSpareMib
 };
 using MemoryChoices = std::map<std::string, MemoryChoice>;  // by host name
 
@@ -45,7 +45,7 @@ using MemoryChoices = std::map<std::string, MemoryChoice>;  // by host name
 // model, no step: a normal start-up runs none, so the dry run decides on the same facts),
 // is at most half its memory (the rest for the activations, the system and the other
 // programs), or where its memory is unknown; else lean, whose ranks share what is left of
-// that half under lean (spareMib) for more transfers in flight: lean's speed grows with the
+// that half under lean (leanSpareMib) for more transfers in flight: lean's speed grows with the
 // room a host has, up to fast's. A pure function of `ranks`: every rank that has the
 // handshake's facts decides the same.
 MemoryChoices chooseMemory(const config::TrainConfig& cfg, std::int64_t parameters,

@@ -150,7 +150,7 @@ void writeRunJson(const config::TrainConfig& cfg, const RunInfo& info,
     rank.add("rank", static_cast<std::int64_t>(r)).add("role", peers ? "peer" : computes ? "worker" : "server");
     rank.add("host", facts[r].at("info.host")).add("pid", static_cast<std::int64_t>(std::stoll(facts[r].at("info.pid"))));
     const training::MemoryChoice& hosts = memory.at(facts[r].at("info.memory.host"));  // its host's --memory
-    rank.add("memory", nameOf(hosts.use)).add("lean_spare_mib", hosts.spareMib);
+    rank.add("memory", nameOf(hosts.use)).add("lean_spare_mib", hosts.leanSpareMib);
     rank.add("device", facts[r].at("info.device"));
     rank.add("torch", facts[r].at("info.torch")).add("threads", facts[r].at("info.threads"));
     rank.add("blas", facts[r].at("info.blas"));
@@ -390,7 +390,7 @@ StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, mo
   started.run.virtualShards = std::stoi(started.facts[0].at("resolved-virtual-shards"));
   started.memory = chooseMemory(cfg, model, started.facts);
   started.run.memoryChosen = started.memory.at(comm.hostName()).use;
-  started.run.leanSpareMib = started.memory.at(comm.hostName()).spareMib;
+  started.run.leanSpareMib = started.memory.at(comm.hostName()).leanSpareMib;
   checkBatchFitsShards(started.run, started.trainSamples);
   const exchanges::Exchange& exchange = training::exchangeFor(started.run);
   if (exchange.check) exchange.check(started.run, model);

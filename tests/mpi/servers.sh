@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# --servers K under mpirun (exchanges/sharded, point_to_point, rounds): K servers give one
+# --servers K under mpirun (exchanges/range_servers, point_to_point, rounds): K servers give one
 # server's weights (SGD momentum, AdamW with clipping, int8 with error feedback, int4 weights;
 # async with one worker, backup with every gradient in; diloco's outer step, and its resume
 # with another K; --balance); each server's traffic and memory
@@ -230,7 +230,7 @@ sed -n '/world/,/exchange/p' "$scratch/plan.log" | sed 's/^/     /'
 check "dry run: 2 parameter servers + 2 workers" grep -q "2 parameter servers + 2 worker(s)" "$scratch/plan.log"
 check "dry run: rank 1 owns the second range" grep -qE "rank 1 owns parameters \[[0-9]+, 203530\)" "$scratch/plan.log"
 check "dry run: ranks 0 and 1 are servers" bash -c "[ \$(grep -cE 'rank [0-9]+ +server +host' '$scratch/plan.log') = 2 ]"
-check "dry run: the exchange line says it is sharded" grep -q "exchange  sharded over 2 servers" "$scratch/plan.log"
+check "dry run: the exchange line says its 2 servers each serve a range" grep -q "exchange  over 2 servers, each serving a range" "$scratch/plan.log"
 check "dry run: the host's --memory, why, and its peak under fast and under lean" \
   grep -qE "memory    host .*: fast \(--memory auto: [0-9.]+ GiB under fast before activations, within half of its [0-9.]+ GiB; at the peak [0-9.]+ GiB under fast, [0-9.]+ GiB under lean\)" "$scratch/plan.log"
 with_timeout 60 "$mpirun" -np 4 "$pstrain" --device cpu --threads 1 --model mlp --dataset synthetic --servers 2 --dry-run \
@@ -263,7 +263,7 @@ check "resume with 3 servers: completes" grep -q "resuming at step" "$scratch/ki
 check "resume with 3 servers: the uninterrupted 1-server run's weights" same "resumed" \
   "$scratch/reference/trained_model.pt" "$scratch/killed/trained_model.pt"
 "$pseval" --train-dir "$scratch/killed" > "$scratch/eval.log" 2>&1
-check "pseval reads the sharded run's checkpoints as any" test "$(tail -n +2 "$scratch/killed/eval.csv" | wc -l)" -ge 2
+check "pseval reads the 2 servers' run's checkpoints as any" test "$(tail -n +2 "$scratch/killed/eval.csv" | wc -l)" -ge 2
 
 # --- diloco: the outer step over K servers (exchanges/rounds/OuterRanges.h). Raw floats
 # both ways, no overlap, no balance (as mpi.diloco's exact sections): K = 2 and 4 give one

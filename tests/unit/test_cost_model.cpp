@@ -94,12 +94,12 @@ TEST(CostModel, SlowLinksMakeTheSparseCodecWinAndTheServerLinkCapsAsync) {
   EXPECT_NEAR(async.samplesPerSecond, 32 / (2e6 / 1e6 + 0.002), 1e-9);
 }
 
-TEST(CostModel, ShardedServersTakeTheLongerOfAWorkersLinkAndAServersShare) {
+TEST(CostModel, KServersTakeTheLongerOfAWorkersLinkAndAServersShare) {
   ProbeMeasurements m = measurements(4, 1e8);
   m.gradientCodecs.erase("tiny");  // uncompressed only: what sharding changes
   m.weightCodecs.erase("half");
   const auto all = predict(m);
-  auto sharded = [&](int servers) {
+  auto kServers = [&](int servers) {
     for (const auto& p : all) {
       if (p.mode == Mode::Sync && p.servers == servers && p.gradientCodec == "none" && p.weightCodec == "none" && p.workers == 4) return p;
     }
@@ -107,15 +107,15 @@ TEST(CostModel, ShardedServersTakeTheLongerOfAWorkersLinkAndAServersShare) {
   };
   // 4 servers: each way, max(a worker's 1 MB: 11 ms, 4 ranges of 250 kB through a server's
   // link: 4 x 3.5 ms); a quarter of the update.
-  EXPECT_NEAR(sharded(4).stepSeconds, 0.1 + 0.014 + 0.002 / 4 + 0.014, 1e-12);
+  EXPECT_NEAR(kServers(4).stepSeconds, 0.1 + 0.014 + 0.002 / 4 + 0.014, 1e-12);
   // 2 servers: 4 x 6 ms through each server's link.
-  EXPECT_NEAR(sharded(2).stepSeconds, 0.1 + 0.024 + 0.002 / 2 + 0.024, 1e-12);
+  EXPECT_NEAR(kServers(2).stepSeconds, 0.1 + 0.024 + 0.002 / 2 + 0.024, 1e-12);
   // One server's tree: 3 rounds of 11 ms each way; 4 servers beat it. The ring still wins
   // here: 1.5 MB per link each way against a worker's whole 1 MB each way.
-  EXPECT_GT(find(all, Mode::Sync, "none", "none", 4).stepSeconds, sharded(4).stepSeconds);
+  EXPECT_GT(find(all, Mode::Sync, "none", "none", 4).stepSeconds, kServers(4).stepSeconds);
   EXPECT_EQ(best(all, 4).mode, Mode::Allreduce);
-  EXPECT_NE(recommendation(sharded(4), m).find("sync with 4 workers and 4 servers (--servers 4"), std::string::npos)
-      << recommendation(sharded(4), m);
+  EXPECT_NE(recommendation(kServers(4), m).find("sync with 4 workers and 4 servers (--servers 4"), std::string::npos)
+      << recommendation(kServers(4), m);
 }
 
 // backup and async over K servers (exchanges/point_to_point): each message crosses a

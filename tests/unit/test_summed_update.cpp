@@ -1,4 +1,5 @@
-// The update from summed up messages (roles/SummedUpdate): its finite check.
+// The update from summed up messages (roles/SummedUpdate) and its admission (roles/Admission):
+// the finite check, the outer step, the loss scale.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -53,7 +54,8 @@ TEST(OuterStep, DilocosNesterovStepIsTorchSgdOnTheMeanPseudoGradient) {
   protocol::StepMessages messages(n, protocol::bufferCount(*model), 3);
   protocol::bindParameters(*model, messages.weights);
   auto outer = optim::makeOptimizer(rule, protocol::parameterShapes(*model));
-  roles::SummedUpdate update(rule, *outer, *model, messages);
+  roles::Admission admission(rule);
+  roles::SummedUpdate update(admission, *outer, *model, messages);
 
   at::Tensor reference = messages.weights.clone().requires_grad_(true);
   torch::optim::SGD torchSgd({reference}, torch::optim::SGDOptions(0.7).momentum(0.9).nesterov(true));
@@ -69,7 +71,7 @@ TEST(OuterStep, DilocosNesterovStepIsTorchSgdOnTheMeanPseudoGradient) {
     reference.mutable_grad() = sum / (samples[0] + samples[1]);
     torchSgd.step();
     const double norm = (sum / 64).to(torch::kDouble).norm().item<double>();  // the metrics' delta_norm
-    EXPECT_NEAR(update.gradNorm(), norm, 1e-6 * norm);
+    EXPECT_NEAR(admission.gradNorm(), norm, 1e-6 * norm);
   }
   const double diff = (messages.weights - reference.detach()).abs().max().item<double>();
   std::cout << "outer Nesterov step vs torch::optim::SGD over 5 rounds: max abs diff " << diff << std::endl;
@@ -145,9 +147,10 @@ TEST(LossScale, AnOverflowedGradientIsSkippedAndHalvesTheScale) {
   protocol::StepMessages messages(n, protocol::bufferCount(*model), 2);
   protocol::bindParameters(*model, messages.weights);
   auto adam = optim::makeOptimizer(cfg, protocol::parameterShapes(*model));
-  roles::SummedUpdate update(cfg, *adam, *model, messages);
-  ASSERT_NE(update.lossScaling(), nullptr);
-  EXPECT_EQ(update.lossScale(), 65536.0);
+  roles::Admission admission(cfg);
+  roles::SummedUpdate update(admission, *adam, *model, messages);
+  ASSERT_NE(admission.lossScaling(), nullptr);
+  EXPECT_EQ(admission.lossScale(), 65536.0);
   messages.trailer[protocol::kSamples] = 8;
   messages.trailer[protocol::kLossSum] = 8;
   messages.grad.normal_();
@@ -157,15 +160,15 @@ TEST(LossScale, AnOverflowedGradientIsSkippedAndHalvesTheScale) {
   EXPECT_FALSE(update.apply(0.01, 1, 1));
   EXPECT_TRUE(messages.weights.equal(before));
   EXPECT_EQ(adam->updates(), 1);
-  EXPECT_EQ(update.lossScale(), 32768.0);
+  EXPECT_EQ(admission.lossScale(), 32768.0);
   messages.grad.normal_();
   EXPECT_TRUE(update.apply(0.01, 1, 2));
   EXPECT_TRUE(update.apply(0.01, 1, 3));
-  EXPECT_EQ(update.lossScale(), 65536.0);
+  EXPECT_EQ(admission.lossScale(), 65536.0);
   EXPECT_FALSE(messages.weights.equal(before));
 
   config::TrainConfig plain;  // fp32, --loss-scale auto: none
-  roles::SummedUpdate unscaled(plain, *adam, *model, messages);
+  const roles::Admission unscaled(plain);
   EXPECT_EQ(unscaled.lossScaling(), nullptr);
   EXPECT_EQ(unscaled.lossScale(), 1.0);
   plain.precision = "fp16";

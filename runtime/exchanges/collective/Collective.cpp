@@ -85,7 +85,7 @@ void runCollective(Server& s) {
       s.link->broadcastDown(contextOf(training));
     }
     StepStats stats = period.close(s, s.computing, update, overlap, applied);
-    stats.gradNorm = s.update.gradNorm();
+    stats.gradNorm = s.admission.gradNorm();
     s.publisher->record(done, lr, stats);
   }
   s.publisher->finish(step);

@@ -54,7 +54,7 @@ void shareUpdateState(UpdateState& s) {
     if (comm.rank() != 0) optimizer.restore(names.substr(at, end - at), buffer);
   }
   optimizer.restoreUpdates(updates);
-  if (optim::LossScale* lossScale = s.update.lossScaling()) {
+  if (optim::LossScale* lossScale = s.admission.lossScaling()) {
     double scaleAndCount[2] = {lossScale->scale(), static_cast<double>(lossScale->goodSteps())};
     comm.broadcast(scaleAndCount, sizeof scaleAndCount, 0, "start (loss scale)");
     lossScale->restore(scaleAndCount[0], static_cast<std::int64_t>(scaleAndCount[1]));
@@ -92,7 +92,7 @@ void runAllreduce(Peer& p) {
     currentStep() = step;
     const double lr = p.lr(step);
     auto exchangeStart = Clock::now();
-    p.trainer->computeGradient(step, step, p.update.lossScale());
+    p.trainer->computeGradient(step, step, p.admission.lossScale());
     // Rank 0 alone decides when time is up; the sum tells everyone in the same step.
     if (p.publisher && p.publisher->timeToStop(step + 1)) messages.trailer[kStopRequest] = 1;
     p.link->allReduceUp(fmt::format("step {}", step));
@@ -103,7 +103,7 @@ void runAllreduce(Peer& p) {
     const bool stop = messages.trailer[kStopRequest] > 0;
     auto updateStart = Clock::now();
     stats.applied = p.update.apply(lr, p.shards, step);
-    stats.gradNorm = p.update.gradNorm();
+    stats.gradNorm = p.admission.gradNorm();
     p.trainer->loadWeights();
     stats.updateSeconds = secondsSince(updateStart);
     if (p.publisher) p.publisher->record(step, lr, stats);
@@ -266,10 +266,10 @@ void runGossip(Peer& p) {
     const std::string context = fmt::format("step {}", step);
     const double lr = p.lr(step);
     const auto stepStart = Clock::now();
-    p.trainer->computeGradient(step, step, p.update.lossScale());
+    p.trainer->computeGradient(step, step, p.admission.lossScale());
     StepStats stats = p.stats(1);  // this rank's own: alone, an update is a sum over one contributor
     stats.applied = p.update.apply(lr, 1, step);
-    stats.gradNorm = p.update.gradNorm();
+    stats.gradNorm = p.admission.gradNorm();
     gossip.trained(stats);
     gossip.maybeAverage(context);
     if (p.publisher && p.comm.size() > 1 && ((step + 1) % p.cfg.logEvery == 0 || step + 1 == p.total)) {

@@ -13,6 +13,7 @@
 #include "runtime/Stop.h"
 #include "runtime/config/Layout.h"
 #include "runtime/exchanges/RangesWorker.h"
+#include "runtime/exchanges/Follow.h"
 #include "runtime/exchanges/ServedRange.h"
 #include "runtime/exchanges/CheckpointGather.h"
 #include "runtime/exchanges/LeadMessages.h"
@@ -57,57 +58,69 @@ struct StaleCounts {
   }
 };
 
-// Servers 1..K-1: their range, arrival by arrival as server 0 says (Arrival): an accepted
-// gradient's range joins the sum, and the update that a quorum completes is the Verdict's;
-// a stale one's is read and dropped, and its worker gets this range as it is.
-void follow(const roles::RoleArgs& args) {
-  comm::Communicator& comm = args.comm;
-  const int k = comm.rank();
-  ServedRange served(comm, args.cfg, args.model);
-  const Start start = receiveStart(comm, served.update(), args.model);
-  const config::Layout layout(args.cfg, comm.size());
-  const int quorum = args.cfg.batchesPerUpdate(layout.workers());
-  std::int64_t step = start.firstStep;
-  std::vector<int> waiting;  // workers whose gradient is in the coming update
-  auto sendTo = [&](const std::vector<int>& workers, const std::string& context) {
-    std::vector<std::size_t> requests;
-    served.startWeightsTo(workers, step, requests, context);
-    for (std::size_t request : requests) comm.wait(request);
-  };
-  sendTo(layout.workerRanks(), fmt::format("step {}", step));
-  bool gathering = false;  // Stop: the last checkpoint is served at End
-  for (;;) {
-    const std::string context = fmt::format("step {}", step);
-    const Arrival a = receiveValue<Arrival>(comm, 0, context);
-    const int worker = static_cast<int>(a.worker);
-    if (a.kind == Arrival::End) {
-      if (gathering) serveCheckpoint(comm, served.update().weights().data_ptr<float>(), served.update(), "stop");
-      return;
-    }
-    if (a.kind == Arrival::Stop) {
-      offerCheckpoint(comm, served.update(), "stop");
-      gathering = true;
-      sendTo(waiting, "stop");
-      waiting.clear();
-      continue;
-    }
-    if (a.kind != Arrival::Accept) {  // Stale, Drain
-      served.receiveGradientOf(worker, ServedRange::Use::Drop, context);
-      sendTo({worker}, context);
-      continue;
-    }
-    currentStep() = step;
-    served.receiveGradientOf(worker, waiting.empty() ? ServedRange::Use::First : ServedRange::Use::Add, context);
-    waiting.push_back(worker);
-    if (static_cast<int>(waiting.size()) < quorum) continue;
-    const Verdict v = receiveVerdict(comm, served.partial(), context);
-    served.update().apply(v, step, k);
-    if (v.gather) offerCheckpoint(comm, served.update(), context);
-    ++step;
-    sendTo(waiting, context);
-    waiting.clear();
-    if (v.gather) serveCheckpoint(comm, served.update().weights().data_ptr<float>(), served.update(), context);
+// Servers 1..K-1, arrival by arrival as server 0 says (Arrival): an accepted gradient's
+// range joins the sum, and the update that a quorum completes is the Verdict's; a stale
+// one's is read and dropped, and its worker gets this range as it is.
+class Arrivals : public FollowPolicy {
+ public:
+  Arrivals(comm::Communicator& comm, const config::TrainConfig& cfg)
+      : comm_(comm), layout_(cfg, comm.size()), quorum_(cfg.batchesPerUpdate(layout_.workers())) {}
+
+  bool start(ServedRange& served, const Start& start) override {
+    send(served, layout_.workerRanks(), start.firstStep, fmt::format("step {}", start.firstStep));
+    return true;  // server 0 says when it stops (Arrival::Stop, End)
   }
+  bool takeIn(ServedRange& served, std::int64_t step) override {
+    const std::string context = fmt::format("step {}", step);
+    for (;;) {
+      const Arrival a = receiveValue<Arrival>(comm_, 0, context);
+      const int worker = static_cast<int>(a.worker);
+      if (a.kind == Arrival::End) {
+        if (gathering_) serveCheckpoint(comm_, heldWeights(served), served.update(), "stop");
+        return false;
+      }
+      if (a.kind == Arrival::Stop) {  // the last checkpoint is served at End
+        offerCheckpoint(comm_, served.update(), "stop");
+        gathering_ = true;
+        send(served, waiting_, step, "stop");
+        waiting_.clear();
+        continue;
+      }
+      if (a.kind != Arrival::Accept) {  // Stale, Drain
+        served.receiveGradientOf(worker, ServedRange::Use::Drop, context);
+        send(served, {worker}, step, context);
+        continue;
+      }
+      served.receiveGradientOf(worker, waiting_.empty() ? ServedRange::Use::First : ServedRange::Use::Add, context);
+      waiting_.push_back(worker);
+      if (static_cast<int>(waiting_.size()) == quorum_) return true;
+    }
+  }
+  void sendDown(ServedRange& served, const Verdict& v) override {
+    const auto next = static_cast<std::int64_t>(v.step) + 1;
+    send(served, waiting_, next, fmt::format("step {}", next - 1));
+    waiting_.clear();
+  }
+
+ private:
+  // The range's weights of update `version` to `workers`.
+  void send(ServedRange& served, const std::vector<int>& workers, std::int64_t version, const std::string& context) {
+    std::vector<std::size_t> requests;
+    served.startWeightsTo(workers, version, requests, context);
+    for (std::size_t request : requests) comm_.wait(request);
+  }
+
+  comm::Communicator& comm_;
+  const config::Layout layout_;
+  const int quorum_;
+  std::vector<int> waiting_;  // workers whose gradient is in the coming update
+  bool gathering_ = false;    // Stop: the last checkpoint is served at End
+};
+
+void follow(const roles::RoleArgs& args) {
+  ServedRange served(args.comm, args.cfg, args.model);
+  Arrivals arrivals(args.comm, args.cfg);
+  exchanges::follow(args.comm, served, args.model, arrivals);
 }
 
 // Each of `workers` workers' first batch: 0 from the start; resumed, the checkpoint's counts,
@@ -137,7 +150,7 @@ class Lead {
   explicit Lead(roles::Server& s)
       : s_(s),
         comm_(s.comm),
-        zero_(s, false),
+        zero_(s, serverRanges(s.model, s.cfg), ServedRange::Messages::Served),
         counts_(s.cfg.modeInfo().stale),
         tail_(s.messages.tailFloats()) {}
 
@@ -244,18 +257,14 @@ class Lead {
     const double lr = s_.lr(step);
     roles::StepStats stats = s_.stats(quorum);
     stats.exchangeSeconds = secondsSince(exchangeStart_);
-    zero_.partials()[0] = zero_.own().partial();
     Verdict v;
     v.apply = 1;
     v.lr = lr;
     v.gather = s_.publisher->checkpointsAt(step);
     v.train = 1;
-    v = decide(comm_, s_.update, zero_.partials(), step, v, stats.gradNorm);
+    v = zero_.decide(step, v, stats.gradNorm);
     roles::UpdateTime time;
-    time.add([&] {
-      zero_.own().update().apply(v, step, 0);
-      if (v.apply) s_.update.averageBuffers(quorum);
-    });
+    time.add([&] { zero_.apply(v, step, quorum); });
     stats.updateSeconds = time.seconds;
     stats.applied = v.apply != 0;
     if (v.gather) zero_.gather(context);
@@ -381,14 +390,14 @@ PlanText plan(const PlanFacts& f) {
 }
 
 // A server: its range's optimizer state and the range's sum (a gradient codec's decoded range
-// and frames too), beside two parts (Wire.h: it takes one worker's range at a time). A worker:
-// its whole gradient, sent after backward, and any residual.
+// and frames too), beside the slots of one worker's raw parts (Wire.h: it takes one worker's
+// range at a time). A worker: its whole gradient, sent after backward, and any residual.
 Memory memory(const config::TrainConfig& cfg, const config::Layout&) {
   Memory m;
   m.held = weightBytes(cfg) + 4;
   m.worker = residualBytes(cfg);
   m.server = stateBytes(cfg) + 4 + decodingBytes(cfg);
-  m.serverMib = static_cast<double>(kPartBytes) / (1 << 20) * 2;
+  if (!cfg.compressesGradients()) m.slottedWorkers = 1;
   return m;
 }
 

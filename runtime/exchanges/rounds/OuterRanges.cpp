@@ -7,6 +7,10 @@
 #include <memory>
 
 #include "runtime/Stop.h"
+#include "runtime/exchanges/CheckpointGather.h"
+#include "runtime/exchanges/Follow.h"
+#include "runtime/exchanges/LeadMessages.h"
+#include "runtime/exchanges/RangeUpdate.h"
 #include "runtime/exchanges/rounds/RoundChain.h"
 #include "runtime/exchanges/rounds/RoundsPlan.h"
 #include "runtime/protocol/FlatParameters.h"
@@ -18,75 +22,66 @@ using namespace roles;
 
 using namespace exchanges;
 
-OuterLead::OuterLead(Server& s)
-    : s_(s),
-      ranges_(roundsRanges(s.model, s.cfg)),
-      own_(s.cfg, ranges_[0], s.messages.weights.narrow(0, ranges_[0].begin, ranges_[0].size()),
-           protocol::parameterShapes(s.model)),
-      partials_(ranges_.size()),
-      gather_(s.comm, ranges_, *s.optimizer, own_) {}
+namespace {
 
-void OuterLead::start(bool training) {
-  sendStarts(s_.comm, ranges_, {s_.firstStep, training, {}, startSendsWeights(s_)}, s_.messages.weights, *s_.optimizer,
-             own_.optimizer());
-}
+// Servers 1..K-1 of the outer step: each round's range of the summed pseudo-gradient up the
+// chain, the range of the global weights down it (under a lossy down codec, the update
+// toward them, and the range of the copy the workers hold).
+class Chain : public FollowPolicy {
+ public:
+  Chain(comm::Communicator& comm, const config::TrainConfig& cfg, const std::vector<KeyRange>& ranges)
+      : comm_(comm),
+        // Seeded as server 0's chain (and one server's): the same codes whatever the servers.
+        chain_(comm, endsOf(ranges), 0, 0, roundsPlanOf(cfg).codecs, cfg.seed * 7919u) {}
 
-bool OuterLead::apply(std::int64_t step, double lr, bool skip, bool gather, bool train, UpdateTime& time) {
-  partials_[0] = own_.partial(own_.takeUpdateSeconds(), sent_, received_);
-  Verdict v;
-  v.apply = skip ? 0 : 1;
-  v.lr = lr;
-  v.gather = gather;
-  v.train = train;
-  double gradNorm = 0;
-  v = decide(s_.comm, s_.update, partials_, step, v, gradNorm);
-  time.add([&] {
-    own_.apply(v, step, 0);
-    if (v.apply) s_.update.averageBuffers(s_.computing);
-  });
-  return v.apply != 0;
-}
+  bool start(ServedRange& served, const Start& start) override {
+    const std::int64_t n = served.update().range().size();
+    if (chain_.sendsUpdates()) {  // the copy the workers hold, from the (resumed) weights
+      copy_ = std::make_unique<protocol::FloatBuffer>(static_cast<std::size_t>(n));
+      std::copy_n(served.update().weights().data_ptr<float>(), n, copy_->data());
+      roundToCopy(copy_->data(), n);
+    }
+    chain_.startServerDown(nullptr, held(served), nullptr, "the first round");
+    chain_.finish();
+    return start.train != 0;
+  }
+  bool takeIn(ServedRange& served, std::int64_t) override {
+    const std::string context = fmt::format("round {}", ++round_);
+    chain_.startServerUp(served.update().sum(), nullptr, context);
+    comm_.expectLongWait();  // the workers train first
+    chain_.finish();
+    served.countTraffic(sent_, chain_.take().received);
+    return true;
+  }
+  void sendDown(ServedRange& served, const Verdict&) override {
+    float* weights = served.update().weights().data_ptr<float>();
+    chain_.startServerDown(nullptr, held(served), copy_ ? weights : nullptr, fmt::format("round {}", round_));
+    chain_.finish();
+    sent_ = chain_.take().sent;
+  }
+  // The range as the workers hold it: the copy under a lossy down codec.
+  const float* heldWeights(ServedRange& served) override { return held(served); }
+
+ private:
+  float* held(ServedRange& served) {
+    return copy_ ? copy_->data() : served.update().weights().data_ptr<float>();
+  }
+
+  comm::Communicator& comm_;
+  RoundChain chain_;
+  std::unique_ptr<protocol::FloatBuffer> copy_;  // under a lossy down codec
+  std::int64_t round_ = 0;
+  double sent_ = 0;  // the last round's down bytes
+};
+
+}  // namespace
 
 void followRounds(const RoleArgs& args) {
-  comm::Communicator& comm = args.comm;
-  const config::TrainConfig& cfg = args.cfg;
-  const int k = comm.rank();
-  const auto ranges = roundsRanges(args.model, cfg);
-  const exchanges::KeyRange range = ranges[static_cast<std::size_t>(k)];
-  const auto floats = static_cast<std::size_t>(range.size());
-  const protocol::FloatBuffer weights(floats);  // the outer step's
-  RangeUpdate update(cfg, range, weights.view(0, range.size()), protocol::parameterShapes(args.model));
-  const Start start = receiveStart(comm, update, args.model);
-  // Seeded as server 0's chain (and one server's): the same codes whatever the servers.
-  RoundChain chain(comm, endsOf(ranges), 0, 0, roundsPlanOf(cfg).codecs, cfg.seed * 7919u);
-  // Under a lossy down codec, the range of the weights as the workers hold them.
-  std::unique_ptr<protocol::FloatBuffer> copy;
-  if (chain.sendsUpdates()) {
-    copy = std::make_unique<protocol::FloatBuffer>(floats);
-    std::copy_n(weights.data(), floats, copy->data());
-    roundToCopy(copy->data(), range.size());
-  }
-  float* held = copy ? copy->data() : weights.data();
-  chain.startServerDown(nullptr, held, nullptr, "the first round");
-  chain.finish();
-  double sent = 0;
-  for (std::int64_t round = 1, training = start.train; training; ++round) {
-    const std::string context = fmt::format("round {}", round);
-    chain.startServerUp(update.sum(), nullptr, context);
-    comm.expectLongWait();  // the workers train first
-    chain.finish();
-    const double received = chain.take().received;
-    const Verdict v = receiveVerdict(comm, update.partial(update.takeUpdateSeconds(), sent, received), context);
-    update.apply(v, static_cast<std::int64_t>(v.step), k);
-    chain.startServerDown(nullptr, held, copy ? weights.data() : nullptr, context);
-    chain.finish();
-    sent = chain.take().sent;
-    if (v.gather) {  // the workers train on meanwhile
-      offerCheckpoint(comm, update, context);
-      serveCheckpoint(comm, held, update, context);
-    }
-    training = v.train != 0;
-  }
+  const auto ranges = roundsRanges(args.model, args.cfg);
+  ServedRange served(args.comm, args.cfg, ranges[static_cast<std::size_t>(args.comm.rank())], at::Tensor(),
+                     protocol::parameterShapes(args.model), false, ServedRange::Messages::Elsewhere);
+  Chain chain(args.comm, args.cfg, ranges);
+  follow(args.comm, served, args.model, chain);
 }
 
 }  // namespace pstrain::exchanges::rounds

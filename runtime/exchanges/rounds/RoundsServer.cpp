@@ -14,6 +14,7 @@
 #include "runtime/exchanges/rounds/RoundChain.h"
 #include "runtime/exchanges/rounds/Rounds.h"
 #include "runtime/exchanges/rounds/RoundsPlan.h"
+#include "runtime/exchanges/ServedRange.h"
 #include "runtime/exchanges/rounds/OuterRanges.h"
 #include "runtime/optim/LrSchedule.h"
 #include "runtime/protocol/FlatParameters.h"
@@ -104,8 +105,8 @@ RoundsDecision decide(Server& s, const RoundsPlan& plan, std::int64_t length, co
 
 // A round's traffic on rank 0's link, as the chain counted it, into its stats (and, with K
 // servers, server 0's Partial).
-void addTraffic(StepStats& stats, const RoundChain::Traffic& traffic, OuterLead* lead) {
-  if (lead) lead->countTraffic(traffic.sent, traffic.received);
+void addTraffic(StepStats& stats, const RoundChain::Traffic& traffic, ServerZero* lead) {
+  if (lead) lead->own().countTraffic(traffic.sent, traffic.received);
   stats.bytesDown = traffic.sent;
   stats.rawBytesDown = traffic.rawSent;
   stats.bytesUp = traffic.received;
@@ -152,26 +153,31 @@ void sendDownMessage(Server& s, RoundChain& chain, const RoundsDecision& decisio
   chain.finish();
 }
 
-// What the Publisher reads beyond the model: the rounds' counts (and, with K servers, their
-// figures, and the optimizer state they hold: CheckpointGather).
-void tellPublisher(Server& s, RoundCounts& counts, OuterLead* lead) {
+// What the Publisher's lines add: the rounds' counts (and, with K servers, each server's
+// bytes per round, update time and peak memory).
+void tellPublisher(Server& s, RoundCounts& counts, ServerZero* lead) {
   s.publisher->setExtras([&counts, lead](metrics::JsonObject& line) {
     counts.addTo(line);
-    if (lead) lead->addServers(line);
+    if (lead) addServers(line, lead->partials(), 1);
   });
-  if (lead) {
-    s.publisher->setRecordSource(
-        [lead](const void* data, std::size_t bytes, const checkpoint::RecordWrite& write) {
-          return lead->checkpoints().recordSource(data, bytes, write);
-        });
-  }
 }
 
 // The outer step of the round from `first`: over every server's range with K servers
-// (`lead`), else here; `skip` (overflowedRound), `gather` and `train`: OuterLead::apply's.
-// Returns whether it was applied.
-bool applyRound(Server& s, OuterLead* lead, std::int64_t first, bool skip, bool gather, bool train, UpdateTime& update) {
-  if (lead) return lead->apply(first, s.lr(first), skip, gather, train, update);
+// (`lead`: every server's word, the verdict told to each), else here. `skip`: the round
+// carries no samples (overflowedRound); `gather`: a checkpoint's ranges follow the down
+// message; `train`: whether the run trains on. Returns whether it was applied.
+bool applyRound(Server& s, ServerZero* lead, std::int64_t first, bool skip, bool gather, bool train, UpdateTime& update) {
+  if (lead) {
+    Verdict v;
+    v.apply = skip ? 0 : 1;
+    v.lr = s.lr(first);
+    v.gather = gather;
+    v.train = train;
+    double gradNorm = 0;
+    v = lead->decide(first, v, gradNorm);
+    update.add([&] { lead->apply(v, first, s.computing); });
+    return v.apply != 0;
+  }
   bool applied = false;  // (apply refuses 0 samples otherwise)
   if (!skip) update.add([&] { applied = s.update.apply(s.lr(first), s.computing, first); });
   return applied;
@@ -196,7 +202,9 @@ class RoundsLoop {
                static_cast<std::int64_t>(s.messages.up.size()) - weightCount_, downFixedFloats(s), plan_.codecs,
                s.cfg.seed * 7919u),
         global_(s, chain_.sendsUpdates()),
-        lead_(s.cfg.servers > 1 ? std::make_unique<OuterLead>(s) : nullptr),
+        lead_(s.cfg.servers > 1 ? std::make_unique<ServerZero>(s, roundsRanges(s.model, s.cfg),
+                                                                ServedRange::Messages::Elsewhere)
+                                : nullptr),
         firstWorker_(static_cast<std::size_t>(s.cfg.servers)),
         balancer_(balancerOf(decision_.localSteps)),
         step_(s.firstStep) {
@@ -206,7 +214,7 @@ class RoundsLoop {
 
   void run() {
     bool training = announce(trains());
-    if (lead_) lead_->start(training);
+    if (lead_) lead_->start({s_.firstStep, training, {}, startSendsWeights(s_)});
     sendDown(training, /*whole=*/true);
     int rounds = 0;
     while (training) {
@@ -226,7 +234,7 @@ class RoundsLoop {
       if (rounds >= kMeasuredRounds + 3 && training) raiseUnhidden(rounds, steps);
     }
     s_.publisher->finish(step_);
-    if (lead_) lead_->checkpoints().release();
+    if (lead_) lead_->release();
   }
 
  private:
@@ -283,7 +291,7 @@ class RoundsLoop {
   bool round(std::int64_t steps) {
     currentStep() = step_;
     const std::int64_t H = decision_.localSteps;
-    chain_.startServerUp(lead_ ? lead_->sum() : s_.messages.up.data(), s_.messages.up.data() + weightCount_,
+    chain_.startServerUp(lead_ ? lead_->own().update().sum() : s_.messages.up.data(), s_.messages.up.data() + weightCount_,
                          contextOf(true));
     s_.comm.expectLongWait();  // the workers train first
     chain_.finish();
@@ -317,10 +325,10 @@ class RoundsLoop {
   void record(std::int64_t first, std::int64_t steps, UpdateTime& update, bool applied, bool training) {
     lastStats_ = period_.close(s_, workers_, update, /*updateWithin=*/false, applied);
     addTraffic(lastStats_, chain_.take(), lead_.get());
-    counts_.add(lastStats_, s_.update.gradNorm());
+    counts_.add(lastStats_, s_.admission.gradNorm());
     if (!warnedOfTimeout_) warnedOfTimeout_ = warnIfNearTimeout(s_.cfg, lastStats_, steps);
     s_.publisher->record(step_ - 1, innerLr(first), lastStats_, steps);
-    if (lead_ && training) lead_->checkpoints().release();
+    if (lead_ && training) lead_->release();
   }
 
   Server& s_;
@@ -331,7 +339,7 @@ class RoundsLoop {
   const std::int64_t weightCount_;
   RoundChain chain_;
   GlobalWeights global_;
-  std::unique_ptr<OuterLead> lead_;  // with K servers (--servers): the others' ranges, and range 0's outer step
+  std::unique_ptr<ServerZero> lead_;  // with K servers (--servers): the others' ranges, and range 0's outer step
   const std::size_t firstWorker_;  // the workers are ranks K on
   ShareBalancer balancer_;
   RoundCounts counts_;

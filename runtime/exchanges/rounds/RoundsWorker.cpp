@@ -9,6 +9,7 @@
 
 #include "runtime/Stop.h"
 #include "runtime/config/Layout.h"
+#include "runtime/config/MemoryPolicy.h"
 #include "runtime/exchanges/rounds/RoundChain.h"
 #include "runtime/exchanges/rounds/Rounds.h"
 #include "runtime/exchanges/rounds/RoundsPlan.h"
@@ -80,7 +81,8 @@ class RoundsWorker {
         trainer_(cfg_, args.model, *args.train, args.device, local_, layout().workerIndex(rank_), layout().workers(),
                  rank_),
         inner_(optim::makeOptimizer(cfg_, parameterShapes(args.model))),
-        update_(cfg_, *inner_, args.model, local_),
+        admission_(cfg_),
+        update_(admission_, *inner_, args.model, local_),
         downFixed_(kDecisionFloats + kHeaderFloats + static_cast<std::size_t>(global_.downTail.numel())),
         // Seeded by the worker's place (1 for the first): the same codes whatever the servers.
         chain_(comm_, endsOf(roundsRanges(args.model, cfg_)),
@@ -208,9 +210,9 @@ class RoundsWorker {
     RoundTotals round;
     for (std::int64_t h = 0; h < steps; ++h) {
       const std::int64_t at = roundStart + h * span / steps;
-      trainer_.computeGradient(batch++, at, update_.lossScale());
+      trainer_.computeGradient(batch++, at, admission_.lossScale());
       const bool applied = update_.apply(optim::learningRate(cfg_, 1, at, total_), 1, at);
-      if (cfg_.leanMemory()) local_.up.release(0, local_.grad.numel());  // the next backward writes every float of it
+      if (config::MemoryPolicy(cfg_).givesPagesBack()) local_.up.release(0, local_.grad.numel());
       round.add(local_.trailer, rank_, applied);
       trainer_.loadWeights();  // on a device: the weights the update changed on the host
       if (inFlight_ && !rebased_) {
@@ -228,6 +230,7 @@ class RoundsWorker {
   StepMessages local_, global_;
   LocalTrainer trainer_;
   std::unique_ptr<optim::Optimizer> inner_;
+  Admission admission_;  // the inner steps' (their loss scale)
   SummedUpdate update_;
   std::vector<float> downFixed_;  // the down message's decision, header, buffers and shares as they arrive
   RoundChain chain_;

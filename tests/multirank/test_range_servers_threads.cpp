@@ -1,4 +1,4 @@
-// --servers K with ranks as threads (exchanges/sharded, point_to_point, rounds): K servers
+// --servers K with ranks as threads (exchanges/range_servers, point_to_point, rounds): K servers
 // give one server's weights.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -35,15 +35,15 @@ void expectServersAgree(config::TrainConfig cfg, const std::string& what, int wo
 
 }  // namespace
 
-TEST(ShardedThreads, ServersGiveOneServersWeightsWithSgdMomentum) {
+TEST(RangeServersThreads, ServersGiveOneServersWeightsWithSgdMomentum) {
   torch::set_num_threads(1);
-  testsupport::ScratchDir scratch("sharded-sgd");
+  testsupport::ScratchDir scratch("servers-sgd");
   expectServersAgree(testsupport::smallSyntheticConfig(scratch.str()), "sgd momentum", 3, {2, 4});
 }
 
-TEST(ShardedThreads, ServersGiveOneServersWeightsWithAdamWAndClipping) {
+TEST(RangeServersThreads, ServersGiveOneServersWeightsWithAdamWAndClipping) {
   torch::set_num_threads(1);
-  testsupport::ScratchDir scratch("sharded-adamw");
+  testsupport::ScratchDir scratch("servers-adamw");
   auto cfg = testsupport::smallSyntheticConfig(scratch.str());
   cfg.optimizer = "adamw";
   cfg.lr = 0.002;
@@ -54,9 +54,9 @@ TEST(ShardedThreads, ServersGiveOneServersWeightsWithAdamWAndClipping) {
 
 // --overlap on (the default) without clipping: each server updates each part of its range as
 // it arrives (TrainConfig::updatesOnArrival), AdamW's bias correction counted once a step.
-TEST(ShardedThreads, ServersGiveOneServersWeightsWithAdamWUpdatingEachPartOnArrival) {
+TEST(RangeServersThreads, ServersGiveOneServersWeightsWithAdamWUpdatingEachPartOnArrival) {
   torch::set_num_threads(1);
-  testsupport::ScratchDir scratch("sharded-adamw-parts");
+  testsupport::ScratchDir scratch("servers-adamw-parts");
   auto cfg = testsupport::smallSyntheticConfig(scratch.str());
   cfg.optimizer = "adamw";
   cfg.lr = 0.002;
@@ -70,9 +70,9 @@ TEST(ShardedThreads, ServersGiveOneServersWeightsWithAdamWUpdatingEachPartOnArri
 // --memory lean (auto takes fast on this machine): one server's streamed buckets and the K
 // servers' parts give their pages back once sent and keep a few in flight, each server takes
 // two parts per worker at a time; the same weights.
-TEST(ShardedThreads, ServersGiveOneServersWeightsUnderMemoryLean) {
+TEST(RangeServersThreads, ServersGiveOneServersWeightsUnderMemoryLean) {
   torch::set_num_threads(1);
-  testsupport::ScratchDir scratch("sharded-lean");
+  testsupport::ScratchDir scratch("servers-lean");
   auto cfg = testsupport::smallSyntheticConfig(scratch.str());
   cfg.memory = config::MemoryUse::Lean;
   ASSERT_TRUE(cfg.leanMemory() && cfg.streamsGradients());
@@ -80,17 +80,17 @@ TEST(ShardedThreads, ServersGiveOneServersWeightsUnderMemoryLean) {
 }
 
 // --overlap off: each server sums its whole range, then updates it.
-TEST(ShardedThreads, ServersGiveOneServersWeightsWithOverlapOff) {
+TEST(RangeServersThreads, ServersGiveOneServersWeightsWithOverlapOff) {
   torch::set_num_threads(1);
-  testsupport::ScratchDir scratch("sharded-overlap-off");
+  testsupport::ScratchDir scratch("servers-overlap-off");
   auto cfg = testsupport::smallSyntheticConfig(scratch.str());
   cfg.overlap = config::OnOff::Off;
   expectServersAgree(cfg, "sgd momentum, overlap off");
 }
 
-TEST(ShardedThreads, ServersGiveOneServersWeightsWithInt8AndErrorFeedback) {
+TEST(RangeServersThreads, ServersGiveOneServersWeightsWithInt8AndErrorFeedback) {
   torch::set_num_threads(1);
-  testsupport::ScratchDir scratch("sharded-int8");
+  testsupport::ScratchDir scratch("servers-int8");
   auto cfg = testsupport::smallSyntheticConfig(scratch.str());
   cfg.compress = "int8";
   cfg.errorFeedback = config::Switch::On;
@@ -100,9 +100,9 @@ TEST(ShardedThreads, ServersGiveOneServersWeightsWithInt8AndErrorFeedback) {
 // --balance: server 0 deals each step's virtual shards by the workers' measured speed, as
 // sync's one server does (the same counts give the same sums; threads of one machine run at
 // about one speed, and counts that moved would change only the summation order).
-TEST(ShardedThreads, ServersGiveOneServersWeightsWithBalance) {
+TEST(RangeServersThreads, ServersGiveOneServersWeightsWithBalance) {
   torch::set_num_threads(1);
-  testsupport::ScratchDir scratch("sharded-balance");
+  testsupport::ScratchDir scratch("servers-balance");
   auto cfg = testsupport::smallSyntheticConfig(scratch.str());
   cfg.balanceFlag = config::Switch::On;
   cfg.virtualShards = 12;  // 4 a worker, which the speeds may move
@@ -112,10 +112,10 @@ TEST(ShardedThreads, ServersGiveOneServersWeightsWithBalance) {
 
 // --compress-weights: each server codes its range of the weights with a codec of its own,
 // made for its whole tensors, so that every worker decodes what one server's codec gives.
-TEST(ShardedThreads, ServersGiveOneServersWeightsWithAWeightCodec) {
+TEST(RangeServersThreads, ServersGiveOneServersWeightsWithAWeightCodec) {
   torch::set_num_threads(1);
   for (const char* codec : {"int4", "fp16"}) {
-    testsupport::ScratchDir scratch(std::string("sharded-weights-") + codec);
+    testsupport::ScratchDir scratch(std::string("servers-weights-") + codec);
     auto cfg = testsupport::smallSyntheticConfig(scratch.str());
     cfg.compressWeights = codec;
     ASSERT_TRUE(cfg.compressesWeights());
@@ -128,9 +128,9 @@ TEST(ShardedThreads, ServersGiveOneServersWeightsWithAWeightCodec) {
 // clipping asks every server's partial norm. backup with every gradient in (--aggregate 2 of
 // 2 workers): two addends sum alike in either order of arrival. With int8 and error
 // feedback, each range coded by its own codec.
-TEST(ShardedThreads, ServersGiveOneServersWeightsInAsyncWithOneWorker) {
+TEST(RangeServersThreads, ServersGiveOneServersWeightsInAsyncWithOneWorker) {
   torch::set_num_threads(1);
-  testsupport::ScratchDir scratch("sharded-async");
+  testsupport::ScratchDir scratch("servers-async");
   auto cfg = testsupport::smallSyntheticConfig(scratch.str());
   cfg.mode = config::Mode::Async;
   cfg.optimizer = "adamw";
@@ -139,10 +139,10 @@ TEST(ShardedThreads, ServersGiveOneServersWeightsInAsyncWithOneWorker) {
   expectServersAgree(cfg, "async, adamw + clip 0.5", 1);
 }
 
-TEST(ShardedThreads, ServersGiveOneServersWeightsInBackupWithEveryGradientIn) {
+TEST(RangeServersThreads, ServersGiveOneServersWeightsInBackupWithEveryGradientIn) {
   torch::set_num_threads(1);
   for (const char* codec : {"none", "int8"}) {
-    testsupport::ScratchDir scratch(std::string("sharded-backup-") + codec);
+    testsupport::ScratchDir scratch(std::string("servers-backup-") + codec);
     auto cfg = testsupport::smallSyntheticConfig(scratch.str());
     cfg.mode = config::Mode::Backup;
     cfg.aggregate = 2;
@@ -154,9 +154,9 @@ TEST(ShardedThreads, ServersGiveOneServersWeightsInBackupWithEveryGradientIn) {
 // ResNet-18's ranges are millions of floats: raw gradients travel in several parts of
 // kPartFloats each (exchanges/Wire.h), summed part by part; a checkpoint mid-run is written as
 // server 0 gathers the optimizer state one parameter at a time.
-TEST(ShardedThreads, ServersGiveOneServersWeightsWithRangesOfManyParts) {
+TEST(RangeServersThreads, ServersGiveOneServersWeightsWithRangesOfManyParts) {
   torch::set_num_threads(1);
-  testsupport::ScratchDir scratch("sharded-parts");
+  testsupport::ScratchDir scratch("servers-parts");
   auto cfg = testsupport::smallSyntheticConfig(scratch.str());
   cfg.model = "resnet18";
   cfg.dataset = "synthetic-cifar";
@@ -170,9 +170,9 @@ TEST(ShardedThreads, ServersGiveOneServersWeightsWithRangesOfManyParts) {
 
 // diloco's outer step (exchanges/rounds/OuterRanges.h): raw floats both ways, rounds of 5
 // local steps neither overlapped nor dealt by speed, so that only the servers differ.
-TEST(ShardedThreads, ServersGiveOneServersWeightsInDilocosOuterStep) {
+TEST(RangeServersThreads, ServersGiveOneServersWeightsInDilocosOuterStep) {
   torch::set_num_threads(1);
-  testsupport::ScratchDir scratch("sharded-diloco");
+  testsupport::ScratchDir scratch("servers-diloco");
   auto cfg = testsupport::smallSyntheticConfig(scratch.str());
   cfg.mode = config::Mode::Diloco;
   cfg.localStepsFlag = "5";
@@ -188,14 +188,14 @@ TEST(ShardedThreads, ServersGiveOneServersWeightsInDilocosOuterStep) {
 // Reference.cpp: torch::optim::SGD on each step's union of the shards' batches), so that a
 // bug that K servers and one server share cannot cancel out: sync, backup with every gradient
 // in and async with one worker, each over 2 servers.
-TEST(ShardedThreads, TwoServersGiveThePlainReferencesWeights) {
+TEST(RangeServersThreads, TwoServersGiveThePlainReferencesWeights) {
   torch::set_num_threads(1);
   struct Case {
     config::Mode mode;
     int workers;
   };
   for (const Case c : {Case{config::Mode::Sync, 3}, Case{config::Mode::Backup, 2}, Case{config::Mode::Async, 1}}) {
-    testsupport::ScratchDir scratch("sharded-reference");
+    testsupport::ScratchDir scratch("servers-reference");
     auto cfg = testsupport::smallSyntheticConfig(scratch.str());
     cfg.mode = c.mode;
     cfg.aggregate = c.workers;  // backup: every gradient in

@@ -1,4 +1,4 @@
-#include "runtime/exchanges/sharded/Sharded.h"
+#include "runtime/exchanges/range_servers/RangeServers.h"
 
 #include <fmt/format.h>
 
@@ -10,10 +10,10 @@
 #include "runtime/exchanges/RangesWorker.h"
 #include "runtime/exchanges/LeadMessages.h"
 #include "runtime/exchanges/RangeUpdate.h"
-#include "runtime/exchanges/sharded/Shards.h"
+#include "runtime/exchanges/range_servers/RangeServer.h"
 #include "runtime/protocol/FlatParameters.h"
 
-namespace pstrain::exchanges::sharded {
+namespace pstrain::exchanges::range_servers {
 namespace {
 
 void others(const roles::RoleArgs& args) {
@@ -36,7 +36,7 @@ PlanText plan(const PlanFacts& f) {
                          largest / even, gradients ? "" : "-weights");
   }
   PlanText text;
-  text.modeWords = fmt::format("sharded over {} servers: each sends its range of the weights to every worker and sums "
+  text.modeWords = fmt::format("over {} servers, each serving a range: each sends its range of the weights to every worker and sums "
                                "that range of their gradients{}", f.cfg.servers,
                                f.cfg.updatesOnArrival() ? ", updating each 4 MiB part as it arrives (--overlap)"
                                                              : "");
@@ -59,23 +59,17 @@ StepEstimate cost(const StepCost& c) {
 }
 
 // A server: its range's optimizer state, and the range's sum unless it updates each part on
-// arrival, beside a ring of two parts per worker under --memory lean (and the slots the plan
-// spares, up to fast's), a slot for every worker's every part under fast
-// (ServedRange::receiveGradients; bfloat16 weights go through a few staged parts). A worker:
-// the parts in flight (lean), or its whole gradient where it does not stream or keeps it
-// (fast).
+// arrival, beside the slots of its workers' raw parts (ServedRange::receiveGradients: every
+// worker's but the first's, which land in the sum, unless it updates each part; coded: two
+// frames; bfloat16 weights go through a few staged parts). A worker: the parts in flight
+// (lean), or its whole gradient where it does not stream or keeps it (fast).
 Memory memory(const config::TrainConfig& cfg, const config::Layout& layout) {
   Memory m;
   m.held = weightBytes(cfg);
   addGradientBuffer(m, cfg, cfg.streamsGradients());
   m.worker = residualBytes(cfg);
   m.server = stateBytes(cfg) + (cfg.updatesOnArrival() ? 0 : 4) + decodingBytes(cfg);
-  if (cfg.leanMemory()) {
-    m.serverMib = static_cast<double>(kPartBytes) / (1 << 20) * 2 * layout.workers();
-    m.spareSlots = 4.0 * layout.workers();
-  } else {
-    m.server += 4.0 * layout.workers();
-  }
+  if (!cfg.compressesGradients()) m.slottedWorkers = cfg.updatesOnArrival() ? layout.workers() : layout.workers() - 1;
   return m;
 }
 
@@ -92,11 +86,11 @@ KeyRange serverWeights(const config::TrainConfig& cfg, const models::Net& model,
 }
 
 }  // namespace
-}  // namespace pstrain::exchanges::sharded
+}  // namespace pstrain::exchanges::range_servers
 
 namespace pstrain::exchanges {
 
-const Exchange kSharded = {config::Exchange::Collective, sharded::takes, sharded::serve, sharded::others, sharded::cost,
-                           sharded::plan, sharded::memory, sharded::check, sharded::serverWeights, true};
+const Exchange kRangeServers = {config::Exchange::Collective, range_servers::takes, range_servers::serve, range_servers::others, range_servers::cost,
+                           range_servers::plan, range_servers::memory, range_servers::check, range_servers::serverWeights, true};
 
 }  // namespace pstrain::exchanges

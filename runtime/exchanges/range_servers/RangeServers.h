@@ -1,5 +1,5 @@
 #pragma once
-// The sharded exchange (sync with --servers K > 1): ranks 0..K-1 are parameter servers,
+// The range servers' exchange (sync with --servers K > 1): ranks 0..K-1 are parameter servers,
 // server k owning key range k of the weights (Ranges.h) with its slice of the optimizer
 // state; the other ranks are workers, which send each range of their gradient to its server
 // and receive each range of the new weights from it (Wire.h). Each server's link carries
@@ -13,6 +13,6 @@
 
 namespace pstrain::exchanges {
 
-extern const Exchange kSharded;
+extern const Exchange kRangeServers;
 
 }  // namespace pstrain::exchanges

@@ -11,7 +11,8 @@
 #include "runtime/Stop.h"
 #include "runtime/codec/Codec.h"
 #include "runtime/config/Layout.h"
-#include "runtime/exchanges/sharded/Shards.h"
+#include "runtime/exchanges/range_servers/RangeServer.h"
+#include "runtime/exchanges/Follow.h"
 #include "runtime/exchanges/ServedRange.h"
 #include "runtime/exchanges/Wire.h"
 #include "runtime/optim/Optimizer.h"
@@ -20,43 +21,55 @@
 #include "runtime/roles/ServerLoop.h"
 #include "runtime/roles/SummedUpdate.h"
 
-namespace pstrain::exchanges::sharded {
+namespace pstrain::exchanges::range_servers {
 
 using namespace protocol;
 
 namespace {
 
-// Servers 1..K-1: their range, step by step as server 0 says.
-void follow(const roles::RoleArgs& args) {
-  comm::Communicator& comm = args.comm;
-  const int k = comm.rank();
-  ServedRange shard(comm, args.cfg, args.model, args.cfg.updatesOnArrival());
-  const std::vector<int> workers = config::Layout(args.cfg, comm.size()).workerRanks();
-  const Start start = receiveStart(comm, shard.update(), args.model);
-  bool training = start.train != 0;
-  StepPlan plan = start.plan;
-  bool checkpointing = false;  // server 0 writes a checkpoint: serve it after the next down message
-  for (std::int64_t step = start.firstStep;; ++step) {
-    std::vector<std::size_t> requests;
-    const std::string down = fmt::format("step {}", step);
-    shard.startWeightsTo(workers, step, requests, training ? down : "stop");
-    for (std::size_t request : requests) comm.wait(request);
-    if (checkpointing) serveCheckpoint(comm, shard.update().weights().data_ptr<float>(), shard.update(), down);
-    if (!training) return;
-    currentStep() = step;
-    shard.receiveGradients(down, plan, step);
-    const Verdict v = receiveVerdict(comm, shard.partial(), down);
-    shard.update().apply(v, step, k);
-    plan = v.next;
-    if (v.gather) offerCheckpoint(comm, shard.update(), down);
-    checkpointing = v.gather != 0;
-    training = v.train != 0;
+// Servers 1..K-1 in lockstep: every worker's gradient of the range each step, the range's
+// weights to every worker after each verdict.
+class Lockstep : public FollowPolicy {
+ public:
+  Lockstep(comm::Communicator& comm, const config::TrainConfig& cfg)
+      : comm_(comm), workers_(config::Layout(cfg, comm.size()).workerRanks()) {}
+
+  bool start(ServedRange& served, const Start& start) override {
+    plan_ = start.plan;
+    send(served, start.firstStep, start.train != 0);
+    return start.train != 0;
   }
+  bool takeIn(ServedRange& served, std::int64_t step) override {
+    served.receiveGradients(fmt::format("step {}", step), plan_, step);
+    return true;
+  }
+  void sendDown(ServedRange& served, const Verdict& v) override {
+    plan_ = v.next;
+    send(served, static_cast<std::int64_t>(v.step) + 1, v.train != 0);
+  }
+
+ private:
+  // The weights of update `version` to every worker (the stop's when not `training`).
+  void send(ServedRange& served, std::int64_t version, bool training) {
+    std::vector<std::size_t> requests;
+    served.startWeightsTo(workers_, version, requests, training ? fmt::format("step {}", version) : "stop");
+    for (std::size_t request : requests) comm_.wait(request);
+  }
+
+  comm::Communicator& comm_;
+  const std::vector<int> workers_;
+  StepPlan plan_;  // of the next step: its lr and samples (updates on arrival)
+};
+
+void follow(const roles::RoleArgs& args) {
+  ServedRange served(args.comm, args.cfg, args.model, args.cfg.updatesOnArrival());
+  Lockstep lockstep(args.comm, args.cfg);
+  exchanges::follow(args.comm, served, args.model, lockstep);
 }
 
 // --- server 0 -------------------------------------------------------------------------------
 
-// What server 0 adds to sync's rank 0: its own shard, the other servers' words, and the
+// What server 0 adds to sync's rank 0: its own range, the other servers' words, and the
 // whole model and optimizer state that its checkpoints read (gathered from every server when
 // one is due).
 class Lead {
@@ -65,7 +78,7 @@ class Lead {
       : s_(s),
         comm_(s.comm),
         workers_(config::Layout(s.cfg, s.comm.size()).workerRanks()),
-        zero_(s, s.cfg.updatesOnArrival()),
+        zero_(s, serverRanges(s.model, s.cfg), ServedRange::Messages::Served, s.cfg.updatesOnArrival()),
         balancer_(s.cfg.servers, static_cast<int>(workers_.size()), s.shards, s.cfg.balance()) {
     tails_.resize(workers_.size() * s_.messages.tailFloats());
     balancer_.write(s_.messages.shares.data_ptr<float>());
@@ -86,7 +99,6 @@ class Lead {
     const std::string context = fmt::format("step {}", step);
     const StepPlan plan = planOf(step);
     receiveTails(context, plan, step);
-    zero_.partials()[0] = zero_.own().partial();
     const bool train = step + 1 < s_.total && !s_.publisher->timeToStop(step + 1);
     Verdict v;
     v.apply = 1;
@@ -94,8 +106,8 @@ class Lead {
     v.gather = !train || s_.publisher->checkpointsAt(step);
     v.train = train;
     if (train) v.next = planOf(step + 1);
-    v = decide(comm_, s_.update, zero_.partials(), step, v, gradNorm);
-    if (eachPart()) s_.update.expectSamples(plan.samples, step);
+    v = zero_.decide(step, v, gradNorm);
+    if (updatesOnArrival()) s_.admission.expectSamples(s_.messages.trailer, plan.samples, step);
     // --balance: the next step's shares, from this step's compute seconds (as sync's).
     balancer_.record(s_.messages.trailer + kComputeSeconds);
     balancer_.write(s_.messages.shares.data_ptr<float>());
@@ -105,14 +117,11 @@ class Lead {
   // The verdict's update of range 0 (made already, part by part, when each part is updated
   // on arrival: its seconds are then within the exchange's) and the buffers' average.
   void apply(const Verdict& v, std::int64_t step, roles::UpdateTime& time) {
-    time.add([&] {
-      zero_.own().update().apply(v, step, 0);
-      if (v.apply) s_.update.averageBuffers(s_.computing);
-    });
-    if (eachPart()) time.seconds += zero_.partials()[0].updateSeconds;
+    time.add([&] { zero_.apply(v, step, s_.computing); });
+    if (updatesOnArrival()) time.seconds += zero_.partials()[0].updateSeconds;
   }
 
-  bool eachPart() const { return s_.cfg.updatesOnArrival(); }
+  bool updatesOnArrival() const { return s_.cfg.updatesOnArrival(); }
 
   // A checkpoint's whole model and optimizer state, until release() (ServerZero::gather).
   void gather(const std::string& context) { zero_.gather(context); }
@@ -184,7 +193,7 @@ void lead(roles::Server& s) {
     training = v.train != 0;
     s.setHeader(step, training ? Control::Train : Control::Stop, training ? s.lr(step) : 0);
     lead.sendDown(step, training ? fmt::format("step {}", step) : s.stopContext);
-    roles::StepStats stats = period.close(s, s.computing, update, lead.eachPart(), v.apply != 0);
+    roles::StepStats stats = period.close(s, s.computing, update, lead.updatesOnArrival(), v.apply != 0);
     stats.gradNorm = gradNorm;
     lead.countTraffic(stats);
     s.publisher->record(done, lr, stats);
@@ -201,4 +210,4 @@ void serve(const roles::RoleArgs& args) {
   roles::runServer(args, lead, [](const roles::Server& s) { return fmt::format("{} servers", s.cfg.servers); }, false);
 }
 
-}  // namespace pstrain::exchanges::sharded
+}  // namespace pstrain::exchanges::range_servers
