@@ -9,7 +9,7 @@
 
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/comm/Communicator.h"
-#include "runtime/exchanges/RangeUpdate.h"
+#include "runtime/exchanges/LeadMessages.h"
 #include "runtime/exchanges/Ranges.h"
 #include "runtime/optim/Optimizer.h"
 #include "runtime/Parts.h"

@@ -3,7 +3,7 @@
 // exchange and its parameters). Each one is a folder of runtime/exchanges/ holding what
 // only it knows (its loops, its cost formula, its lines of the dry run, its metrics and
 // what it checkpoints) behind one row of this type; training/Exchanges.cpp lists the rows.
-// The services an exchange calls (roles/: the server loop, UpdateState, SummedUpdate,
+// The services an exchange calls (roles/: the server loop, UpdateState, Admission, RangeUpdate,
 // Publisher, the worker loop; protocol/StepLink) never ask which exchange called them.
 // Torch-free.
 #include <cstddef>

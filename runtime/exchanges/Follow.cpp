@@ -15,7 +15,7 @@ void follow(comm::Communicator& comm, ServedRange& served, models::Net& model, F
     if (!policy.takeIn(served, step)) return;
     const std::string context = fmt::format("step {}", step);
     const Verdict v = receiveVerdict(comm, served.partial(), context);
-    served.update().apply(v, static_cast<std::int64_t>(v.step), comm.rank());
+    applyVerdict(served.update(), v, static_cast<std::int64_t>(v.step), comm.rank());
     if (v.gather) offerCheckpoint(comm, served.update(), context);
     policy.sendDown(served, v);
     if (v.gather) serveCheckpoint(comm, policy.heldWeights(served), served.update(), context);

@@ -4,9 +4,10 @@
 #include <torch/torch.h>
 
 #include "runtime/Errors.h"
+#include "runtime/Portable.h"
 #include "runtime/roles/ServerLoop.h"
 #include "runtime/roles/StepStats.h"
-#include "runtime/exchanges/RangeUpdate.h"
+#include "runtime/exchanges/ServerRanges.h"
 #include "runtime/exchanges/StateMessages.h"
 
 namespace pstrain::exchanges {
@@ -47,8 +48,20 @@ Start receiveStart(comm::Communicator& comm, RangeUpdate& update, models::Net& m
   return start;
 }
 
-Verdict decide(comm::Communicator& comm, roles::Admission& admission, const float* trailer, std::vector<Partial>& partials,
-               std::int64_t step, Verdict v, double& gradNorm) {
+Partial partialOf(const RangeUpdate& update, double updateSeconds, double bytesOut, double bytesIn) {
+  return {update.sumOfSquares(), update.finite() ? 1.0 : 0.0, updateSeconds, bytesOut, bytesIn, portable::peakRssMib()};
+}
+
+Error weightsNotFinite(std::int64_t step, int rank) {
+  return Error(fmt::format("step {}: server {}'s weights are not finite after the update; lower --lr", step, rank));
+}
+
+void applyVerdict(RangeUpdate& update, const Verdict& v, std::int64_t step, int rank) {
+  if (v.apply && !update.step(v.lr, v.divisor)) throw weightsNotFinite(step, rank);
+}
+
+Verdict decide(comm::Communicator& comm, roles::Admission& admission, const float* trailer,
+               std::vector<Partial>& partials, std::int64_t step, Verdict v, double& gradNorm) {
   const std::string context = fmt::format("step {}", step);
   for (std::size_t k = 1; k < partials.size(); ++k) partials[k] = receiveValue<Partial>(comm, static_cast<int>(k), context);
   bool finiteGradient = true;

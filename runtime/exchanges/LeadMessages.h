@@ -11,11 +11,13 @@
 #include "models/Registry.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/comm/Values.h"
+#include "runtime/Errors.h"
 #include "runtime/exchanges/Ranges.h"
 #include "runtime/metrics/Json.h"
 #include "runtime/optim/Optimizer.h"
 #include "runtime/protocol/StepMessages.h"
 #include "runtime/roles/Admission.h"
+#include "runtime/roles/RangeUpdate.h"
 
 namespace pstrain::roles {
 struct Server;
@@ -24,7 +26,7 @@ struct StepStats;
 
 namespace pstrain::exchanges {
 
-class RangeUpdate;
+using roles::RangeUpdate;  // the one update, of any range (roles/RangeUpdate.h)
 
 // Server k's word on a step, to server 0.
 struct Partial {
@@ -50,6 +52,16 @@ struct Verdict {
   double step = 0;  // the step it is of (the first of a round's), for messages
   StepPlan next;    // of the next step, when it trains
 };
+
+// A server's Partial of `update`'s summed gradient, with its traffic (bytes per worker, each
+// way) and its update's seconds (RangeUpdate::takeUpdateSeconds: the last update's, or when
+// updating on arrival this one's).
+Partial partialOf(const RangeUpdate& update, double updateSeconds, double bytesOut, double bytesIn);
+// The verdict's update of server `rank`'s range (none when !v.apply, or when it updated each
+// part on arrival); throws naming `step` and `rank` when it leaves a weight non-finite
+// (weightsNotFinite).
+void applyVerdict(RangeUpdate& update, const Verdict& v, std::int64_t step, int rank);
+Error weightsNotFinite(std::int64_t step, int rank);
 
 using comm::expectBytes;  // comm/Values.h
 using comm::receiveValue;
@@ -84,8 +96,8 @@ Start receiveStart(comm::Communicator& comm, RangeUpdate& update, models::Net& m
 // `v` (its lr, gather and train set) told to every server, with its divisor from the
 // admission rules over the whole gradient (the summed `trailer`), unless they skip the update
 // (or v.apply is 0 already: skipped without asking). Sets `gradNorm` when applied.
-Verdict decide(comm::Communicator& comm, roles::Admission& admission, const float* trailer, std::vector<Partial>& partials,
-               std::int64_t step, Verdict v, double& gradNorm);
+Verdict decide(comm::Communicator& comm, roles::Admission& admission, const float* trailer,
+               std::vector<Partial>& partials, std::int64_t step, Verdict v, double& gradNorm);
 // Server k: its Partial to server 0, and server 0's Verdict.
 Verdict receiveVerdict(comm::Communicator& comm, const Partial& partial, const std::string& context);
 

@@ -11,16 +11,13 @@
 #include <vector>
 
 #include "runtime/codec/Codec.h"
+#include "runtime/protocol/KeyRange.h"
 
 namespace pstrain::exchanges {
 
 constexpr std::int64_t kCutAlignFloats = 1024;  // 4 KiB
 
-struct KeyRange {
-  std::int64_t begin = 0, end = 0;  // [begin, end) of the flat parameter vector
-  codec::Shapes shapes;             // its tensors' shapes; a piece of a cut tensor is 1-D
-  std::int64_t size() const { return end - begin; }
-};
+using protocol::KeyRange;
 
 // The K ranges of a model whose parameters have `shapes` (in order); with `wholeTensors`
 // every cut falls between tensors (the nearest boundary: a gradient codec's frames are per

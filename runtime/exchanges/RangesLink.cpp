@@ -8,7 +8,7 @@
 #include "runtime/Errors.h"
 #include "runtime/config/Codecs.h"
 #include "runtime/exchanges/LeadMessages.h"
-#include "runtime/exchanges/RangeUpdate.h"
+#include "runtime/exchanges/ServerRanges.h"
 #include "runtime/exchanges/Wire.h"
 #include "runtime/metrics/Clock.h"
 

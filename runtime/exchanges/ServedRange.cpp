@@ -9,6 +9,7 @@
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
 #include "runtime/roles/ServerLoop.h"
+#include "runtime/roles/SummedStep.h"
 #include "runtime/config/Codecs.h"
 #include "runtime/config/Layout.h"
 #include "runtime/config/MemoryPolicy.h"
@@ -34,7 +35,7 @@ ServedRange::ServedRange(comm::Communicator& comm, const config::TrainConfig& cf
       cfg_(cfg),
       ownWeights_(weights.defined() ? 0 : static_cast<std::size_t>(range.size())),
       range_(std::move(range)),
-      update_(cfg, range_, weights.defined() ? std::move(weights) : ownWeights_.view(0, range_.size()), modelShapes,
+      update_(cfg.updateRule(), range_, weights.defined() ? std::move(weights) : ownWeights_.view(0, range_.size()), modelShapes,
               updatesOnArrival) {
   if (update_.updatesOnArrival()) partSum_.resize(static_cast<std::size_t>(std::min(kPartFloats, range_.size())));
   if (messages == Messages::Elsewhere) return;
@@ -166,7 +167,9 @@ void ServedRange::receiveGradients(const std::string& context, const StepPlan& p
       if (m % workers == 0) std::copy_n(values, n, partSum_.data());
       if (m % workers) add(partSum_.data(), values, n);
       if (m % workers == static_cast<std::size_t>(workers) - 1) {
-        update_.applyPart(partSum_.data(), part * kPartFloats, n, plan, step, comm_.rank());
+        if (!update_.stepPart(partSum_.data(), part * kPartFloats, n, plan.lr, plan.samples)) {
+          throw weightsNotFinite(step, comm_.rank());
+        }
       }
     }
     if ((!inPlace || m % workers != 0) && nextSlotted < slotted.size()) post(slotted[nextSlotted++]);  // its slot is free
@@ -225,14 +228,14 @@ ServerZero::ServerZero(roles::Server& s, std::vector<KeyRange> ranges, ServedRan
       own_(s.comm, s.cfg, ranges_[0], s.messages.weights.narrow(0, ranges_[0].begin, ranges_[0].size()),
            protocol::parameterShapes(s.model), updatesOnArrival, messages),
       partials_(ranges_.size()),
-      gather_(s.comm, ranges_, *s.optimizer, own_.update()) {
+      gather_(s.comm, ranges_, s.optimizer, own_.update()) {
   s.publisher->setRecordSource([this](const void* data, std::size_t bytes, const checkpoint::RecordWrite& write) {
     return gather_.recordSource(data, bytes, write);
   });
 }
 
 void ServerZero::start(const Start& start) {
-  sendStarts(s_.comm, ranges_, start, s_.messages.weights, *s_.optimizer, own_.update().optimizer());
+  sendStarts(s_.comm, ranges_, start, s_.messages.weights, s_.optimizer, own_.update().optimizer());
   if (!start.train || keepsWholeWeights_) return;
   float* weights = s_.messages.weights.data_ptr<float>();
   portable::releasePages(weights + ranges_[0].end,
@@ -257,8 +260,8 @@ Verdict ServerZero::decide(std::int64_t step, const Verdict& proposed, double& g
 }
 
 void ServerZero::apply(const Verdict& v, std::int64_t step, int contributors) {
-  own_.update().apply(v, step, 0);
-  if (v.apply) s_.update.averageBuffers(contributors);
+  applyVerdict(own_.update(), v, step, 0);
+  if (v.apply) roles::averageBuffers(s_.messages, s_.model, contributors);
 }
 
 void ServerZero::gather(const std::string& context) { gather(s_.messages.weights.data_ptr<float>(), context); }

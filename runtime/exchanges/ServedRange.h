@@ -16,7 +16,7 @@
 #include "runtime/exchanges/Ranges.h"
 #include "runtime/exchanges/CheckpointGather.h"
 #include "runtime/exchanges/LeadMessages.h"
-#include "runtime/exchanges/RangeUpdate.h"
+#include "runtime/exchanges/ServerRanges.h"
 #include "runtime/protocol/FlatParameters.h"
 
 namespace pstrain::exchanges {
@@ -58,8 +58,8 @@ class ServedRange {
   enum class Use { First, Add, Drop };
   void receiveGradientOf(int worker, Use use, const std::string& context);
 
-  // RangeUpdate::partial, with this server's traffic (per worker, each way) and update seconds.
-  Partial partial() { return update_.partial(update_.takeUpdateSeconds(), bytesOut_, bytesIn_); }
+  // LeadMessages.h's partialOf, with this server's traffic (per worker, each way) and update seconds.
+  Partial partial() { return partialOf(update_, update_.takeUpdateSeconds(), bytesOut_, bytesIn_); }
   // Messages::Elsewhere: the bytes of the last update's messages, each way.
   void countTraffic(double out, double in) { bytesOut_ = out, bytesIn_ = in; }
 
@@ -111,8 +111,8 @@ class ServerZero {
   void start(const Start& start);
 
   // One update's verdict: range 0's Partial beside every other server's, and `proposed` (its
-  // lr, gather and train set; apply 0: skipped without asking) decided by SummedUpdate's
-  // rules and told to every server (LeadMessages.h's decide). Sets `gradNorm` when applied.
+  // lr, gather and train set; apply 0: skipped without asking) decided by the admission
+  // rules (roles/Admission.h) and told to every server (LeadMessages.h's decide). Sets `gradNorm` when applied.
   Verdict decide(std::int64_t step, const Verdict& proposed, double& gradNorm);
   // The verdict's update of range 0 (throws as RangeUpdate::apply), and, when applied, the
   // buffers' mean over `contributors` batches.

@@ -1,6 +1,6 @@
 #pragma once
 // Whether a summed gradient updates the weights, and divided by what: the admission rules,
-// written once for every mode and any number of servers (SummedUpdate::apply, the K servers'
+// written once for every mode and any number of servers (SummedStep.h's applySummed, the K servers'
 // decide() in exchanges/LeadMessages.h, the rounds' inner and outer steps). From the summed
 // trailer (samples, loss, the workers' non-finite count) and, asked only where they matter,
 // the summed gradient's finiteness and sum of squares: the sample count checked,

@@ -30,17 +30,22 @@ UpdateState::UpdateState(comm::Communicator& comm, const config::TrainConfig& cf
       firstStep(firstStep),
       messages(models::parameterCount(model), bufferCount(model), comm.size(), device),
       rule(cfg.updateRule()),
-      optimizer(optim::makeOptimizer(rule, protocol::parameterShapes(model))),
       admission(rule),
-      update(admission, *optimizer, model, messages) {
+      update(rule, {0, messages.weights.numel(), protocol::parameterShapes(model)}, messages.weights,
+             protocol::parameterShapes(model), cfg.updatesOnArrival(), messages.grad),
+      optimizer(update.optimizer()) {
   if (stepLink) link.emplace(comm, cfg, model, messages, linkSeed);
   if (comm.rank() == 0) {
-    publisher.emplace(cfg, model, *optimizer, admission.lossScaling(), updatesPerEpoch, total, firstStep);
+    publisher.emplace(cfg, model, optimizer, admission.lossScaling(), updatesPerEpoch, total, firstStep);
   }
 }
 
 double UpdateState::lr(std::int64_t step) const {
   return optim::learningRate(rule, rule.batchesPerUpdate(shards), step, total);
+}
+
+bool UpdateState::apply(double lr, int contributors, std::int64_t step) {
+  return applySummed(admission, update, messages, model, lr, contributors, step);
 }
 
 StepStats UpdateState::stats(int contributors) {
@@ -61,7 +66,7 @@ namespace {
 // for a checkpoint that does not say, state that the rule has by every name.
 bool stateFits(const UpdateState& s, const checkpoint::Checkpoint& ckpt) {
   if (!ckpt.optimizerRule.empty()) return ckpt.optimizerRule == s.cfg.updateRuleName();
-  const auto& names = s.optimizer->info().state;
+  const auto& names = s.optimizer.info().state;
   return std::all_of(ckpt.optimizerState.begin(), ckpt.optimizerState.end(), [&](const auto& state) {
     return std::find(names.begin(), names.end(), state.first) != names.end();
   });
@@ -91,9 +96,9 @@ void restoreUpdate(UpdateState& s, const checkpoint::Checkpoint& ckpt) {
       }
       parts.push_back(it->second.flatten().to(torch::kFloat32));
     }
-    s.optimizer->restore(name, torch::cat(parts));
+    s.optimizer.restore(name, torch::cat(parts));
   }
-  s.optimizer->restoreUpdates(ckpt.optimizerSteps);
+  s.optimizer.restoreUpdates(ckpt.optimizerSteps);
 }
 
 }  // namespace pstrain::roles

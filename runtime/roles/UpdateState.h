@@ -18,7 +18,8 @@
 #include "runtime/roles/Publisher.h"
 #include "runtime/roles/StepStats.h"
 #include "runtime/roles/Admission.h"
-#include "runtime/roles/SummedUpdate.h"
+#include "runtime/roles/RangeUpdate.h"
+#include "runtime/roles/SummedStep.h"
 
 namespace pstrain::roles {
 
@@ -36,6 +37,9 @@ struct UpdateState {
   // The accounting of an update from the summed trailer of `contributors` batches, with this
   // rank's traffic and codec time since the last call (through the StepLink, if any).
   StepStats stats(int contributors);
+  // The update from the summed messages.up of `contributors` batches (SummedStep.h's
+  // applySummed): false, changing nothing, where the admission skips it.
+  bool apply(double lr, int contributors, std::int64_t step);
 
   comm::Communicator& comm;
   const config::TrainConfig& cfg;
@@ -49,9 +53,13 @@ struct UpdateState {
   protocol::StepMessages messages;
   std::optional<protocol::StepLink> link;
   const config::TrainConfig rule;  // of this rank's updates (TrainConfig::updateRule: diloco's outer step)
-  std::unique_ptr<optim::Optimizer> optimizer;  // rule's --optimizer
   Admission admission;  // rule's: whether a summed gradient updates, divided by what, the loss scale
-  SummedUpdate update;
+  // The whole model's weights (messages.weights) by rule, from messages.grad (sync with
+  // --overlap, cfg.updatesOnArrival(): bucket by bucket as they are summed).
+  RangeUpdate update;
+  // update's: rule's --optimizer with the whole model's state (checkpoints; with K servers,
+  // server 0 gathers theirs into it).
+  optim::Optimizer& optimizer;
   std::optional<Publisher> publisher;  // rank 0
 };
 

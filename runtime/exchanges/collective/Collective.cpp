@@ -11,6 +11,7 @@
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/roles/Balance.h"
 #include "runtime/roles/ServerLoop.h"
+#include "runtime/roles/SummedStep.h"
 
 namespace pstrain::exchanges::collective {
 
@@ -33,15 +34,25 @@ bool reduceAndUpdate(Server& s, const std::vector<Bucket>& buckets, std::int64_t
       s.link->reduceUp(context);
     }
     bool applied = false;
-    time.add([&] { applied = s.update.apply(lr, s.shards, step); });
+    time.add([&] { applied = s.apply(lr, s.shards, step); });
     return applied;
   }
   // The step's sample count is known in advance: the shards' batch sizes.
+  // One update over every bucket equals one over the whole gradient (RangeUpdate::stepPart).
   const double samples = static_cast<double>(s.shards * s.sampler.batchSizeAt(step));
+  s.update.beginParts();
   s.link->reduceUpInBuckets(buckets, [&](const Bucket& b, at::Tensor& grad) {
-    time.add([&] { s.update.applyBucket(b, grad, lr, samples, step); });
+    time.add([&] {
+      if (!s.update.stepPart(grad.data_ptr<float>(), b.begin, b.end - b.begin, lr, samples)) {
+        throw s.admission.nonFinite(step);
+      }
+    });
   }, context);
-  time.add([&] { s.update.finish(samples, s.shards, step); });
+  time.add([&] {
+    s.admission.setGradNorm(std::sqrt(s.update.sumOfSquares()) / samples);
+    s.admission.expectSamples(s.messages.trailer, samples, step);
+    roles::averageBuffers(s.messages, s.model, s.shards);
+  });
   return true;
 }
 

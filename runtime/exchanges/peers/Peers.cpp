@@ -35,7 +35,7 @@ std::int64_t agreeOnStart(comm::Communicator& comm, const checkpoint::Checkpoint
 // each buffer, then the loss scale (every rank's updates must skip alike).
 void shareUpdateState(UpdateState& s) {
   comm::Communicator& comm = s.comm;
-  optim::Optimizer& optimizer = *s.optimizer;
+  optim::Optimizer& optimizer = s.optimizer;
   std::string names;
   std::int64_t updates = optimizer.updates();
   if (comm.rank() == 0) {
@@ -102,7 +102,7 @@ void runAllreduce(Peer& p) {
     stats.exchangeSeconds = secondsSince(exchangeStart);
     const bool stop = messages.trailer[kStopRequest] > 0;
     auto updateStart = Clock::now();
-    stats.applied = p.update.apply(lr, p.shards, step);
+    stats.applied = p.apply(lr, p.shards, step);
     stats.gradNorm = p.admission.gradNorm();
     p.trainer->loadWeights();
     stats.updateSeconds = secondsSince(updateStart);
@@ -268,7 +268,7 @@ void runGossip(Peer& p) {
     const auto stepStart = Clock::now();
     p.trainer->computeGradient(step, step, p.admission.lossScale());
     StepStats stats = p.stats(1);  // this rank's own: alone, an update is a sum over one contributor
-    stats.applied = p.update.apply(lr, 1, step);
+    stats.applied = p.apply(lr, 1, step);
     stats.gradNorm = p.admission.gradNorm();
     gossip.trained(stats);
     gossip.maybeAverage(context);

@@ -17,7 +17,7 @@
 #include "runtime/exchanges/ServedRange.h"
 #include "runtime/exchanges/CheckpointGather.h"
 #include "runtime/exchanges/LeadMessages.h"
-#include "runtime/exchanges/RangeUpdate.h"
+#include "runtime/exchanges/ServerRanges.h"
 #include "runtime/exchanges/point_to_point/Arrival.h"
 #include "runtime/exchanges/Wire.h"
 #include "runtime/metrics/Clock.h"

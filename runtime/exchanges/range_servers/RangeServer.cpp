@@ -19,7 +19,7 @@
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/roles/Balance.h"
 #include "runtime/roles/ServerLoop.h"
-#include "runtime/roles/SummedUpdate.h"
+#include "runtime/roles/SummedStep.h"
 
 namespace pstrain::exchanges::range_servers {
 

@@ -9,7 +9,7 @@
 #include "runtime/config/TrainConfig.h"
 #include "runtime/exchanges/RangesWorker.h"
 #include "runtime/exchanges/LeadMessages.h"
-#include "runtime/exchanges/RangeUpdate.h"
+#include "runtime/exchanges/ServerRanges.h"
 #include "runtime/exchanges/range_servers/RangeServer.h"
 #include "runtime/protocol/FlatParameters.h"
 

@@ -10,7 +10,7 @@
 #include "runtime/exchanges/CheckpointGather.h"
 #include "runtime/exchanges/Follow.h"
 #include "runtime/exchanges/LeadMessages.h"
-#include "runtime/exchanges/RangeUpdate.h"
+#include "runtime/exchanges/ServerRanges.h"
 #include "runtime/exchanges/rounds/RoundChain.h"
 #include "runtime/exchanges/rounds/RoundsPlan.h"
 #include "runtime/protocol/FlatParameters.h"

@@ -8,7 +8,7 @@
 #include "runtime/exchanges/rounds/RoundsMemory.h"
 #include "runtime/exchanges/rounds/RoundsPlan.h"
 #include "runtime/exchanges/LeadMessages.h"
-#include "runtime/exchanges/RangeUpdate.h"
+#include "runtime/exchanges/ServerRanges.h"
 
 namespace pstrain::exchanges::rounds {
 namespace {

@@ -179,7 +179,7 @@ bool applyRound(Server& s, ServerZero* lead, std::int64_t first, bool skip, bool
     return v.apply != 0;
   }
   bool applied = false;  // (apply refuses 0 samples otherwise)
-  if (!skip) update.add([&] { applied = s.update.apply(s.lr(first), s.computing, first); });
+  if (!skip) update.add([&] { applied = s.apply(s.lr(first), s.computing, first); });
   return applied;
 }
 

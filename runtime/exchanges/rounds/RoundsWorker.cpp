@@ -19,7 +19,7 @@
 #include "runtime/protocol/StepMessages.h"
 #include "runtime/roles/LocalTrainer.h"
 #include "runtime/roles/RoleArgs.h"
-#include "runtime/roles/SummedUpdate.h"
+#include "runtime/roles/SummedStep.h"
 
 namespace pstrain::exchanges::rounds {
 
@@ -80,9 +80,10 @@ class RoundsWorker {
                 /*bf16Weights=*/!config::isLossless(plan_.codecs.down)),
         trainer_(cfg_, args.model, *args.train, args.device, local_, layout().workerIndex(rank_), layout().workers(),
                  rank_),
-        inner_(optim::makeOptimizer(cfg_, parameterShapes(args.model))),
+        model_(args.model),
         admission_(cfg_),
-        update_(admission_, *inner_, args.model, local_),
+        inner_(cfg_, {0, local_.weights.numel(), parameterShapes(args.model)}, local_.weights,
+               parameterShapes(args.model), false, local_.grad),
         downFixed_(kDecisionFloats + kHeaderFloats + static_cast<std::size_t>(global_.downTail.numel())),
         // Seeded by the worker's place (1 for the first): the same codes whatever the servers.
         chain_(comm_, endsOf(roundsRanges(args.model, cfg_)),
@@ -211,7 +212,8 @@ class RoundsWorker {
     for (std::int64_t h = 0; h < steps; ++h) {
       const std::int64_t at = roundStart + h * span / steps;
       trainer_.computeGradient(batch++, at, admission_.lossScale());
-      const bool applied = update_.apply(optim::learningRate(cfg_, 1, at, total_), 1, at);
+      const double lr = optim::learningRate(cfg_, 1, at, total_);
+      const bool applied = applySummed(admission_, inner_, local_, model_, lr, 1, at);
       if (config::MemoryPolicy(cfg_).givesPagesBack()) local_.up.release(0, local_.grad.numel());
       round.add(local_.trailer, rank_, applied);
       trainer_.loadWeights();  // on a device: the weights the update changed on the host
@@ -229,9 +231,9 @@ class RoundsWorker {
   const RoundsPlan plan_;
   StepMessages local_, global_;
   LocalTrainer trainer_;
-  std::unique_ptr<optim::Optimizer> inner_;
+  models::Net& model_;
   Admission admission_;  // the inner steps' (their loss scale)
-  SummedUpdate update_;
+  RangeUpdate inner_;    // the local steps: --optimizer on the local weights
   std::vector<float> downFixed_;  // the down message's decision, header, buffers and shares as they arrive
   RoundChain chain_;
   RoundsDecision decision_;       // the latest from the server: the next round's H, overlap

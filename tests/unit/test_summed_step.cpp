@@ -1,5 +1,5 @@
-// The update from summed up messages (roles/SummedUpdate) and its admission (roles/Admission):
-// the finite check, the outer step, the loss scale.
+// The update from summed up messages (roles/SummedStep: roles/RangeUpdate as roles/Admission
+// admits it): the finite check, the outer step, the loss scale.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -12,7 +12,7 @@
 #include "runtime/optim/LossScale.h"
 #include "runtime/optim/Optimizer.h"
 #include "runtime/protocol/FlatParameters.h"
-#include "runtime/roles/SummedUpdate.h"
+#include "runtime/roles/SummedStep.h"
 
 using namespace pstrain;
 
@@ -53,9 +53,12 @@ TEST(OuterStep, DilocosNesterovStepIsTorchSgdOnTheMeanPseudoGradient) {
   const std::int64_t n = models::parameterCount(*model);
   protocol::StepMessages messages(n, protocol::bufferCount(*model), 3);
   protocol::bindParameters(*model, messages.weights);
-  auto outer = optim::makeOptimizer(rule, protocol::parameterShapes(*model));
+  const codec::Shapes shapes = protocol::parameterShapes(*model);
   roles::Admission admission(rule);
-  roles::SummedUpdate update(admission, *outer, *model, messages);
+  roles::RangeUpdate outer(rule, {0, n, shapes}, messages.weights, shapes, false, messages.grad);
+  auto apply = [&](double lr, int contributors, std::int64_t step) {
+    return roles::applySummed(admission, outer, messages, *model, lr, contributors, step);
+  };
 
   at::Tensor reference = messages.weights.clone().requires_grad_(true);
   torch::optim::SGD torchSgd({reference}, torch::optim::SGDOptions(0.7).momentum(0.9).nesterov(true));
@@ -67,7 +70,7 @@ TEST(OuterStep, DilocosNesterovStepIsTorchSgdOnTheMeanPseudoGradient) {
     messages.trailer[protocol::kSamples] = samples[0] + samples[1];
     messages.trailer[protocol::kLossSum] = 1;
     messages.trailer[protocol::kNonFinite] = 0;
-    ASSERT_TRUE(update.apply(rule.lr, 2, round));
+    ASSERT_TRUE(apply(rule.lr, 2, round));
     reference.mutable_grad() = sum / (samples[0] + samples[1]);
     torchSgd.step();
     const double norm = (sum / 64).to(torch::kDouble).norm().item<double>();  // the metrics' delta_norm
@@ -146,24 +149,27 @@ TEST(LossScale, AnOverflowedGradientIsSkippedAndHalvesTheScale) {
   const std::int64_t n = models::parameterCount(*model);
   protocol::StepMessages messages(n, protocol::bufferCount(*model), 2);
   protocol::bindParameters(*model, messages.weights);
-  auto adam = optim::makeOptimizer(cfg, protocol::parameterShapes(*model));
+  const codec::Shapes shapes = protocol::parameterShapes(*model);
   roles::Admission admission(cfg);
-  roles::SummedUpdate update(admission, *adam, *model, messages);
+  roles::RangeUpdate adam(cfg, {0, n, shapes}, messages.weights, shapes, false, messages.grad);
+  auto apply = [&](double lr, int contributors, std::int64_t step) {
+    return roles::applySummed(admission, adam, messages, *model, lr, contributors, step);
+  };
   ASSERT_NE(admission.lossScaling(), nullptr);
   EXPECT_EQ(admission.lossScale(), 65536.0);
   messages.trailer[protocol::kSamples] = 8;
   messages.trailer[protocol::kLossSum] = 8;
   messages.grad.normal_();
-  ASSERT_TRUE(update.apply(0.01, 1, 0));
+  ASSERT_TRUE(apply(0.01, 1, 0));
   const at::Tensor before = messages.weights.clone();
   messages.grad[n / 2] = INFINITY;
-  EXPECT_FALSE(update.apply(0.01, 1, 1));
+  EXPECT_FALSE(apply(0.01, 1, 1));
   EXPECT_TRUE(messages.weights.equal(before));
-  EXPECT_EQ(adam->updates(), 1);
+  EXPECT_EQ(adam.optimizer().updates(), 1);
   EXPECT_EQ(admission.lossScale(), 32768.0);
   messages.grad.normal_();
-  EXPECT_TRUE(update.apply(0.01, 1, 2));
-  EXPECT_TRUE(update.apply(0.01, 1, 3));
+  EXPECT_TRUE(apply(0.01, 1, 2));
+  EXPECT_TRUE(apply(0.01, 1, 3));
   EXPECT_EQ(admission.lossScale(), 65536.0);
   EXPECT_FALSE(messages.weights.equal(before));
 
