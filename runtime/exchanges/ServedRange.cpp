@@ -33,6 +33,7 @@ ServedRange::ServedRange(comm::Communicator& comm, const config::TrainConfig& cf
                          const codec::Shapes& modelShapes, bool updatesOnArrival, Messages messages)
     : comm_(comm),
       cfg_(cfg),
+      policy_(cfg),
       ownWeights_(weights.defined() ? 0 : static_cast<std::size_t>(range.size())),
       range_(std::move(range)),
       update_(cfg.updateRule(), range_, weights.defined() ? std::move(weights) : ownWeights_.view(0, range_.size()), modelShapes,
@@ -132,7 +133,7 @@ void ServedRange::receiveGradients(const std::string& context, const StepPlan& p
   }
   const int slottedWorkers = inPlace ? workers - 1 : workers;
   const std::size_t ring =
-      useSlots(codec_ ? 2 : config::MemoryPolicy(cfg_).receiveSlots(slotted.size(), slottedWorkers, slotBytes()));
+      useSlots(codec_ ? 2 : policy_.receiveSlots(slotted.size(), slottedWorkers, slotBytes()));
   std::vector<std::size_t> got(messages), requests(messages), slotOf(messages);
   for (std::size_t k = 0; k < slotted.size(); ++k) slotOf[slotted[k]] = k % std::max<std::size_t>(ring, 1);
   auto target = [&](std::size_t m) -> char* {
@@ -193,7 +194,7 @@ void ServedRange::receiveGradientOf(int worker, Use use, const std::string& cont
   // count for one worker's raw parts, two frames for a coded one.
   const bool inPlace = use == Use::First && !codec_;
   const std::size_t ring = inPlace ? 0
-                           : useSlots(codec_ ? 2 : config::MemoryPolicy(cfg_).receiveSlots(
+                           : useSlots(codec_ ? 2 : policy_.receiveSlots(
                                                          static_cast<std::size_t>(parts), 1, slotBytes()));
   std::vector<std::size_t> requests(static_cast<std::size_t>(parts)), got(static_cast<std::size_t>(parts));
   auto partOf = [&](std::int64_t m) { return parts - 1 - m; };  // the parts come last first (Wire.h)

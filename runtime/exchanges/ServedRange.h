@@ -12,6 +12,7 @@
 
 #include "runtime/codec/Codec.h"
 #include "runtime/comm/Communicator.h"
+#include "runtime/config/MemoryPolicy.h"
 #include "runtime/config/TrainConfig.h"
 #include "runtime/exchanges/Ranges.h"
 #include "runtime/exchanges/CheckpointGather.h"
@@ -75,6 +76,7 @@ class ServedRange {
 
   comm::Communicator& comm_;
   const config::TrainConfig& cfg_;
+  const config::MemoryPolicy policy_;  // its raw parts' receive slots
   protocol::FloatBuffer ownWeights_;  // server k > 0's
   const KeyRange range_;
   RangeUpdate update_;

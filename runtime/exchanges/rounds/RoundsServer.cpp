@@ -166,7 +166,8 @@ void tellPublisher(Server& s, RoundCounts& counts, ServerZero* lead) {
 // (`lead`: every server's word, the verdict told to each), else here. `skip`: the round
 // carries no samples (overflowedRound); `gather`: a checkpoint's ranges follow the down
 // message; `train`: whether the run trains on. Returns whether it was applied.
-bool applyRound(Server& s, ServerZero* lead, std::int64_t first, bool skip, bool gather, bool train, UpdateTime& update) {
+bool applyRound(Server& s, ServerZero* lead, std::int64_t first, bool skip, bool gather, bool train,
+                UpdateTime& update) {
   if (lead) {
     Verdict v;
     v.apply = skip ? 0 : 1;
@@ -291,8 +292,8 @@ class RoundsLoop {
   bool round(std::int64_t steps) {
     currentStep() = step_;
     const std::int64_t H = decision_.localSteps;
-    chain_.startServerUp(lead_ ? lead_->own().update().sum() : s_.messages.up.data(), s_.messages.up.data() + weightCount_,
-                         contextOf(true));
+    float* sum = lead_ ? lead_->own().update().sum() : s_.messages.up.data();  // with K servers: range 0's
+    chain_.startServerUp(sum, s_.messages.up.data() + weightCount_, contextOf(true));
     s_.comm.expectLongWait();  // the workers train first
     chain_.finish();
     checkRoundStart(step_);

@@ -71,6 +71,7 @@ class RoundsWorker {
  public:
   explicit RoundsWorker(const RoleArgs& args)
       : cfg_(args.cfg),
+        memory_(cfg_),
         comm_(args.comm),
         rank_(comm_.rank()),
         plan_(roundsPlanOf(cfg_)),
@@ -214,7 +215,7 @@ class RoundsWorker {
       trainer_.computeGradient(batch++, at, admission_.lossScale());
       const double lr = optim::learningRate(cfg_, 1, at, total_);
       const bool applied = applySummed(admission_, inner_, local_, model_, lr, 1, at);
-      if (config::MemoryPolicy(cfg_).givesPagesBack()) local_.up.release(0, local_.grad.numel());
+      if (memory_.givesPagesBack()) local_.up.release(0, local_.grad.numel());
       round.add(local_.trailer, rank_, applied);
       trainer_.loadWeights();  // on a device: the weights the update changed on the host
       if (inFlight_ && !rebased_) {
@@ -226,6 +227,7 @@ class RoundsWorker {
   }
 
   const config::TrainConfig& cfg_;
+  const config::MemoryPolicy memory_;  // whether the local gradient's pages go back after each step
   comm::Communicator& comm_;
   const int rank_;
   const RoundsPlan plan_;
