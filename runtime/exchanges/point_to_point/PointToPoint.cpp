@@ -15,6 +15,7 @@
 #include "runtime/exchanges/RangesWorker.h"
 #include "runtime/exchanges/Follow.h"
 #include "runtime/exchanges/ServedRange.h"
+#include "runtime/exchanges/ServerZero.h"
 #include "runtime/exchanges/CheckpointGather.h"
 #include "runtime/exchanges/LeadMessages.h"
 #include "runtime/exchanges/ServerRanges.h"

@@ -14,6 +14,7 @@
 #include "runtime/exchanges/range_servers/RangeServer.h"
 #include "runtime/exchanges/Follow.h"
 #include "runtime/exchanges/ServedRange.h"
+#include "runtime/exchanges/ServerZero.h"
 #include "runtime/exchanges/Wire.h"
 #include "runtime/optim/Optimizer.h"
 #include "runtime/protocol/FlatParameters.h"

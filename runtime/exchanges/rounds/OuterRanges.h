@@ -4,7 +4,7 @@
 // lossy down codec) and of the outer optimizer's state, takes its range of the summed
 // pseudo-gradient from the chain (RoundChain.h) and sends its range down; server 0 runs the
 // rounds (RoundsServer.cpp) and decides for every server as every exchange's server 0 does
-// (exchanges/ServedRange.h's ServerZero, its range 0 moved by the chain).
+// (exchanges/ServerZero.h, its range 0 moved by the chain).
 #include "runtime/roles/RoleArgs.h"
 
 namespace pstrain::exchanges::rounds {

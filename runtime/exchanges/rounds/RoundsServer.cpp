@@ -15,6 +15,7 @@
 #include "runtime/exchanges/rounds/Rounds.h"
 #include "runtime/exchanges/rounds/RoundsPlan.h"
 #include "runtime/exchanges/ServedRange.h"
+#include "runtime/exchanges/ServerZero.h"
 #include "runtime/exchanges/rounds/OuterRanges.h"
 #include "runtime/optim/LrSchedule.h"
 #include "runtime/protocol/FlatParameters.h"
