@@ -12,4 +12,10 @@ namespace pstrain {
 constexpr std::size_t kPartBytes = std::size_t(4) << 20;  // 4 MiB
 constexpr std::int64_t kPartFloats = static_cast<std::int64_t>(kPartBytes / sizeof(float));
 
+// The parts of a range of `floats`: [p * kPartFloats, min((p + 1) * kPartFloats, floats)).
+constexpr std::int64_t partsOf(std::int64_t floats) { return (floats + kPartFloats - 1) / kPartFloats; }
+constexpr std::int64_t partSize(std::int64_t floats, std::int64_t part) {
+  return floats - part * kPartFloats < kPartFloats ? floats - part * kPartFloats : kPartFloats;
+}
+
 }  // namespace pstrain

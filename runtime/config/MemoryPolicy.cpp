@@ -34,9 +34,9 @@ std::size_t MemoryPolicy::receiveSlots(std::size_t messages, int workers, std::s
 
 double MemoryPolicy::receiveSlotBytes(std::int64_t rangeFloats, int workers) const {
   if (rangeFloats <= 0 || workers <= 0) return 0;
-  const std::int64_t parts = (rangeFloats + kPartFloats - 1) / kPartFloats;
-  const std::size_t slotBytes = static_cast<std::size_t>(std::min(kPartFloats, rangeFloats)) * sizeof(float);
-  const std::size_t slots = receiveSlots(static_cast<std::size_t>(parts * workers), workers, slotBytes);
+  // ServedRange's slot: a part, the range's first (the largest).
+  const std::size_t slotBytes = static_cast<std::size_t>(partSize(rangeFloats, 0)) * sizeof(float);
+  const std::size_t slots = receiveSlots(static_cast<std::size_t>(partsOf(rangeFloats) * workers), workers, slotBytes);
   return static_cast<double>(slots) * static_cast<double>(slotBytes);
 }
 

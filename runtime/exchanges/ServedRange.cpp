@@ -98,6 +98,12 @@ void ServedRange::startWeightsTo(const std::vector<int>& to, std::int64_t versio
   bytesOut_ = static_cast<double>(range_.size()) * 2;
 }
 
+void ServedRange::sendWeightsTo(const std::vector<int>& to, std::int64_t version, const std::string& context) {
+  std::vector<std::size_t> requests;
+  startWeightsTo(to, version, requests, context);
+  for (std::size_t request : requests) comm_.wait(request);
+}
+
 const float* ServedRange::valuesOf(const char* bytes, std::size_t got, std::int64_t part, int rank,
                                   const std::string& context) {
   if (!codec_) {
@@ -178,7 +184,7 @@ void ServedRange::receiveGradients(const std::string& context, const StepPlan& p
 
 std::size_t ServedRange::slotBytes() const {
   // A raw part is at most kPartFloats and never more than the range.
-  return codec_ ? codec_->maxFrameBytes() : static_cast<std::size_t>(std::min(kPartFloats, range_.size())) * sizeof(float);
+  return codec_ ? codec_->maxFrameBytes() : static_cast<std::size_t>(partSize(range_.size(), 0)) * sizeof(float);
 }
 
 std::size_t ServedRange::useSlots(std::size_t count) {

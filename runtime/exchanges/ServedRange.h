@@ -43,6 +43,8 @@ class ServedRange {
   // parts, each reused once its sends are done (those are then done when this returns).
   void startWeightsTo(const std::vector<int>& to, std::int64_t version, std::vector<std::size_t>& requests,
                       const std::string& context);
+  // The same, until every send is done (the followers' down message).
+  void sendWeightsTo(const std::vector<int>& to, std::int64_t version, const std::string& context);
 
   // Sync: every worker's gradient of this range, summed in worker order (as one server sums
   // them: the same floats). Raw, part by part from every worker: worker 0's part lands

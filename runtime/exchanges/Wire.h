@@ -36,12 +36,8 @@ constexpr int kWeightsTag = comm::Communicator::kFirstFreeTag;
 constexpr int kHeadTag = comm::Communicator::kFirstFreeTag + 1;
 constexpr int kGradTag = comm::Communicator::kFirstFreeTag + 2;
 constexpr int kTailTag = comm::Communicator::kFirstFreeTag + 3;
-// Parts of kPartFloats (runtime/Parts.h): a server holds a few per worker, not a range.
-// The parts of a range of `floats`: [p * kPartFloats, min((p + 1) * kPartFloats, floats)).
-inline std::int64_t partsOf(std::int64_t floats) { return (floats + kPartFloats - 1) / kPartFloats; }
-inline std::int64_t partSize(std::int64_t floats, std::int64_t part) {
-  return std::min(kPartFloats, floats - part * kPartFloats);
-}
+// A range travels in parts of kPartFloats (runtime/Parts.h's partsOf, partSize): a server
+// holds a few per worker, not a range.
 // The lead messages use the blocking send() and receive(): small, and one at a time.
 
 }  // namespace pstrain::exchanges

@@ -68,7 +68,7 @@ class Arrivals : public FollowPolicy {
       : comm_(comm), layout_(cfg, comm.size()), quorum_(cfg.batchesPerUpdate(layout_.workers())) {}
 
   bool start(ServedRange& served, const Start& start) override {
-    send(served, layout_.workerRanks(), start.firstStep, fmt::format("step {}", start.firstStep));
+    served.sendWeightsTo(layout_.workerRanks(), start.firstStep, fmt::format("step {}", start.firstStep));
     return true;  // server 0 says when it stops (Arrival::Stop, End)
   }
   bool takeIn(ServedRange& served, std::int64_t step) override {
@@ -83,13 +83,13 @@ class Arrivals : public FollowPolicy {
       if (a.kind == Arrival::Stop) {  // the last checkpoint is served at End
         offerCheckpoint(comm_, served.update(), "stop");
         gathering_ = true;
-        send(served, waiting_, step, "stop");
+        served.sendWeightsTo(waiting_, step, "stop");
         waiting_.clear();
         continue;
       }
       if (a.kind != Arrival::Accept) {  // Stale, Drain
         served.receiveGradientOf(worker, ServedRange::Use::Drop, context);
-        send(served, {worker}, step, context);
+        served.sendWeightsTo({worker}, step, context);
         continue;
       }
       served.receiveGradientOf(worker, waiting_.empty() ? ServedRange::Use::First : ServedRange::Use::Add, context);
@@ -99,18 +99,11 @@ class Arrivals : public FollowPolicy {
   }
   void sendDown(ServedRange& served, const Verdict& v) override {
     const auto next = static_cast<std::int64_t>(v.step) + 1;
-    send(served, waiting_, next, fmt::format("step {}", next - 1));
+    served.sendWeightsTo(waiting_, next, fmt::format("step {}", next - 1));
     waiting_.clear();
   }
 
  private:
-  // The range's weights of update `version` to `workers`.
-  void send(ServedRange& served, const std::vector<int>& workers, std::int64_t version, const std::string& context) {
-    std::vector<std::size_t> requests;
-    served.startWeightsTo(workers, version, requests, context);
-    for (std::size_t request : requests) comm_.wait(request);
-  }
-
   comm::Communicator& comm_;
   const config::Layout layout_;
   const int quorum_;

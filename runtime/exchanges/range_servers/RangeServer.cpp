@@ -33,11 +33,11 @@ namespace {
 class Lockstep : public FollowPolicy {
  public:
   Lockstep(comm::Communicator& comm, const config::TrainConfig& cfg)
-      : comm_(comm), workers_(config::Layout(cfg, comm.size()).workerRanks()) {}
+      : workers_(config::Layout(cfg, comm.size()).workerRanks()) {}
 
   bool start(ServedRange& served, const Start& start) override {
     plan_ = start.plan;
-    send(served, start.firstStep, start.train != 0);
+    served.sendWeightsTo(workers_, start.firstStep, contextOf(start.firstStep, start.train != 0));
     return start.train != 0;
   }
   bool takeIn(ServedRange& served, std::int64_t step) override {
@@ -46,18 +46,16 @@ class Lockstep : public FollowPolicy {
   }
   void sendDown(ServedRange& served, const Verdict& v) override {
     plan_ = v.next;
-    send(served, static_cast<std::int64_t>(v.step) + 1, v.train != 0);
+    const auto next = static_cast<std::int64_t>(v.step) + 1;
+    served.sendWeightsTo(workers_, next, contextOf(next, v.train != 0));
   }
 
  private:
-  // The weights of update `version` to every worker (the stop's when not `training`).
-  void send(ServedRange& served, std::int64_t version, bool training) {
-    std::vector<std::size_t> requests;
-    served.startWeightsTo(workers_, version, requests, training ? fmt::format("step {}", version) : "stop");
-    for (std::size_t request : requests) comm_.wait(request);
+  // The down message of update `version`: the stop's when not `training`.
+  static std::string contextOf(std::int64_t version, bool training) {
+    return training ? fmt::format("step {}", version) : "stop";
   }
 
-  comm::Communicator& comm_;
   const std::vector<int> workers_;
   StepPlan plan_;  // of the next step: its lr and samples (updates on arrival)
 };
