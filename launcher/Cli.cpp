@@ -83,12 +83,9 @@ TrainCommand parseTrainCommand(int argc, char** argv) {
     }
     // --loss auto is mse for float targets: a file says which it holds in its labels. (An
     // unreadable one is reported where it is loaded, with the rank that failed.)
-    if (c.lossByTargets() && modelFile && dataFile && format.yields == data::Yields::Labelled) {
+    if (c.loss == config::kAuto && modelFile && dataFile && format.yields == data::Yields::Labelled) {
       try {
-        if (data::datasetInfo(c.dataset, c.ignoreIndex).classes == 0) {
-          command.cfg.loss = "mse";
-          command.cfg.lossFromTargets = true;
-        }
+        if (data::datasetInfo(c.dataset, c.ignoreIndex).classes == 0) command.lossByTargets = "mse";
       } catch (const DataError&) {
       }
     }

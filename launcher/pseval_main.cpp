@@ -148,7 +148,7 @@ class Evaluator {
   // loss "model") for a model whose forward takes the targets, a --loss row for another.
   void checkLoss(const checkpoint::Checkpoint& ckpt, const models::Net& model, const std::string& path) const {
     try {
-      loss::lossForModel(ckpt.loss, /*lossFromTargets=*/false, model, modelOf(ckpt));
+      loss::lossForModel(ckpt.loss, /*byTargets=*/"", model, modelOf(ckpt));
     } catch (const ConfigError& e) {
       throw ConfigError(fmt::format("{}: trained with the loss '{}', which does not fit the model {}: {}", path,
                                     printable(ckpt.loss), modelOf(ckpt), e.what()));

@@ -177,7 +177,7 @@ void printRequested(const launcher::TrainCommand& cli) {
 // --init-from: the model's weights from the file, on every rank, each tensor read straight
 // into the model (a fine-tune's frozen weights never travel: each rank takes them from its
 // copy); cfg.initFromIdentity, which the handshake compares, from what was read.
-void initFrom(models::Net& model, config::TrainConfig& cfg, int rank) {
+void initFrom(models::Net& model, config::RunPlan& cfg, int rank) {
   const std::string source = "--init-from " + cfg.initFrom;
   const models::Pretrained loaded = [&] {
     try {
@@ -203,9 +203,9 @@ void initFrom(models::Net& model, config::TrainConfig& cfg, int rank) {
 
 // This rank's device, model and data, then its part of the training (or of the probe).
 // `prefetched` holds the training set's loading when this rank computes. Throws on any error.
-void trainOrProbe(comm::mpi::MpiComm& comm, const config::TrainConfig& given, std::future<data::Dataset>& prefetched,
+void trainOrProbe(comm::mpi::MpiComm& comm, const launcher::TrainCommand& cli, std::future<data::Dataset>& prefetched,
                   const std::string& command) {
-  config::TrainConfig cfg = given;  // its --loss resolved against the model, once loaded
+  config::RunPlan cfg(cli.cfg);  // its loss and init file resolved here, once the model is read
   metrics::Startup& startup = metrics::Startup::process();
   comm.connect(cfg.doorbell == config::OnOff::On);
   startup.mark("command_line");
@@ -232,7 +232,7 @@ void trainOrProbe(comm::mpi::MpiComm& comm, const config::TrainConfig& given, st
   // A zoo model is made for the dataset's classes; a model file is what it is.
   auto model = models::makeModel(cfg.model, config::isModelFile(cfg.model) ? 0 : data::datasetInfo(cfg.dataset).classes,
                                  training::weightsNeeded(cfg, comm.rank()));
-  cfg.loss = loss::lossForModel(cfg.loss, cfg.lossFromTargets, *model, cfg.model);
+  cfg.resolvedLoss = loss::lossForModel(cfg.loss, cli.lossByTargets, *model, cfg.model);
   if (!cfg.initFrom.empty()) {
     initFrom(*model, cfg, comm.rank());
   } else if (!model->unfilled().empty()) {
@@ -320,7 +320,7 @@ int main(int argc, char** argv) {
       comm.connect(cfg.doorbell == config::OnOff::On);
       return launcher::runDoctor(comm, cfg);
     }
-    trainOrProbe(comm, cfg, prefetched, command);
+    trainOrProbe(comm, cli, prefetched, command);
   } catch (const CollectiveConfigError& e) {
     if (rank == 0) launcher::printErrorLine(fmt::format("pstrain: error: {}", e.what()));
     return kConfigErrorExit;

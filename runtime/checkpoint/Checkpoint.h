@@ -38,8 +38,8 @@ struct Checkpoint {
   std::string model;       // registry name
   std::string dataset;
   std::int64_t syntheticSize = 0;  // training-set size when dataset is "synthetic"
-  std::string fingerprint; // TrainConfig::fingerprint()
-  std::string loss = "nll";  // TrainConfig::lossFunction()
+  std::string fingerprint; // config::RunPlan::fingerprint()
+  std::string loss = "nll";  // config::RunPlan::lossFunction()
   std::string modelPath;   // a model file's absolute path (empty for the zoo)
   std::int64_t virtualShards = 0;  // of the run's global batch (0: not recorded)
   std::int64_t batchSize = 0;      // per virtual shard (0: not recorded)

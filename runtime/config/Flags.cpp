@@ -76,7 +76,6 @@ void requireOuterStep(const TrainConfig& c, const char* flag, bool atDefault) {
 std::optional<std::string> whenSynthetic(const TrainConfig& c, const std::string& v) {
   return c.dataset.rfind("synthetic", 0) == 0 ? v : "-";
 }
-std::optional<std::string> resolvedLoss(const TrainConfig& c, const std::string&) { return c.lossFunction(); }
 std::optional<std::string> resolvedGradientCodec(const TrainConfig& c, const std::string&) { return c.gradientCodec(); }
 std::optional<std::string> resolvedWeightCodec(const TrainConfig& c, const std::string&) { return c.weightCodec(); }
 std::optional<std::string> resolvedBalance(const TrainConfig& c, const std::string&) {
@@ -235,7 +234,7 @@ const std::vector<Flag> kFlags = {
      "auto | " + lossNames(true) + "; auto: the model's own where its forward takes the targets (forward(x, y), "
      "as nanoGPT's), else mse for float targets, else nll for the zoo and cross-entropy for a model file; over the "
      "last dimension of every position when the targets are [N, L]",
-     &TrainConfig::loss, A::Fingerprint, resolvedLoss, [](const TrainConfig& c) {
+     &TrainConfig::loss, A::Fingerprint, nullptr, [](const TrainConfig& c) {
        if (c.loss == "auto") return;
        const LossInfo& row = lossInfo(c.loss);
        require(row.zooOutputs || isModelFile(c.model),
@@ -670,12 +669,12 @@ void TrainConfig::validate() const {
   }
 }
 
-std::vector<std::pair<std::string, std::string>> TrainConfig::sharedFields() const {
+std::vector<std::pair<std::string, std::string>> fingerprintFields(const TrainConfig& cfg) {
   std::vector<std::pair<std::string, std::string>> fields;
   for (const Flag& flag : kFlags) {
     if (flag.agreement != Agreement::Fingerprint) continue;
-    const std::string value = canonical(*this, flag.member);
-    const auto reading = flag.reading ? flag.reading(*this, value) : std::optional<std::string>(value);
+    const std::string value = canonical(cfg, flag.member);
+    const auto reading = flag.reading ? flag.reading(cfg, value) : std::optional<std::string>(value);
     if (reading) fields.emplace_back(flag.name, *reading);
   }
   return fields;
@@ -687,16 +686,18 @@ std::vector<std::string> commandLineOf(const TrainConfig& cfg) {
   return args;
 }
 
-std::vector<std::pair<std::string, std::string>> agreedFields(const TrainConfig& cfg) {
-  auto fields = cfg.sharedFields();
+std::vector<std::pair<std::string, std::string>> agreedFields(const RunPlan& run) {
+  const TrainConfig cfg = run.explicitFlags();
+  auto fields = fingerprintFields(cfg);
   for (const Flag& flag : kFlags) {
     if (flag.agreement == Agreement::Compared) fields.emplace_back(flag.name, canonical(cfg, flag.member));
   }
   return fields;
 }
 
-std::vector<std::pair<std::string, std::string>> allFields(const TrainConfig& cfg) {
-  auto fields = cfg.sharedFields();
+std::vector<std::pair<std::string, std::string>> allFields(const RunPlan& run) {
+  const TrainConfig cfg = run.explicitFlags();
+  auto fields = fingerprintFields(cfg);
   for (const Flag& flag : kFlags) {
     if (flag.agreement != Agreement::Fingerprint) fields.emplace_back(flag.name, canonical(cfg, flag.member));
   }

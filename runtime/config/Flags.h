@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/config/RunPlan.h"
 #include "runtime/config/TrainConfig.h"
 
 namespace pstrain::config {
@@ -16,7 +17,7 @@ namespace pstrain::config {
 enum class Agreement {
   HostLocal,    // each rank its own (paths, threads, device, logging)
   Compared,     // the same on every rank (the handshake checks), not part of the training's identity
-  Fingerprint,  // the same on every rank, and part of the fingerprint (TrainConfig::sharedFields)
+  Fingerprint,  // the same on every rank, and part of the fingerprint (fingerprintFields)
 };
 
 // pstrain's command line, parsed.
@@ -29,6 +30,9 @@ struct TrainFlags {
   bool listModes = false;
   bool doctor = false;   // check every host (launcher/Doctor.h) and exit
   std::vector<std::string> warnings;  // for rank 0 to print: a flag the command line repeats
+  // What --loss auto is by the data (launcher/Cli, which reads a data file's labels): "mse"
+  // for float targets; "": the model decides (loss::lossForModel).
+  std::string lossByTargets;
 };
 
 // Parses pstrain's arguments (`args` without the program name): the flags of `--config FILE`
@@ -47,10 +51,16 @@ std::vector<std::string> configFileArguments(const std::string& path);
 // pstrain-run launches its jobs with it (a --config file's flags included).
 std::vector<std::string> commandLineOf(const TrainConfig& cfg);
 
-// Every flag with Agreement::Compared or Fingerprint, as (name, canonical value), in the
-// table's order; a field that does not apply to cfg's mode reads "-".
-std::vector<std::pair<std::string, std::string>> agreedFields(const TrainConfig& cfg);
+// The flags with Agreement::Fingerprint as `cfg` reads them, as (flag name, canonical value)
+// in the table's order: those that identify a training (the fingerprint's input,
+// RunPlan::fingerprint, of its explicitFlags()). A field that does not apply to cfg's mode
+// reads "-"; one newer than some runs, at its default, is left out.
+std::vector<std::pair<std::string, std::string>> fingerprintFields(const TrainConfig& cfg);
+
+// The fingerprint's fields, then every flag with Agreement::Compared, of the run's explicit
+// flags (what every rank must agree on).
+std::vector<std::pair<std::string, std::string>> agreedFields(const RunPlan& run);
 // The same for every flag (run.json's "config").
-std::vector<std::pair<std::string, std::string>> allFields(const TrainConfig& cfg);
+std::vector<std::pair<std::string, std::string>> allFields(const RunPlan& run);
 
 }  // namespace pstrain::config

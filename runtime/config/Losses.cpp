@@ -25,9 +25,6 @@ std::string lossNames(bool withHelp) {
   return names;
 }
 
-bool lossIsAutomatic(const std::string& loss, bool lossFromTargets) {
-  return loss == kAuto || (lossFromTargets && loss == "mse");
-}
 
 bool isModelLoss(const std::string& loss) { return loss == kModelLoss; }
 

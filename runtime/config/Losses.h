@@ -1,7 +1,7 @@
 #pragma once
 // The training losses (--loss), one row each in one table (Losses.cpp): the targets and the
 // model output each takes. The function itself is in runtime/loss (Loss.cpp), found by the
-// row's name. --loss auto is not a row: it resolves to one (TrainConfig::lossFunction).
+// row's name. --loss auto is not a row: it resolves to one (RunPlan::lossFunction).
 // Torch-free.
 #include <string>
 #include <vector>
@@ -28,9 +28,6 @@ constexpr const char* kModelLoss = "model";
 const std::vector<LossInfo>& losses();
 // The row of `name` ("auto" is not one); throws ConfigError naming --loss and the names otherwise.
 const LossInfo& lossInfo(const std::string& name);
-// Whether --loss `loss` leaves the choice to pstrain: auto, or the mse that auto resolved to
-// for float targets (`lossFromTargets`: TrainConfig::lossFromTargets).
-bool lossIsAutomatic(const std::string& loss, bool lossFromTargets);
 // Whether --loss `loss` is the model's own (kModelLoss); "auto" is not.
 bool isModelLoss(const std::string& loss);
 

@@ -11,10 +11,10 @@ namespace {
 constexpr double kMib = 1 << 20;
 }
 
-MemoryPolicy::MemoryPolicy(const TrainConfig& cfg)
-    : lean_(cfg.leanMemory()),
-      senderBytes_(static_cast<std::int64_t>((kLeanInFlightMib + cfg.leanSpareMib) * kMib)),
-      serverSpareBytes_(static_cast<std::int64_t>(cfg.leanSpareMib * kMib)) {}
+MemoryPolicy::MemoryPolicy(const RunPlan& run)
+    : lean_(run.leanMemory()),
+      senderBytes_(static_cast<std::int64_t>((kLeanInFlightMib + run.leanSpareMib) * kMib)),
+      serverSpareBytes_(static_cast<std::int64_t>(run.leanSpareMib * kMib)) {}
 
 std::size_t MemoryPolicy::sendWindow(std::int64_t messageBytes) const {
   if (!lean_) return std::numeric_limits<std::size_t>::max();

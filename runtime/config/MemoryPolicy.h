@@ -7,13 +7,13 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "runtime/config/TrainConfig.h"
+#include "runtime/config/RunPlan.h"
 
 namespace pstrain::config {
 
 class MemoryPolicy {
  public:
-  explicit MemoryPolicy(const TrainConfig& cfg);
+  explicit MemoryPolicy(const RunPlan& run);
 
   // Lean: a rank gives back the pages of each message it has sent, and of a local step's
   // gradient after the step (the next backward writes every float of it again).
@@ -21,7 +21,7 @@ class MemoryPolicy {
 
   // How many messages of `messageBytes` each a sender keeps out before it waits for the
   // oldest. Fast: all of them. Lean: its bytes in flight's worth (16 MiB, lean's least, plus
-  // what the plan spares it: TrainConfig::leanSpareMib), and never fewer than two (one on the
+  // what the plan spares it: RunPlan::leanSpareMib), and never fewer than two (one on the
   // wire, the next queued).
   std::size_t sendWindow(std::int64_t messageBytes) const;
 

@@ -11,7 +11,7 @@
 #include "runtime/config/Devices.h"
 #include "runtime/config/Optimizers.h"
 
-// validate() and sharedFields() are made from the flag table, in Flags.cpp.
+// validate() is made from the flag table, in Flags.cpp.
 
 namespace pstrain::config {
 
@@ -49,11 +49,6 @@ std::string canonicalNumber(double value) {
 
 bool TrainConfig::linearLrScaling() const { return lrScaling == "linear"; }
 bool TrainConfig::cosineLrDecay() const { return lrDecay == "cosine"; }
-
-std::string TrainConfig::lossFunction() const {
-  if (loss != "auto") return loss;
-  return isModelFile(model) ? "cross-entropy" : "nll";
-}
 
 bool isModelFile(const std::string& model) {
   return model.find('/') != std::string::npos || endsWith(model, ".pt") || endsWith(model, ".pth");
@@ -175,17 +170,6 @@ int TrainConfig::batchesPerUpdate(int workers) const {
 
 std::int64_t TrainConfig::updatesPerEpoch(std::int64_t batchesPerEpoch, int workers) const {
   return modeInfo().updatePerBatch ? batchesPerEpoch * workers : batchesPerEpoch;
-}
-
-std::string TrainConfig::fingerprint() const {
-  std::uint64_t hash = 1469598103934665603ull;  // FNV-1a, 64 bit
-  for (const auto& [key, value] : sharedFields()) {
-    for (char c : key + "=" + value + "\n") {
-      hash ^= static_cast<unsigned char>(c);
-      hash *= 1099511628211ull;
-    }
-  }
-  return fmt::format("{:016x}", hash);
 }
 
 std::int64_t totalSteps(const TrainConfig& cfg, std::int64_t stepsPerEpoch) {

@@ -1,8 +1,9 @@
 #pragma once
-// The training configuration shared by every rank. Its fields are set from pstrain's flags
-// (Flags.h: one row per flag with its help, check and whether ranks must agree on it),
-// compared across ranks at start-up (protocol/Handshake) and recorded in run.json and every
-// checkpoint (as its fingerprint).
+// The training configuration as the user gave it, shared by every rank. Its fields are set
+// from pstrain's flags (Flags.h: one row per flag with its help, check and whether ranks
+// must agree on it) and never changed after; what start-up resolves from them is a
+// RunPlan's (config/RunPlan.h), which the roles read. Compared across ranks at start-up
+// (protocol/Handshake) and recorded in run.json and every checkpoint (as its fingerprint).
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -24,9 +25,6 @@ struct TrainConfig {
   Mode mode = Mode::Sync;
   std::string model = "lenet";            // a zoo name or a TorchScript file (isModelFile)
   std::string initFrom;                   // pretrained weights: a state dict or .safetensors file ("": none)
-  // --init-from's file as every rank read it ("crc32 ..., N bytes"; set by the launcher once
-  // read): compared in the handshake, recorded in checkpoints, checked on --resume.
-  std::string initFromIdentity;
   std::string dataset = "fashion-mnist";  // a built-in name, or a file or folder (data/Formats.h)
   std::string dataDir;                    // empty: the dataset's folder in data::dataRoot()
   std::int64_t syntheticSize = 6000;
@@ -37,7 +35,8 @@ struct TrainConfig {
   std::int64_t lossScaleWindow = 2000;    // finite updates in a row before the loss scale doubles
   // A step's global batch is dealt to this many virtual shards of batchSize samples, whoever
   // computes them (data/ShardSampler.h). 0: as many as the first launch has workers;
-  // --resume keeps the checkpoint's. Modes that are not sharded keep one per worker.
+  // --resume keeps the checkpoint's (RunPlan::resolvedShards). Modes that are not sharded
+  // keep one per worker.
   int virtualShards = 0;
   bool reshard = false;
   Switch balanceFlag = Switch::Auto;     // see balance()
@@ -45,8 +44,7 @@ struct TrainConfig {
   std::string lrScaling = "linear";
   std::int64_t warmupSteps = 0;
   std::string lrDecay = "none";
-  std::string loss = "auto";              // see lossFunction()
-  bool lossFromTargets = false;           // "mse" is --loss auto's, by the data's float targets (launcher/Cli)
+  std::string loss = "auto";              // a row of config::losses(), or auto (RunPlan::lossFunction())
   std::int64_t ignoreIndex = -100;        // a target of this value adds no loss (padding)
   std::int64_t blockSize = 0;             // a token file's window (context) length; 0: not a token file
   std::string optimizer = "sgd";          // sgd | adam | adamw (runtime/optim)
@@ -81,14 +79,7 @@ struct TrainConfig {
   double stallWarningSeconds = 60;        // a wait this long names who has not arrived (0: never)
   OnOff overlap = OnOff::On;
   std::int64_t bucketKb = 256;
-  MemoryUse memory = MemoryUse::Auto;  // --memory, as given
-  // --memory auto's choice for this rank's host, made at start-up (training::startRun: Fast
-  // or Lean); Auto until then, which counts as fast (leanMemory()).
-  MemoryUse memoryChosen = MemoryUse::Auto;
-  // Under lean, what auto's plan spares each of the host's ranks for more transfers in
-  // flight (MiB): its share of the room left under half the host's memory (0: lean's least,
-  // and always with --memory lean as given). See MemoryPolicy.
-  double leanSpareMib = 0;
+  MemoryUse memory = MemoryUse::Auto;  // --memory (RunPlan::memoryChosen: auto's choice)
   // Parameter servers (ranks 0..servers-1, each owning a range of the weights: sync's
   // range servers' exchange, exchanges/range_servers); the other ranks are workers.
   int servers = 1;
@@ -198,31 +189,16 @@ struct TrainConfig {
   // weights, and neither --skip-nonfinite, --clip-grad-norm nor loss scaling (which must see
   // the whole gradient before any of it is applied).
   bool updatesOnArrival() const;
-  // Whether this rank gives the pages of what it has sent back at once and keeps few
-  // transfers in flight (--memory lean, or auto resolved to it): see MemoryUse.
-  bool leanMemory() const { return (memory == MemoryUse::Auto ? memoryChosen : memory) == MemoryUse::Lean; }
 
-  // The loss, --loss auto resolved: nll for the zoo's models (their outputs are
-  // log-probabilities), cross-entropy on the outputs (logits) of a model file.
-  std::string lossFunction() const;
   // --lr-scaling linear (the lr times the batches an update averages); --lr-decay cosine.
   bool linearLrScaling() const;
   bool cosineLrDecay() const;
-  // --loss auto: lossFunction() picks the loss by the targets (a file's float targets: mse).
-  bool lossByTargets() const { return loss == kAuto; }
 
   // Worker batches behind one optimizer update, given `workers` computing ranks (or virtual
   // shards): what --lr-scaling linear multiplies the lr by (Mode.h, Quorum).
   int batchesPerUpdate(int workers) const;
   // Optimizer updates in one epoch when each worker's shard is `batchesPerEpoch` batches.
   std::int64_t updatesPerEpoch(std::int64_t batchesPerEpoch, int workers) const;
-
-  // The fields every rank must agree on and that identify the training, in the flag table's
-  // order, as (flag name, canonical value): the fingerprint's input.
-  std::vector<std::pair<std::string, std::string>> sharedFields() const;
-
-  // 16 hex digits identifying sharedFields(): equal fingerprints mean the same training.
-  std::string fingerprint() const;
 };
 
 // Whether --model names a TorchScript file (it holds a '/' or ends in .pt or .pth) rather

@@ -16,6 +16,7 @@
 #include "runtime/exchanges/Ranges.h"
 
 namespace pstrain::config {
+struct RunPlan;
 struct TrainConfig;
 }
 namespace pstrain::models {
@@ -60,7 +61,7 @@ struct Exchange {
   // The dry run's text of its own; null where it has none.
   PlanText (*plan)(const PlanFacts&);
   // What its ranks hold beyond what the dry run allocates (the memory plan's figures).
-  Memory (*memory)(const config::TrainConfig&, const config::Layout&);
+  Memory (*memory)(const config::RunPlan&, const config::Layout&);
   // Its refusals of a run that only it knows (throws CollectiveConfigError), run on every
   // rank after the handshake, before anything trains or is planned; null: none.
   void (*check)(const config::TrainConfig&, const models::Net&) = nullptr;

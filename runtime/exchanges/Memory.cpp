@@ -18,7 +18,7 @@ double residualBytes(const config::TrainConfig& cfg) {
   return config::errorFeedbackOn(cfg.errorFeedback, spec) ? codec::residualBytes(spec) : 0;
 }
 
-void addGradientBuffer(Memory& m, const config::TrainConfig& cfg, bool streams) {
+void addGradientBuffer(Memory& m, const config::RunPlan& cfg, bool streams) {
   if (!streams) {  // the whole gradient, written by the measured step too
     m.held += 4;
   } else if (!config::MemoryPolicy(cfg).givesPagesBack()) {

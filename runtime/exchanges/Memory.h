@@ -4,7 +4,7 @@
 // (Exchange::memory), following what its loops keep; change it with them. Torch-free.
 #include "runtime/config/Layout.h"
 #include "runtime/config/MemoryPolicy.h"
-#include "runtime/config/TrainConfig.h"
+#include "runtime/config/RunPlan.h"
 
 namespace pstrain::exchanges {
 
@@ -43,7 +43,7 @@ struct Memory {
 // A streaming computing rank's figures under cfg's --memory: lean, the buckets in flight
 // (counted by the plan); fast, the whole gradient buffer kept (4 bytes a parameter, in
 // `held` and `keptGradient`). `streams`: whether its gradient leaves it by buckets.
-void addGradientBuffer(Memory& m, const config::TrainConfig& cfg, bool streams);
+void addGradientBuffer(Memory& m, const config::RunPlan& cfg, bool streams);
 // Bytes a parameter of `rule`'s state (torch.optim's moments; SGD's momentum only with it).
 double stateBytes(const config::TrainConfig& rule);
 // The gradient codec's residual on the rank that encodes (int8 codes under a codec that

@@ -32,7 +32,7 @@ std::vector<Bucket> partBuckets(const models::Net& model, const std::vector<KeyR
 
 }  // namespace
 
-RangesLink::RangesLink(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model,
+RangesLink::RangesLink(comm::Communicator& comm, const config::RunPlan& cfg, const models::Net& model,
                        StepMessages& messages, Tail tail)
     : comm_(comm),
       messages_(messages),

@@ -14,7 +14,7 @@
 #include "runtime/codec/Codec.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/config/MemoryPolicy.h"
-#include "runtime/config/TrainConfig.h"
+#include "runtime/config/RunPlan.h"
 #include "runtime/exchanges/Ranges.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/protocol/StepMessages.h"
@@ -30,7 +30,7 @@ class RangesLink {
   enum class Tail { After, First };
 
   // `messages`: this worker's (its weights receive the ranges in place).
-  RangesLink(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model,
+  RangesLink(comm::Communicator& comm, const config::RunPlan& cfg, const models::Net& model,
              protocol::StepMessages& messages, Tail tail);
 
   // Every range of the weights from its server, and the header and the rest from server 0.

@@ -16,7 +16,7 @@ namespace pstrain::exchanges {
 using namespace protocol;
 
 void runRangesWorker(const roles::RoleArgs& args, Pace pace) {
-  const config::TrainConfig& cfg = args.cfg;
+  const config::RunPlan& cfg = args.cfg;
   comm::Communicator& comm = args.comm;
   const config::Layout layout(cfg, comm.size());
   StepMessages messages(models::parameterCount(args.model), bufferCount(args.model), comm.size(), args.device,

@@ -27,7 +27,7 @@ void add(float* sum, const float* values, std::int64_t n) {
 
 }  // namespace
 
-ServedRange::ServedRange(comm::Communicator& comm, const config::TrainConfig& cfg, KeyRange range, at::Tensor weights,
+ServedRange::ServedRange(comm::Communicator& comm, const config::RunPlan& cfg, KeyRange range, at::Tensor weights,
                          const codec::Shapes& modelShapes, bool updatesOnArrival, Messages messages)
     : comm_(comm),
       cfg_(cfg),
@@ -49,7 +49,7 @@ ServedRange::ServedRange(comm::Communicator& comm, const config::TrainConfig& cf
   }
 }
 
-ServedRange::ServedRange(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model,
+ServedRange::ServedRange(comm::Communicator& comm, const config::RunPlan& cfg, const models::Net& model,
                          bool updatesOnArrival)
     : ServedRange(comm, cfg, serverRanges(model, cfg)[static_cast<std::size_t>(comm.rank())], at::Tensor(),
                   protocol::parameterShapes(model), updatesOnArrival) {}

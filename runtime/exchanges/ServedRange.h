@@ -13,7 +13,7 @@
 #include "runtime/codec/Codec.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/config/MemoryPolicy.h"
-#include "runtime/config/TrainConfig.h"
+#include "runtime/config/RunPlan.h"
 #include "runtime/exchanges/Ranges.h"
 #include "runtime/exchanges/LeadMessages.h"
 #include "runtime/exchanges/ServerRanges.h"
@@ -29,10 +29,10 @@ class ServedRange {
   enum class Messages { Served, Elsewhere };
   // `weights`, `modelShapes`: as RangeUpdate's. `updatesOnArrival`: as RangeUpdate's (sync's updates
   // on arrival).
-  ServedRange(comm::Communicator& comm, const config::TrainConfig& cfg, KeyRange range, at::Tensor weights,
+  ServedRange(comm::Communicator& comm, const config::RunPlan& cfg, KeyRange range, at::Tensor weights,
               const codec::Shapes& modelShapes, bool updatesOnArrival = false, Messages messages = Messages::Served);
   // Server k > 0's: range k of the run's ranges (serverRanges), its weights in memory of its own.
-  ServedRange(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model, bool updatesOnArrival = false);
+  ServedRange(comm::Communicator& comm, const config::RunPlan& cfg, const models::Net& model, bool updatesOnArrival = false);
 
   RangeUpdate& update() { return update_; }
 
@@ -76,7 +76,7 @@ class ServedRange {
   std::size_t slotBytes() const;  // a slot's: a coded frame's most, or a raw part's (at most the range)
 
   comm::Communicator& comm_;
-  const config::TrainConfig& cfg_;
+  const config::RunPlan& cfg_;
   const config::MemoryPolicy policy_;  // its raw parts' receive slots
   protocol::FloatBuffer ownWeights_;  // server k > 0's
   const KeyRange range_;

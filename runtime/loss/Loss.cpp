@@ -6,6 +6,7 @@
 
 #include "runtime/Errors.h"
 #include "runtime/config/Losses.h"
+#include "runtime/config/RunPlan.h"
 
 namespace pstrain::loss {
 namespace {
@@ -82,9 +83,9 @@ at::Tensor batchLoss(models::Net& model, const std::string& loss, const at::Tens
   return lossOf(loss, model.forward(input), target, ignoreIndex);
 }
 
-std::string lossForModel(const std::string& loss, bool lossFromTargets, const models::Net& model,
+std::string lossForModel(const std::string& loss, const std::string& byTargets, const models::Net& model,
                          const std::string& modelName) {
-  const bool automatic = config::lossIsAutomatic(loss, lossFromTargets);
+  const bool automatic = loss == config::kAuto;
   if (model.computesOwnLoss()) {
     if (automatic || config::isModelLoss(loss)) return config::kModelLoss;
     throw ConfigError(fmt::format("--loss {}: --model {} computes its own loss (its {} takes the targets), and pstrain "
@@ -98,7 +99,8 @@ std::string lossForModel(const std::string& loss, bool lossFromTargets, const mo
                                   "forward(x, y) that returns its loss, or choose --loss {}", loss, modelName,
                                   declared.empty() ? "it " : "its " + declared + " ", config::lossNames()));
   }
-  return loss;
+  if (!automatic) return loss;
+  return byTargets.empty() ? config::defaultLoss(modelName) : byTargets;
 }
 
 namespace {

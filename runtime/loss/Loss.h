@@ -26,11 +26,13 @@ at::Tensor lossOf(const std::string& loss, const at::Tensor& output, const at::T
 at::Tensor batchLoss(models::Net& model, const std::string& loss, const at::Tensor& input, const at::Tensor& target,
                      std::int64_t ignoreIndex = -100);
 
-// --loss as `model` (the model of --model `modelName`) takes it: config::kModelLoss for a
-// model that computes its own loss, given --loss auto or model (`lossFromTargets`: `loss` is
-// auto's mse); else `loss`. Throws ConfigError for --loss model of a model that computes none,
-// and for any other --loss of one that does.
-std::string lossForModel(const std::string& loss, bool lossFromTargets, const models::Net& model,
+// The loss a run trains `model` (the model of --model `modelName`) with, --loss `loss`
+// resolved (config::RunPlan::resolvedLoss): config::kModelLoss for a model that computes its
+// own loss, given --loss auto or model; else auto's `byTargets` where the data says so (mse
+// for a file's float targets: launcher/Cli), else config::defaultLoss; else `loss`. Throws
+// ConfigError for --loss model of a model that computes none, and for any other --loss of
+// one that does.
+std::string lossForModel(const std::string& loss, const std::string& byTargets, const models::Net& model,
                          const std::string& modelName);
 
 // One forward and backward of `model` (on `device`, in eval mode, so that no BatchNorm

@@ -95,7 +95,7 @@ std::vector<int> computingRanks(const config::TrainConfig& cfg, int size) {
   return computing;
 }
 
-Measured measure(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
+Measured measure(comm::Communicator& comm, const config::RunPlan& cfg, models::Net& model,
                  const data::Dataset* train, c10::Device device) {
   const std::vector<int> computing = computingRanks(cfg, comm.size());
   const int index = static_cast<int>(std::find(computing.begin(), computing.end(), comm.rank()) - computing.begin());

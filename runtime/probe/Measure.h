@@ -11,7 +11,7 @@
 #include "models/Registry.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/config/Codecs.h"
-#include "runtime/config/TrainConfig.h"
+#include "runtime/config/RunPlan.h"
 #include "runtime/probe/CostModel.h"
 
 namespace pstrain::probe {
@@ -35,7 +35,7 @@ std::vector<int> computingRanks(const config::TrainConfig& cfg, int size);
 // the rank does not compute), the codecs (the first computing rank, with a real gradient and
 // the weights), rank 0's update, then each worker's link to rank 0, one at a time (messages
 // of the model's size). Collective.
-Measured measure(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
+Measured measure(comm::Communicator& comm, const config::RunPlan& cfg, models::Net& model,
                  const data::Dataset* train, c10::Device device);
 
 // Every rank's Measured, on rank 0 (empty elsewhere). Collective.

@@ -149,10 +149,10 @@ void report(const config::TrainConfig& cfg, c10::Device device, const std::vecto
 
 }  // namespace
 
-void runProbe(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
+void runProbe(comm::Communicator& comm, const config::RunPlan& cfg, models::Net& model,
               const data::Dataset* train, c10::Device device, const training::RunInfo& info) {
   const training::StartedRun started = training::startRun(comm, cfg, model, train, device, info);
-  const config::TrainConfig& run = started.run;
+  const config::RunPlan& run = started.run;
   if (comm.rank() == 0) {
     std::cout << fmt::format("pstrain --probe: timing {} computing rank(s), links and codecs ...",
                              config::Layout(run, comm.size()).workers()) << std::endl;

@@ -10,14 +10,14 @@
 #include "data/Dataset.h"
 #include "models/Registry.h"
 #include "runtime/comm/Communicator.h"
-#include "runtime/config/TrainConfig.h"
+#include "runtime/config/RunPlan.h"
 #include "runtime/training/Training.h"
 
 namespace pstrain::probe {
 
 // The real run's start-up checks (training::startRun), then the probe. Collective over every
 // rank of `comm`; `train` is null where the rank does not compute.
-void runProbe(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
+void runProbe(comm::Communicator& comm, const config::RunPlan& cfg, models::Net& model,
               const data::Dataset* train, c10::Device device, const training::RunInfo& info);
 
 }  // namespace pstrain::probe

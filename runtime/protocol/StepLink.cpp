@@ -10,7 +10,7 @@
 
 namespace pstrain::protocol {
 
-StepLink::StepLink(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model,
+StepLink::StepLink(comm::Communicator& comm, const config::RunPlan& cfg, const models::Net& model,
                    StepMessages& messages, std::uint64_t seed)
     : comm_(comm),
       messages_(messages),

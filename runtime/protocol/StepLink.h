@@ -14,7 +14,7 @@
 #include "runtime/codec/Codec.h"
 #include "runtime/comm/Communicator.h"
 #include "runtime/config/MemoryPolicy.h"
-#include "runtime/config/TrainConfig.h"
+#include "runtime/config/RunPlan.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/protocol/Frames.h"
 #include "runtime/protocol/StepMessages.h"
@@ -25,7 +25,7 @@ class StepLink {
  public:
   // `messages` belongs to the caller and must outlive the link. `seed` seeds this rank's
   // encoder (randomk's choices, powersgd's first Q).
-  StepLink(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model,
+  StepLink(comm::Communicator& comm, const config::RunPlan& cfg, const models::Net& model,
            StepMessages& messages, std::uint64_t seed);
 
   // Sync: messages.down from rank 0 to every rank.

@@ -31,16 +31,16 @@ std::uint64_t mix(std::uint64_t a, std::uint64_t b, std::uint64_t c) {
 
 }  // namespace
 
-LocalTrainer::LocalTrainer(const config::TrainConfig& cfg, models::Net& model, const data::Dataset& train,
+LocalTrainer::LocalTrainer(const config::RunPlan& cfg, models::Net& model, const data::Dataset& train,
                            c10::Device device, StepMessages& messages, int worker, int workers, int rank)
     : cfg_(cfg),
       model_(model),
       device_(device),
       messages_(messages),
-      sampler_(train.size(), cfg.virtualShards > 0 ? cfg.virtualShards : workers, cfg.shardBatch(), cfg.seed,
+      sampler_(train.size(), cfg.virtualShardCount(workers), cfg.shardBatch(), cfg.seed,
                cfg.blockSize),
       rank_(rank),
-      shards_(data::virtualShardsOf(worker, workers, cfg.virtualShards > 0 ? cfg.virtualShards : workers)),
+      shards_(data::virtualShardsOf(worker, workers, cfg.virtualShardCount(workers))),
       lossName_(cfg.lossFunction()),
       precision_(config::precisionInfo(cfg.precision).kind) {
   const std::int64_t n = messages.weights.numel();

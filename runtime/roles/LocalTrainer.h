@@ -17,7 +17,7 @@
 #include "data/ShardSampler.h"
 #include "models/Registry.h"
 #include "runtime/config/Devices.h"
-#include "runtime/config/TrainConfig.h"
+#include "runtime/config/RunPlan.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/protocol/StepMessages.h"
 
@@ -28,10 +28,10 @@ class LocalTrainer {
   // `model` must be on `device`; its parameters become views of messages.weights (on the
   // CPU) or of a device copy, in that message's dtype (bfloat16 with --precision
   // bf16-weights), its gradients likewise of messages.grad (float32). A step's global
-  // batch is dealt to cfg.virtualShards virtual shards (0: `workers` of them); this worker,
+  // batch is dealt to cfg.virtualShardCount(workers) virtual shards; this worker,
   // `worker` of `workers`, computes the micro-batches of its share (virtualShardsOf).
   // `rank` selects the testing flags (--inject-nan, --straggle) meant for this process.
-  LocalTrainer(const config::TrainConfig& cfg, models::Net& model, const data::Dataset& train,
+  LocalTrainer(const config::RunPlan& cfg, models::Net& model, const data::Dataset& train,
                c10::Device device, protocol::StepMessages& messages, int worker, int workers, int rank);
   ~LocalTrainer();  // the model keeps its parameters (views that keep the weights alive), not gradients
   LocalTrainer(const LocalTrainer&) = delete;
@@ -74,7 +74,7 @@ class LocalTrainer {
   void streamGradients(std::vector<protocol::Bucket> buckets, std::function<void(const protocol::Bucket&)> ready);
 
  private:
-  const config::TrainConfig& cfg_;
+  const config::RunPlan& cfg_;
   models::Net& model_;
   c10::Device device_;
   protocol::StepMessages& messages_;

@@ -23,6 +23,7 @@
 #include "runtime/Errors.h"
 #include "runtime/Portable.h"
 #include "runtime/metrics/Progress.h"
+#include "runtime/config/Flags.h"
 #include "runtime/protocol/FlatParameters.h"
 
 namespace pstrain::roles {
@@ -121,7 +122,7 @@ bool passes(std::int64_t done, std::int64_t steps, std::int64_t every) {
 
 }  // namespace
 
-Publisher::Publisher(const config::TrainConfig& cfg, const models::Net& model, const optim::Optimizer& optimizer,
+Publisher::Publisher(const config::RunPlan& cfg, const models::Net& model, const optim::Optimizer& optimizer,
                      const optim::LossScale* lossScale, std::int64_t updatesPerEpoch, std::int64_t totalSteps,
                      std::int64_t firstStep)
     : cfg_(cfg),
@@ -305,12 +306,12 @@ checkpoint::Checkpoint Publisher::snapshot(std::int64_t stepsDone) const {
   ckpt.dataset = cfg_.dataset;
   ckpt.syntheticSize = cfg_.syntheticSize;
   ckpt.loss = cfg_.lossFunction();
-  ckpt.virtualShards = cfg_.virtualShards;  // resolved by runTraining
+  ckpt.virtualShards = cfg_.explicitFlags().virtualShards;  // resolved by startRun
   ckpt.batchSize = cfg_.shardBatch();
   if (config::isModelFile(cfg_.model)) ckpt.modelPath = fs::absolute(cfg_.model).string();
   ckpt.fingerprint = cfg_.fingerprint();
   ckpt.optimizerRule = cfg_.updateRuleName();
-  for (const auto& [name, value] : cfg_.sharedFields()) ckpt.configuration += name + "=" + value + "\n";
+  for (const auto& [name, value] : config::fingerprintFields(cfg_.explicitFlags())) ckpt.configuration += name + "=" + value + "\n";
   // Each weight and each parameter's state a storage of its own: a record of the file each,
   // so that a RecordSource fills one parameter's bytes at a time. A tie's names share theirs,
   // as in PyTorch's torch.save(model.state_dict()).

@@ -9,7 +9,7 @@
 
 #include "models/Registry.h"
 #include "runtime/checkpoint/Checkpoint.h"
-#include "runtime/config/TrainConfig.h"
+#include "runtime/config/RunPlan.h"
 #include "runtime/metrics/EventFile.h"
 #include "runtime/metrics/Json.h"
 #include "runtime/metrics/JsonLines.h"
@@ -24,7 +24,7 @@ class Publisher {
   // `model`, `optimizer` and `lossScale` (null without loss scaling) are read whenever a
   // checkpoint or a metrics line is written. Steps count optimizer updates; an epoch is
   // `updatesPerEpoch` of them.
-  Publisher(const config::TrainConfig& cfg, const models::Net& model, const optim::Optimizer& optimizer,
+  Publisher(const config::RunPlan& cfg, const models::Net& model, const optim::Optimizer& optimizer,
             const optim::LossScale* lossScale, std::int64_t updatesPerEpoch, std::int64_t totalSteps,
             std::int64_t firstStep);
 
@@ -74,7 +74,7 @@ class Publisher {
   checkpoint::Checkpoint snapshot(std::int64_t stepsDone) const;
   void writeLine(std::int64_t stepsDone);
 
-  const config::TrainConfig& cfg_;
+  const config::RunPlan& cfg_;
   const models::Net& model_;
   const optim::Optimizer& optimizer_;
   const optim::LossScale* lossScale_;

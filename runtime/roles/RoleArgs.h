@@ -8,13 +8,13 @@
 #include "models/Registry.h"
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/comm/Communicator.h"
-#include "runtime/config/TrainConfig.h"
+#include "runtime/config/RunPlan.h"
 
 namespace pstrain::roles {
 
 struct RoleArgs {
   comm::Communicator& comm;
-  const config::TrainConfig& cfg;  // the run's, its virtual shards resolved (training::startRun)
+  const config::RunPlan& cfg;  // the run: its flags and what start-up resolved (training::startRun)
   // Initialised from cfg.seed on every rank, on `device`; rank 0's holds the resumed
   // checkpoint's weights. A server's stays on the CPU.
   models::Net& model;

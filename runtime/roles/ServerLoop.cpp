@@ -42,7 +42,7 @@ StepStats Period::close(Server& s, int contributors, const UpdateTime& update, b
 
 void runServer(const RoleArgs& args, void (*loop)(Server&), std::string (*details)(const Server&), bool stepLink) {
   Server s(args, stepLink);
-  const config::TrainConfig& cfg = args.cfg;
+  const config::RunPlan& cfg = args.cfg;
   std::string modeText = cfg.modeInfo().name;
   const std::string said = details ? details(s) : "";
   if (!said.empty()) modeText += " (" + said + ")";

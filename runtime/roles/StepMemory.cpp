@@ -13,7 +13,7 @@
 
 namespace pstrain::roles {
 
-StepMemory measureStep(const config::TrainConfig& cfg, models::Net& model, const data::Dataset& train,
+StepMemory measureStep(const config::RunPlan& cfg, models::Net& model, const data::Dataset& train,
                        c10::Device device, int worker, int workers, int rank, int ranks) {
   protocol::StepMessages messages(models::parameterCount(model), protocol::bufferCount(model), ranks, device,
                                   cfg.bf16Weights());

@@ -5,7 +5,7 @@
 
 #include "data/Dataset.h"
 #include "models/Registry.h"
-#include "runtime/config/TrainConfig.h"
+#include "runtime/config/RunPlan.h"
 
 namespace pstrain::roles {
 
@@ -19,7 +19,7 @@ namespace pstrain::roles {
 struct StepMemory {
   double beforeMib = 0, stepMib = 0;
 };
-StepMemory measureStep(const config::TrainConfig& cfg, models::Net& model, const data::Dataset& train,
+StepMemory measureStep(const config::RunPlan& cfg, models::Net& model, const data::Dataset& train,
                        c10::Device device, int worker, int workers, int rank, int ranks);
 
 }  // namespace pstrain::roles

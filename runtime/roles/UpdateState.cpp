@@ -16,14 +16,14 @@ namespace pstrain::roles {
 
 using namespace protocol;
 
-UpdateState::UpdateState(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
+UpdateState::UpdateState(comm::Communicator& comm, const config::RunPlan& cfg, models::Net& model,
                          std::int64_t trainSamples, std::int64_t firstStep, c10::Device device, std::uint64_t linkSeed,
                          bool stepLink)
     : comm(comm),
       cfg(cfg),
       model(model),
       computing(config::Layout(cfg, comm.size()).workers()),
-      shards(cfg.virtualShards > 0 ? cfg.virtualShards : computing),
+      shards(cfg.virtualShardCount(computing)),
       sampler(trainSamples, shards, cfg.shardBatch(), cfg.seed, cfg.blockSize),
       updatesPerEpoch(cfg.updatesPerEpoch(sampler.stepsPerEpoch(), computing)),
       total(config::totalSteps(cfg, updatesPerEpoch)),

@@ -11,7 +11,7 @@
 #include "models/Registry.h"
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/comm/Communicator.h"
-#include "runtime/config/TrainConfig.h"
+#include "runtime/config/RunPlan.h"
 #include "runtime/optim/Optimizer.h"
 #include "runtime/protocol/StepLink.h"
 #include "runtime/protocol/StepMessages.h"
@@ -29,7 +29,7 @@ struct UpdateState {
   // (its messages are pinned memory on CUDA). `linkSeed` seeds this rank's encoder; without
   // `stepLink` there is none (an exchange that moves the messages its own way). Rank 0
   // publishes the run's files.
-  UpdateState(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model, std::int64_t trainSamples,
+  UpdateState(comm::Communicator& comm, const config::RunPlan& cfg, models::Net& model, std::int64_t trainSamples,
               std::int64_t firstStep, c10::Device device, std::uint64_t linkSeed, bool stepLink = true);
 
   // The lr of update `step`: rule's schedule (optim/LrSchedule.h) over the batches behind one update.
@@ -42,7 +42,7 @@ struct UpdateState {
   bool apply(double lr, int contributors, std::int64_t step);
 
   comm::Communicator& comm;
-  const config::TrainConfig& cfg;
+  const config::RunPlan& cfg;
   models::Net& model;
   const int computing;  // the ranks that compute gradients
   const int shards;     // virtual shards of a step's global batch (one per computing rank where not sharded)

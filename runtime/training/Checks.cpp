@@ -62,16 +62,16 @@ void checkServerHosts(const config::TrainConfig& cfg, const RankFacts& facts) {
       "(mpirun --map-by node), or allow it with --stack-servers", layout.servers(), crowded, empty));
 }
 
-void checkBatchFitsShards(const config::TrainConfig& run, std::int64_t trainSamples) {
+void checkBatchFitsShards(const config::RunPlan& run, std::int64_t trainSamples) {
   if (run.blockSize > 0) return;
-  const data::ShardSampler sampler(trainSamples, run.virtualShards, run.shardBatch(), run.seed, run.blockSize);
+  const data::ShardSampler sampler(trainSamples, run.resolvedShards, run.shardBatch(), run.seed, run.blockSize);
   if (sampler.shardSize() >= run.shardBatch()) return;
   const std::string batch = run.gradAccum == 1 ? fmt::format("--batch-size {}", run.batchSize)
                                                 : fmt::format("a batch of {}", run.describeBatch());
   throw CollectiveConfigError(fmt::format(
       "{} is more than the {} sample(s) of each of the {} virtual shard(s) of the {} training samples: a batch would "
-      "hold samples twice; lower --batch-size{}{}", batch, sampler.shardSize(), run.virtualShards, trainSamples,
-      run.gradAccum > 1 ? " or --grad-accum" : "", run.virtualShards > 1 ? " or the shards (--virtual-shards, workers)" : ""));
+      "hold samples twice; lower --batch-size{}{}", batch, sampler.shardSize(), run.resolvedShards, trainSamples,
+      run.gradAccum > 1 ? " or --grad-accum" : "", run.resolvedShards > 1 ? " or the shards (--virtual-shards, workers)" : ""));
 }
 
 void warnOfReferenceBlas(const config::TrainConfig& cfg, const RankFacts& facts) {

@@ -3,7 +3,7 @@
 // (CollectiveConfigError), and its warning. Torch-free.
 #include <cstdint>
 
-#include "runtime/config/TrainConfig.h"
+#include "runtime/config/RunPlan.h"
 #include "runtime/training/Facts.h"
 
 namespace pstrain::training {
@@ -17,7 +17,7 @@ void checkServerHosts(const config::TrainConfig& cfg, const RankFacts& facts);
 // Refuses a batch that a virtual shard cannot fill without taking a sample twice, the same
 // on every rank (after the handshake: the training set's size and the shards are agreed).
 // A token stream's windows start anywhere: any batch is fine.
-void checkBatchFitsShards(const config::TrainConfig& run, std::int64_t trainSamples);
+void checkBatchFitsShards(const config::RunPlan& run, std::int64_t trainSamples);
 // Rank 0's one warning when a rank that computes on the CPU runs on the reference BLAS.
 void warnOfReferenceBlas(const config::TrainConfig& cfg, const RankFacts& facts);
 

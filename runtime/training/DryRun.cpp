@@ -53,7 +53,7 @@ std::string modelPlan(const config::TrainConfig& cfg, const models::Net& model) 
 }
 
 // The dry run's "loss" line: --loss's row, or the model's own (its forward's signature).
-std::string lossPlan(const config::TrainConfig& cfg, const models::Net& model) {
+std::string lossPlan(const config::RunPlan& cfg, const models::Net& model) {
   const std::string loss = cfg.lossFunction();
   return config::lossInfo(loss).own ? fmt::format("  loss      the model's own: its {}\n", model.forwardSignature())
                                     : fmt::format("  loss      {} ({})\n", loss, config::lossInfo(loss).help);
@@ -61,7 +61,7 @@ std::string lossPlan(const config::TrainConfig& cfg, const models::Net& model) {
 
 }  // namespace
 
-void printPlan(const config::TrainConfig& cfg, const RankFacts& facts, std::int64_t trainSamples,
+void printPlan(const config::RunPlan& cfg, const RankFacts& facts, std::int64_t trainSamples,
                const models::Net& model, const std::string& trainDirState, const std::string& memory) {
   const std::int64_t parameters = models::parameterCount(model);
   const std::int64_t buffers = bufferCount(model);
@@ -70,7 +70,7 @@ void printPlan(const config::TrainConfig& cfg, const RankFacts& facts, std::int6
   const config::Layout layout(cfg, ranks);
   const int workers = layout.workers();
   const bool peers = mode.peers();
-  const int shards = cfg.virtualShards;  // resolved
+  const int shards = cfg.resolvedShards;
   const data::ShardSampler sampler(trainSamples, shards, cfg.shardBatch(), cfg.seed, cfg.blockSize);
   const std::int64_t updatesPerEpoch = cfg.updatesPerEpoch(sampler.stepsPerEpoch(), workers);
   const std::int64_t total = config::totalSteps(cfg, updatesPerEpoch);

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "models/Registry.h"
-#include "runtime/config/TrainConfig.h"
+#include "runtime/config/RunPlan.h"
 #include "runtime/training/Facts.h"
 
 namespace pstrain::training {
@@ -13,7 +13,7 @@ namespace pstrain::training {
 // Prints the plan of `cfg` (resolved) over the ranks of `facts`: the world, each rank, the
 // exchange and its codecs, the schedule, the checkpoints, `trainDirState`, and `memory`
 // (MemoryPlan's lines).
-void printPlan(const config::TrainConfig& cfg, const RankFacts& facts, std::int64_t trainSamples,
+void printPlan(const config::RunPlan& cfg, const RankFacts& facts, std::int64_t trainSamples,
                const models::Net& model, const std::string& trainDirState, const std::string& memory);
 
 }  // namespace pstrain::training

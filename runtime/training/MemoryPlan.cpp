@@ -46,8 +46,8 @@ std::vector<RankMemory> predictMemory(const config::TrainConfig& cfg, std::int64
   std::vector<RankMemory> out;
   for (int r = 0; r < static_cast<int>(ranks.size()); ++r) {
     const RankMeasure& m = ranks[static_cast<std::size_t>(r)];
-    config::TrainConfig mine = cfg;
-    mine.memory = choices.at(m.host).use;  // as the host's ranks run
+    config::RunPlan mine(cfg);  // as the host's ranks run
+    mine.memoryChosen = choices.at(m.host).use;
     mine.leanSpareMib = choices.at(m.host).leanSpareMib;
     // Bytes a parameter, the same for every rank of a role and choice: the exchange's own figures.
     const exchanges::Memory held = exchangeFor(mine).memory(mine, layout);

@@ -36,7 +36,7 @@ struct RankMemory {
 struct MemoryChoice {
   config::MemoryUse use = config::MemoryUse::Lean;  // Fast or Lean
   std::string why;  // "--memory auto: 2.10 GiB under fast before activations, within half of its 23.59 GiB"
-  double leanSpareMib = 0;  // auto's lean: each of the host's ranks' TrainConfig::leanSpareMib
+  double leanSpareMib = 0;  // auto's lean: each of the host's ranks' RunPlan::leanSpareMib
 };
 using MemoryChoices = std::map<std::string, MemoryChoice>;  // by host name
 

@@ -74,7 +74,7 @@ std::optional<checkpoint::Checkpoint> resumePoint(const config::TrainConfig& cfg
 
 // What changed between a checkpoint's configuration ("name=value" lines) and `now`: ": --steps
 // 100 -> 200, --mode sync -> diloco"; the fingerprints for a checkpoint that does not say.
-std::string configurationChange(const std::string& before, const config::TrainConfig& now) {
+std::string configurationChange(const std::string& before, const config::RunPlan& now) {
   if (before.empty()) return fmt::format(" (fingerprint now {})", now.fingerprint());
   std::map<std::string, std::string> earlier;
   std::istringstream lines(before);
@@ -83,7 +83,7 @@ std::string configurationChange(const std::string& before, const config::TrainCo
     if (eq != std::string::npos) earlier[line.substr(0, eq)] = line.substr(eq + 1);
   }
   std::vector<std::string> changes;
-  for (const auto& [name, value] : now.sharedFields()) {
+  for (const auto& [name, value] : config::fingerprintFields(now.explicitFlags())) {
     const auto it = earlier.find(name);
     const std::string was = it == earlier.end() ? "(unset)" : it->second;
     if (was != value) changes.push_back(fmt::format("--{} {} -> {}", name, was, value));
@@ -91,7 +91,7 @@ std::string configurationChange(const std::string& before, const config::TrainCo
   return changes.empty() ? "" : ": " + fmt::format("{}", fmt::join(changes, ", "));
 }
 
-// The virtual shards of the run (TrainConfig::virtualShards), decided on rank 0: --virtual-
+// The virtual shards of the run (RunPlan::resolvedShards), decided on rank 0: --virtual-
 // shards, else the checkpoint's on --resume, else one per computing rank. A resume that
 // would change them or the batch size (so the data order, the global batch and the lr) is
 // refused without --reshard. Modes that are not sharded (Mode.h) deal the data to their
@@ -135,7 +135,7 @@ int resolveVirtualShards(const config::TrainConfig& cfg, int computing, const ch
   return shards;
 }
 
-void writeRunJson(const config::TrainConfig& cfg, const RunInfo& info,
+void writeRunJson(const config::RunPlan& cfg, const RunInfo& info,
                   const std::vector<std::map<std::string, std::string>>& facts,
                   const training::MemoryChoices& memory, std::int64_t trainSamples, std::int64_t parameters,
                   std::int64_t firstStep, const std::string& startup) {
@@ -194,7 +194,7 @@ protocol::Facts memoryFacts(const training::RankMeasure& m);
 
 // This rank's facts for the handshake: the flags the ranks must agree on, what must match
 // (protocol, parameters, data, files of the user's) and what is only recorded ("info.").
-Facts factsOf(comm::Communicator& comm, const config::TrainConfig& cfg, const config::TrainConfig& run,
+Facts factsOf(comm::Communicator& comm, const config::RunPlan& cfg, const config::RunPlan& run,
               const models::Net& model, const data::Dataset* train, c10::Device device, const RunInfo& info) {
   Facts mine = config::agreedFields(cfg);
   mine.emplace_back("protocol", kProtocolVersion);
@@ -202,7 +202,7 @@ Facts factsOf(comm::Communicator& comm, const config::TrainConfig& cfg, const co
   // Facts that are not a rank's are left out (a server has no data set; rank 0 decides the
   // virtual shards), never stated empty: an empty fact is compared as any other.
   if (train) mine.emplace_back("train-samples", std::to_string(train->size()));
-  if (comm.rank() == 0) mine.emplace_back("resolved-virtual-shards", std::to_string(run.virtualShards));
+  if (comm.rank() == 0) mine.emplace_back("resolved-virtual-shards", std::to_string(run.resolvedShards));
   // Files of the user's: the same contents on every rank, whatever their paths.
   mine.emplace_back("model-file", model.fileIdentity());
   mine.emplace_back("init-from-file", cfg.initFromIdentity);
@@ -230,7 +230,7 @@ Facts factsOf(comm::Communicator& comm, const config::TrainConfig& cfg, const co
 // gives the earlier run's files back.
 void trainInRoles(comm::Communicator& comm, StartedRun& started, models::Net& model, const data::Dataset* train,
            c10::Device device, const RunInfo& info) {
-  const config::TrainConfig& run = started.run;
+  const config::RunPlan& run = started.run;
   const checkpoint::Checkpoint* resume = started.resume ? &*started.resume : nullptr;
   auto roles = [&] { training::runRole({comm, run, model, train, started.trainSamples, device, resume}); };
   if (comm.rank() != 0) return roles();
@@ -281,7 +281,7 @@ protocol::Facts memoryFacts(const training::RankMeasure& m) {
 
 // memoryNow, and a computing rank's step, measured on its first batch (after the peak so far
 // is read; last: the trial binds the model's parameters to its messages).
-protocol::Facts measureMemory(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
+protocol::Facts measureMemory(comm::Communicator& comm, const config::RunPlan& cfg, models::Net& model,
                               const data::Dataset* train, c10::Device device) {
   training::RankMeasure m = memoryNow(comm, cfg, model);
   const config::Layout layout(cfg, comm.size());
@@ -346,7 +346,7 @@ void checkFrozenWeights(const checkpoint::Checkpoint& resume, const models::Net&
 
 }  // namespace
 
-StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
+StartedRun startRun(comm::Communicator& comm, const config::RunPlan& cfg, models::Net& model,
                     const data::Dataset* train, c10::Device device, const RunInfo& info) {
   checkWorld(cfg, comm.size());
   if (models::parameterCount(model) == 0) {  // every rank alike, before anything waits
@@ -357,12 +357,12 @@ StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, mo
   comm.setTimeoutSeconds(cfg.timeoutSeconds);
   comm.setStallWarningSeconds(cfg.stallWarningSeconds);
   StartedRun started;
-  started.run = cfg;  // with its virtual shards decided (rank 0's, told in the handshake)
+  started.run = cfg;  // and its virtual shards (rank 0's, told in the handshake) and memory resolved below
   if (comm.rank() == 0) {
     started.trainDir = std::make_unique<rundir::TrainDir>(cfg);
     if (cfg.resume) started.resume = resumePoint(cfg);
     const checkpoint::Checkpoint* resume = started.resume ? &*started.resume : nullptr;
-    started.run.virtualShards = resolveVirtualShards(cfg, config::Layout(cfg, comm.size()).workers(), resume);
+    started.run.resolvedShards = resolveVirtualShards(cfg, config::Layout(cfg, comm.size()).workers(), resume);
   }
   if (started.resume) {
     checkFrozenWeights(*started.resume, model);
@@ -387,7 +387,7 @@ StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, mo
   for (const auto& rank : started.facts) {
     if (const auto samples = rank.find("train-samples"); samples != rank.end()) started.trainSamples = std::stoll(samples->second);
   }
-  started.run.virtualShards = std::stoi(started.facts[0].at("resolved-virtual-shards"));
+  started.run.resolvedShards = std::stoi(started.facts[0].at("resolved-virtual-shards"));
   started.memory = chooseMemory(cfg, model, started.facts);
   started.run.memoryChosen = started.memory.at(comm.hostName()).use;
   started.run.leanSpareMib = started.memory.at(comm.hostName()).leanSpareMib;
@@ -397,7 +397,7 @@ StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, mo
   return started;
 }
 
-void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
+void runTraining(comm::Communicator& comm, const config::RunPlan& cfg, models::Net& model,
                  const data::Dataset* train, c10::Device device, const RunInfo& info) {
   StartedRun started = startRun(comm, cfg, model, train, device, info);
   if (!cfg.dryRun) return trainInRoles(comm, started, model, train, device, info);

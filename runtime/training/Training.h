@@ -15,7 +15,7 @@
 #include "runtime/Blas.h"
 #include "runtime/checkpoint/Checkpoint.h"
 #include "runtime/comm/Communicator.h"
-#include "runtime/config/TrainConfig.h"
+#include "runtime/config/RunPlan.h"
 #include "runtime/training/MemoryPlan.h"
 #include "runtime/rundir/TrainDir.h"
 
@@ -33,7 +33,7 @@ struct RunInfo {
 // phases...) and the training set's size; on rank 0 also its hold on the train dir and
 // the checkpoint to resume from.
 struct StartedRun {
-  config::TrainConfig run;
+  config::RunPlan run;
   std::vector<std::map<std::string, std::string>> facts;
   std::int64_t trainSamples = 0;
   std::unique_ptr<rundir::TrainDir> trainDir;    // rank 0
@@ -47,7 +47,7 @@ struct StartedRun {
 // on a rank that does not compute (config::Layout::computes); `model` is freshly
 // initialised from cfg.seed on every rank and lives on `device` (the CPU on a server).
 // Collective; throws CollectiveConfigError (the same on every rank) or another error.
-StartedRun startRun(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
+StartedRun startRun(comm::Communicator& comm, const config::RunPlan& cfg, models::Net& model,
                     const data::Dataset* train, c10::Device device, const RunInfo& info);
 
 // What rank `rank` uses of its initial model (models::makeModel's `needed`): a server of
@@ -57,7 +57,7 @@ models::WeightsNeeded weightsNeeded(const config::TrainConfig& cfg, int rank);
 
 // startRun, then with --dry-run rank 0 prints the plan; otherwise this rank's role in
 // cfg's mode (training/Exchanges.h). Collective over every rank of `comm`; throws on any error.
-void runTraining(comm::Communicator& comm, const config::TrainConfig& cfg, models::Net& model,
+void runTraining(comm::Communicator& comm, const config::RunPlan& cfg, models::Net& model,
                  const data::Dataset* train, c10::Device device, const RunInfo& info);
 
 }  // namespace pstrain::training

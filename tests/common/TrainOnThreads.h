@@ -25,7 +25,7 @@ inline checkpoint::TensorList trainOnThreads(const config::TrainConfig& cfg, int
   comm::InProcessWorld world(size);
   auto errors = runRanks(world, [&](int r) {
     const bool data = config::Layout(cfg, size).computes(r);
-    training::runTraining(world.rank(r), cfg, *nets[r], data ? &train : nullptr, c10::Device(c10::kCPU), {});
+    training::runTraining(world.rank(r), config::RunPlan(cfg), *nets[r], data ? &train : nullptr, c10::Device(c10::kCPU), {});
   });
   for (int r = 0; r < size; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
   return checkpoint::readStateDict(cfg.trainDir + "/trained_model.pt");

@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
         auto model = models::makeModel(cfg.model);
         if (onGpu == 0) initial = testsupport::cloneState(models::stateDict(*model));
         model->to(device);
-        training::runTraining(comm, cfg, *model, comm.rank() == 0 ? nullptr : &train, device, {});
+        training::runTraining(comm, config::RunPlan(cfg), *model, comm.rank() == 0 ? nullptr : &train, device, {});
         if (comm.rank() == 0) trained[onGpu] = checkpoint::readStateDict(cfg.trainDir + "/trained_model.pt");
       }
       if (comm.rank() != 0) continue;

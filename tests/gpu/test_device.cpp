@@ -9,7 +9,7 @@
 #include "data/Dataset.h"
 #include "launcher/Device.h"
 #include "models/Registry.h"
-#include "runtime/config/TrainConfig.h"
+#include "runtime/config/RunPlan.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/roles/LocalTrainer.h"
 #include "runtime/protocol/StepMessages.h"
@@ -31,7 +31,7 @@ const c10::Device kDevice(PSTRAIN_TEST_DEVICE);
 // while it runs (then `bucketThreads` receives the thread that handed over each bucket).
 std::vector<float> workerStep(const std::string& model, c10::Device device, bool streamed,
                               std::vector<std::thread::id>* bucketThreads = nullptr) {
-  config::TrainConfig cfg;
+  config::RunPlan cfg;
   cfg.model = model;
   cfg.batchSize = 16;
   const bool cifar = models::modelInfo(model).inputShape[0] == 3;

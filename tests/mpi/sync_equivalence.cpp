@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
       auto model = models::makeModel(cfg.model);
       const c10::Device mine = comm.rank() == 0 ? c10::Device(c10::kCPU) : device;
       model->to(mine);
-      training::runTraining(comm, cfg, *model, comm.rank() == 0 ? nullptr : &train, mine, {});
+      training::runTraining(comm, config::RunPlan(cfg), *model, comm.rank() == 0 ? nullptr : &train, mine, {});
       if (comm.rank() != 0) continue;
       auto trained = checkpoint::readStateDict(cfg.trainDir + "/trained_model.pt");
       double diff = testsupport::maxAbsDiff(models::stateDict(*reference), trained);

@@ -89,7 +89,7 @@ TEST(ModesThreads, BackupWithMoreGradientsThanWorkersIsAClearError) {
   for (int r = 0; r < 3; ++r) nets.push_back(models::makeModel(cfg.model));
   comm::InProcessWorld world(3);
   auto errors = runRanks(world, [&](int r) {
-    training::runTraining(world.rank(r), cfg, *nets[r], r ? &train : nullptr, c10::Device(c10::kCPU), {});
+    training::runTraining(world.rank(r), config::RunPlan(cfg), *nets[r], r ? &train : nullptr, c10::Device(c10::kCPU), {});
   });
   for (int r = 0; r < 3; ++r) EXPECT_NE(errors[r].find("--aggregate 3 is more than the 2 worker(s)"), std::string::npos) << errors[r];
 }
@@ -221,7 +221,7 @@ TEST(ModesThreads, DilocoQuantizedRoundsKeepEveryCopyOfTheWeightsEqual) {
   for (const auto& [name, tensor] : models::stateDict(*nets[0])) initial.emplace_back(name, tensor.clone());
   comm::InProcessWorld world(3);
   auto errors = runRanks(world, [&](int r) {
-    training::runTraining(world.rank(r), cfg, *nets[r], r > 0 ? &train : nullptr, c10::Device(c10::kCPU), {});
+    training::runTraining(world.rank(r), config::RunPlan(cfg), *nets[r], r > 0 ? &train : nullptr, c10::Device(c10::kCPU), {});
   });
   for (int r = 0; r < 3; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
   const auto server = models::stateDict(*nets[0]);

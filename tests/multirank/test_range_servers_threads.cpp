@@ -75,7 +75,7 @@ TEST(RangeServersThreads, ServersGiveOneServersWeightsUnderMemoryLean) {
   testsupport::ScratchDir scratch("servers-lean");
   auto cfg = testsupport::smallSyntheticConfig(scratch.str());
   cfg.memory = config::MemoryUse::Lean;
-  ASSERT_TRUE(cfg.leanMemory() && cfg.streamsGradients());
+  ASSERT_TRUE(config::RunPlan(cfg).leanMemory() && cfg.streamsGradients());
   expectServersAgree(cfg, "sgd momentum, --memory lean", 3, {2, 4});
 }
 

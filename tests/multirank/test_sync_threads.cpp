@@ -36,7 +36,7 @@ TEST(SyncThreads, TwoWorkersEqualOneProcessOnTheUnion) {
 
   comm::InProcessWorld world(3);
   auto errors = runRanks(world, [&](int r) {
-    training::runTraining(world.rank(r), cfg, *nets[r], r == 0 ? nullptr : &train, c10::Device(c10::kCPU), {});
+    training::runTraining(world.rank(r), config::RunPlan(cfg), *nets[r], r == 0 ? nullptr : &train, c10::Device(c10::kCPU), {});
   });
   for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 
@@ -78,7 +78,7 @@ void trainWith(const config::TrainConfig& cfg, int workers, const data::Dataset&
   }
   comm::InProcessWorld world(workers + 1);
   auto errors = runRanks(world, [&](int r) {
-    training::runTraining(world.rank(r), cfg, *nets[r], r == 0 ? nullptr : &train, c10::Device(c10::kCPU), {});
+    training::runTraining(world.rank(r), config::RunPlan(cfg), *nets[r], r == 0 ? nullptr : &train, c10::Device(c10::kCPU), {});
   });
   for (int r = 0; r <= workers; ++r) ASSERT_EQ(errors[r], "") << workers << " workers, rank " << r;
 }
@@ -126,7 +126,7 @@ TEST(SyncThreads, VirtualShardsMakeTheRunIndependentOfTheWorkers) {
   comm::InProcessWorld world(2);
   world.rank(1).setTimeoutSeconds(5);
   auto errors = runRanks(world, [&](int r) {
-    training::runTraining(world.rank(r), changing, *nets[r], r == 0 ? nullptr : &train, c10::Device(c10::kCPU), {});
+    training::runTraining(world.rank(r), config::RunPlan(changing), *nets[r], r == 0 ? nullptr : &train, c10::Device(c10::kCPU), {});
   });
   EXPECT_NE(errors[0].find("--reshard if you mean it"), std::string::npos) << errors[0];
 }
@@ -184,7 +184,7 @@ TEST(SyncThreads, MismatchedConfigStopsEveryRankNamingTheField) {
   std::vector<bool> collective(3, false);
   auto errors = runRanks(world, [&](int r) {
     try {
-      training::runTraining(world.rank(r), r == 2 ? other : cfg, *nets[r], r == 0 ? nullptr : &train,
+      training::runTraining(world.rank(r), config::RunPlan(r == 2 ? other : cfg), *nets[r], r == 0 ? nullptr : &train,
                          c10::Device(c10::kCPU), {});
     } catch (const CollectiveConfigError&) {
       collective[r] = true;
@@ -207,7 +207,7 @@ TEST(SyncThreads, DatasetSizeMismatchIsCaught) {
   for (int r = 0; r < 3; ++r) nets.push_back(models::makeModel(cfg.model));
   comm::InProcessWorld world(3);
   auto errors = runRanks(world, [&](int r) {
-    training::runTraining(world.rank(r), cfg, *nets[r], r == 0 ? nullptr : (r == 1 ? &train : &smaller),
+    training::runTraining(world.rank(r), config::RunPlan(cfg), *nets[r], r == 0 ? nullptr : (r == 1 ? &train : &smaller),
                        c10::Device(c10::kCPU), {});
   });
   for (int r = 0; r < 3; ++r) EXPECT_NE(errors[r].find("'train-samples'"), std::string::npos) << errors[r];
@@ -221,7 +221,7 @@ TEST(SyncThreads, OneRankIsAClearError) {
   EXPECT_THROW(
       {
         try {
-          training::runTraining(world.rank(0), cfg, *net, nullptr, c10::Device(c10::kCPU), {});
+          training::runTraining(world.rank(0), config::RunPlan(cfg), *net, nullptr, c10::Device(c10::kCPU), {});
         } catch (const CollectiveConfigError& e) {
           EXPECT_NE(std::string(e.what()).find("at least one worker"), std::string::npos);
           throw;
@@ -264,7 +264,7 @@ TEST(SyncThreads, BatchNormBuffersReachTheServerAndItsCheckpointEvaluatesLikeThe
   }
   comm::InProcessWorld world(3);
   auto errors = runRanks(world, [&](int r) {
-    training::runTraining(world.rank(r), cfg, *nets[r], r == 0 ? nullptr : &train, c10::Device(c10::kCPU), {});
+    training::runTraining(world.rank(r), config::RunPlan(cfg), *nets[r], r == 0 ? nullptr : &train, c10::Device(c10::kCPU), {});
   });
   for (int r = 0; r < 3; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
 

@@ -13,12 +13,13 @@
 #include "runtime/config/Flags.h"
 #include "runtime/config/Layout.h"
 #include "runtime/config/Mode.h"
+#include "runtime/config/RunPlan.h"
 #include "runtime/config/TrainConfig.h"
 
 using namespace pstrain;
 
 TEST(Config, FingerprintFollowsSharedFieldsOnly) {
-  config::TrainConfig a, b;
+  config::RunPlan a, b;
   EXPECT_EQ(a.fingerprint(), b.fingerprint());
   b.threads = 7;  // host-local
   b.trainDir = "elsewhere";
@@ -27,11 +28,47 @@ TEST(Config, FingerprintFollowsSharedFieldsOnly) {
   EXPECT_NE(a.fingerprint(), b.fingerprint());
   EXPECT_EQ(a.fingerprint().size(), 16u);
   // --simulate-compute joins the fingerprint only when on: earlier runs keep theirs.
-  config::TrainConfig c = a;
-  EXPECT_EQ(c.sharedFields().size(), a.sharedFields().size());
+  config::RunPlan c = a;
+  EXPECT_EQ(config::fingerprintFields(c).size(), config::fingerprintFields(a).size());
   c.simulateComputeMs = 100;
   EXPECT_NE(c.fingerprint(), a.fingerprint());
-  EXPECT_EQ(c.sharedFields().back(), std::make_pair(std::string("simulate-compute"), config::canonicalNumber(100)));
+  EXPECT_EQ(config::fingerprintFields(c).back(),
+            std::make_pair(std::string("simulate-compute"), config::canonicalNumber(100)));
+}
+
+// What start-up resolves lives in the RunPlan, beside the flags as given (issue 82): the
+// flags keep the user's words, explicitFlags() writes the resolved values in, and the
+// fingerprint of a plan is that of the flags that say it explicitly, so that a run and its
+// --resume with the values spelled out are one training.
+TEST(Config, RunPlanKeepsTheFlagsAsGiven) {
+  const config::TrainConfig flags = config::parseTrainFlags({"--model", "nets/gpt.pt", "--dataset", "t.bin",
+                                                             "--block-size", "8", "--memory", "auto"}).cfg;
+  config::RunPlan plan(flags);
+  EXPECT_EQ(plan.lossFunction(), "cross-entropy");  // auto, before the model is read: by its name
+  EXPECT_EQ(plan.virtualShardCount(3), 3);
+  EXPECT_FALSE(plan.leanMemory());                  // auto counts as fast until chosen
+  plan.resolvedLoss = "model";  // the model's own (loss::lossForModel)
+  plan.resolvedShards = 4;
+  plan.memoryChosen = config::MemoryUse::Lean;
+  EXPECT_EQ(plan.lossFunction(), "model");
+  EXPECT_EQ(plan.virtualShardCount(3), 4);
+  EXPECT_TRUE(plan.leanMemory());
+  const config::TrainConfig& given = plan;
+  EXPECT_EQ(given.loss, "auto");
+  EXPECT_EQ(given.virtualShards, 0);
+  EXPECT_EQ(given.memory, config::MemoryUse::Auto);
+  EXPECT_EQ(config::commandLineOf(given), config::commandLineOf(flags));
+
+  const config::TrainConfig spelled = config::parseTrainFlags({"--model", "nets/gpt.pt", "--dataset", "t.bin",
+                                                               "--block-size", "8", "--loss", "model",
+                                                               "--virtual-shards", "4"}).cfg;
+  EXPECT_EQ(plan.fingerprint(), config::RunPlan(spelled).fingerprint());
+  EXPECT_NE(plan.fingerprint(), config::RunPlan(flags).fingerprint());
+  EXPECT_EQ(config::fingerprintFields(plan.explicitFlags()), config::fingerprintFields(spelled));
+  EXPECT_EQ(config::agreedFields(plan), config::agreedFields(config::RunPlan(spelled)));
+  // --memory lean as given is lean whatever auto would choose.
+  config::RunPlan lean(config::parseTrainFlags({"--memory", "lean"}).cfg);
+  EXPECT_TRUE(lean.leanMemory());
 }
 
 TEST(Config, CanonicalNumbersRoundTrip) {
@@ -108,31 +145,37 @@ TEST(Config, FingerprintsOfEarlierRunsStay) {
   sync.syntheticSize = 500;
   sync.steps = 2;
   sync.virtualShards = 2;
-  EXPECT_EQ(sync.fingerprint(), "feb438705865e016");
+  EXPECT_EQ(config::RunPlan(sync).fingerprint(), "feb438705865e016");
+  // The same run with its virtual shards resolved at start-up, not given.
+  config::RunPlan resolved{sync};
+  resolved.virtualShards = 0;
+  resolved.resolvedShards = 2;
+  resolved.resolvedLoss = "nll";
+  EXPECT_EQ(resolved.fingerprint(), "feb438705865e016");
   config::TrainConfig backup = config::parseTrainFlags({"--mode", "backup", "--aggregate", "2", "--model", "mlp",
                                                         "--dataset", "synthetic", "--synthetic-size", "500", "--steps",
                                                         "2", "--compress", "topk:0.01"}).cfg;
   backup.virtualShards = 3;
-  EXPECT_EQ(backup.fingerprint(), "21191633fec344bd");
+  EXPECT_EQ(config::RunPlan(backup).fingerprint(), "21191633fec344bd");
   config::TrainConfig gossip = config::parseTrainFlags({"--mode", "gossip", "--model", "mlp", "--dataset", "synthetic",
                                                         "--synthetic-size", "500", "--steps", "2", "--interpolation",
                                                         "constant:0.3", "--fetch-probability", "0.2"}).cfg;
   gossip.virtualShards = 3;
-  EXPECT_EQ(gossip.fingerprint(), "4120d74ebf4c21ec");
+  EXPECT_EQ(config::RunPlan(gossip).fingerprint(), "4120d74ebf4c21ec");
   config::TrainConfig async = config::parseTrainFlags(
       {"--mode", "async", "--max-staleness", "2", "--model", "convnet", "--dataset", "synthetic", "--steps", "2",
        "--simulate-compute", "5", "--lr", "0.05", "--momentum", "0.5", "--nesterov", "--weight-decay", "1e-4",
        "--warmup-steps", "3", "--lr-decay", "cosine"}).cfg;
   async.virtualShards = 2;
-  EXPECT_EQ(async.fingerprint(), "4ac8c908bf3cf688");
+  EXPECT_EQ(config::RunPlan(async).fingerprint(), "4ac8c908bf3cf688");
 }
 
 // The flag table's readings: a field the mode does not use reads "-"; the agreed fields add
 // what ranks must share without it being the training's identity; every flag reaches
 // run.json's config.
 TEST(Config, FlagTableFields) {
-  config::TrainConfig cfg;
-  const auto shared = cfg.sharedFields();
+  config::RunPlan cfg;
+  const auto shared = config::fingerprintFields(cfg.explicitFlags());
   EXPECT_EQ(shared.front(), std::make_pair(std::string("mode"), std::string("sync")));
   auto field = [](const std::vector<std::pair<std::string, std::string>>& fields, const std::string& name) {
     for (const auto& [key, value] : fields) {
@@ -147,7 +190,8 @@ TEST(Config, FlagTableFields) {
   EXPECT_EQ(field(config::agreedFields(cfg), "threads"), "(absent)");
   EXPECT_EQ(field(config::allFields(cfg), "threads"), "0");
   cfg.mode = config::Mode::Backup;
-  EXPECT_EQ(field(cfg.sharedFields(), "aggregate"), "0");
+  EXPECT_EQ(field(config::fingerprintFields(cfg), "aggregate"), "0");
+  EXPECT_EQ(field(config::fingerprintFields(cfg), "loss"), "auto");  // the flag as given
 }
 
 // A flag that may stand alone takes its value after a space too; bare, it is "on".
@@ -193,7 +237,7 @@ TEST(Config, CommandLineOfGivesTheConfigBack) {
                                "--weight-decay", "1e-300", "--seed", "18446744073709551615"}).cfg;
   EXPECT_TRUE(parsed.overwrite);
   const config::TrainConfig again = config::parseTrainFlags(config::commandLineOf(parsed)).cfg;
-  EXPECT_EQ(config::allFields(again), config::allFields(parsed));
+  EXPECT_EQ(config::allFields(config::RunPlan(again)), config::allFields(config::RunPlan(parsed)));
   EXPECT_TRUE(again.overwrite);
   EXPECT_EQ(again.trainDir, "/tmp/a dir with spaces");
   EXPECT_EQ(again.lr, parsed.lr);

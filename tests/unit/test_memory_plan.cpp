@@ -178,7 +178,7 @@ TEST(MemoryPlan, AutoTakesFastWithinHalfOfAHostAndLeanOverIt) {
 
 // --memory auto on a host where fast does not fit within half its memory but lean's least
 // does: lean, and its ranks share what is left of that half for more in flight (each
-// rank's TrainConfig::leanSpareMib): a worker's buckets (up to its gradient), a server's
+// rank's RunPlan::leanSpareMib): a worker's buckets (up to its gradient), a server's
 // receive slots (up to fast's: 4 bytes a parameter of its range per worker). The host's
 // peak under lean then comes to that half. With --memory lean as given: lean's least.
 TEST(MemoryPlan, AutoSparesALeanHostsRoomForMoreInFlight) {

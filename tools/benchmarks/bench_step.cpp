@@ -24,7 +24,7 @@
 #include "launcher/Device.h"
 #include "models/Registry.h"
 #include "runtime/Portable.h"
-#include "runtime/config/TrainConfig.h"
+#include "runtime/config/RunPlan.h"
 #include "runtime/optim/Sgd.h"
 #include "runtime/roles/DeviceSync.h"
 #include "runtime/protocol/FlatParameters.h"
@@ -57,7 +57,7 @@ void print(const std::string& name, double ms, std::int64_t batch) {
 // The worker's part of a step, through LocalTrainer, with or without overlap (the buckets'
 // hand-over does nothing here: no communicator).
 double workerStep(const std::string& name, std::int64_t batch, int steps, c10::Device device, bool overlap) {
-  config::TrainConfig cfg;
+  config::RunPlan cfg;
   cfg.model = name;
   cfg.batchSize = batch;
   const bool cifar = models::modelInfo(name).inputShape[0] == 3;

@@ -123,7 +123,7 @@ exchanges::StepEstimate cost(const exchanges::StepCost& c) {
 // The server: the optimizer's state, the sum unless it updates each bucket on arrival, the
 // bfloat16 weights it sends (converted whole). A worker: the whole gradient unless it
 // streams under --memory lean.
-exchanges::Memory memory(const config::TrainConfig& cfg, const config::Layout&) {
+exchanges::Memory memory(const config::RunPlan& cfg, const config::Layout&) {
   exchanges::Memory m;
   m.held = exchanges::weightBytes(cfg);
   exchanges::addGradientBuffer(m, cfg, cfg.streamsGradients());

@@ -21,7 +21,7 @@ using roles::shardsOfRank;
 // stop. Where the run streams, the gradient goes up bucket by bucket from inside backward,
 // and with updates on arrival the weights come back the same way.
 void work(const roles::RoleArgs& args) {
-  const config::TrainConfig& cfg = args.cfg;
+  const config::RunPlan& cfg = args.cfg;
   comm::Communicator& comm = args.comm;
   StepMessages messages(models::parameterCount(args.model), bufferCount(args.model), comm.size(), args.device,
                         cfg.bf16Weights());

@@ -285,7 +285,7 @@ void runGossip(Peer& p) {
 
 // Every rank: the start from rank 0's state, rank 0's announcement of the run, then `loop`.
 void runPeers(const RoleArgs& args, void (*loop)(Peer&)) {
-  const config::TrainConfig& cfg = args.cfg;
+  const config::RunPlan& cfg = args.cfg;
   Peer peer(args, agreeOnStart(args.comm, args.resume));
   if (args.comm.rank() == 0) {
     std::cout << fmt::format("pstrain: {} mode, {} ranks (all compute), {} steps ({} per epoch), model {} ({}), {}, "
@@ -317,7 +317,7 @@ exchanges::StepEstimate allreduceCost(const exchanges::StepCost& c) {
 }
 
 // A peer: its whole gradient, its optimizer's state and a codec's residual; no server.
-exchanges::Memory memory(const config::TrainConfig& cfg, const config::Layout&) {
+exchanges::Memory memory(const config::RunPlan& cfg, const config::Layout&) {
   exchanges::Memory m;
   m.held = exchanges::weightBytes(cfg) + 4;
   m.worker = exchanges::residualBytes(cfg) + exchanges::stateBytes(cfg);

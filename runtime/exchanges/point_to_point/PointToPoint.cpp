@@ -386,7 +386,7 @@ PlanText plan(const PlanFacts& f) {
 // A server: its range's optimizer state and the range's sum (a gradient codec's decoded range
 // and frames too), beside the slots of one worker's raw parts (Wire.h: it takes one worker's
 // range at a time). A worker: its whole gradient, sent after backward, and any residual.
-Memory memory(const config::TrainConfig& cfg, const config::Layout&) {
+Memory memory(const config::RunPlan& cfg, const config::Layout&) {
   Memory m;
   m.held = weightBytes(cfg) + 4;
   m.worker = residualBytes(cfg);

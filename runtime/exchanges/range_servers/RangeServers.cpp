@@ -63,7 +63,7 @@ StepEstimate cost(const StepCost& c) {
 // worker's but the first's, which land in the sum, unless it updates each part; coded: two
 // frames; bfloat16 weights go through a few staged parts). A worker: the parts in flight
 // (lean), or its whole gradient where it does not stream or keeps it (fast).
-Memory memory(const config::TrainConfig& cfg, const config::Layout& layout) {
+Memory memory(const config::RunPlan& cfg, const config::Layout& layout) {
   Memory m;
   m.held = weightBytes(cfg);
   addGradientBuffer(m, cfg, cfg.streamsGradients());

@@ -44,7 +44,7 @@ PlanText plan(const PlanFacts& f) {
 void check(const config::TrainConfig& cfg, const models::Net& model) { roundsRanges(model, cfg); }
 
 // The figures of roundsMemory (RoundsMemory.h).
-Memory memory(const config::TrainConfig& cfg, const config::Layout& layout) { return roundsMemory(cfg, layout); }
+Memory memory(const config::RunPlan& cfg, const config::Layout& layout) { return roundsMemory(cfg, layout); }
 
 // Server k > 0 updates its range of the outer step and takes it from its own model
 // (receiveStart); server 0 holds the global weights whole (its chain sends them).

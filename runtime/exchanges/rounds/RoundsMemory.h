@@ -3,7 +3,7 @@
 // allocate, in bytes a parameter, for the memory plan (training/MemoryPlan.h). It follows
 // what RoundsWorker, RoundsServer(s) and RoundChain keep; change it with them. Torch-free.
 #include "runtime/config/Layout.h"
-#include "runtime/config/TrainConfig.h"
+#include "runtime/config/RunPlan.h"
 #include "runtime/exchanges/Memory.h"
 
 namespace pstrain::exchanges::rounds {
@@ -17,6 +17,6 @@ namespace pstrain::exchanges::rounds {
 // optimizer's state, the summed pseudo-gradient, the copy the workers hold (a lossy down
 // codec), the frames of its range; server 0 of K > 1 keeps that copy whole (RoundsServer's
 // GlobalWeights).
-Memory roundsMemory(const config::TrainConfig& cfg, const config::Layout& layout);
+Memory roundsMemory(const config::RunPlan& cfg, const config::Layout& layout);
 
 }  // namespace pstrain::exchanges::rounds

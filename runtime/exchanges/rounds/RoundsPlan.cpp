@@ -26,7 +26,7 @@ RoundsPlan roundsPlanOf(const config::TrainConfig& cfg) {
   return plan;
 }
 
-Memory roundsMemory(const config::TrainConfig& cfg, const config::Layout& layout) {
+Memory roundsMemory(const config::RunPlan& cfg, const config::Layout& layout) {
   const double innerState = stateBytes(cfg), outerState = stateBytes(cfg.updateRule());
   const RoundsPlan plan = roundsPlanOf(cfg);
   // A codec's largest frame per float (RoundChain sizes its messages so), over a chunk.

@@ -226,7 +226,7 @@ class RoundsWorker {
     return round;
   }
 
-  const config::TrainConfig& cfg_;
+  const config::RunPlan& cfg_;
   const config::MemoryPolicy memory_;  // whether the local gradient's pages go back after each step
   comm::Communicator& comm_;
   const int rank_;
