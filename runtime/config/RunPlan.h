@@ -3,8 +3,9 @@
 // never changed once parsed) and what start-up worked out from them, the model, the data,
 // the checkpoint and the hosts. The launcher resolves the loss and the init file's identity
 // once the model is read; training::startRun the virtual shards (rank 0's, told in the
-// handshake) and this host's memory choice. Made once per rank; the roles read it (a
-// function that needs a resolved value takes a RunPlan, so it cannot be given bare flags).
+// handshake), this host's memory choice and whether the workers hold the weights. Made
+// once per rank; the roles read it (a function that needs a resolved value takes a
+// RunPlan, so it cannot be given bare flags).
 // Torch-free.
 #include <string>
 
@@ -33,6 +34,10 @@ struct RunPlan : TrainConfig {
   // flight (MiB): its share of the room left under half the host's memory (0: lean's least,
   // and always with --memory lean as given). See MemoryPolicy.
   double leanSpareMib = 0;
+  // diloco with one server, not resumed: every worker's initial weights are rank 0's bit for
+  // bit (training::startRun, by their CRCs in the handshake), so that the first down message
+  // need not carry them (exchanges/rounds/RoundChain).
+  bool workersHoldWeights = false;
 
   // The loss the workers train with: resolvedLoss, else --loss, else auto's choice by the
   // model's name alone (defaultLoss).

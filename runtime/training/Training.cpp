@@ -35,6 +35,7 @@
 #include "runtime/training/MemoryPlan.h"
 #include "runtime/rundir/AtomicFile.h"
 #include "runtime/rundir/RunFiles.h"
+#include "runtime/zip/ZipDirectory.h"
 
 namespace pstrain::training {
 
@@ -192,6 +193,35 @@ std::string hostAddresses() {
 training::RankMeasure memoryNow(comm::Communicator& comm, const config::TrainConfig& cfg, const models::Net& model);
 protocol::Facts memoryFacts(const training::RankMeasure& m);
 
+// Whether the run's first down message could leave the weights out, where every worker
+// holds rank 0's already: diloco's rounds with one server (which holds the whole model).
+bool mayHoldWeights(const config::TrainConfig& cfg) {
+  return cfg.modeInfo().runsLocalRounds() && cfg.servers == 1 && !cfg.probe;
+}
+
+// The CRC-32 of the model's trained weights as float32, in their flat order: equal on two
+// ranks exactly when their weights are, bit for bit (up to a CRC's collisions, 2^-32).
+std::string weightsCrc(const models::Net& model) {
+  std::uint32_t crc = 0;
+  for (const at::Tensor& p : model.parameters()) {
+    const at::Tensor t = p.detach().to(at::kCPU, at::kFloat).contiguous();
+    crc = zip::crc32Of(crc, t.data_ptr(), t.nbytes());
+  }
+  return fmt::format("{:08x}", crc);
+}
+
+// Whether every rank's initial weights (the handshake's "info.initial-weights": rank 0's
+// after a resume's checkpoint is loaded) are rank 0's.
+bool workersHoldWeights(const config::TrainConfig& cfg, const std::vector<std::map<std::string, std::string>>& facts) {
+  if (!mayHoldWeights(cfg)) return false;
+  const auto crc = [](const std::map<std::string, std::string>& rank) {
+    const auto it = rank.find("info.initial-weights");
+    return it == rank.end() ? std::string() : it->second;
+  };
+  return !crc(facts[0]).empty() &&
+         std::all_of(facts.begin(), facts.end(), [&](const auto& rank) { return crc(rank) == crc(facts[0]); });
+}
+
 // This rank's facts for the handshake: the flags the ranks must agree on, what must match
 // (protocol, parameters, data, files of the user's) and what is only recorded ("info.").
 Facts factsOf(comm::Communicator& comm, const config::RunPlan& cfg, const config::RunPlan& run,
@@ -220,6 +250,7 @@ Facts factsOf(comm::Communicator& comm, const config::RunPlan& cfg, const config
   mine.emplace_back("info.blas", info.blas.name);
   mine.emplace_back("info.blas-reference", info.blas.reference ? "1" : "0");
   mine.emplace_back("info.yield-when-idle", info.yieldWhenIdle);
+  if (mayHoldWeights(cfg)) mine.emplace_back("info.initial-weights", weightsCrc(model));
   mine.emplace_back("info.startup", metrics::Startup::process().json());
   for (auto& [key, value] : memoryFacts(memoryNow(comm, cfg, model))) mine.emplace_back("info.memory." + key, value);
   return mine;
@@ -391,6 +422,7 @@ StartedRun startRun(comm::Communicator& comm, const config::RunPlan& cfg, models
   started.memory = chooseMemory(cfg, model, started.facts);
   started.run.memoryChosen = started.memory.at(comm.hostName()).use;
   started.run.leanSpareMib = started.memory.at(comm.hostName()).leanSpareMib;
+  started.run.workersHoldWeights = workersHoldWeights(cfg, started.facts);
   checkBatchFitsShards(started.run, started.trainSamples);
   const exchanges::Exchange& exchange = training::exchangeFor(started.run);
   if (exchange.check) exchange.check(started.run, model);

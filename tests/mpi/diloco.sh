@@ -15,7 +15,9 @@
 #   6. --overlap-rounds trains to the end (its exchange a round late), with codecs too;
 #   7. the defaults (issue 52): the dry run says what each direction sends and that H comes
 #      from the first round; a run measures H (stdout, run.json), sends at most a quarter of
-#      float32's bytes each way, and composes with pseval, --resume and pstrain-run;
+#      float32's bytes each way, leaves the weights out of its first down message where the
+#      workers hold them (issue 83; section 2's resume sends them, and ends equal), and
+#      composes with pseval, --resume and pstrain-run;
 #   8. --resume across modes and update rules: the optimizer state starts afresh, said.
 # Usage: diloco.sh PSTRAIN PSEVAL MPIRUN SCRATCH
 set -uo pipefail
@@ -138,6 +140,8 @@ run_logged defaults defaults "$scratch/defaults"
 grep 'pstrain: diloco' defaults.log | sed 's/^/     /'
 check "defaults: the first rounds measured H, said on stdout and in run.json" \
   bash -c "grep -q 'rounds 2 to 3 took .* s a local step' defaults.log && python3 -c \"import json,sys; r = json.load(open('$scratch/defaults/run.json'))['rounds']; sys.exit(0 if 10 <= r['local_steps'] <= 500 and r['local_steps_setting'] == 'auto' else 1)\""
+check "defaults: every worker holds the initial weights (one seed), so the first down message leaves them out" \
+  grep -q "every worker holds the server's initial weights (their CRC-32s agree): the first down message leaves them out" defaults.log
 check "defaults: each way at most a quarter of float32's bytes" \
   test "$(metric "$scratch/defaults" "last['bytes_received'] * 4 <= last['raw_bytes_received'] and last['bytes_sent'] * 4 <= last['raw_bytes_sent'] and last['step'] == 120")" = True
 "$pseval" --train-dir "$scratch/defaults" > defaults-eval.log 2>&1
@@ -152,6 +156,8 @@ run_logged defaults_resumed defaults "$scratch/defaults-killed" --resume
 trained=$(metric "$scratch/defaults-killed" "last['step'] == 120 and last['loss'] < 2 * $(metric "$scratch/defaults" "last['loss']") + 0.05")
 check "defaults: --resume measures H again and ends as well trained as the uninterrupted run" \
   bash -c "grep -q 'resuming at step' defaults_resumed.log && grep -q 'rounds 2 to 3 took' defaults_resumed.log && [ $trained = True ]"
+check "defaults: a resumed run's first down message carries the weights (rank 0 holds the checkpoint's)" \
+  bash -c "! grep -q 'every worker holds' defaults_resumed.log"
 "$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" --discovery-interval 1 --max-restarts 2 \
   -- "${base[@]}" --straggle 1:40,2:40 --log-every 1 --train-dir "$scratch/defaults-elastic" > defaults-elastic.log 2>&1 &
 supervisor=$!

@@ -23,8 +23,9 @@ using metrics::secondsSince;
 // thousand messages a round.
 constexpr std::int64_t kChunkFloats = std::int64_t(1) << 16;
 constexpr int kUpTag = comm::Communicator::kFirstFreeTag, kDownTag = comm::Communicator::kFirstFreeTag + 1;
-// The down message's first float: what its chunks carry.
-constexpr float kWholeWeights = 0, kUpdate = 1;
+// The down message's first float: what its chunks carry (kHeld: none, the workers hold the
+// weights already).
+constexpr float kWholeWeights = 0, kUpdate = 1, kHeld = 2;
 
 // A chunk of the weights: its floats, and the server that owns it.
 struct Chunk {
@@ -113,6 +114,7 @@ struct RoundChain::Impl {
   std::size_t nextUp = 0, nextDown = 0;  // the next of upOrder, and of the down message, to take in
   bool upActive = false;                 // this exchange has an up message
   bool updates = false;                  // this down message's chunks are updates
+  bool held = false;                     // this down message has no chunks: the workers hold the weights
   Traffic traffic;
 
   Impl(comm::Communicator& c, const std::vector<std::int64_t>& serverEnds, std::int64_t uf, std::int64_t df,
@@ -279,17 +281,21 @@ struct RoundChain::Impl {
   }
 
   // --- down -------------------------------------------------------------------------------
+  // The down message's last message: its last chunk's, or the fixed part's alone when the
+  // workers hold the weights.
+  std::size_t lastDown() const { return held ? 0 : static_cast<std::size_t>(chunks); }
   // `whole`: the down message holds the weights whole (startWorker's contract), else updates.
   void postDownReceives(bool whole) {
     auto capacity = [&](std::int64_t i) {  // i: a chunk, or -1 the fixed part
       if (i < 0) return static_cast<std::size_t>(downFixed + 1) * sizeof(float);
       return whole ? wholeCodecs[i]->maxFrameBytes() : updateCodecs[i]->maxFrameBytes();
     };
+    const auto end = static_cast<std::int64_t>(lastDown());
     std::size_t bytes = 0;
-    for (std::int64_t i = -1; i < chunks; ++i) bytes += capacity(i);
+    for (std::int64_t i = -1; i < end; ++i) bytes += capacity(i);
     downIn.reset(static_cast<std::size_t>(chunks) + 1, bytes);
     downOut.reset(static_cast<std::size_t>(chunks) + 1, 0);  // relays send downIn's bytes
-    for (std::int64_t i = -1; i < chunks; ++i) {
+    for (std::int64_t i = -1; i < end; ++i) {
       receiveInto(downIn, static_cast<std::size_t>(i + 1), capacity(i), towardServers(i < 0 ? chunks : i), kDownTag);
     }
     nextDown = 0;
@@ -336,12 +342,18 @@ struct RoundChain::Impl {
     }
   }
   bool advanceDown() {
-    while (nextDown <= static_cast<std::size_t>(chunks) && ready(downIn[nextDown])) {
+    while (nextDown <= lastDown() && ready(downIn[nextDown])) {
       const std::size_t k = nextDown++;
       if (k == 0) {
         const float* in = fixedOf(downIn[0], downFixed + 1);
-        if (in[0] != kWholeWeights && in[0] != kUpdate) throw CommError(fmt::format("{}: a garbled down message", context));
+        if (in[0] != kWholeWeights && in[0] != kUpdate && in[0] != kHeld) {
+          throw CommError(fmt::format("{}: a garbled down message", context));
+        }
         if (in[0] == kUpdate && !lossyDown) throw CommError(fmt::format("{}: an update where the weights were due", context));
+        if ((in[0] == kHeld) != held) {
+          throw CommError(fmt::format("{}: the server and this worker disagree on whether the workers hold the initial "
+                                      "weights", context));
+        }
         updates = in[0] == kUpdate;
         std::copy(in + 1, in + 1 + downFixed, fixedOut);
       } else {
@@ -349,7 +361,7 @@ struct RoundChain::Impl {
       }
       relayDown(k);
     }
-    return nextDown > static_cast<std::size_t>(chunks);
+    return nextDown > lastDown();
   }
 
   // --- the exchange -------------------------------------------------------------------------
@@ -375,7 +387,7 @@ struct RoundChain::Impl {
       return nullptr;
     };
     if (upActive && role != Role::ServerDown && rank < last && nextUp < upOrder.size()) return &upIn[upOrder[nextUp]];
-    if (role == Role::Worker && nextDown <= static_cast<std::size_t>(chunks)) return &downIn[nextDown];
+    if (role == Role::Worker && nextDown <= lastDown()) return &downIn[nextDown];
     if (Message* m = firstOpen(upOut)) return m;
     return firstOpen(downOut);
   }
@@ -402,7 +414,7 @@ void roundToCopy(float* weights, std::int64_t n) {
 }
 
 void RoundChain::startWorker(const float* delta, const float* fixed, GlobalCopy global, float* downFixed,
-                             const std::string& context) {
+                             const std::string& context, bool weightsHeld) {
   Impl& s = *impl_;
   if ((global.bf16 != nullptr) != s.lossyDown || (global.f32 != nullptr) == s.lossyDown) {
     throw InternalError("RoundChain: a worker's copy is bfloat16 exactly when the down codec is lossy");
@@ -413,6 +425,7 @@ void RoundChain::startWorker(const float* delta, const float* fixed, GlobalCopy 
   s.global = global;
   s.fixedOut = downFixed;
   s.upActive = delta != nullptr;
+  s.held = weightsHeld && !s.upActive;
   std::size_t upBytes = 0;
   if (s.upActive) {
     for (std::int64_t i = 0; i < s.chunks; ++i) upBytes += s.upEncoders[i]->codec().maxFrameBytes();
@@ -441,19 +454,22 @@ void RoundChain::startServerDown(const float* fixed, float* weights, const float
   s.begin(Impl::Role::ServerDown, context);
   s.upActive = false;
   s.updates = target != nullptr;
+  s.held = weights == nullptr;
   if (s.updates && !s.lossyDown) throw InternalError("RoundChain: updates with a lossless down codec");
+  if (s.held && s.updates) throw InternalError("RoundChain: an update of weights the servers do not send");
+  const std::vector<std::int64_t> sent = s.held ? std::vector<std::int64_t>() : s.handled;
   std::size_t downBytes = s.rank == 0 ? static_cast<std::size_t>(s.downFixed + 1) * sizeof(float) : 0;
-  for (std::int64_t i : s.handled) downBytes += s.downCodec(i).maxFrameBytes();
+  for (std::int64_t i : sent) downBytes += s.downCodec(i).maxFrameBytes();
   s.downOut.reset(static_cast<std::size_t>(s.chunks) + 1, downBytes);
   if (s.rank == 0) {
     std::vector<float> head(static_cast<std::size_t>(s.downFixed) + 1);
-    head[0] = s.updates ? kUpdate : kWholeWeights;
+    head[0] = s.held ? kHeld : s.updates ? kUpdate : kWholeWeights;
     std::copy(fixed, fixed + s.downFixed, head.begin() + 1);
     s.traffic.rawSent += static_cast<double>(head.size() * sizeof(float));
     s.sendOf(s.downOut, 0, std::string_view(reinterpret_cast<const char*>(head.data()), head.size() * sizeof(float)),
              s.first, kDownTag);
   }
-  for (std::int64_t i : s.handled) {
+  for (std::int64_t i : sent) {
     const auto start = Clock::now();
     const std::int64_t n = s.length(i), at = s.offset(i) - s.base;
     std::string frame;
@@ -485,7 +501,7 @@ bool RoundChain::advance() {
 }
 
 bool RoundChain::downArrived() const {
-  return impl_->role != Impl::Role::Worker || impl_->nextDown > static_cast<std::size_t>(impl_->chunks);
+  return impl_->role != Impl::Role::Worker || impl_->nextDown > impl_->lastDown();
 }
 
 void RoundChain::finish() {

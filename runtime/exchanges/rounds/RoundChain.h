@@ -78,16 +78,20 @@ class RoundChain {
   // until the exchange is done. With `delta` null nothing goes up (the run's first down
   // message). The down message holds the weights whole in the first exchange and with a
   // lossless down codec, else the update (the servers' startServerDown keeps to this): the
-  // worker takes in no more than that.
-  void startWorker(const float* delta, const float* fixed, GlobalCopy global, float* downFixed, const std::string& context);
+  // worker takes in no more than that. `weightsHeld` (the first exchange only): the worker's
+  // copy holds the servers' copy already (config::RunPlan::workersHoldWeights), and the
+  // first down message is its fixed part alone.
+  void startWorker(const float* delta, const float* fixed, GlobalCopy global, float* downFixed, const std::string& context,
+                   bool weightsHeld = false);
   // A server starts receiving the sum of the workers' up messages into `delta` (its range's
   // floats) and (server 0) `fixed` (overwritten).
   void startServerUp(float* delta, float* fixed, const std::string& context);
   // A server sends `fixed` (server 0: downFixed floats; the others': unused), then `weights`
   // (its range's floats) whole (`target` null) or the update that moves them toward `target`
   // (as many), which it applies to `weights` here (roundedUpdate: `weights` is a copy made by
-  // roundToCopy). The buffers are left alone until the exchange is done; every server sends
-  // updates, or none does.
+  // roundToCopy); `weights` null: none (the first message, where the workers hold them
+  // already: startWorker's `weightsHeld`). The buffers are left alone until the exchange is
+  // done; every server sends updates, or none does.
   void startServerDown(const float* fixed, float* weights, const float* target, const std::string& context);
 
   // Moves on what arrived (sums, relays, decodes) without waiting; whether this rank's part

@@ -10,7 +10,10 @@
 // one round's exchange look quicker than the link sustains). chooseRounds picks the H and
 // overlap of the shortest predicted time to a loss. The decision holds for the rest of the
 // run (from the round after the next: the next is announced already), goes to every worker
-// in each down message, to stdout and to run.json; a relaunched run measures again.
+// in each down message, to stdout and to run.json; a relaunched run measures again. Two
+// rounds measure, not one: at 2 Mbit/s one round's exchange looked 0.67 s where the link
+// sustained 1.2 s, and the H grown from it once running (raisedLocalSteps) overshot (59 to
+// 67 steps, against 50 to 56 from two), reaching one worker's loss no sooner (issue 83).
 #include <cstdint>
 #include <string>
 
@@ -37,7 +40,9 @@ std::vector<std::int64_t> endsOf(const std::vector<exchanges::KeyRange>& ranges)
 
 // The bounds of an auto H, the length of the measuring first rounds, and how many measure.
 constexpr std::int64_t kMinAutoLocalSteps = 10, kMaxAutoLocalSteps = 500, kFirstRoundSteps = kMinAutoLocalSteps;
-constexpr int kMeasuredRounds = 3;  // rounds 2 and 3 measure (the first's down message is the whole weights)
+// Rounds 2 and 3 measure: the first's workers start one after another, as the first down
+// message reaches each along the chain.
+constexpr int kMeasuredRounds = 3;
 
 // The time-to-loss model auto decides by, measured with tools/bench-lowcomm's time-to-loss
 // rows (the byte-level LM, 2 workers, AdamW; docs/benchmarks.md):

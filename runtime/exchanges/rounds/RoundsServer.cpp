@@ -141,16 +141,21 @@ std::int64_t downFixedFloats(const Server& s) {
   return static_cast<std::int64_t>(kDecisionFloats + kHeaderFloats) + s.messages.downTail.numel();
 }
 
-// The down message: `decision`, the header, buffers and shares, then the weights whole
-// (`whole`: the first round's) or the update toward the outer step's.
-void sendDownMessage(Server& s, RoundChain& chain, const RoundsDecision& decision, GlobalWeights& global, bool whole,
-                     const std::string& context) {
+// What a down message carries after its fixed part: the weights whole (the first, unless
+// the workers hold them already: RunPlan::workersHoldWeights), nothing (the first, where they
+// do), or the update toward the outer step's.
+enum class DownWeights { Whole, Held, Update };
+
+// The down message: `decision`, the header, buffers and shares, then `weights`.
+void sendDownMessage(Server& s, RoundChain& chain, const RoundsDecision& decision, GlobalWeights& global,
+                     DownWeights weights, const std::string& context) {
   std::vector<float> fixed(static_cast<std::size_t>(downFixedFloats(s)));
   writeDecision(decision, fixed.data());
   std::copy(s.messages.down.data(), s.messages.down.data() + kHeaderFloats, fixed.begin() + kDecisionFloats);
   std::copy(s.messages.downTail.data_ptr<float>(), s.messages.downTail.data_ptr<float>() + s.messages.downTail.numel(),
             fixed.begin() + kDecisionFloats + kHeaderFloats);
-  chain.startServerDown(fixed.data(), global.sent(), whole ? nullptr : global.target(), context);
+  chain.startServerDown(fixed.data(), weights == DownWeights::Held ? nullptr : global.sent(),
+                        weights == DownWeights::Update ? global.target() : nullptr, context);
   chain.finish();
 }
 
@@ -217,14 +222,18 @@ class RoundsLoop {
   void run() {
     bool training = announce(trains());
     if (lead_) lead_->start({s_.firstStep, training, {}, startSendsWeights(s_)});
-    sendDown(training, /*whole=*/true);
+    if (s_.cfg.workersHoldWeights) {
+      std::cout << "pstrain: diloco: every worker holds the server's initial weights (their CRC-32s agree): the first "
+                   "down message leaves them out" << std::endl;
+    }
+    sendDown(training, s_.cfg.workersHoldWeights ? DownWeights::Held : DownWeights::Whole);
     int rounds = 0;
     while (training) {
       const std::int64_t steps = length_;
       training = round(steps);
       // The second round is the first whose workers all started together (the first's down
-      // message, the whole weights, reached them one after another along the chain): it and
-      // the next measure, and the last of them decides. After the first record, which
+      // message reached them one after another along the chain): it and the next measure,
+      // and the last of them decides. After the first record, which
       // rewrites run.json with the start-up's times.
       if (++rounds >= 2 && rounds <= kMeasuredRounds) measured_.push_back(lastStats_);
       if (rounds == kMeasuredRounds) {
@@ -285,7 +294,9 @@ class RoundsLoop {
     return train;
   }
   std::string contextOf(bool train) const { return train ? fmt::format("round at step {}", step_) : s_.stopContext; }
-  void sendDown(bool train, bool whole) { sendDownMessage(s_, chain_, decision_, global_, whole, contextOf(train)); }
+  void sendDown(bool train, DownWeights weights) {
+    sendDownMessage(s_, chain_, decision_, global_, weights, contextOf(train));
+  }
 
   // The round of `steps` local steps from step_: the pseudo-gradients in, the outer step,
   // the next round's down message (or the stop's), its record. Returns whether the run
@@ -306,7 +317,7 @@ class RoundsLoop {
     UpdateTime update;
     const bool applied = applyRound(s_, lead_.get(), first, skip, gather, train, update);
     const bool training = announce(train);
-    sendDown(training, /*whole=*/false);
+    sendDown(training, DownWeights::Update);
     if (gather) lead_->gather(global_.sent(), contextOf(training));
     record(first, steps, update, applied, training);
     return training;

@@ -100,6 +100,9 @@ class RoundsWorker {
   }
 
   void run() {
+    // Where every worker's initial weights are the server's, bit for bit (the handshake
+    // found them so), the first down message leaves them out: each worker's copy is its own.
+    if (cfg_.workersHoldWeights) global_.weights.copy_(local_.weights.to(at::kCPU));  // (rounded as roundToCopy does)
     receiveDown(/*delta=*/nullptr, "the first round");
     if (header().control == Control::Stop) return;
     // The run's step at which this round starts; this worker's next batch of its shard
@@ -175,7 +178,7 @@ class RoundsWorker {
   // round's), with global_.up's fixed part, then the down message in.
   void receiveDown(const float* delta, const std::string& context) {
     chain_.startWorker(delta, delta ? global_.up.data() + global_.weights.numel() : nullptr, globalCopy(),
-                       downFixed_.data(), context);
+                       downFixed_.data(), context, /*weightsHeld=*/!delta && cfg_.workersHoldWeights);
     chain_.finish();
     takeDownFixed();
   }
