@@ -157,7 +157,7 @@ trained=$(metric "$scratch/defaults-killed" "last['step'] == 120 and last['loss'
 check "defaults: --resume measures H again and ends as well trained as the uninterrupted run" \
   bash -c "grep -q 'resuming at step' defaults_resumed.log && grep -q 'rounds 2 to 3 took' defaults_resumed.log && [ $trained = True ]"
 check "defaults: a resumed run's first down message carries the weights (rank 0 holds the checkpoint's)" \
-  bash -c "! grep -q 'every worker holds' defaults_resumed.log"
+  bash -c "! grep -q \"every worker holds the server's initial weights\" defaults_resumed.log"
 "$pstrain_run" --host-discovery-script ./discover.sh "${mpi_args[@]}" --discovery-interval 1 --max-restarts 2 \
   -- "${base[@]}" --straggle 1:40,2:40 --log-every 1 --train-dir "$scratch/defaults-elastic" > defaults-elastic.log 2>&1 &
 supervisor=$!
