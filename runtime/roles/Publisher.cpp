@@ -306,12 +306,13 @@ checkpoint::Checkpoint Publisher::snapshot(std::int64_t stepsDone) const {
   ckpt.dataset = cfg_.dataset;
   ckpt.syntheticSize = cfg_.syntheticSize;
   ckpt.loss = cfg_.lossFunction();
-  ckpt.virtualShards = cfg_.explicitFlags().virtualShards;  // resolved by startRun
+  const config::TrainConfig flags = cfg_.explicitFlags();  // its virtual shards and loss resolved by start-up
+  ckpt.virtualShards = flags.virtualShards;
   ckpt.batchSize = cfg_.shardBatch();
   if (config::isModelFile(cfg_.model)) ckpt.modelPath = fs::absolute(cfg_.model).string();
   ckpt.fingerprint = cfg_.fingerprint();
   ckpt.optimizerRule = cfg_.updateRuleName();
-  for (const auto& [name, value] : config::fingerprintFields(cfg_.explicitFlags())) ckpt.configuration += name + "=" + value + "\n";
+  for (const auto& [name, value] : config::fingerprintFields(flags)) ckpt.configuration += name + "=" + value + "\n";
   // Each weight and each parameter's state a storage of its own: a record of the file each,
   // so that a RecordSource fills one parameter's bytes at a time. A tie's names share theirs,
   // as in PyTorch's torch.save(model.state_dict()).

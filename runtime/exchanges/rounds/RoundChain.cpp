@@ -457,7 +457,8 @@ void RoundChain::startServerDown(const float* fixed, float* weights, const float
   s.held = weights == nullptr;
   if (s.updates && !s.lossyDown) throw InternalError("RoundChain: updates with a lossless down codec");
   if (s.held && s.updates) throw InternalError("RoundChain: an update of weights the servers do not send");
-  const std::vector<std::int64_t> sent = s.held ? std::vector<std::int64_t>() : s.handled;
+  const std::vector<std::int64_t> none;
+  const std::vector<std::int64_t>& sent = s.held ? none : s.handled;  // the chunks this message carries
   std::size_t downBytes = s.rank == 0 ? static_cast<std::size_t>(s.downFixed + 1) * sizeof(float) : 0;
   for (std::int64_t i : sent) downBytes += s.downCodec(i).maxFrameBytes();
   s.downOut.reset(static_cast<std::size_t>(s.chunks) + 1, downBytes);
