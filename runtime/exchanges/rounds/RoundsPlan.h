@@ -5,15 +5,16 @@
 //
 // --local-steps auto and --overlap-rounds auto are decided by rank 0 from the run's measuring
 // rounds (kMeasuredRounds: until the decision, rounds have kFirstRoundSteps local steps and
-// never overlap): the slowest worker's seconds per step and the seconds the rest of the round
-// took, the exchange (the larger of the measuring rounds': a shaped link's first burst makes
-// one round's exchange look quicker than the link sustains). chooseRounds picks the H and
-// overlap of the shortest predicted time to a loss. The decision holds for the rest of the
-// run (from the round after the next: the next is announced already), goes to every worker
-// in each down message, to stdout and to run.json; a relaunched run measures again. Two
-// rounds measure, not one: at 2 Mbit/s one round's exchange looked 0.67 s where the link
-// sustained 1.2 s, and the H grown from it once running (raisedLocalSteps) overshot (59 to
-// 67 steps, against 50 to 56 from two), reaching one worker's loss no sooner (issue 83).
+// never overlap): the slowest worker's seconds per step and the exchange's, from the start of
+// a round's down message to the end of its up message less the compute (the larger of the
+// measuring rounds': a shaped link's first burst makes one round's exchange look quicker than
+// the link sustains). chooseRounds picks the H and overlap of the shortest predicted time to
+// a loss, before the last measuring round's down message goes: the decision holds from the
+// round it announces, goes to every worker in each down message, to stdout and to run.json;
+// a relaunched run measures again. Two rounds measure, not one: at 2 Mbit/s one round's
+// exchange looked 0.67 s where the link sustained 1.2 s, and the H grown from it once
+// running (raisedLocalSteps) overshot (59 to 67 steps, against 50 to 56 from two), reaching
+// one worker's loss no sooner (issue 83).
 #include <cstdint>
 #include <string>
 
@@ -80,8 +81,9 @@ struct RoundsDecision {
 // none can); without, the best in [kMinAutoLocalSteps, kMaxAutoLocalSteps]. Auto overlap compares the two; a fixed H compares
 // itself overlapped and not.
 RoundsDecision chooseRounds(const RoundsPlan& plan, double stepSeconds, double exchangeSeconds);
-// An auto H of overlapped rounds once running: a round whose period (as rank 0 sees it) was
-// more than kUnhiddenShare over the slowest worker's compute, `computeSeconds`, did not hide
+// An auto H of overlapped rounds once running: a round whose period (as rank 0 sees it: from
+// the last up message's end to this one's) was more than kUnhiddenShare over the slowest
+// worker's compute, `computeSeconds`, did not hide
 // its exchange (the workers waited for the last round's): H grows to kRaiseMargin times the
 // steps the period took, at most kMaxAutoLocalSteps. Otherwise, H. It never shrinks: the
 // measuring rounds see a link's bursts, not what it sustains under overlap.

@@ -17,10 +17,12 @@
 #include "runtime/exchanges/ServedRange.h"
 #include "runtime/exchanges/ServerZero.h"
 #include "runtime/exchanges/rounds/OuterRanges.h"
+#include "runtime/metrics/Clock.h"
 #include "runtime/optim/LrSchedule.h"
 #include "runtime/protocol/FlatParameters.h"
 #include "runtime/roles/Balance.h"
 #include "runtime/roles/ServerLoop.h"
+#include "runtime/roles/SummedStep.h"
 
 namespace pstrain::exchanges::rounds {
 
@@ -79,20 +81,27 @@ struct GlobalWeights {
   std::unique_ptr<FloatBuffer> copy;
 };
 
-// The decision from the measuring rounds (RoundsPlan.h's chooseRounds), each of `length`
-// local steps: the slowest worker's seconds a step over them, and the longest exchange (the
-// rest of a round). Said on stdout and in run.json.
-RoundsDecision decide(Server& s, const RoundsPlan& plan, std::int64_t length, const std::vector<StepStats>& measured) {
+// A measuring round as rank 0 saw it: the slowest worker's seconds a local step, and the
+// seconds of its exchange: from the start of its down message to the end of its up message,
+// less the slowest worker's compute (the round does not overlap: the workers wait for the
+// one and send the other after computing).
+struct MeasuredRound {
+  double stepSeconds = 0, exchangeSeconds = 0;
+};
+
+// The decision from the measuring rounds (RoundsPlan.h's chooseRounds): their mean seconds a
+// step, and the longest exchange. It holds from round `from` on. Said on stdout and in
+// run.json.
+RoundsDecision decide(Server& s, const RoundsPlan& plan, const std::vector<MeasuredRound>& measured, int from) {
   double step = 0, exchange = 0;
-  for (const StepStats& round : measured) {
-    step += round.slowestComputeSeconds / static_cast<double>(std::max<std::int64_t>(length, 1)) /
-            static_cast<double>(measured.size());
-    exchange = std::max(exchange, round.exchangeSeconds - round.slowestComputeSeconds);
+  for (const MeasuredRound& round : measured) {
+    step += round.stepSeconds / static_cast<double>(measured.size());
+    exchange = std::max(exchange, round.exchangeSeconds);
   }
   const RoundsDecision d = chooseRounds(plan, step, exchange);
   std::cout << fmt::format("pstrain: diloco: rounds 2 to {} took {:.3f} s a local step and up to {:.3f} s to exchange: "
                            "{} local steps a round from round {} on{} ({})", kMeasuredRounds, step, exchange,
-                           d.localSteps, kMeasuredRounds + 2, d.overlap ? ", each exchanged during the next round" : "",
+                           d.localSteps, from, d.overlap ? ", each exchanged during the next round" : "",
                            whyRounds(d))
             << std::endl;
   metrics::JsonObject json;
@@ -227,39 +236,45 @@ class RoundsLoop {
                    "down message leaves them out" << std::endl;
     }
     sendDown(training, s_.cfg.workersHoldWeights ? DownWeights::Held : DownWeights::Whole);
-    int rounds = 0;
-    while (training) {
-      const std::int64_t steps = length_;
-      training = round(steps);
-      // The second round is the first whose workers all started together (the first's down
-      // message reached them one after another along the chain): it and the next measure,
-      // and the last of them decides. After the first record, which
-      // rewrites run.json with the start-up's times.
-      if (++rounds >= 2 && rounds <= kMeasuredRounds) measured_.push_back(lastStats_);
-      if (rounds == kMeasuredRounds) {
-        decision_ = decide(s_, plan_, steps, measured_);
-        balancer_ = balancerOf(decision_.localSteps);
-      }
-      // From the second overlapped round on (the first started after its down message came),
-      // a round's period is its workers' compute when the exchange hides behind it.
-      if (rounds >= kMeasuredRounds + 3 && training) raiseUnhidden(rounds, steps);
-    }
+    while (training) training = round(length_);
     s_.publisher->finish(step_);
     if (lead_) lead_->release();
   }
 
  private:
-  // An auto H whose overlapped exchange did not hide behind round `round` of `steps` steps
-  // grows (RoundsPlan.h's raisedLocalSteps), said on stdout.
-  void raiseUnhidden(int round, std::int64_t steps) {
+  // What the round just in (the rounds_-th, of `steps` local steps, whose up message came
+  // at `arrived`, its slowest worker computing `compute` seconds) tells the rounds to come,
+  // before its down message announces the next. The second round is the first whose workers
+  // all started together (the first's down message reached them one after another along the
+  // chain): it and the next measure, and the last of them decides, for the round its down
+  // message announces. Once overlapped, an auto H grows where it did not hide its exchange.
+  void adapt(std::int64_t steps, metrics::Clock::time_point arrived, double compute) {
+    if (rounds_ >= 2 && rounds_ <= kMeasuredRounds) {
+      const double exchange = std::chrono::duration<double>(arrived - downStart_).count() - compute;
+      measured_.push_back({compute / static_cast<double>(std::max<std::int64_t>(steps, 1)), std::max(exchange, 0.0)});
+    }
+    if (rounds_ == kMeasuredRounds) {
+      decision_ = decide(s_, plan_, measured_, rounds_ + 1);
+      balancer_ = balancerOf(decision_.localSteps);
+    } else if (rounds_ > kMeasuredRounds + 1) {
+      // The first overlapped round started after its down message came; from the second on,
+      // the time between two up messages is a round's compute where its exchange hides.
+      raiseUnhidden(steps, std::chrono::duration<double>(arrived - lastArrival_).count(), compute);
+    }
+    lastArrival_ = arrived;
+  }
+  // An auto H whose overlapped exchange did not hide behind the round just in, of `steps`
+  // steps, `period` seconds after the last for `compute` seconds of compute, grows
+  // (RoundsPlan.h's raisedLocalSteps) from the round after the next (the next started on
+  // the last down message's H), said on stdout.
+  void raiseUnhidden(std::int64_t steps, double period, double compute) {
     const std::int64_t H = decision_.localSteps;
     if (plan_.localSteps > 0 || !decision_.overlap || steps != H) return;
-    const double compute = lastStats_.slowestComputeSeconds, period = lastStats_.exchangeSeconds;
     const std::int64_t raised = raisedLocalSteps(H, period, compute);
     if (raised == H) return;
     std::cout << fmt::format("pstrain: diloco: round {}'s exchange did not hide behind its {} local steps ({:.3f} s a "
-                             "round for {:.3f} s of compute): {} local steps a round from round {} on", round, H,
-                             period, compute, raised, round + 3)
+                             "round for {:.3f} s of compute): {} local steps a round from round {} on", rounds_, H,
+                             period, compute, raised, rounds_ + 2)
               << std::endl;
     decision_.localSteps = raised;
     balancer_ = balancerOf(raised);
@@ -295,6 +310,7 @@ class RoundsLoop {
   }
   std::string contextOf(bool train) const { return train ? fmt::format("round at step {}", step_) : s_.stopContext; }
   void sendDown(bool train, DownWeights weights) {
+    downStart_ = metrics::Clock::now();
     sendDownMessage(s_, chain_, decision_, global_, weights, contextOf(train));
   }
 
@@ -308,6 +324,8 @@ class RoundsLoop {
     chain_.startServerUp(sum, s_.messages.up.data() + weightCount_, contextOf(true));
     s_.comm.expectLongWait();  // the workers train first
     chain_.finish();
+    const auto arrived = metrics::Clock::now();
+    ++rounds_;
     checkRoundStart(step_);
     const std::int64_t first = step_;
     const bool skip = overflowedRound(s_, first, steps);
@@ -316,6 +334,7 @@ class RoundsLoop {
     const bool train = trains(), gather = lead_ && (!train || s_.publisher->checkpointsAt(step_ - 1, steps));
     UpdateTime update;
     const bool applied = applyRound(s_, lead_.get(), first, skip, gather, train, update);
+    if (train) adapt(steps, arrived, summedStats(s_.messages, workers_).slowestComputeSeconds);
     const bool training = announce(train);
     sendDown(training, DownWeights::Update);
     if (gather) lead_->gather(global_.sent(), contextOf(training));
@@ -336,11 +355,11 @@ class RoundsLoop {
   // The round's figures, from `first` over `steps` steps, into the metrics; `training`: the
   // run trains on (the checkpoint's ranges gathered for it can go).
   void record(std::int64_t first, std::int64_t steps, UpdateTime& update, bool applied, bool training) {
-    lastStats_ = period_.close(s_, workers_, update, /*updateWithin=*/false, applied);
-    addTraffic(lastStats_, chain_.take(), lead_.get());
-    counts_.add(lastStats_, s_.admission.gradNorm());
-    if (!warnedOfTimeout_) warnedOfTimeout_ = warnIfNearTimeout(s_.cfg, lastStats_, steps);
-    s_.publisher->record(step_ - 1, innerLr(first), lastStats_, steps);
+    StepStats stats = period_.close(s_, workers_, update, /*updateWithin=*/false, applied);
+    addTraffic(stats, chain_.take(), lead_.get());
+    counts_.add(stats, s_.admission.gradNorm());
+    if (!warnedOfTimeout_) warnedOfTimeout_ = warnIfNearTimeout(s_.cfg, stats, steps);
+    s_.publisher->record(step_ - 1, innerLr(first), stats, steps);
     if (lead_ && training) lead_->release();
   }
 
@@ -358,8 +377,9 @@ class RoundsLoop {
   RoundCounts counts_;
   std::int64_t step_, length_ = 0;
   Period period_;
-  StepStats lastStats_;
-  std::vector<StepStats> measured_;  // the measuring rounds' (kMeasuredRounds)
+  int rounds_ = 0;  // the rounds whose up message came
+  metrics::Clock::time_point downStart_, lastArrival_;  // the last down message's start, up message's end
+  std::vector<MeasuredRound> measured_;  // rounds 2 to kMeasuredRounds
   bool warnedOfTimeout_ = false;
 };
 
