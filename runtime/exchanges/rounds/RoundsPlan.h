@@ -83,10 +83,11 @@ struct RoundsDecision {
 RoundsDecision chooseRounds(const RoundsPlan& plan, double stepSeconds, double exchangeSeconds);
 // An auto H of overlapped rounds once running: a round whose period (as rank 0 sees it: from
 // the last up message's end to this one's) was more than kUnhiddenShare over the slowest
-// worker's compute, `computeSeconds`, did not hide
-// its exchange (the workers waited for the last round's): H grows to kRaiseMargin times the
-// steps the period took, at most kMaxAutoLocalSteps. Otherwise, H. It never shrinks: the
-// measuring rounds see a link's bursts, not what it sustains under overlap.
+// worker's compute, `computeSeconds` (the wall time of its local steps: RoundsWorker.cpp's
+// RoundTotals), did not hide its exchange (the workers waited for the last round's): H
+// grows to kRaiseMargin times the steps the period took, at most kMaxAutoLocalSteps.
+// Otherwise, H. It never shrinks: the measuring rounds see a link's bursts, not what it
+// sustains under overlap.
 constexpr double kUnhiddenShare = 0.1, kRaiseMargin = 1.25;
 std::int64_t raisedLocalSteps(std::int64_t localSteps, double periodSeconds, double computeSeconds);
 // "overlapped rounds of 82 local steps hide the exchange: 0.032 s a step of sync's quality,

@@ -13,6 +13,7 @@
 #include "runtime/exchanges/rounds/RoundChain.h"
 #include "runtime/exchanges/rounds/Rounds.h"
 #include "runtime/exchanges/rounds/RoundsPlan.h"
+#include "runtime/metrics/Clock.h"
 #include "runtime/optim/LrSchedule.h"
 #include "runtime/optim/Optimizer.h"
 #include "runtime/protocol/FlatParameters.h"
@@ -29,14 +30,19 @@ using namespace protocol;
 
 namespace {
 
-// What a round's local steps add up to: the up message's trailer for the round.
+// What a round's local steps add up to: the up message's trailer for the round. Its compute
+// is the local steps' wall time: batches, forward and backward, the inner steps, and the
+// exchange's progress between steps; not the wait for the last round's exchange at the
+// round's end. So rank 0 sees a worker's speed as a round spends it (--balance deals by it),
+// and a round's period beyond its slowest worker's compute is what the workers waited
+// (RoundsPlan.h's raisedLocalSteps): a sum of forward-backward times left out the inner
+// steps, which alone made 20-step rounds at 10 Mbit/s look 10% over their compute.
 struct RoundTotals {
   double lossSum = 0, samples = 0, computeSeconds = 0, dataWaitSeconds = 0;
 
   // A local step's trailer (LocalTrainer::computeGradient) and whether its update was
   // applied: the loss and samples of one that --skip-nonfinite dropped do not count.
-  void add(const float* trailer, int rank, bool applied) {
-    computeSeconds += trailer[kComputeSeconds + rank];
+  void add(const float* trailer, bool applied) {
     dataWaitSeconds += trailer[kDataWaitSeconds];
     if (!applied) return;
     lossSum += trailer[kLossSum];
@@ -213,19 +219,21 @@ class RoundsWorker {
   // and its progress moves onto the global weights as soon as they are in.
   RoundTotals trainLocally(std::int64_t roundStart, std::int64_t span, std::int64_t steps, std::int64_t& batch) {
     RoundTotals round;
+    const auto start = metrics::Clock::now();
     for (std::int64_t h = 0; h < steps; ++h) {
       const std::int64_t at = roundStart + h * span / steps;
       trainer_.computeGradient(batch++, at, admission_.lossScale());
       const double lr = optim::learningRate(cfg_, 1, at, total_);
       const bool applied = applySummed(admission_, inner_, local_, model_, lr, 1, at);
       if (memory_.givesPagesBack()) local_.up.release(0, local_.grad.numel());
-      round.add(local_.trailer, rank_, applied);
+      round.add(local_.trailer, applied);
       trainer_.loadWeights();  // on a device: the weights the update changed on the host
       if (inFlight_ && !rebased_) {
         chain_.advance();
         if (chain_.downArrived()) rebase();
       }
     }
+    round.computeSeconds = metrics::secondsSince(start);
     return round;
   }
 
