@@ -351,8 +351,8 @@ struct RoundChain::Impl {
         }
         if (in[0] == kUpdate && !lossyDown) throw CommError(fmt::format("{}: an update where the weights were due", context));
         if ((in[0] == kHeld) != held) {
-          throw CommError(fmt::format("{}: the server and this worker disagree on whether the workers hold the initial "
-                                      "weights", context));
+          throw CommError(fmt::format("{}: the server and this worker disagree on whether the workers hold the "
+                                      "initial weights", context));
         }
         updates = in[0] == kUpdate;
         std::copy(in + 1, in + 1 + downFixed, fixedOut);

@@ -143,7 +143,9 @@ std::string codingOf(const RoundsPlan& plan) {
   const RoundChain::Codecs& c = plan.codecs;
   if (c.up == config::kRawCodec && c.down == config::kRawCodec) return "raw floats both ways";
   return fmt::format("up {}{}, down {}", c.up, c.upErrorFeedback ? " with error feedback" : "",
-                     config::isLossless(c.down) ? c.down + " weights" : c.down + " updates (at first the weights whole, or none where every worker holds them)");
+                     config::isLossless(c.down)
+                         ? c.down + " weights"
+                         : c.down + " updates (at first the weights whole, or none where every worker holds them)");
 }
 
 std::string localStepsOf(const RoundsPlan& plan) {
