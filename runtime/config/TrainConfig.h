@@ -99,6 +99,7 @@ struct TrainConfig {
   double outerMomentum = 0.6;             // diloco
   std::string outerOptimizer = "nesterov";  // diloco: a row of outerOptimizers()
   Switch overlapRoundsFlag = Switch::Auto;  // diloco, localsgd (exchanges/rounds)
+  int fragments = 1;                      // diloco, localsgd: streaming rounds' fragments (exchanges/rounds)
   double simulateComputeMs = 0;           // benchmarks
 
   // Compression (runtime/codec): codec specs, or auto (see gradientCodec()).

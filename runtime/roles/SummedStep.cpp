@@ -24,6 +24,18 @@ bool applySummed(Admission& admission, RangeUpdate& update, StepMessages& messag
   return true;
 }
 
+bool applySummedPart(Admission& admission, RangeUpdate& update, StepMessages& messages, models::Net& model, double lr,
+                     int contributors, std::int64_t step, std::int64_t begin, std::int64_t count) {
+  const at::Tensor sum = messages.grad.narrow(0, begin, count);
+  const double by = admission.divisor(messages.trailer, step, [&] { return allFinite(sum); },
+                                      [&] { return optim::sumOfSquares(sum); });
+  if (by == 0) return false;
+  update.beginParts();
+  if (!update.stepPart(sum.data_ptr<float>(), begin, count, lr, by)) throw admission.nonFinite(step);
+  averageBuffers(messages, model, contributors);
+  return true;
+}
+
 void averageBuffers(StepMessages& messages, models::Net& model, int contributors) {
   if (messages.serverBuffers.numel() == 0) return;
   messages.serverBuffers.copy_(messages.workerBuffers).div_(contributors);

@@ -22,6 +22,11 @@ namespace pstrain::roles {
 // their gradients by the scale already.
 bool applySummed(Admission& admission, RangeUpdate& update, protocol::StepMessages& messages, models::Net& model,
                  double lr, int contributors, std::int64_t step);
+// The same over the floats [begin, begin + count) of `update`'s range alone (streamed
+// rounds: one fragment's outer step), the rest of the weights and their optimizer state left
+// as they are; the admission sees that part's sum alone.
+bool applySummedPart(Admission& admission, RangeUpdate& update, protocol::StepMessages& messages, models::Net& model,
+                     double lr, int contributors, std::int64_t step, std::int64_t begin, std::int64_t count);
 
 // messages.serverBuffers and `model`'s buffers: the mean of the summed ones.
 void averageBuffers(protocol::StepMessages& messages, models::Net& model, int contributors);

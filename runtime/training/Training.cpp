@@ -45,7 +45,9 @@ using namespace protocol;
 
 namespace {
 
-constexpr const char* kProtocolVersion = "2";
+// The messages' layout: ranks of different layouts refuse to start (the handshake). 3: the
+// rounds' decision carries the streamed fragments (issue 83).
+constexpr const char* kProtocolVersion = "3";
 
 // With --resume: the newest checkpoint in the train dir that reads back intact, skipping
 // (and reporting) damaged ones; none if there is none. A checkpoint of another model or

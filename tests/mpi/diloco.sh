@@ -12,7 +12,8 @@
 #   4. --balance with one worker slowed 2x (--straggle): the fast worker gets more local
 #      steps, the round as many as without;
 #   5. --compress int8 (the pseudo-gradient, error feedback) and --compress-weights fp16 train;
-#   6. --overlap-rounds trains to the end (its exchange a round late), with codecs too;
+#   6. --overlap-rounds trains to the end (its exchange a round late), with codecs too, and
+#      streamed in fragments (--fragments: a round's message a fragment's);
 #   7. the defaults (issue 52): the dry run says what each direction sends and that H comes
 #      from the first round; a run measures H (stdout, run.json), sends at most a quarter of
 #      float32's bytes each way, leaves the weights out of its first down message where the
@@ -127,6 +128,12 @@ check "--overlap-rounds: trains to the last step, its loss as low as without" \
 run_logged overlapped_coded train "$scratch/overlapped-coded" --overlap-rounds --compress int4 --compress-weights int4
 check "--overlap-rounds with int4 both ways: trains to the last step, its loss as low as without" \
   test "$(metric "$scratch/overlapped-coded" "last['step'] == 120 and last['loss'] < 2 * $(metric "$scratch/reference" "last['loss']") + 0.05")" = True
+run_logged streamed train "$scratch/streamed" --overlap-rounds --fragments 3 --compress int4 --compress-weights int4
+grep 'pstrain: diloco' streamed.log | sed 's/^/     /'
+check "--fragments 3: rounds of 3 steps each exchange a third of the weights (said, run.json), train to the last step" \
+  bash -c "grep -q '3 local steps a round from round 4 on.*each exchanging one of 3 fragments (each fragment every 9 steps)' streamed.log && python3 -c \"import json,sys; r = json.load(open('$scratch/streamed/run.json'))['rounds']; sys.exit(0 if r['fragments'] == 3 and r['local_steps'] == 3 else 1)\" && [ $(metric "$scratch/streamed" "last['step'] == 120 and last['loss'] < 2 * $(metric "$scratch/reference" "last['loss']") + 0.05") = True ]"
+check "--fragments 3: a streamed round's message is a third of a whole round's" \
+  test "$(metric "$scratch/streamed" "lines[-2]['round_bytes_sent'] * 2.5 < $(metric "$scratch/overlapped-coded" "lines[-2]['round_bytes_sent']")")" = True
 # --- 7. the defaults: int4 both ways, H and overlap from the first round -----------------------
 with_timeout 200 "$mpirun" -np 3 "$pstrain" "${base[@]}" --train-dir "$scratch/defaults" --dry-run > defaults-plan.log 2>&1
 sed -n '/rounds/,/outer/p' defaults-plan.log | sed 's/^/     /'

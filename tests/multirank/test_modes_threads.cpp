@@ -196,21 +196,10 @@ TEST(ModesThreads, DilocoOverlappedRoundsOnOneWorkerAreTheWorkerAlone) {
   EXPECT_LE(diff, 1e-5);
 }
 
-// diloco's defaults code both directions in int4: the pseudo-gradients under error
-// feedback, and down the update toward the server's new weights, which the server applies to
-// its copy exactly as each worker does to theirs. After 20 rounds (here of 2 local steps,
-// several of them overlapped) the server's model and every worker's copy of the global
-// weights are equal bit for bit, and the run trained.
-TEST(ModesThreads, DilocoQuantizedRoundsKeepEveryCopyOfTheWeightsEqual) {
-  torch::set_num_threads(1);
-  testsupport::ScratchDir scratch("diloco-int4");
-  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
-  cfg.mode = config::Mode::Diloco;
-  cfg.localStepsFlag = "2";
-  cfg.overlapRoundsFlag = config::Switch::On;
-  cfg.steps = 40;
-  ASSERT_EQ(cfg.gradientCodec(), "int4");
-  ASSERT_EQ(cfg.weightCodec(), "int4");
+// Runs `cfg` on a server and 2 workers from one seed's weights, and expects the server's
+// model and every worker's copy of the global weights equal bit for bit at the end, the
+// weights moved, and trained_model.pt the server's model.
+static void expectEveryCopyOfTheWeightsEqual(const config::TrainConfig& cfg) {
   data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
   std::vector<std::shared_ptr<models::Net>> nets;
   for (int r = 0; r < 3; ++r) {
@@ -235,4 +224,62 @@ TEST(ModesThreads, DilocoQuantizedRoundsKeepEveryCopyOfTheWeightsEqual) {
   EXPECT_GT(testsupport::maxAbsDiff(initial, server), 1e-3) << "the weights did not move";
   const auto saved = checkpoint::readStateDict(cfg.trainDir + "/trained_model.pt");
   EXPECT_EQ(testsupport::maxAbsDiff(saved, server), 0.0) << "trained_model.pt is the server's model";
+}
+
+// diloco's defaults code both directions in int4: the pseudo-gradients under error
+// feedback, and down the update toward the server's new weights, which the server applies to
+// its copy exactly as each worker does to theirs. After 20 rounds (here of 2 local steps,
+// several of them overlapped) the server's model and every worker's copy of the global
+// weights are equal bit for bit, and the run trained.
+TEST(ModesThreads, DilocoQuantizedRoundsKeepEveryCopyOfTheWeightsEqual) {
+  torch::set_num_threads(1);
+  testsupport::ScratchDir scratch("diloco-int4");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
+  cfg.mode = config::Mode::Diloco;
+  cfg.localStepsFlag = "2";
+  cfg.overlapRoundsFlag = config::Switch::On;
+  cfg.steps = 40;
+  ASSERT_EQ(cfg.gradientCodec(), "int4");
+  ASSERT_EQ(cfg.weightCodec(), "int4");
+  expectEveryCopyOfTheWeightsEqual(cfg);
+}
+
+// Streamed rounds (--fragments 3, issue 83): each overlapped round of 2 local steps exchanges
+// a third of the weights, in turn, int4 both ways, and the last round the whole model: every
+// copy stays equal bit for bit.
+TEST(ModesThreads, DilocoStreamedRoundsKeepEveryCopyOfTheWeightsEqual) {
+  torch::set_num_threads(1);
+  testsupport::ScratchDir scratch("diloco-streamed");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
+  cfg.mode = config::Mode::Diloco;
+  cfg.localStepsFlag = "6";
+  cfg.fragments = 3;
+  cfg.overlapRoundsFlag = config::Switch::On;
+  cfg.steps = 41;  // 3 rounds of 6 measure, then 11 streamed rounds of 2, and a last one of 1, whole
+  expectEveryCopyOfTheWeightsEqual(cfg);
+}
+
+// Streamed rounds on one worker with a plain outer step: each fragment's global weights
+// become the worker's own at its send, and its progress since moves onto them unchanged:
+// the worker alone, as without fragments.
+TEST(ModesThreads, DilocoStreamedRoundsOnOneWorkerAreTheWorkerAlone) {
+  torch::set_num_threads(1);
+  testsupport::ScratchDir scratch("diloco-streamed-one");
+  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
+  cfg.mode = config::Mode::Diloco;
+  cfg.localStepsFlag = "6";
+  cfg.fragments = 2;
+  cfg.compress = config::kRawCodec;
+  cfg.outerLr = 1;
+  cfg.outerMomentum = 0;
+  cfg.overlapRoundsFlag = config::Switch::On;
+  cfg.steps = 41;  // 3 rounds of 6 measure, then 7 streamed rounds of 3, and a last one of 2
+  data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
+  auto diloco = trainOnThreads(cfg, 2, train);
+  torch::manual_seed(cfg.seed);
+  auto reference = models::makeModel(cfg.model);
+  testsupport::trainReference(*reference, train, cfg, 1, cfg.steps);
+  const double diff = testsupport::maxAbsDiff(models::stateDict(*reference), diloco);
+  std::cout << "diloco, streamed rounds (2 fragments), one worker vs the worker alone: max abs diff " << diff << std::endl;
+  EXPECT_LE(diff, 1e-5);
 }

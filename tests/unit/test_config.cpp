@@ -205,6 +205,27 @@ TEST(Config, FlagsThatStandAloneTakeAValueAfterASpace) {
   EXPECT_THROW(config::parseTrainFlags({"--mode", "diloco", "--balance", "sometimes"}), ConfigError);
 }
 
+// --fragments (streamed rounds) applies to overlapped rounds through one server; anything
+// else is refused, naming the flag.
+TEST(Config, FragmentsStreamOverlappedRoundsThroughOneServer) {
+  auto refusal = [](std::vector<std::string> args) {
+    try {
+      config::parseTrainFlags(args).cfg.validate();
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(refusal({"--mode", "diloco", "--fragments", "4"}), "");
+  EXPECT_EQ(config::parseTrainFlags({"--mode", "diloco", "--fragments", "4"}).cfg.fragments, 4);
+  EXPECT_NE(refusal({"--mode", "diloco", "--fragments", "0"}).find("--fragments must be in [1, 64]"), std::string::npos);
+  EXPECT_NE(refusal({"--mode", "sync", "--fragments", "2"}).find("--mode diloco or localsgd only"), std::string::npos);
+  EXPECT_NE(refusal({"--mode", "diloco", "--fragments", "2", "--overlap-rounds", "off"}).find("--overlap-rounds off refuses"),
+            std::string::npos);
+  EXPECT_NE(refusal({"--mode", "diloco", "--fragments", "2", "--servers", "2"}).find("--servers 2 refuses it"),
+            std::string::npos);
+}
+
 // --config FILE under the command line's flags, torch-free (pstrain-run reads it so).
 TEST(Config, ConfigFileUnderTheCommandLine) {
   const std::string path = ::testing::TempDir() + "pstrain-test.conf";

@@ -230,6 +230,43 @@ TEST(RoundsDecision, FixedSettingsAreKeptAndAFixedHStillChoosesItsOverlap) {
   EXPECT_NE(whyRounds(chooseRounds(RoundsPlan(), 0.022, 1.2)).find("against"), std::string::npos);
 }
 
+// --fragments P (streaming rounds): an overlapped round lasts H / P steps and exchanges one
+// fragment, in turn on every rank; a round not overlapped, or the run's last, the whole model.
+TEST(RoundsDecision, StreamedRoundsLastAPthOfHAndTakeTheFragmentsInTurn) {
+  using namespace pstrain::exchanges::rounds;
+  RoundsPlan plan;
+  plan.fragments = 4;
+  const RoundsDecision slow = chooseRounds(plan, 0.022, 1.2);  // overlapped H 82, as without fragments
+  EXPECT_TRUE(slow.overlap);
+  EXPECT_EQ(slow.fragments, 4);
+  EXPECT_EQ(slow.localSteps, 21);  // ceil(82 / 4)
+  EXPECT_NE(whyRounds(slow).find("one of 4 fragments (each fragment every 84 steps)"), std::string::npos);
+  const RoundsDecision fast = chooseRounds(plan, 0.022, 0.005);  // not overlapped: the whole model each round
+  EXPECT_FALSE(fast.overlap);
+  EXPECT_EQ(fast.fragments, 1);
+  plan.localSteps = 50;
+  plan.overlap = pstrain::config::Switch::On;
+  EXPECT_EQ(chooseRounds(plan, 0.022, 1.2).localSteps, 13);  // a fixed H: rounds of ceil(50 / 4)
+
+  float wire[kDecisionFloats];
+  writeDecision(slow, wire);
+  const RoundsDecision read = readDecision(wire);
+  EXPECT_EQ(read.localSteps, 21);
+  EXPECT_EQ(read.fragments, 4);
+  wire[1] = 0;  // streamed, not overlapped: no server sends that
+  EXPECT_THROW(readDecision(wire), pstrain::CommError);
+
+  LaneSchedule schedule(4);
+  std::vector<std::size_t> lanes;
+  for (int r = 0; r < 6; ++r) lanes.push_back(schedule.next(slow, /*endsRun=*/false));
+  EXPECT_EQ(lanes, (std::vector<std::size_t>{1, 2, 3, 4, 1, 2}));
+  EXPECT_EQ(schedule.next(slow, /*endsRun=*/true), 0u);  // the last round: the whole model
+  EXPECT_EQ(schedule.next(fast, /*endsRun=*/false), 0u);
+  EXPECT_EQ(schedule.next(slow, /*endsRun=*/false), 3u);  // the turn goes on
+  LaneSchedule other(2);
+  EXPECT_THROW(other.next(slow, false), pstrain::CommError);  // 4 streamed, 2 made
+}
+
 TEST(RoundsDecision, AnOverlappedHThatDoesNotHideItsExchangeGrowsAndNeverShrinks) {
   using namespace pstrain::exchanges::rounds;
   EXPECT_EQ(raisedLocalSteps(10, 0.29, 0.25), 15);   // 16% waited: 1.25 x 10 x 0.29 / 0.25 = 14.5, up

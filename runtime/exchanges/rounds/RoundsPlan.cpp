@@ -18,6 +18,7 @@ RoundsPlan roundsPlanOf(const config::TrainConfig& cfg) {
   RoundsPlan plan;
   plan.localSteps = cfg.fixedLocalSteps();
   plan.overlap = cfg.overlapRoundsFlag;
+  plan.fragments = cfg.fragments;
   plan.codecs.up = cfg.gradientCodec();
   plan.codecs.down = cfg.weightCodec();
   // A lossy pseudo-gradient carries what it left out into the next round's, unless told off.
@@ -53,6 +54,34 @@ Memory roundsMemory(const config::RunPlan& cfg, const config::Layout& layout) {
 
 std::vector<exchanges::KeyRange> roundsRanges(const models::Net& model, const config::TrainConfig& cfg) {
   return exchanges::keyRanges(protocol::parameterShapes(model), cfg.servers);
+}
+
+std::vector<exchanges::KeyRange> fragmentRanges(const models::Net& model, int fragments) {
+  return exchanges::keyRanges(protocol::parameterShapes(model), fragments);
+}
+
+std::vector<Lane> roundLanes(comm::Communicator& comm, const models::Net& model, const config::TrainConfig& cfg,
+                             std::int64_t upFixed, std::int64_t downFixed, const RoundChain::Codecs& codecs,
+                             std::uint64_t seed) {
+  std::vector<Lane> lanes;
+  const std::vector<std::int64_t> ends = endsOf(roundsRanges(model, cfg));
+  lanes.push_back({0, ends.back(), std::make_unique<RoundChain>(comm, ends, upFixed, downFixed, codecs, seed)});
+  if (cfg.fragments <= 1) return lanes;
+  std::uint64_t fragmentSeed = seed;
+  for (const exchanges::KeyRange& f : fragmentRanges(model, cfg.fragments)) {
+    fragmentSeed = fragmentSeed * 6364136223846793005u + 1442695040888963407u;  // each fragment's codes its own
+    lanes.push_back({f.begin, f.size(), std::make_unique<RoundChain>(comm, std::vector<std::int64_t>{f.size()}, upFixed,
+                                                                      downFixed, codecs, fragmentSeed)});
+  }
+  return lanes;
+}
+
+std::size_t LaneSchedule::next(const RoundsDecision& d, bool endsRun) {
+  if (d.fragments <= 1 || endsRun) return 0;
+  if (d.fragments != fragments_) {
+    throw CommError(fmt::format("the server streams {} fragments, this rank's --fragments is {}", d.fragments, fragments_));
+  }
+  return 1 + static_cast<std::size_t>(streamed_++ % fragments_);
 }
 
 std::vector<std::int64_t> endsOf(const std::vector<exchanges::KeyRange>& ranges) {
@@ -91,12 +120,20 @@ RoundsDecision chooseRounds(const RoundsPlan& plan, double stepSeconds, double e
     }
     return chosen;
   };
+  // Streamed, a round is H / P steps: its exchange, a P-th of the model's, hides as the
+  // whole one does in H steps, and each fragment's rounds span H, as the model's would.
+  auto streamed = [&](RoundsDecision d) {
+    if (!d.overlap || plan.fragments <= 1) return d;
+    d.fragments = plan.fragments;
+    d.localSteps = (d.localSteps + plan.fragments - 1) / plan.fragments;
+    return d;
+  };
   RoundsDecision d;
   if (plan.overlap != config::Switch::Auto) {
     d.overlap = plan.overlap == config::Switch::On;
     d.localSteps = best(d.overlap);
     if (plan.localSteps == 0) d.predicted = cost(d.localSteps, d.overlap);
-    return d;
+    return streamed(d);
   }
   const std::int64_t overlapped = best(true), apart = best(false);
   d.overlap = cost(overlapped, true) < cost(apart, false);
@@ -104,7 +141,7 @@ RoundsDecision chooseRounds(const RoundsPlan& plan, double stepSeconds, double e
   d.otherLocalSteps = d.overlap ? apart : overlapped;
   d.predicted = cost(d.localSteps, d.overlap);
   d.otherPredicted = cost(d.otherLocalSteps, !d.overlap);
-  return d;
+  return streamed(d);
 }
 
 std::int64_t raisedLocalSteps(std::int64_t localSteps, double periodSeconds, double computeSeconds) {
@@ -116,24 +153,38 @@ std::int64_t raisedLocalSteps(std::int64_t localSteps, double periodSeconds, dou
 }
 
 std::string whyRounds(const RoundsDecision& d) {
-  if (d.predicted == 0) return "as the flags fix them";
+  const std::string streamed =
+      d.fragments > 1 ? fmt::format(", each exchanging one of {} fragments (each fragment every {} steps)",
+                                    d.fragments, d.localSteps * d.fragments)
+                      : "";
+  if (d.predicted == 0) return "as the flags fix them" + streamed;
   const std::string kind = d.overlap ? "overlapped" : "not overlapped";
-  if (d.otherPredicted == 0) return fmt::format("{} rounds of {} local steps: {:.4f} s a step of sync's quality", kind, d.localSteps, d.predicted);
-  return fmt::format("{} rounds of {} local steps: {:.4f} s a step of sync's quality, against {:.4f} {} at {}", kind,
-                     d.localSteps, d.predicted, d.otherPredicted, d.overlap ? "not overlapped" : "overlapped",
+  if (d.otherPredicted == 0) {
+    return fmt::format("{} rounds of {} local steps{}: {:.4f} s a step of sync's quality", kind, d.localSteps, streamed,
+                       d.predicted);
+  }
+  return fmt::format("{} rounds of {} local steps{}: {:.4f} s a step of sync's quality, against {:.4f} {} at {}", kind,
+                     d.localSteps, streamed, d.predicted, d.otherPredicted, d.overlap ? "not overlapped" : "overlapped",
                      d.otherLocalSteps);
 }
 
 void writeDecision(const RoundsDecision& decision, float* out) {
   out[0] = static_cast<float>(decision.localSteps);
   out[1] = decision.overlap ? 1.0f : 0.0f;
+  out[2] = static_cast<float>(decision.fragments);
 }
 
 RoundsDecision readDecision(const float* in) {
-  if (!(in[0] >= 1 && in[0] <= 1e6 && in[0] == std::floor(in[0])) || !(in[1] == 0 || in[1] == 1)) {
-    throw CommError(fmt::format("a garbled round plan from the server ({} local steps, overlap {})", in[0], in[1]));
+  if (!(in[0] >= 1 && in[0] <= 1e6 && in[0] == std::floor(in[0])) || !(in[1] == 0 || in[1] == 1) ||
+      !(in[2] >= 1 && in[2] <= 64 && in[2] == std::floor(in[2])) || (in[2] > 1 && in[1] == 0)) {
+    throw CommError(fmt::format("a garbled round plan from the server ({} local steps, overlap {}, {} fragments)", in[0],
+                                in[1], in[2]));
   }
-  return {static_cast<std::int64_t>(in[0]), in[1] == 1};
+  RoundsDecision d;
+  d.localSteps = static_cast<std::int64_t>(in[0]);
+  d.overlap = in[1] == 1;
+  d.fragments = static_cast<int>(in[2]);
+  return d;
 }
 
 namespace {
@@ -163,11 +214,16 @@ std::string outerOf(const config::TrainConfig& cfg) {
   return fmt::format("outer {}, lr {}, momentum {}", cfg.outerOptimizer, cfg.outerLr, cfg.outerMomentum);
 }
 
+// ", streamed in 4 fragments": --fragments.
+std::string fragmentsOf(const RoundsPlan& plan) {
+  return plan.fragments > 1 ? fmt::format(", streamed in {} fragments", plan.fragments) : "";
+}
+
 }  // namespace
 
 std::string describeRounds(const RoundsPlan& plan, const config::TrainConfig& cfg) {
-  return fmt::format("{}{}{}; {}; {}", localStepsOf(plan), cfg.balance() ? ", dealt by speed" : "",
-                     overlapOf(plan.overlap), outerOf(cfg), codingOf(plan));
+  return fmt::format("{}{}{}{}; {}; {}", localStepsOf(plan), cfg.balance() ? ", dealt by speed" : "",
+                     overlapOf(plan.overlap), fragmentsOf(plan), outerOf(cfg), codingOf(plan));
 }
 
 std::string roundsDryRun(const config::TrainConfig& cfg, std::int64_t total, std::size_t down, std::size_t up) {
@@ -199,6 +255,10 @@ std::string roundsDryRun(const config::TrainConfig& cfg, std::int64_t total, std
   } else if (plan.overlap == config::Switch::Auto) {
     overlap = "; rounds overlap their exchange (--overlap-rounds) where the measuring rounds predict that to reach a "
               "loss sooner";
+  }
+  if (plan.fragments > 1) {
+    overlap += fmt::format("; streamed: the weights cut into {} fragments, an overlapped round exchanges one of them in "
+                           "turn and lasts H / {} local steps (--fragments)", plan.fragments, plan.fragments);
   }
   if (cfg.modeInfo().averages) {
     out += fmt::format("  outer     none: the global weights become the mean of the workers' weights, weighted by their "

@@ -16,7 +16,9 @@
 // running (raisedLocalSteps) overshot (59 to 67 steps, against 50 to 56 from two), reaching
 // one worker's loss no sooner (issue 83).
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "models/Registry.h"
 #include "runtime/config/TrainConfig.h"
@@ -28,6 +30,7 @@ namespace pstrain::exchanges::rounds {
 struct RoundsPlan {
   std::int64_t localSteps = 0;  // H; 0: auto
   config::Switch overlap = config::Switch::Auto;
+  int fragments = 1;  // --fragments: streaming rounds (RoundsDecision)
   RoundChain::Codecs codecs;
 };
 
@@ -68,9 +71,17 @@ double roundsStepSeconds(std::int64_t localSteps, bool overlap, double stepSecon
 
 // What the rounds are from the decision on, and why: the predicted time to a loss of the
 // choice and of the other way (overlapped or not), as seconds per step of sync's quality.
+// Streaming rounds (--fragments P, overlapped rounds only; Streaming DiLoCo, Douillard et
+// al. 2025): the weights are cut into `fragments` ranges (fragmentRanges), and a round
+// exchanges one of them, in turn (fragment r mod P of the r-th streamed round, counted alike
+// by rank 0 and every worker), so a fragment's exchange is a P-th of the model's and each
+// fragment is exchanged every P rounds; a round is then H / P local steps (`localSteps`),
+// and each fragment's rounds still span H. The round that ends the run exchanges the whole
+// model, so that no fragment's last rounds of progress are lost.
 struct RoundsDecision {
-  std::int64_t localSteps = 0;
+  std::int64_t localSteps = 0;  // a round's local steps: H, or streamed, H / P
   bool overlap = false;
+  int fragments = 1;  // 1: each round exchanges the whole model
   double predicted = 0, otherPredicted = 0;  // 0: fixed by the flags, nothing compared
   std::int64_t otherLocalSteps = 0;
 };
@@ -94,9 +105,41 @@ std::int64_t raisedLocalSteps(std::int64_t localSteps, double periodSeconds, dou
 // against 0.049 at 200 not overlapped": why, for stdout and the probe.
 std::string whyRounds(const RoundsDecision& d);
 
+// The weights' floats [begin, end) of each of `fragments` streamed fragments: contiguous,
+// balanced by floats (Ranges.h's keyRanges).
+std::vector<exchanges::KeyRange> fragmentRanges(const models::Net& model, int fragments);
+
+// The chains a run's rounds travel on: lane 0 the whole model's (with K servers cut by their
+// ranges), then with --fragments P one per fragment (fragmentRanges), each a RoundChain of
+// its own (its codecs' error feedback its own). One exchange is in flight at a time over all
+// of them (a rank finishes one before it starts the next), so they share the chain's tags,
+// matched in order. `upFixed`, `downFixed`, `codecs`, `seed`: RoundChain's.
+struct Lane {
+  std::int64_t begin = 0, count = 0;  // the weights' floats it carries
+  std::unique_ptr<RoundChain> chain;
+  std::int64_t lastSpan = 0;  // a worker's: the steps of the run its last round spanned
+};
+std::vector<Lane> roundLanes(comm::Communicator& comm, const models::Net& model, const config::TrainConfig& cfg,
+                             std::int64_t upFixed, std::int64_t downFixed, const RoundChain::Codecs& codecs,
+                             std::uint64_t seed);
+
+// Which lane a round's exchange takes: a streamed round's (RoundsDecision::fragments) the
+// next fragment's, in turn, counted alike by rank 0 and every worker; any other round's, and
+// the one that ends the run, the whole model's. Throws CommError where a decision streams
+// other fragments than this rank's --fragments made.
+class LaneSchedule {
+ public:
+  explicit LaneSchedule(int fragments) : fragments_(fragments) {}
+  std::size_t next(const RoundsDecision& d, bool endsRun);
+
+ private:
+  const int fragments_;
+  std::int64_t streamed_ = 0;
+};
+
 // A down message begins with the decision the workers follow from their next round on, as
 // kDecisionFloats floats; readDecision throws CommError on values no server sends.
-constexpr std::size_t kDecisionFloats = 2;
+constexpr std::size_t kDecisionFloats = 3;
 void writeDecision(const RoundsDecision& decision, float* out);
 RoundsDecision readDecision(const float* in);
 

@@ -105,7 +105,7 @@ RoundsDecision decide(Server& s, const RoundsPlan& plan, const std::vector<Measu
                            whyRounds(d))
             << std::endl;
   metrics::JsonObject json;
-  json.add("local_steps", d.localSteps).add("overlap", d.overlap);
+  json.add("local_steps", d.localSteps).add("overlap", d.overlap).add("fragments", d.fragments);
   json.add("local_steps_setting", plan.localSteps > 0 ? std::to_string(plan.localSteps) : std::string(config::kAuto));
   json.add("step_s", step).add("exchange_s", exchange);
   if (d.predicted > 0) json.add("predicted_s_per_sync_step", d.predicted);
@@ -155,17 +155,19 @@ std::int64_t downFixedFloats(const Server& s) {
 // do), or the update toward the outer step's.
 enum class DownWeights { Whole, Held, Update };
 
-// The down message: `decision`, the header, buffers and shares, then `weights`.
-void sendDownMessage(Server& s, RoundChain& chain, const RoundsDecision& decision, GlobalWeights& global,
-                     DownWeights weights, const std::string& context) {
+// The down message on `lane`: `decision`, the header, buffers and shares, then `weights`
+// (the lane's).
+void sendDownMessage(Server& s, Lane& lane, const RoundsDecision& decision, GlobalWeights& global, DownWeights weights,
+                     const std::string& context) {
   std::vector<float> fixed(static_cast<std::size_t>(downFixedFloats(s)));
   writeDecision(decision, fixed.data());
   std::copy(s.messages.down.data(), s.messages.down.data() + kHeaderFloats, fixed.begin() + kDecisionFloats);
   std::copy(s.messages.downTail.data_ptr<float>(), s.messages.downTail.data_ptr<float>() + s.messages.downTail.numel(),
             fixed.begin() + kDecisionFloats + kHeaderFloats);
-  chain.startServerDown(fixed.data(), weights == DownWeights::Held ? nullptr : global.sent(),
-                        weights == DownWeights::Update ? global.target() : nullptr, context);
-  chain.finish();
+  const float* target = weights == DownWeights::Update ? global.target() : nullptr;  // null: the weights whole
+  lane.chain->startServerDown(fixed.data(), weights == DownWeights::Held ? nullptr : global.sent() + lane.begin,
+                              target ? target + lane.begin : nullptr, context);
+  lane.chain->finish();
 }
 
 // What the Publisher's lines add: the rounds' counts (and, with K servers, each server's
@@ -177,11 +179,12 @@ void tellPublisher(Server& s, RoundCounts& counts, ServerZero* lead) {
   });
 }
 
-// The outer step of the round from `first`: over every server's range with K servers
-// (`lead`: every server's word, the verdict told to each), else here. `skip`: the round
-// carries no samples (overflowedRound); `gather`: a checkpoint's ranges follow the down
-// message; `train`: whether the run trains on. Returns whether it was applied.
-bool applyRound(Server& s, ServerZero* lead, std::int64_t first, bool skip, bool gather, bool train,
+// The outer step of the round from `first` on `lane`'s weights: over every server's range
+// with K servers (`lead`: every server's word, the verdict told to each), else here.
+// `skip`: the round carries no samples (overflowedRound); `gather`: a checkpoint's ranges
+// follow the down message; `train`: whether the run trains on. Returns whether it was
+// applied.
+bool applyRound(Server& s, ServerZero* lead, const Lane& lane, std::int64_t first, bool skip, bool gather, bool train,
                 UpdateTime& update) {
   if (lead) {
     Verdict v;
@@ -195,7 +198,13 @@ bool applyRound(Server& s, ServerZero* lead, std::int64_t first, bool skip, bool
     return v.apply != 0;
   }
   bool applied = false;  // (apply refuses 0 samples otherwise)
-  if (!skip) update.add([&] { applied = s.apply(s.lr(first), s.computing, first); });
+  if (skip) return false;
+  update.add([&] {
+    applied = lane.count == s.messages.weights.numel()
+                  ? s.apply(s.lr(first), s.computing, first)
+                  : applySummedPart(s.admission, s.update, s.messages, s.model, s.lr(first), s.computing, first,
+                                    lane.begin, lane.count);
+  });
   return applied;
 }
 
@@ -214,10 +223,10 @@ class RoundsLoop {
         decision_{plan_.localSteps > 0 ? plan_.localSteps : kFirstRoundSteps, false},
         workers_(s.computing),
         weightCount_(s.messages.weights.numel()),
-        chain_(s.comm, endsOf(roundsRanges(s.model, s.cfg)),
-               static_cast<std::int64_t>(s.messages.up.size()) - weightCount_, downFixedFloats(s), plan_.codecs,
-               s.cfg.seed * 7919u),
-        global_(s, chain_.sendsUpdates()),
+        lanes_(roundLanes(s.comm, s.model, s.cfg, static_cast<std::int64_t>(s.messages.up.size()) - weightCount_,
+                          downFixedFloats(s), plan_.codecs, s.cfg.seed * 7919u)),
+        schedule_(s.cfg.fragments),
+        global_(s, lanes_[0].chain->sendsUpdates()),
         lead_(s.cfg.servers > 1 ? std::make_unique<ServerZero>(s, roundsRanges(s.model, s.cfg),
                                                                 ServedRange::Messages::Elsewhere)
                                 : nullptr),
@@ -235,7 +244,7 @@ class RoundsLoop {
       std::cout << "pstrain: diloco: every worker holds the server's initial weights (their CRC-32s agree): the first "
                    "down message leaves them out" << std::endl;
     }
-    sendDown(training, s_.cfg.workersHoldWeights ? DownWeights::Held : DownWeights::Whole);
+    sendDown(training, lanes_[0], s_.cfg.workersHoldWeights ? DownWeights::Held : DownWeights::Whole);
     while (training) training = round(length_);
     s_.publisher->finish(step_);
     if (lead_) lead_->release();
@@ -309,9 +318,9 @@ class RoundsLoop {
     return train;
   }
   std::string contextOf(bool train) const { return train ? fmt::format("round at step {}", step_) : s_.stopContext; }
-  void sendDown(bool train, DownWeights weights) {
+  void sendDown(bool train, Lane& lane, DownWeights weights) {
     downStart_ = metrics::Clock::now();
-    sendDownMessage(s_, chain_, decision_, global_, weights, contextOf(train));
+    sendDownMessage(s_, lane, decision_, global_, weights, contextOf(train));
   }
 
   // The round of `steps` local steps from step_: the pseudo-gradients in, the outer step,
@@ -320,10 +329,12 @@ class RoundsLoop {
   bool round(std::int64_t steps) {
     currentStep() = step_;
     const std::int64_t H = decision_.localSteps;
-    float* sum = lead_ ? lead_->own().update().sum() : s_.messages.up.data();  // with K servers: range 0's
-    chain_.startServerUp(sum, s_.messages.up.data() + weightCount_, contextOf(true));
+    // The workers sent this round's up message on the last down message's decision.
+    Lane& lane = lanes_[schedule_.next(lastSent_, step_ + steps >= s_.total)];
+    float* sum = lead_ ? lead_->own().update().sum() : s_.messages.up.data() + lane.begin;  // with K servers: range 0's
+    lane.chain->startServerUp(sum, s_.messages.up.data() + weightCount_, contextOf(true));
     s_.comm.expectLongWait();  // the workers train first
-    chain_.finish();
+    lane.chain->finish();
     const auto arrived = metrics::Clock::now();
     ++rounds_;
     checkRoundStart(step_);
@@ -333,12 +344,12 @@ class RoundsLoop {
     if (steps == H) balancer_.record(s_.messages.trailer + kComputeSeconds);
     const bool train = trains(), gather = lead_ && (!train || s_.publisher->checkpointsAt(step_ - 1, steps));
     UpdateTime update;
-    const bool applied = applyRound(s_, lead_.get(), first, skip, gather, train, update);
+    const bool applied = applyRound(s_, lead_.get(), lane, first, skip, gather, train, update);
     if (train) adapt(steps, arrived, summedStats(s_.messages, workers_).slowestComputeSeconds);
     const bool training = announce(train);
-    sendDown(training, DownWeights::Update);
+    sendDown(training, lane, DownWeights::Update);
     if (gather) lead_->gather(global_.sent(), contextOf(training));
-    record(first, steps, update, applied, training);
+    record(first, steps, update, applied, training, lane);
     return training;
   }
   // Every worker's up message says at which step its round started (kVersion, summed along
@@ -354,9 +365,9 @@ class RoundsLoop {
   }
   // The round's figures, from `first` over `steps` steps, into the metrics; `training`: the
   // run trains on (the checkpoint's ranges gathered for it can go).
-  void record(std::int64_t first, std::int64_t steps, UpdateTime& update, bool applied, bool training) {
+  void record(std::int64_t first, std::int64_t steps, UpdateTime& update, bool applied, bool training, Lane& lane) {
     StepStats stats = period_.close(s_, workers_, update, /*updateWithin=*/false, applied);
-    addTraffic(stats, chain_.take(), lead_.get());
+    addTraffic(stats, lane.chain->take(), lead_.get());
     counts_.add(stats, s_.admission.gradNorm());
     if (!warnedOfTimeout_) warnedOfTimeout_ = warnIfNearTimeout(s_.cfg, stats, steps);
     s_.publisher->record(step_ - 1, innerLr(first), stats, steps);
@@ -369,7 +380,8 @@ class RoundsLoop {
   RoundsDecision lastSent_;  // what the last one said
   const int workers_;
   const std::int64_t weightCount_;
-  RoundChain chain_;
+  std::vector<Lane> lanes_;  // the whole model's chain, and the streamed fragments'
+  LaneSchedule schedule_;
   GlobalWeights global_;
   std::unique_ptr<ServerZero> lead_;  // with K servers (--servers): the others' ranges, and range 0's outer step
   const std::size_t firstWorker_;  // the workers are ranks K on

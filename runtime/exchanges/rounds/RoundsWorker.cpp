@@ -72,7 +72,9 @@ struct RoundTotals {
 // round's progress is measured from `base`: the global weights it started from; in an
 // overlapped round, the local weights it started from (where the last round ended, while
 // that round's exchange travelled) until the new global weights are in, when its progress
-// moves onto them (rebase()).
+// moves onto them (rebase()). Streamed rounds (RoundsPlan.h) exchange one fragment each, on
+// its lane: its pseudo-gradient is measured from the fragment's own base, the global weights
+// of its last exchange, or the local ones at its send until that exchange's are in.
 class RoundsWorker {
  public:
   explicit RoundsWorker(const RoleArgs& args)
@@ -93,10 +95,10 @@ class RoundsWorker {
                parameterShapes(args.model), false, local_.grad),
         downFixed_(kDecisionFloats + kHeaderFloats + static_cast<std::size_t>(global_.downTail.numel())),
         // Seeded by the worker's place (1 for the first): the same codes whatever the servers.
-        chain_(comm_, endsOf(roundsRanges(args.model, cfg_)),
-               static_cast<std::int64_t>(global_.up.size()) - global_.weights.numel(),
-               static_cast<std::int64_t>(downFixed_.size()), plan_.codecs,
-               cfg_.seed * 7919u + static_cast<std::uint64_t>(layout().workerIndex(rank_) + 1)),
+        lanes_(roundLanes(comm_, args.model, cfg_, static_cast<std::int64_t>(global_.up.size()) - global_.weights.numel(),
+                          static_cast<std::int64_t>(downFixed_.size()), plan_.codecs,
+                          cfg_.seed * 7919u + static_cast<std::uint64_t>(layout().workerIndex(rank_) + 1))),
+        schedule_(cfg_.fragments),
         total_(config::totalSteps(cfg_, cfg_.updatesPerEpoch(trainer_.sampler().stepsPerEpoch(), layout().workers()))) {
     // Backward writes the gradient into local_.grad bucket by bucket, dropping autograd's own
     // copies as it goes; after each local step local_.grad's pages are given back
@@ -125,32 +127,34 @@ class RoundsWorker {
       const std::int64_t span = std::min(H, total_ - roundStart);
       const RoundTotals round = trainLocally(roundStart, span, span < H ? span : steps, batch);
       if (inFlight_) {  // the last round's exchange: all of it in before this round's goes
-        chain_.finish();
+        flying_->chain->finish();
         inFlight_ = false;
         if (!rebased_) rebase();
         if (header().control == Control::Stop) return finishWithGlobal();  // the run ended: drop the round
         steps = dealt();
       }
+      Lane& lane = lanes_[schedule_.next(decision_, roundStart + span >= total_)];
       // Summed over the workers and divided by the summed samples: the sample-weighted mean
       // pseudo-gradient; the buffers, the local model's, are averaged likewise. What error
-      // feedback kept of the last round's is weighted as this round's: the server divides
-      // by this round's samples, which grow with its length.
-      if (lastSpan_ > 0) chain_.scaleUpResidual(static_cast<double>(span) / static_cast<double>(lastSpan_));
-      lastSpan_ = span;
+      // feedback kept of the lane's last round is weighted as this round's: the server
+      // divides by this round's samples, which grow with its length.
+      if (lane.lastSpan > 0) lane.chain->scaleUpResidual(static_cast<double>(span) / static_cast<double>(lane.lastSpan));
+      lane.lastSpan = span;
       // The pseudo-gradient goes up from where the local weights were: they are not used
       // again before the global weights replace them, unless the next round trains on
       // while this exchange travels (then global_.up holds it). Same arithmetic either way.
-      at::Tensor& delta = decision_.overlap ? global_.grad : local_.weights;
-      at::sub_out(delta, base(), local_.weights);
+      at::Tensor delta = (decision_.overlap ? global_.grad : local_.weights).narrow(0, lane.begin, lane.count);
+      at::sub_out(delta, base().narrow(0, lane.begin, lane.count), local_.weights.narrow(0, lane.begin, lane.count));
       delta.mul_(round.samples > 0 ? round.samples : 0.0);
       global_.workerBuffers.copy_(local_.serverBuffers);
       round.write(global_.trailer, comm_.size(), rank_, roundStart, cfg_.lossScaling());
       roundStart += span;
       if (decision_.overlap) {
-        if (!overlappedBase_.defined()) overlappedBase_ = torch::empty_like(local_.weights);
-        overlappedBase_.copy_(local_.weights);
-        chain_.startWorker(global_.grad.data_ptr<float>(), global_.up.data() + global_.weights.numel(), globalCopy(),
-                           downFixed_.data(), context);
+        if (!overlappedBase_.defined()) overlappedBase_ = torch::empty_like(local_.weights).copy_(global_.weights);
+        overlappedBase_.narrow(0, lane.begin, lane.count).copy_(local_.weights.narrow(0, lane.begin, lane.count));
+        flying_ = &lane;
+        lane.chain->startWorker(delta.data_ptr<float>(), global_.up.data() + global_.weights.numel(),
+                                globalCopy(lane.begin), downFixed_.data(), context);
         inFlight_ = true;
         rebased_ = false;
         continue;
@@ -161,7 +165,7 @@ class RoundsWorker {
       startFromGlobal();
     }
     if (inFlight_) {  // overlapped: the last round's exchange, whose down message says stop
-      chain_.finish();
+      flying_->chain->finish();
       takeDownFixed();
     }
     finishWithGlobal();
@@ -175,17 +179,21 @@ class RoundsWorker {
   // The local steps rank 0 dealt this worker.
   std::int64_t dealt() const { return static_cast<std::int64_t>(global_.shares.data_ptr<float>()[rank_]); }
   const at::Tensor& base() const { return overlappedBase_.defined() ? overlappedBase_ : global_.weights; }
-  GlobalCopy globalCopy() {
-    if (global_.weights.scalar_type() == at::kBFloat16) return {nullptr, reinterpret_cast<std::uint16_t*>(global_.weights.data_ptr())};
-    return {global_.weights.data_ptr<float>(), nullptr};
+  // The copy of the global weights from float `begin` on.
+  GlobalCopy globalCopy(std::int64_t begin = 0) {
+    if (global_.weights.scalar_type() == at::kBFloat16) {
+      return {nullptr, reinterpret_cast<std::uint16_t*>(global_.weights.data_ptr()) + begin};
+    }
+    return {global_.weights.data_ptr<float>() + begin, nullptr};
   }
 
-  // A whole exchange: this worker's pseudo-gradient `delta` up (null: none, the first
-  // round's), with global_.up's fixed part, then the down message in.
+  // A whole exchange of the whole model: this worker's pseudo-gradient `delta` up (null:
+  // none, the first round's), with global_.up's fixed part, then the down message in.
   void receiveDown(const float* delta, const std::string& context) {
-    chain_.startWorker(delta, delta ? global_.up.data() + global_.weights.numel() : nullptr, globalCopy(),
-                       downFixed_.data(), context, /*weightsHeld=*/!delta && cfg_.workersHoldWeights);
-    chain_.finish();
+    RoundChain& chain = *lanes_[0].chain;
+    chain.startWorker(delta, delta ? global_.up.data() + global_.weights.numel() : nullptr, globalCopy(),
+                      downFixed_.data(), context, /*weightsHeld=*/!delta && cfg_.workersHoldWeights);
+    chain.finish();
     takeDownFixed();
   }
   // The down message's header, buffers and shares into global_.
@@ -201,11 +209,14 @@ class RoundsWorker {
     local_.serverBuffers.copy_(global_.serverBuffers);
     trainer_.loadWeights();
   }
-  // Overlapped: the new global weights are in; this round's progress so far moves onto them.
+  // Overlapped: the new global weights of the lane in flight are in; this round's progress
+  // so far on them moves onto them.
   void rebase() {
     takeDownFixed();
-    local_.weights.add_(global_.weights).sub_(overlappedBase_);
-    overlappedBase_.copy_(global_.weights);
+    const std::int64_t begin = flying_->begin, count = flying_->count;
+    at::Tensor global = global_.weights.narrow(0, begin, count), base = overlappedBase_.narrow(0, begin, count);
+    local_.weights.narrow(0, begin, count).add_(global).sub_(base);
+    base.copy_(global);
     local_.serverBuffers.copy_(global_.serverBuffers);
     trainer_.loadWeights();
     rebased_ = true;
@@ -229,8 +240,8 @@ class RoundsWorker {
       round.add(local_.trailer, applied);
       trainer_.loadWeights();  // on a device: the weights the update changed on the host
       if (inFlight_ && !rebased_) {
-        chain_.advance();
-        if (chain_.downArrived()) rebase();
+        flying_->chain->advance();
+        if (flying_->chain->downArrived()) rebase();
       }
     }
     round.computeSeconds = metrics::secondsSince(start);
@@ -248,13 +259,14 @@ class RoundsWorker {
   Admission admission_;  // the inner steps' (their loss scale)
   RangeUpdate inner_;    // the local steps: --optimizer on the local weights
   std::vector<float> downFixed_;  // the down message's decision, header, buffers and shares as they arrive
-  RoundChain chain_;
-  RoundsDecision decision_;       // the latest from the server: the next round's H, overlap
+  std::vector<Lane> lanes_;       // the whole model's chain, and the streamed fragments'
+  LaneSchedule schedule_;
+  Lane* flying_ = nullptr;        // the lane of the exchange in flight (overlapped)
+  RoundsDecision decision_;       // the latest from the server: the next round's H, overlap, fragments
   StepHeader header_;
   const std::int64_t total_;  // the run's steps
   at::Tensor overlappedBase_;  // overlapped rounds: where this round's progress is measured from
   bool inFlight_ = false, rebased_ = false;
-  std::int64_t lastSpan_ = 0;  // the steps of the run that the last round spanned
 };
 
 }  // namespace
