@@ -450,21 +450,30 @@ void ErrorFeedbackEncoder::forEachBlock(F&& block) const {
 }
 
 ErrorFeedbackEncoder::ErrorFeedbackEncoder(std::unique_ptr<Codec> codec, bool errorFeedback)
-    : codec_(std::move(codec)), errorFeedback_(errorFeedback) {
-  if (!errorFeedback_) return;
-  if (codec_->rounds()) {
-    codes_.assign(codec_->count(), 0);
-    std::size_t blocks = 0;
-    forEachBlock([&](std::size_t, std::size_t, std::size_t) { ++blocks; });
-    scales_.assign(blocks, 0.0f);
-  } else {
-    residual_.assign(codec_->count(), 0.0f);
+    : codec_(std::move(codec)), errorFeedback_(errorFeedback) {}
+
+void ErrorFeedbackEncoder::hold() {
+  if (!codec_->rounds()) {
+    if (residual_.empty()) residual_.assign(codec_->count(), 0.0f);
+    return;
   }
+  if (!codes_.empty()) return;
+  codes_.assign(codec_->count(), 0);
+  std::size_t blocks = 0;
+  forEachBlock([&](std::size_t, std::size_t, std::size_t) { ++blocks; });
+  scales_.assign(blocks, 0.0f);
+}
+
+void ErrorFeedbackEncoder::dropResidual() {
+  std::vector<float>().swap(residual_);
+  std::vector<std::int8_t>().swap(codes_);
+  std::vector<float>().swap(scales_);
 }
 
 float ErrorFeedbackEncoder::residual(std::size_t i) const {
   if (!residual_.empty()) return residual_[i];
-  float value = 0;  // (no error feedback: none held back)
+  float value = 0;  // (no error feedback, or nothing held yet: none held back)
+  if (codes_.empty()) return value;
   forEachBlock([&](std::size_t begin, std::size_t end, std::size_t b) {
     if (i >= begin && i < end) value = static_cast<float>(codes_[i]) * scales_[b];
   });
@@ -473,7 +482,7 @@ float ErrorFeedbackEncoder::residual(std::size_t i) const {
 
 double ErrorFeedbackEncoder::residualBytes() const {
   if (!errorFeedback_) return 0;
-  return codes_.empty() ? 4 : kCompactResidualBytes;
+  return codec_->rounds() ? kCompactResidualBytes : 4;
 }
 
 double residualBytes(const std::string& spec) {
@@ -508,13 +517,14 @@ void ErrorFeedbackEncoder::keepCompactly(const float* values) {
 
 void ErrorFeedbackEncoder::encode(const float* values, std::string& out) {
   if (!errorFeedback_) return codec_->encode(values, out);
+  hold();
   const std::size_t n = codec_->count();
   // What should be sent, and what the frame decodes to, in scratches of this thread's: one
   // for all the encoders of the thread (a diloco worker has one per chunk of the model).
   thread_local std::vector<float> due, decoded;
   if (decoded.size() < n) decoded.resize(n);
   float* sum = residual_.data();
-  if (!codes_.empty()) {
+  if (codec_->rounds()) {
     if (due.size() < n) due.resize(n);
     sum = due.data();
     forEachBlock([&](std::size_t begin, std::size_t end, std::size_t b) {
@@ -527,7 +537,7 @@ void ErrorFeedbackEncoder::encode(const float* values, std::string& out) {
   codec_->encode(sum, out);
   codec_->decode(out.data() + start, out.size() - start, decoded.data());
   for (std::size_t i = 0; i < n; ++i) sum[i] -= decoded[i];  // what was not
-  if (!codes_.empty()) keepCompactly(sum);
+  if (codec_->rounds()) keepCompactly(sum);
 }
 
 }  // namespace pstrain::codec

@@ -113,8 +113,13 @@ class ErrorFeedbackEncoder {
   // Multiplies what is kept for the next payload by `factor`: when the values it was left
   // from are weighted differently from the next ones (a diloco round of other length).
   void scaleResidual(float factor);
+  // Gives the residual's memory back, what it held dropped (the next payload starts a new
+  // one): diloco's chain of the whole model while its rounds stream fragments, and back.
+  // The residual is made, zero, at the first payload.
+  void dropResidual();
 
  private:
+  void hold();  // makes the residual where there is none
   // Calls `block(begin, end, b)` for each block of the compact residual, in order.
   template <typename F>
   void forEachBlock(F&& block) const;

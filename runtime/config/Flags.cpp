@@ -147,17 +147,18 @@ const std::vector<Flag> kFlags = {
        require(c.overlapRoundsFlag != Switch::On || c.modeInfo().runsLocalRounds(),
                "--overlap-rounds overlaps the rounds of local steps: --mode diloco or localsgd only"); }, "on"},
     {"fragments", "Modes",
-     "diloco: streaming rounds: the weights cut into P fragments, an overlapped round exchanges one of them in turn "
-     "(each fragment every P rounds, its exchange a P-th of the model's); H (--local-steps) stays the steps between "
-     "two exchanges of a fragment, a round is H / P of them. 1: every round exchanges the whole model",
-     &TrainConfig::fragments, A::Compared, nullptr, [](const TrainConfig& c) {
-       require(c.fragments >= 1 && c.fragments <= 64, fmt::format("--fragments must be in [1, 64] (got {})", c.fragments));
-       require(c.fragments == 1 || c.modeInfo().runsLocalRounds(),
+     "diloco: auto | P: streamed rounds: the weights cut into P fragments, an overlapped round exchanges one of them "
+     "in turn (each fragment every P rounds, its exchange a P-th of the model's); H (--local-steps) stays the steps "
+     "between two exchanges of a fragment, a round is H / P of them. 1: every round exchanges the whole model; auto: "
+     "2 with one server, else 1",
+     &TrainConfig::fragmentsFlag, A::Compared, nullptr, [](const TrainConfig& c) {
+       const int fragments = c.fixedFragments();
+       require(fragments <= 1 || c.modeInfo().runsLocalRounds(),
                "--fragments cuts the exchange of the rounds of local steps: --mode diloco or localsgd only");
-       require(c.fragments == 1 || c.overlapRoundsFlag != Switch::Off,
+       require(fragments <= 1 || c.overlapRoundsFlag != Switch::Off,
                "--fragments streams the exchange of overlapped rounds: --overlap-rounds off refuses it");
-       require(c.fragments == 1 || c.servers == 1,
-               fmt::format("--fragments {} streams the rounds through one server: --servers {} refuses it", c.fragments,
+       require(fragments <= 1 || c.servers == 1,
+               fmt::format("--fragments {} streams the rounds through one server: --servers {} refuses it", fragments,
                            c.servers)); }},
     {"outer-optimizer", "Modes", "diloco: " + outerOptimizerNames() + " (rank 0's rule on the averaged pseudo-gradient)",
      &TrainConfig::outerOptimizer, A::Fingerprint, whenOuterStep, [](const TrainConfig& c) {

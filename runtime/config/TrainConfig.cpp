@@ -145,6 +145,19 @@ std::int64_t TrainConfig::fixedLocalSteps() const {
   return steps;
 }
 
+int TrainConfig::fixedFragments() const {
+  if (fragmentsFlag == kAuto) return 0;
+  std::size_t used = 0;
+  int fragments = -1;
+  try {
+    fragments = std::stoi(fragmentsFlag, &used);
+  } catch (const std::exception&) {
+  }
+  require(used == fragmentsFlag.size() && fragments >= 1 && fragments <= 64,
+          fmt::format("--fragments must be auto or a whole number in [1, 64] (got '{}')", fragmentsFlag));
+  return fragments;
+}
+
 std::string TrainConfig::updateRuleName() const {
   return fmt::format("{} {}", modeInfo().runsLocalRounds() ? "outer" : "update", updateRule().optimizer);
 }

@@ -99,7 +99,7 @@ struct TrainConfig {
   double outerMomentum = 0.6;             // diloco
   std::string outerOptimizer = "nesterov";  // diloco: a row of outerOptimizers()
   Switch overlapRoundsFlag = Switch::Auto;  // diloco, localsgd (exchanges/rounds)
-  int fragments = 1;                      // diloco, localsgd: streaming rounds' fragments (exchanges/rounds)
+  std::string fragmentsFlag = kAuto;      // diloco, localsgd: streamed rounds' fragments, or auto (exchanges/rounds)
   double simulateComputeMs = 0;           // benchmarks
 
   // Compression (runtime/codec): codec specs, or auto (see gradientCodec()).
@@ -135,6 +135,8 @@ struct TrainConfig {
   // --local-steps as a number; 0 for auto (measured in the first rounds:
   // exchanges/rounds/RoundsPlan.h).
   std::int64_t fixedLocalSteps() const;
+  // --fragments P, or 0 for auto; throws ConfigError on anything else.
+  int fixedFragments() const;
 
   // Whether the workers scale the loss and rank 0 skips overflowed updates
   // (optim/LossScale.h): --loss-scale dynamic, or auto with --precision fp16.

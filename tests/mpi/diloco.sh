@@ -12,8 +12,9 @@
 #   4. --balance with one worker slowed 2x (--straggle): the fast worker gets more local
 #      steps, the round as many as without;
 #   5. --compress int8 (the pseudo-gradient, error feedback) and --compress-weights fp16 train;
-#   6. --overlap-rounds trains to the end (its exchange a round late), with codecs too, and
-#      streamed in fragments (--fragments: a round's message a fragment's);
+#   6. --overlap-rounds trains to the end (its exchange a round late; by default streamed in 2
+#      fragments), with codecs too, the whole model each round (--fragments 1) and in 3
+#      fragments (a round's message a fragment's);
 #   7. the defaults (issue 52): the dry run says what each direction sends and that H comes
 #      from the first round; a run measures H (stdout, run.json), sends at most a quarter of
 #      float32's bytes each way, leaves the weights out of its first down message where the
@@ -125,7 +126,8 @@ check "int8 pseudo-gradients and fp16 weights: trains, a quarter of the bytes up
 run_logged overlapped train "$scratch/overlapped" --overlap-rounds
 check "--overlap-rounds: trains to the last step, its loss as low as without" \
   test "$(metric "$scratch/overlapped" "last['step'] == 120 and last['loss'] < 2 * $(metric "$scratch/reference" "last['loss']") + 0.05")" = True
-run_logged overlapped_coded train "$scratch/overlapped-coded" --overlap-rounds --compress int4 --compress-weights int4
+run_logged overlapped_coded train "$scratch/overlapped-coded" --overlap-rounds --compress int4 --compress-weights int4 \
+  --fragments 1
 check "--overlap-rounds with int4 both ways: trains to the last step, its loss as low as without" \
   test "$(metric "$scratch/overlapped-coded" "last['step'] == 120 and last['loss'] < 2 * $(metric "$scratch/reference" "last['loss']") + 0.05")" = True
 run_logged streamed train "$scratch/streamed" --overlap-rounds --fragments 3 --compress int4 --compress-weights int4

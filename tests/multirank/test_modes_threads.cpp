@@ -186,6 +186,7 @@ TEST(ModesThreads, DilocoOverlappedRoundsOnOneWorkerAreTheWorkerAlone) {
   cfg.outerLr = 1;
   cfg.outerMomentum = 0;
   cfg.overlapRoundsFlag = config::Switch::On;
+  cfg.fragmentsFlag = "1";  // the whole model each round (streamed: below)
   data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
   auto diloco = trainOnThreads(cfg, 2, train);
   torch::manual_seed(cfg.seed);
@@ -238,6 +239,7 @@ TEST(ModesThreads, DilocoQuantizedRoundsKeepEveryCopyOfTheWeightsEqual) {
   cfg.mode = config::Mode::Diloco;
   cfg.localStepsFlag = "2";
   cfg.overlapRoundsFlag = config::Switch::On;
+  cfg.fragmentsFlag = "1";  // the whole model each round (streamed: below)
   cfg.steps = 40;
   ASSERT_EQ(cfg.gradientCodec(), "int4");
   ASSERT_EQ(cfg.weightCodec(), "int4");
@@ -253,7 +255,7 @@ TEST(ModesThreads, DilocoStreamedRoundsKeepEveryCopyOfTheWeightsEqual) {
   auto cfg = testsupport::smallSyntheticConfig(scratch.str());
   cfg.mode = config::Mode::Diloco;
   cfg.localStepsFlag = "6";
-  cfg.fragments = 3;
+  cfg.fragmentsFlag = "3";
   cfg.overlapRoundsFlag = config::Switch::On;
   cfg.steps = 41;  // 3 rounds of 6 measure, then 11 streamed rounds of 2, and a last one of 1, whole
   expectEveryCopyOfTheWeightsEqual(cfg);
@@ -268,7 +270,7 @@ TEST(ModesThreads, DilocoStreamedRoundsOnOneWorkerAreTheWorkerAlone) {
   auto cfg = testsupport::smallSyntheticConfig(scratch.str());
   cfg.mode = config::Mode::Diloco;
   cfg.localStepsFlag = "6";
-  cfg.fragments = 2;
+  cfg.fragmentsFlag = "2";
   cfg.compress = config::kRawCodec;
   cfg.outerLr = 1;
   cfg.outerMomentum = 0;

@@ -217,8 +217,14 @@ TEST(Config, FragmentsStreamOverlappedRoundsThroughOneServer) {
     return std::string();
   };
   EXPECT_EQ(refusal({"--mode", "diloco", "--fragments", "4"}), "");
-  EXPECT_EQ(config::parseTrainFlags({"--mode", "diloco", "--fragments", "4"}).cfg.fragments, 4);
-  EXPECT_NE(refusal({"--mode", "diloco", "--fragments", "0"}).find("--fragments must be in [1, 64]"), std::string::npos);
+  EXPECT_EQ(config::parseTrainFlags({"--mode", "diloco", "--fragments", "4"}).cfg.fixedFragments(), 4);
+  EXPECT_EQ(config::parseTrainFlags({"--mode", "diloco"}).cfg.fixedFragments(), 0);  // auto
+  EXPECT_EQ(refusal({"--mode", "diloco", "--servers", "2"}), "");  // auto: 1 there
+  EXPECT_EQ(refusal({"--mode", "diloco", "--overlap-rounds", "off"}), "");
+  for (const char* bad : {"0", "65", "2.5", "two"}) {
+    EXPECT_NE(refusal({"--mode", "diloco", "--fragments", bad}).find("--fragments must be auto or a whole number in [1, 64]"),
+              std::string::npos) << bad;
+  }
   EXPECT_NE(refusal({"--mode", "sync", "--fragments", "2"}).find("--mode diloco or localsgd only"), std::string::npos);
   EXPECT_NE(refusal({"--mode", "diloco", "--fragments", "2", "--overlap-rounds", "off"}).find("--overlap-rounds off refuses"),
             std::string::npos);

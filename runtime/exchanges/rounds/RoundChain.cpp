@@ -407,6 +407,12 @@ void RoundChain::scaleUpResidual(double factor) {
   }
 }
 
+void RoundChain::dropUpResidual() {
+  for (auto& encoder : impl_->upEncoders) {
+    if (encoder) encoder->dropResidual();
+  }
+}
+
 float roundedUpdate(float weight, float update) { return static_cast<float>(c10::BFloat16(weight + update)); }
 
 void roundToCopy(float* weights, std::int64_t n) {

@@ -70,6 +70,9 @@ class RoundChain {
   // A worker: multiplies what error feedback keeps for its next up message by `factor`
   // (the next pseudo-gradient is weighted by `factor` times the last one's samples).
   void scaleUpResidual(double factor);
+  // A worker: gives the memory of what error feedback keeps back for its next up message
+  // (codec::ErrorFeedbackEncoder::dropResidual), dropping it.
+  void dropUpResidual();
 
   // A worker starts a round's exchange: `delta` (weights floats) and `fixed` (upFixed
   // floats) go up, summed with those of the workers after it; the down message comes into

@@ -18,7 +18,8 @@ RoundsPlan roundsPlanOf(const config::TrainConfig& cfg) {
   RoundsPlan plan;
   plan.localSteps = cfg.fixedLocalSteps();
   plan.overlap = cfg.overlapRoundsFlag;
-  plan.fragments = cfg.fragments;
+  const int fragments = cfg.fixedFragments();
+  plan.fragments = fragments > 0 ? fragments : cfg.servers == 1 ? kAutoFragments : 1;
   plan.codecs.up = cfg.gradientCodec();
   plan.codecs.down = cfg.weightCodec();
   // A lossy pseudo-gradient carries what it left out into the next round's, unless told off.
@@ -66,9 +67,10 @@ std::vector<Lane> roundLanes(comm::Communicator& comm, const models::Net& model,
   std::vector<Lane> lanes;
   const std::vector<std::int64_t> ends = endsOf(roundsRanges(model, cfg));
   lanes.push_back({0, ends.back(), std::make_unique<RoundChain>(comm, ends, upFixed, downFixed, codecs, seed)});
-  if (cfg.fragments <= 1) return lanes;
+  const int fragments = roundsPlanOf(cfg).fragments;
+  if (fragments <= 1) return lanes;
   std::uint64_t fragmentSeed = seed;
-  for (const exchanges::KeyRange& f : fragmentRanges(model, cfg.fragments)) {
+  for (const exchanges::KeyRange& f : fragmentRanges(model, fragments)) {
     fragmentSeed = fragmentSeed * 6364136223846793005u + 1442695040888963407u;  // each fragment's codes its own
     lanes.push_back({f.begin, f.size(), std::make_unique<RoundChain>(comm, std::vector<std::int64_t>{f.size()}, upFixed,
                                                                       downFixed, codecs, fragmentSeed)});

@@ -30,7 +30,7 @@ namespace pstrain::exchanges::rounds {
 struct RoundsPlan {
   std::int64_t localSteps = 0;  // H; 0: auto
   config::Switch overlap = config::Switch::Auto;
-  int fragments = 1;  // --fragments: streaming rounds (RoundsDecision)
+  int fragments = 1;  // --fragments, auto resolved: streamed rounds (RoundsDecision)
   RoundChain::Codecs codecs;
 };
 
@@ -62,6 +62,13 @@ constexpr int kMeasuredRounds = 3;
 //   loss, H 20 1000).
 constexpr double kFreeLocalSteps = 25, kCostPerDoubling = 0.25, kOverlapCost = 0.02, kHideFactor = 1.5;
 constexpr std::int64_t kMinOverlappedLocalSteps = 20;
+// --fragments auto with one server: overlapped rounds stream 2 fragments. Measured to one
+// worker's loss (docs/benchmarks.md, 2026-12-06, streamed rounds): 2 fragments reached it
+// sooner than the whole model at 10 Mbit/s (1.85x and 1.63x against 1.65x and 1.54x) and at 2
+// Mbit/s (1.43x and 1.44x against 1.37x and 1.33x with the server on a host of its own), and
+// at equal steps lower; 4 fragments lower still at equal steps but no sooner (1.36x, 1.28x:
+// rounds of 13 to 15 steps cost time).
+constexpr int kAutoFragments = 2;
 
 // The steps to a loss of rounds of H local steps, over sync's (the model above).
 double roundsSteps(std::int64_t localSteps, bool overlap);

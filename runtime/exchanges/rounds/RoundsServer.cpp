@@ -225,7 +225,7 @@ class RoundsLoop {
         weightCount_(s.messages.weights.numel()),
         lanes_(roundLanes(s.comm, s.model, s.cfg, static_cast<std::int64_t>(s.messages.up.size()) - weightCount_,
                           downFixedFloats(s), plan_.codecs, s.cfg.seed * 7919u)),
-        schedule_(s.cfg.fragments),
+        schedule_(plan_.fragments),
         global_(s, lanes_[0].chain->sendsUpdates()),
         lead_(s.cfg.servers > 1 ? std::make_unique<ServerZero>(s, roundsRanges(s.model, s.cfg),
                                                                 ServedRange::Messages::Elsewhere)

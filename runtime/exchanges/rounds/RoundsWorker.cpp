@@ -98,7 +98,7 @@ class RoundsWorker {
         lanes_(roundLanes(comm_, args.model, cfg_, static_cast<std::int64_t>(global_.up.size()) - global_.weights.numel(),
                           static_cast<std::int64_t>(downFixed_.size()), plan_.codecs,
                           cfg_.seed * 7919u + static_cast<std::uint64_t>(layout().workerIndex(rank_) + 1))),
-        schedule_(cfg_.fragments),
+        schedule_(plan_.fragments),
         total_(config::totalSteps(cfg_, cfg_.updatesPerEpoch(trainer_.sampler().stepsPerEpoch(), layout().workers()))) {
     // Backward writes the gradient into local_.grad bucket by bucket, dropping autograd's own
     // copies as it goes; after each local step local_.grad's pages are given back
@@ -133,7 +133,7 @@ class RoundsWorker {
         if (header().control == Control::Stop) return finishWithGlobal();  // the run ended: drop the round
         steps = dealt();
       }
-      Lane& lane = lanes_[schedule_.next(decision_, roundStart + span >= total_)];
+      Lane& lane = enterLane(schedule_.next(decision_, roundStart + span >= total_));
       // Summed over the workers and divided by the summed samples: the sample-weighted mean
       // pseudo-gradient; the buffers, the local model's, are averaged likewise. What error
       // feedback kept of the lane's last round is weighted as this round's: the server
@@ -209,6 +209,20 @@ class RoundsWorker {
     local_.serverBuffers.copy_(global_.serverBuffers);
     trainer_.loadWeights();
   }
+  // The lane `index` for this round's exchange. Where the rounds move between the whole
+  // model's lane and the fragments', the lanes left give their error feedback's memory back
+  // (what they held back is dropped: under a code per weight, once or twice a run), so that a
+  // worker holds one model's residual, as without fragments.
+  Lane& enterLane(std::size_t index) {
+    if ((index == 0) != (lane_ == 0)) {
+      for (std::size_t i = 0; i < lanes_.size(); ++i) {
+        if ((i == 0) == (lane_ == 0)) lanes_[i].chain->dropUpResidual();
+      }
+    }
+    lane_ = index;
+    return lanes_[index];
+  }
+
   // Overlapped: the new global weights of the lane in flight are in; this round's progress
   // so far on them moves onto them.
   void rebase() {
@@ -262,6 +276,7 @@ class RoundsWorker {
   std::vector<Lane> lanes_;       // the whole model's chain, and the streamed fragments'
   LaneSchedule schedule_;
   Lane* flying_ = nullptr;        // the lane of the exchange in flight (overlapped)
+  std::size_t lane_ = 0;          // of the last exchange
   RoundsDecision decision_;       // the latest from the server: the next round's H, overlap, fragments
   StepHeader header_;
   const std::int64_t total_;  // the run's steps
