@@ -150,7 +150,7 @@ const std::vector<Flag> kFlags = {
      "diloco: auto | P: streamed rounds: the weights cut into P fragments, an overlapped round exchanges one of them "
      "in turn (each fragment every P rounds, its exchange a P-th of the model's); H (--local-steps) stays the steps "
      "between two exchanges of a fragment, a round is H / P of them. 1: every round exchanges the whole model; auto: "
-     "2 with one server, else 1",
+     "2 with one server where rounds may overlap, else 1",
      &TrainConfig::fragmentsFlag, A::Compared, nullptr, [](const TrainConfig& c) {
        const int fragments = c.fixedFragments();
        require(fragments <= 1 || c.modeInfo().runsLocalRounds(),

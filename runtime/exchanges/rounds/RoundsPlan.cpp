@@ -19,7 +19,8 @@ RoundsPlan roundsPlanOf(const config::TrainConfig& cfg) {
   plan.localSteps = cfg.fixedLocalSteps();
   plan.overlap = cfg.overlapRoundsFlag;
   const int fragments = cfg.fixedFragments();
-  plan.fragments = fragments > 0 ? fragments : cfg.servers == 1 ? kAutoFragments : 1;
+  const bool mayStream = cfg.servers == 1 && plan.overlap != config::Switch::Off;  // auto's
+  plan.fragments = fragments > 0 ? fragments : mayStream ? kAutoFragments : 1;
   plan.codecs.up = cfg.gradientCodec();
   plan.codecs.down = cfg.weightCodec();
   // A lossy pseudo-gradient carries what it left out into the next round's, unless told off.
@@ -216,9 +217,9 @@ std::string outerOf(const config::TrainConfig& cfg) {
   return fmt::format("outer {}, lr {}, momentum {}", cfg.outerOptimizer, cfg.outerLr, cfg.outerMomentum);
 }
 
-// ", streamed in 4 fragments": --fragments.
+// ", overlapped rounds streamed in 2 fragments": --fragments.
 std::string fragmentsOf(const RoundsPlan& plan) {
-  return plan.fragments > 1 ? fmt::format(", streamed in {} fragments", plan.fragments) : "";
+  return plan.fragments > 1 ? fmt::format(", overlapped rounds streamed in {} fragments", plan.fragments) : "";
 }
 
 }  // namespace
