@@ -145,6 +145,17 @@ TEST(ModesThreads, LocalSgdWithOneLocalSgdStepIsSync) {
   EXPECT_THROW(cfg.validate(), ConfigError);
 }
 
+// `cfg` (diloco, one worker, a plain outer step) on a server and one worker, against the
+// worker training alone from the same seed: the largest difference of their weights.
+static double diffFromTheWorkerAlone(const config::TrainConfig& cfg) {
+  data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
+  auto diloco = trainOnThreads(cfg, 2, train);
+  torch::manual_seed(cfg.seed);
+  auto reference = models::makeModel(cfg.model);
+  testsupport::trainReference(*reference, train, cfg, 1, cfg.steps);
+  return testsupport::maxAbsDiff(models::stateDict(*reference), diloco);
+}
+
 // One worker, outer lr 1 and no outer momentum: every round's global weights are the
 // worker's, so diloco is the worker training alone, its inner momentum carried across
 // rounds (DiLoCo keeps the inner state); rounds of 3 that do not divide the 20 steps or
@@ -160,17 +171,22 @@ TEST(ModesThreads, DilocoOnOneWorkerKeepsItsInnerStateAcrossRounds) {
   cfg.balanceFlag = config::Switch::Off;
   cfg.outerLr = 1;
   cfg.outerMomentum = 0;
-  data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
-  auto diloco = trainOnThreads(cfg, 2, train);
-  torch::manual_seed(cfg.seed);
-  auto reference = models::makeModel(cfg.model);
-  testsupport::trainReference(*reference, train, cfg, 1, cfg.steps);
-  const double diff = testsupport::maxAbsDiff(models::stateDict(*reference), diloco);
+  const double diff = diffFromTheWorkerAlone(cfg);
   std::cout << "diloco on one worker (H = 3) vs the worker alone: max abs diff " << diff << std::endl;
   EXPECT_LE(diff, 1e-5);
   std::vector<std::int64_t> steps;
   for (const auto& c : rundir::listPublished(cfg.trainDir + "/ckpt")) steps.push_back(c.step);
   EXPECT_EQ(steps, (std::vector<std::int64_t>{12, 20}));
+}
+
+// diloco on smallSyntheticConfig, its rounds overlapped: H `localSteps`, in `fragments`.
+static config::TrainConfig overlappedDiloco(const std::string& trainDir, const char* localSteps, const char* fragments) {
+  auto cfg = testsupport::smallSyntheticConfig(trainDir);
+  cfg.mode = config::Mode::Diloco;
+  cfg.localStepsFlag = localSteps;
+  cfg.fragmentsFlag = fragments;
+  cfg.overlapRoundsFlag = config::Switch::On;
+  return cfg;
 }
 
 // --overlap-rounds on one worker with a plain outer step: each round starts from the local
@@ -179,20 +195,11 @@ TEST(ModesThreads, DilocoOnOneWorkerKeepsItsInnerStateAcrossRounds) {
 TEST(ModesThreads, DilocoOverlappedRoundsOnOneWorkerAreTheWorkerAlone) {
   torch::set_num_threads(1);
   testsupport::ScratchDir scratch("diloco-overlap");
-  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
-  cfg.mode = config::Mode::Diloco;
-  cfg.localStepsFlag = "3";
+  auto cfg = overlappedDiloco(scratch.str(), "3", "1");  // the whole model each round (streamed: below)
   cfg.compress = config::kRawCodec;
   cfg.outerLr = 1;
   cfg.outerMomentum = 0;
-  cfg.overlapRoundsFlag = config::Switch::On;
-  cfg.fragmentsFlag = "1";  // the whole model each round (streamed: below)
-  data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
-  auto diloco = trainOnThreads(cfg, 2, train);
-  torch::manual_seed(cfg.seed);
-  auto reference = models::makeModel(cfg.model);
-  testsupport::trainReference(*reference, train, cfg, 1, cfg.steps);
-  const double diff = testsupport::maxAbsDiff(models::stateDict(*reference), diloco);
+  const double diff = diffFromTheWorkerAlone(cfg);
   std::cout << "diloco, overlapped rounds, one worker (H = 3) vs the worker alone: max abs diff " << diff << std::endl;
   EXPECT_LE(diff, 1e-5);
 }
@@ -235,11 +242,7 @@ static void expectEveryCopyOfTheWeightsEqual(const config::TrainConfig& cfg) {
 TEST(ModesThreads, DilocoQuantizedRoundsKeepEveryCopyOfTheWeightsEqual) {
   torch::set_num_threads(1);
   testsupport::ScratchDir scratch("diloco-int4");
-  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
-  cfg.mode = config::Mode::Diloco;
-  cfg.localStepsFlag = "2";
-  cfg.overlapRoundsFlag = config::Switch::On;
-  cfg.fragmentsFlag = "1";  // the whole model each round (streamed: below)
+  auto cfg = overlappedDiloco(scratch.str(), "2", "1");  // the whole model each round (streamed: below)
   cfg.steps = 40;
   ASSERT_EQ(cfg.gradientCodec(), "int4");
   ASSERT_EQ(cfg.weightCodec(), "int4");
@@ -252,11 +255,7 @@ TEST(ModesThreads, DilocoQuantizedRoundsKeepEveryCopyOfTheWeightsEqual) {
 TEST(ModesThreads, DilocoStreamedRoundsKeepEveryCopyOfTheWeightsEqual) {
   torch::set_num_threads(1);
   testsupport::ScratchDir scratch("diloco-streamed");
-  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
-  cfg.mode = config::Mode::Diloco;
-  cfg.localStepsFlag = "6";
-  cfg.fragmentsFlag = "3";
-  cfg.overlapRoundsFlag = config::Switch::On;
+  auto cfg = overlappedDiloco(scratch.str(), "6", "3");
   cfg.steps = 41;  // 3 rounds of 6 measure, then 11 streamed rounds of 2, and a last one of 1, whole
   expectEveryCopyOfTheWeightsEqual(cfg);
 }
@@ -267,21 +266,12 @@ TEST(ModesThreads, DilocoStreamedRoundsKeepEveryCopyOfTheWeightsEqual) {
 TEST(ModesThreads, DilocoStreamedRoundsOnOneWorkerAreTheWorkerAlone) {
   torch::set_num_threads(1);
   testsupport::ScratchDir scratch("diloco-streamed-one");
-  auto cfg = testsupport::smallSyntheticConfig(scratch.str());
-  cfg.mode = config::Mode::Diloco;
-  cfg.localStepsFlag = "6";
-  cfg.fragmentsFlag = "2";
+  auto cfg = overlappedDiloco(scratch.str(), "6", "2");
   cfg.compress = config::kRawCodec;
   cfg.outerLr = 1;
   cfg.outerMomentum = 0;
-  cfg.overlapRoundsFlag = config::Switch::On;
   cfg.steps = 41;  // 3 rounds of 6 measure, then 7 streamed rounds of 3, and a last one of 2
-  data::Dataset train = data::loadDataset(cfg.dataset, "", data::Split::Train, cfg.syntheticSize);
-  auto diloco = trainOnThreads(cfg, 2, train);
-  torch::manual_seed(cfg.seed);
-  auto reference = models::makeModel(cfg.model);
-  testsupport::trainReference(*reference, train, cfg, 1, cfg.steps);
-  const double diff = testsupport::maxAbsDiff(models::stateDict(*reference), diloco);
+  const double diff = diffFromTheWorkerAlone(cfg);
   std::cout << "diloco, streamed rounds (2 fragments), one worker vs the worker alone: max abs diff " << diff << std::endl;
   EXPECT_LE(diff, 1e-5);
 }
