@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "runtime/Errors.h"
 #include "runtime/exchanges/rounds/RoundsPlan.h"
 #include "runtime/probe/CostModel.h"
 
