@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 
 #include "runtime/Errors.h"
 #include "runtime/Text.h"
@@ -27,6 +28,20 @@ std::pair<int, double> rankAndNumber(const std::string& flag, const std::string&
               std::isfinite(number),
           fmt::format("--{} wants RANK:{} with RANK >= {} (got '{}')", flag, what, minRank, text));
   return {rank, number};
+}
+
+// --FLAG's `text`, auto or a whole number in [1, max]: 0 for auto, else the number.
+std::int64_t autoOrWhole(const char* flag, const std::string& text, std::int64_t max) {
+  if (text == kAuto) return 0;
+  std::size_t used = 0;
+  std::int64_t number = -1;
+  try {
+    number = std::stoll(text, &used);
+  } catch (const std::exception&) {
+  }
+  require(used == text.size() && number >= 1 && number <= max,
+          fmt::format("--{} must be auto or a whole number in [1, {}] (got '{}')", flag, max, text));
+  return number;
 }
 
 TrainConfig::Injection injection(const std::string& flag, const std::string& text) {
@@ -132,31 +147,9 @@ std::string TrainConfig::weightCodec() const {
   return modeInfo().runsLocalRounds() && compress != kRawCodec ? kFrugalCodec : kRawCodec;
 }
 
-std::int64_t TrainConfig::fixedLocalSteps() const {
-  if (localStepsFlag == kAuto) return 0;
-  std::size_t used = 0;
-  std::int64_t steps = -1;
-  try {
-    steps = std::stoll(localStepsFlag, &used);
-  } catch (const std::exception&) {
-  }
-  require(used == localStepsFlag.size() && steps >= 1 && steps <= 1'000'000,
-          fmt::format("--local-steps must be auto or a whole number in [1, 1000000] (got '{}')", localStepsFlag));
-  return steps;
-}
+std::int64_t TrainConfig::fixedLocalSteps() const { return autoOrWhole("local-steps", localStepsFlag, 1'000'000); }
 
-int TrainConfig::fixedFragments() const {
-  if (fragmentsFlag == kAuto) return 0;
-  std::size_t used = 0;
-  int fragments = -1;
-  try {
-    fragments = std::stoi(fragmentsFlag, &used);
-  } catch (const std::exception&) {
-  }
-  require(used == fragmentsFlag.size() && fragments >= 1 && fragments <= 64,
-          fmt::format("--fragments must be auto or a whole number in [1, 64] (got '{}')", fragmentsFlag));
-  return fragments;
-}
+int TrainConfig::fixedFragments() const { return static_cast<int>(autoOrWhole("fragments", fragmentsFlag, 64)); }
 
 std::string TrainConfig::updateRuleName() const {
   return fmt::format("{} {}", modeInfo().runsLocalRounds() ? "outer" : "update", updateRule().optimizer);
